@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the copy and allocation router behind the exported hooks. */
+#ifndef IBP_INTERPOSE_ROUTER_H
+#define IBP_INTERPOSE_ROUTER_H
+
+#include <cuda_runtime_api.h>
+
+/* Which default-stream semantics the caller compiled against: the plain
+ * symbols (legacy default stream) or the _ptds/_ptsz ones (per-thread). */
+typedef enum IbpStreamApi {
+    IBP_STREAM_API_LEGACY = 0,
+    IBP_STREAM_API_PER_THREAD = 1,
+} IbpStreamApi;
+
+/* Each returns exactly what the real runtime call returns (or
+ * cudaErrorSharedObjectSymbolNotFound when no runtime is loaded); the shim's
+ * own failures never surface to the application. */
+cudaError_t ibp_route_malloc_host(void **ptr, size_t size);
+cudaError_t ibp_route_host_alloc(void **ptr, size_t size, unsigned int flags);
+cudaError_t ibp_route_free_host(void *ptr);
+cudaError_t ibp_route_host_register(void *ptr, size_t size, unsigned int flags);
+cudaError_t ibp_route_host_unregister(void *ptr);
+cudaError_t ibp_route_memcpy(IbpStreamApi api, void *dst, const void *src, size_t count,
+                             enum cudaMemcpyKind kind);
+cudaError_t ibp_route_memcpy_async(IbpStreamApi api, void *dst, const void *src, size_t count,
+                                   enum cudaMemcpyKind kind, cudaStream_t stream);
+
+#endif /* IBP_INTERPOSE_ROUTER_H */

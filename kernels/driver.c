@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the CUDA Driver API entry points the shim uses, loaded once from libcuda.so.1. */
+#include "kernels/driver.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "common/log.h"
+
+typedef CUresult (*IbpGetProcAddress)(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,
+                                      CUdriverProcAddressQueryResult *status);
+
+static IbpDriver driver;
+static const IbpDriver *driver_ready;
+static char driver_why[256];
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+
+static void driver_load(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *err = dlerror();
+        snprintf(driver_why, sizeof(driver_why), "cannot load libcuda.so.1: %s", err ? err : "unknown");
+        goto fail;
+    }
+    const IbpGetProcAddress get_proc = (IbpGetProcAddress)dlsym(lib, "cuGetProcAddress_v2");
+    if (!get_proc) {
+        snprintf(driver_why, sizeof(driver_why), "libcuda.so.1 has no cuGetProcAddress_v2 (driver too old)");
+        goto fail;
+    }
+#define IBP_DRIVER_LOAD(name, text)                                                                \
+    do {                                                                                           \
+        void *fn = NULL;                                                                           \
+        CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;             \
+        if (get_proc(text, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS \
+            || !fn) {                                                                              \
+            snprintf(driver_why, sizeof(driver_why), "driver lacks %s for CUDA %d (status %d)", text, \
+                     CUDA_VERSION, (int)status);                                                   \
+            goto fail;                                                                             \
+        }                                                                                          \
+        driver.name = (__typeof__(driver.name))fn;                                                 \
+    } while (0);
+    IBP_DRIVER_LIST(IBP_DRIVER_LOAD)
+#undef IBP_DRIVER_LOAD
+
+    CUresult res = driver.cuInit(0);
+    if (res != CUDA_SUCCESS) {
+        snprintf(driver_why, sizeof(driver_why), "cuInit failed: %s", ibp_driver_result_name(res));
+        goto fail;
+    }
+    res = driver.cuDriverGetVersion(&driver.version);
+    if (res != CUDA_SUCCESS) {
+        snprintf(driver_why, sizeof(driver_why), "cuDriverGetVersion failed: %s", ibp_driver_result_name(res));
+        goto fail;
+    }
+    driver_ready = &driver;
+    IBP_DEBUG("CUDA driver %d.%d loaded", driver.version / 1000, driver.version % 1000 / 10);
+    return;
+fail:
+    /* libcuda stays mapped if it was opened: the application is likely using it too. */
+    IBP_DEBUG("compressed path unavailable: %s", driver_why);
+}
+
+const IbpDriver *ibp_driver_get(void)
+{
+    pthread_once(&driver_once, driver_load);
+    return driver_ready;
+}
+
+const char *ibp_driver_error(void)
+{
+    pthread_once(&driver_once, driver_load);
+    return driver_why;
+}
+
+const char *ibp_driver_result_name(CUresult result)
+{
+    const char *name = NULL;
+    if (driver_ready && driver_ready->cuGetErrorName(result, &name) == CUDA_SUCCESS && name)
+        return name;
+    switch (result) {
+    case CUDA_SUCCESS:
+        return "CUDA_SUCCESS";
+    case CUDA_ERROR_INVALID_VALUE:
+        return "CUDA_ERROR_INVALID_VALUE";
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        return "CUDA_ERROR_OUT_OF_MEMORY";
+    case CUDA_ERROR_NOT_INITIALIZED:
+        return "CUDA_ERROR_NOT_INITIALIZED";
+    case CUDA_ERROR_NO_DEVICE:
+        return "CUDA_ERROR_NO_DEVICE";
+    default:
+        return "CUDA error";
+    }
+}

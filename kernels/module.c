@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the shim's kernels per CUDA context, loaded once from the embedded images. */
+#include "kernels/module.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/log.h"
+#include "kernels/driver.h"
+#include "kernels/fatbins.h"
+
+/* One entry per context the process ever copies on; 64 covers 8 GPUs with
+ * several green/created contexts each.  Entries are never removed, so readers
+ * need no lock: an entry is complete before the count that covers it is published. */
+#define IBP_MODULE_MAX 64
+
+static IbpModule modules[IBP_MODULE_MAX];
+static _Atomic int module_count;
+static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *const kernel_names[IBP_KERNEL_COUNT] = {
+#define IBP_KERNEL_NAME(id, name) name,
+    IBP_KERNEL_LIST(IBP_KERNEL_NAME)
+#undef IBP_KERNEL_NAME
+};
+
+int ibp_kernels_built(void)
+{
+    return ibp_fatbin_count > 0;
+}
+
+static const IbpModule *module_find(CUcontext ctx)
+{
+    const int n = atomic_load_explicit(&module_count, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (modules[i].ctx == ctx)
+            return &modules[i];
+    return NULL;
+}
+
+static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
+{
+    CUresult res;
+    CUmodule images[8] = {0};
+    size_t loaded = 0;
+    if (ibp_fatbin_count > sizeof(images) / sizeof(images[0]))
+        return -ENOSPC;
+    mod->ctx = ctx;
+    IBP_CU_CHECK_GOTO(res, drv->cuCtxGetDevice(&mod->device), fail);
+    IBP_CU_CHECK_GOTO(res, drv->cuDeviceGetAttribute(&mod->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                                     mod->device), fail);
+    IBP_CU_CHECK_GOTO(res, drv->cuDeviceGetAttribute(&mod->max_threads_per_block,
+                                                     CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, mod->device),
+                      fail);
+    for (; loaded < ibp_fatbin_count; loaded++)
+        IBP_CU_CHECK_GOTO(res, drv->cuModuleLoadData(&images[loaded], ibp_fatbins[loaded].data), fail);
+    for (int k = 0; k < IBP_KERNEL_COUNT; k++) {
+        mod->fn[k] = NULL;
+        for (size_t i = 0; i < loaded && !mod->fn[k]; i++)
+            if (drv->cuModuleGetFunction(&mod->fn[k], images[i], kernel_names[k]) != CUDA_SUCCESS)
+                mod->fn[k] = NULL;
+        if (!mod->fn[k]) {
+            IBP_WARN("no embedded image defines kernel %s; compressed path off for this context",
+                     kernel_names[k]);
+            res = CUDA_ERROR_NOT_FOUND;
+            goto fail;
+        }
+    }
+    IBP_DEBUG("kernels loaded for context %p (device %d, %d SMs)", (void *)ctx, (int)mod->device,
+              mod->sm_count);
+    return 0;
+fail:
+    while (loaded > 0)
+        drv->cuModuleUnload(images[--loaded]);
+    return res == CUDA_ERROR_NOT_FOUND ? -ENOENT : -EIO;
+}
+
+int ibp_module_get(CUcontext ctx, const IbpModule **out)
+{
+    const IbpModule *found = module_find(ctx);
+    if (found) {
+        *out = found;
+        return 0;
+    }
+    if (!ibp_kernels_built())
+        return -ENOTSUP;
+    const IbpDriver *drv = ibp_driver_get();
+    if (!drv)
+        return -ENODEV;
+    int err = 0;
+    pthread_mutex_lock(&module_lock);
+    found = module_find(ctx);
+    if (!found) {
+        const int n = atomic_load_explicit(&module_count, memory_order_relaxed);
+        if (n == IBP_MODULE_MAX) {
+            err = -ENOSPC;
+        } else {
+            err = module_load(drv, ctx, &modules[n]);
+            if (!err) {
+                found = &modules[n];
+                atomic_store_explicit(&module_count, n + 1, memory_order_release);
+            }
+        }
+    }
+    pthread_mutex_unlock(&module_lock);
+    if (found)
+        *out = found;
+    return err;
+}
+
+int ibp_kernel_launch(const IbpModule *mod, IbpKernelId kernel, unsigned grid, unsigned block,
+                      unsigned shared_bytes, CUstream stream, void **params)
+{
+    const IbpDriver *drv = ibp_driver_get();
+    if (!drv || (unsigned)kernel >= IBP_KERNEL_COUNT)
+        return -EINVAL;
+    CUresult res;
+    IBP_CU_CHECK_GOTO(res, drv->cuLaunchKernel(mod->fn[kernel], grid, 1, 1, block, 1, 1, shared_bytes, stream,
+                                               params, NULL), fail);
+    return 0;
+fail:
+    return -EIO;
+}
+
+int ibp_kernels_selftest(int ordinal, uint32_t n, char *why, size_t why_len)
+{
+    const IbpDriver *drv = ibp_driver_get();
+    if (!drv) {
+        snprintf(why, why_len, "%s", ibp_driver_error());
+        return -ENODEV;
+    }
+    if (!ibp_kernels_built()) {
+        snprintf(why, why_len, "library built without kernels");
+        return -ENOTSUP;
+    }
+    CUresult res = CUDA_SUCCESS;
+    CUdevice dev;
+    CUcontext ctx = NULL;
+    CUdeviceptr out = 0;
+    uint32_t *host = NULL;
+    const IbpModule *mod = NULL;
+    int pushed = 0, err = -EIO;
+    const uint32_t seed = 0x5eed1234u ^ n;
+    IBP_CU_CHECK_GOTO(res, drv->cuDeviceGet(&dev, ordinal), fail);
+    IBP_CU_CHECK_GOTO(res, drv->cuDevicePrimaryCtxRetain(&ctx, dev), fail);
+    IBP_CU_CHECK_GOTO(res, drv->cuCtxPushCurrent(ctx), fail);
+    pushed = 1;
+    err = ibp_module_get(ctx, &mod);
+    if (err) {
+        snprintf(why, why_len, "loading the embedded kernels failed (%d)", err);
+        goto cleanup;
+    }
+    err = -EIO;
+    host = malloc((size_t)n * sizeof(*host) + 1);
+    if (!host) {
+        err = -ENOMEM;
+        snprintf(why, why_len, "out of host memory");
+        goto cleanup;
+    }
+    IBP_CU_CHECK_GOTO(res, drv->cuMemAlloc(&out, (size_t)n * sizeof(uint32_t) + 1), fail);
+    /* Poison first so a launch that writes nothing cannot pass. */
+    IBP_CU_CHECK_GOTO(res, drv->cuMemsetD8(out, 0xab, (size_t)n * sizeof(uint32_t)), fail);
+    void *params[] = {&out, &n, (void *)&seed};
+    const unsigned block = 256;
+    const unsigned grid = (unsigned)mod->sm_count * 4;
+    if (ibp_kernel_launch(mod, IBP_KERNEL_SELFTEST, grid, block, 0, NULL, params))
+        goto fail;
+    IBP_CU_CHECK_GOTO(res, drv->cuCtxSynchronize(), fail);
+    IBP_CU_CHECK_GOTO(res, drv->cuMemcpyDtoH(host, out, (size_t)n * sizeof(uint32_t)), fail);
+    err = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t want = (uint32_t)(i * 2654435761u) ^ seed;
+        if (host[i] != want) {
+            snprintf(why, why_len, "word %u is 0x%08x, expected 0x%08x", i, host[i], want);
+            err = -EBADMSG;
+            break;
+        }
+    }
+    if (!err)
+        snprintf(why, why_len, "ok: %u words on device %d (%d SMs)", n, ordinal, mod->sm_count);
+    goto cleanup;
+fail:
+    snprintf(why, why_len, "driver call failed: %s", ibp_driver_result_name(res));
+cleanup:
+    if (out)
+        drv->cuMemFree(out);
+    free(host);
+    if (pushed)
+        drv->cuCtxPopCurrent(&ctx);
+    if (ctx)
+        drv->cuDevicePrimaryCtxRelease(dev);
+    return err;
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the shim's kernels per CUDA context, loaded once from the embedded images. */
+#ifndef IBP_KERNELS_MODULE_H
+#define IBP_KERNELS_MODULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+/* X(id, entry-point name in the .cu sources) */
+#define IBP_KERNEL_LIST(X) X(IBP_KERNEL_SELFTEST, "ibp_k_selftest")
+
+typedef enum IbpKernelId {
+#define IBP_KERNEL_ID(id, name) id,
+    IBP_KERNEL_LIST(IBP_KERNEL_ID)
+#undef IBP_KERNEL_ID
+    IBP_KERNEL_COUNT
+} IbpKernelId;
+
+typedef struct IbpModule {
+    CUcontext ctx;
+    CUdevice device;
+    int sm_count;
+    int max_threads_per_block;
+    CUfunction fn[IBP_KERNEL_COUNT];
+} IbpModule;
+
+/* 1 when the library was built with its kernels embedded. */
+int ibp_kernels_built(void);
+
+/* Returns the kernels loaded into `ctx`, loading every embedded image the
+ * first time a context is seen.  `ctx` must be current on the calling thread
+ * and no stream of it may be capturing (module loads are not capturable).
+ * Errors: -ENODEV (no driver), -ENOTSUP (built without kernels), -ENOENT (an
+ * image lacks a kernel), -ENOSPC (too many contexts), -EIO (driver error).
+ * Thread-safety: any thread; lookups of a known context take no lock.  The
+ * returned module lives until process exit. */
+int ibp_module_get(CUcontext ctx, const IbpModule **out);
+
+/* Launches `kernel` on `stream`.  Returns 0 or -EIO. */
+int ibp_kernel_launch(const IbpModule *mod, IbpKernelId kernel, unsigned grid, unsigned block,
+                      unsigned shared_bytes, CUstream stream, void **params);
+
+/* Runs ibp_k_selftest over `n` words on device `ordinal` through the primary
+ * context and checks every word on the host.  Returns 0, or a negative errno
+ * with the reason in why[] (-ENODEV no driver/device, -ENOTSUP no kernels,
+ * -EIO a driver call failed, -EBADMSG wrong output). */
+int ibp_kernels_selftest(int ordinal, uint32_t n, char *why, size_t why_len);
+
+#endif /* IBP_KERNELS_MODULE_H */
