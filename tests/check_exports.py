@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# ibpshim: libibpshim.so exports the hooks and the documented API and nothing else.
+import re
+import subprocess
+import sys
+
+ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|ibpshim_[a-z0-9_]+|sigaction|signal|read|pread64|readv|preadv|"
+                     r"recv|recvfrom|recvmsg)$")
+REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister", "cudaHostUnregister",
+            "cudaMemcpy", "cudaMemcpy_ptds", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "ibpshim_version"]
+
+
+def main(path):
+    out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True, check=True).stdout
+    names = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    bad = [n for n in names if not ALLOWED.match(n)]
+    missing = [n for n in REQUIRED if n not in names]
+    for n in bad:
+        print("unexpected export: %s" % n)
+    for n in missing:
+        print("missing export: %s" % n)
+    print("%d exported symbols checked" % len(names))
+    return 1 if bad or missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
