@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# ibpshim: on a GPU machine, builds the project, runs the preload and gpu suites, the PyTorch
+# pass-through check and the hook benchmark, and prints a short table last.
+#
+# usage: tools/device-check.sh [--debs DIR] [--build DIR] [--logs DIR]
+#   --debs DIR  Debian .deb files of missing build dependencies (uthash-dev, libinih-dev, libinih1,
+#               libunwind-dev, libunwind8, libgtest-dev, pkgconf...), unpacked into a private prefix
+#   --build DIR build directory (default build-device)
+#   --logs DIR  where full logs go (default $OUT when set, else ./device-logs)
+set -uo pipefail
+
+debs=""
+build=build-device
+logs=${OUT:-./device-logs}
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --debs) debs=$2; shift 2 ;;
+        --build) build=$2; shift 2 ;;
+        --logs) logs=$2; shift 2 ;;
+        *) echo "device-check: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$logs"
+declare -a rows=()
+row() { rows+=("$(printf '%-34s %s' "$1" "$2")"); }
+
+if [ -n "$debs" ]; then
+    prefix=/tmp/ibpshim-deps
+    rm -rf "$prefix" && mkdir -p "$prefix"
+    for deb in "$debs"/*.deb; do dpkg -x "$deb" "$prefix"; done
+    # Debian's .pc files name /usr; point them at the private prefix.
+    find "$prefix" -name '*.pc' -exec sed -i "s#=/usr#=$prefix/usr#g" {} +
+    multiarch=$prefix/usr/lib/x86_64-linux-gnu
+    export PKG_CONFIG_PATH=$multiarch/pkgconfig:$prefix/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+    export CPATH=$prefix/usr/include${CPATH:+:$CPATH}
+    export LIBRARY_PATH=$multiarch${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export LD_LIBRARY_PATH=$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    if ! command -v pkg-config >/dev/null && [ -x "$prefix/usr/bin/pkgconf" ]; then
+        ln -sf "$prefix/usr/bin/pkgconf" "$prefix/usr/bin/pkg-config"
+        export PATH=$prefix/usr/bin:$PATH
+    fi
+fi
+
+nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader \
+    > "$logs/gpu.txt" 2>&1
+row "GPU" "$(head -1 "$logs/gpu.txt")"
+
+arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
+start=$(date +%s)
+if meson setup "$build" -Dkernel_arch="${arch:-90}" -Dwerror=true > "$logs/setup.log" 2>&1 &&
+   meson compile -C "$build" > "$logs/compile.log" 2>&1; then
+    row "build" "ok ($(( $(date +%s) - start )) s, kernel_arch=${arch:-90})"
+else
+    row "build" "FAILED (see setup.log / compile.log)"
+    tail -30 "$logs/setup.log" "$logs/compile.log"
+    printf '%s\n' "${rows[@]}"
+    exit 1
+fi
+
+for suite in unit preload gpu; do
+    meson test -C "$build" --suite "$suite" --print-errorlogs > "$logs/test-$suite.log" 2>&1
+    summary=$(grep -E '^(Ok|Fail|Skipped|Timeout):' "$logs/test-$suite.log" | tr -s ' ' | tr '\n' ' ')
+    row "meson test --suite $suite" "$summary"
+done
+grep -h -E '^device [0-9]+:' "$build/meson-logs/testlog.txt" | head -4 | while read -r l; do echo "$l"; done \
+    > "$logs/selftest.txt"
+row "kernel selftest" "$(head -1 "$logs/selftest.txt")"
+
+lib=$(pwd)/$build/libibpshim.so
+py=${PYTHON:-python3}
+if $py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    $py examples/torch_passthrough.py > "$logs/torch-plain.json" 2> "$logs/torch-plain.err"
+    IBPSHIM_LOG_LEVEL=info LD_PRELOAD=$lib $py examples/torch_passthrough.py \
+        > "$logs/torch-shim.json" 2> "$logs/torch-shim.err"
+    PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register:True LD_PRELOAD=$lib \
+        $py examples/torch_passthrough.py > "$logs/torch-shim-register.json" 2> "$logs/torch-shim-register.err"
+    verdict=$($py - "$logs" <<'PY'
+import json, sys
+d = sys.argv[1]
+load = lambda n: json.load(open("%s/%s" % (d, n)))
+plain, shim, reg = load("torch-plain.json"), load("torch-shim.json"), load("torch-shim-register.json")
+same = plain["results"] == shim["results"] == reg["results"]
+counts = shim["shim"] or {}
+rc = reg["shim"] or {}
+print("%s; shim saw %s; register mode saw cudaHostRegister=%d" % (
+    "identical" if same else "DIFFERENT",
+    ", ".join("%s=%d" % (k, v["calls"]) for k, v in sorted(counts.items())),
+    rc.get("cudaHostRegister", {}).get("calls", 0)))
+PY
+)
+    row "PyTorch with/without shim" "$verdict"
+else
+    row "PyTorch" "not available"
+fi
+
+LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 > "$logs/hookbench.txt" 2>&1
+LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --json > "$logs/hookbench.json" 2>&1
+row "hook overhead (200k calls)" "$(grep 'added by the hook' "$logs/hookbench.txt" | sed 's/^ *//')"
+"$build/tools/ibp-hookbench" --calls 100000 > "$logs/hookbench-noshim.txt" 2>&1
+row "same, without the shim (noise)" "$(grep 'added by the hook' "$logs/hookbench-noshim.txt" | sed 's/^ *//')"
+
+echo
+echo "== ibpshim device check $(date -u +%Y-%m-%dT%H:%MZ) =="
+printf '%s\n' "${rows[@]}"
