@@ -29,14 +29,14 @@ static void driver_load(void)
         snprintf(driver_why, sizeof(driver_why), "libcuda.so.1 has no cuGetProcAddress_v2 (driver too old)");
         goto fail;
     }
-#define IBP_DRIVER_LOAD(name, text)                                                                \
+#define IBP_DRIVER_LOAD(name, version)                                                             \
     do {                                                                                           \
         void *fn = NULL;                                                                           \
         CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;             \
-        if (get_proc(text, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS \
+        if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS    \
             || !fn) {                                                                              \
-            snprintf(driver_why, sizeof(driver_why), "driver lacks %s for CUDA %d (status %d)", text, \
-                     CUDA_VERSION, (int)status);                                                   \
+            snprintf(driver_why, sizeof(driver_why), "driver lacks %s for CUDA %d (status %d)", #name, \
+                     version, (int)status);                                                        \
             goto fail;                                                                             \
         }                                                                                          \
         driver.name = (__typeof__(driver.name))fn;                                                 \

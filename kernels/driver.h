@@ -4,54 +4,55 @@
 #define IBP_KERNELS_DRIVER_H
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
-/* X(name as cuda.h spells it, name cuGetProcAddress knows).  cuda.h maps most
- * names to their current ABI version (cuMemAlloc -> cuMemAlloc_v2), so the
- * field types always match the header the library was compiled against, and
- * the lookup asks the driver for that same version (CUDA_VERSION). */
+/* X(name, CUDA version of the ABI we call).  Each entry point is pinned to one
+ * ABI version and typed with cudaTypedefs.h's PFN_<name>_v<version>: asking
+ * the driver for "the newest" would hand out e.g. cuCtxSynchronize_v2, which
+ * takes a context argument that the old signature does not pass. */
 #define IBP_DRIVER_LIST(X)                                                                         \
-    X(cuInit, "cuInit")                                                                            \
-    X(cuDriverGetVersion, "cuDriverGetVersion")                                                    \
-    X(cuGetErrorString, "cuGetErrorString")                                                        \
-    X(cuGetErrorName, "cuGetErrorName")                                                            \
-    X(cuDeviceGet, "cuDeviceGet")                                                                  \
-    X(cuDeviceGetCount, "cuDeviceGetCount")                                                        \
-    X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                                                \
-    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                                        \
-    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease")                                      \
-    X(cuCtxGetCurrent, "cuCtxGetCurrent")                                                          \
-    X(cuCtxSetCurrent, "cuCtxSetCurrent")                                                          \
-    X(cuCtxPushCurrent, "cuCtxPushCurrent")                                                        \
-    X(cuCtxPopCurrent, "cuCtxPopCurrent")                                                          \
-    X(cuCtxGetDevice, "cuCtxGetDevice")                                                            \
-    X(cuCtxSynchronize, "cuCtxSynchronize")                                                        \
-    X(cuModuleLoadData, "cuModuleLoadData")                                                        \
-    X(cuModuleUnload, "cuModuleUnload")                                                            \
-    X(cuModuleGetFunction, "cuModuleGetFunction")                                                  \
-    X(cuLaunchKernel, "cuLaunchKernel")                                                            \
-    X(cuMemAlloc, "cuMemAlloc")                                                                    \
-    X(cuMemFree, "cuMemFree")                                                                      \
-    X(cuMemcpyHtoD, "cuMemcpyHtoD")                                                                \
-    X(cuMemcpyDtoH, "cuMemcpyDtoH")                                                                \
-    X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync")                                                      \
-    X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync")                                                      \
-    X(cuMemsetD8, "cuMemsetD8")                                                                    \
-    X(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer")                                      \
-    X(cuStreamCreate, "cuStreamCreate")                                                            \
-    X(cuStreamDestroy, "cuStreamDestroy")                                                          \
-    X(cuStreamSynchronize, "cuStreamSynchronize")                                                  \
-    X(cuStreamWaitEvent, "cuStreamWaitEvent")                                                      \
-    X(cuStreamIsCapturing, "cuStreamIsCapturing")                                                  \
-    X(cuEventCreate, "cuEventCreate")                                                              \
-    X(cuEventRecord, "cuEventRecord")                                                              \
-    X(cuEventQuery, "cuEventQuery")                                                                \
-    X(cuEventSynchronize, "cuEventSynchronize")                                                    \
-    X(cuEventDestroy, "cuEventDestroy")                                                            \
-    X(cuEventElapsedTime, "cuEventElapsedTime")                                                    \
-    X(cuPointerGetAttribute, "cuPointerGetAttribute")
+    X(cuInit, 2000)                                                                            \
+    X(cuDriverGetVersion, 2020)                                                    \
+    X(cuGetErrorString, 6000)                                                        \
+    X(cuGetErrorName, 6000)                                                            \
+    X(cuDeviceGet, 2000)                                                                  \
+    X(cuDeviceGetCount, 2000)                                                        \
+    X(cuDeviceGetAttribute, 2000)                                                \
+    X(cuDevicePrimaryCtxRetain, 7000)                                        \
+    X(cuDevicePrimaryCtxRelease, 11000)                                      \
+    X(cuCtxGetCurrent, 4000)                                                          \
+    X(cuCtxSetCurrent, 4000)                                                          \
+    X(cuCtxPushCurrent, 4000)                                                        \
+    X(cuCtxPopCurrent, 4000)                                                          \
+    X(cuCtxGetDevice, 2000)                                                            \
+    X(cuCtxSynchronize, 2000)                                                        \
+    X(cuModuleLoadData, 2000)                                                        \
+    X(cuModuleUnload, 2000)                                                            \
+    X(cuModuleGetFunction, 2000)                                                  \
+    X(cuLaunchKernel, 4000)                                                            \
+    X(cuMemAlloc, 3020)                                                                    \
+    X(cuMemFree, 3020)                                                                      \
+    X(cuMemcpyHtoD, 3020)                                                                \
+    X(cuMemcpyDtoH, 3020)                                                                \
+    X(cuMemcpyHtoDAsync, 3020)                                                      \
+    X(cuMemcpyDtoHAsync, 3020)                                                      \
+    X(cuMemsetD8, 3020)                                                                    \
+    X(cuMemHostGetDevicePointer, 3020)                                      \
+    X(cuStreamCreate, 2000)                                                            \
+    X(cuStreamDestroy, 4000)                                                          \
+    X(cuStreamSynchronize, 2000)                                                  \
+    X(cuStreamWaitEvent, 3020)                                                      \
+    X(cuStreamIsCapturing, 10000)                                                  \
+    X(cuEventCreate, 2000)                                                              \
+    X(cuEventRecord, 2000)                                                              \
+    X(cuEventQuery, 2000)                                                                \
+    X(cuEventSynchronize, 2000)                                                    \
+    X(cuEventDestroy, 4000)                                                            \
+    X(cuEventElapsedTime, 12080)                                                    \
+    X(cuPointerGetAttribute, 4000)
 
 typedef struct IbpDriver {
-#define IBP_DRIVER_FIELD(name, text) __typeof__(&name) name;
+#define IBP_DRIVER_FIELD(name, version) PFN_##name##_v##version name;
     IBP_DRIVER_LIST(IBP_DRIVER_FIELD)
 #undef IBP_DRIVER_FIELD
     int version; /* from cuDriverGetVersion, e.g. 13000 */

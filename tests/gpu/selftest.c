@@ -3,11 +3,13 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "common/log.h"
 #include "kernels/driver.h"
 #include "kernels/module.h"
 
 int main(void)
 {
+    ibp_log_init_from_env();
     const IbpDriver *drv = ibp_driver_get();
     if (!drv) {
         printf("gpu selftest skipped: no CUDA driver (%s)\n", ibp_driver_error());
