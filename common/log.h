@@ -5,6 +5,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Levels are ordered by how often messages fire: error and warn are rare and
  * always actionable; info is once per run (start-up, exit counts); debug is per
  * region; trace is per copy. */
@@ -38,7 +42,7 @@ void ibp_log_init_from_env(void);
  * message logged while the same thread is already logging is dropped.  Not
  * async-signal-safe: use ibp_log_signal_safe() from signal handlers. */
 void ibp_log(IbpLogLevel level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void ibp_log_v(IbpLogLevel level, const char *fmt, va_list ap);
+void ibp_log_v(IbpLogLevel level, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* Writes "ibpshim: " + text + "\n" with write(2) only; async-signal-safe. */
 void ibp_log_signal_safe(const char *text);
@@ -71,5 +75,9 @@ int ibp_log_warn_allowed(void);
         if (IBP_LOG_ENABLED(IBP_LOG_TRACE))                                                         \
             ibp_log(IBP_LOG_TRACE, __VA_ARGS__);                                                    \
     } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* IBP_COMMON_LOG_H */

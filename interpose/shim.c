@@ -2,7 +2,9 @@
  * ibpshim: process-wide start-up and shut-down of the shim. */
 #include "interpose/shim.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "ibp_build_config.h"
@@ -10,10 +12,30 @@
 #include "report/counters.h"
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static IbpConfig shim_config;
+static IbpConfigReport shim_config_report;
+
+/* The log file is opened once and kept for the life of the process. */
+static void open_log_file(const char *path)
+{
+    if (!path[0])
+        return;
+    const int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        IBP_ERROR("cannot open log file %s; logging to standard error", path);
+        return;
+    }
+    ibp_log_set_fd(fd);
+}
 
 static void shim_init_once(void)
 {
-    ibp_log_init_from_env();
+    /* Errors in the configuration itself are reported at the default level. */
+    ibp_config_load(&shim_config, &shim_config_report);
+    ibp_log_set_level(shim_config.shim.log_level);
+    open_log_file(shim_config.shim.log_file);
+    if (!shim_config.shim.enabled)
+        IBP_INFO("disabled by configuration ([shim] enabled = false): every call is forwarded unchanged");
     IBP_DEBUG("libibpshim %s loaded (compressed path %s)", IBP_VERSION,
               IBP_HAVE_KERNELS ? "built" : "not built: library compiled without decode kernels");
 }
@@ -21,6 +43,12 @@ static void shim_init_once(void)
 void ibp_shim_init(void)
 {
     pthread_once(&init_once, shim_init_once);
+}
+
+const IbpConfig *ibp_shim_config(void)
+{
+    ibp_shim_init();
+    return &shim_config;
 }
 
 __attribute__((constructor)) static void shim_constructor(void)
