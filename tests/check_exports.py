@@ -5,10 +5,12 @@ import re
 import subprocess
 import sys
 
-ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|ibpshim_[a-z0-9_]+|sigaction|signal|read|pread64|readv|preadv|"
-                     r"recv|recvfrom|recvmsg)$")
+ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|ibpshim_[a-z0-9_]+|sigaction|signal|read|__read_chk|pread|pread64|"
+                     r"__pread_chk|__pread64_chk|readv|preadv|preadv64|preadv2|recv|__recv_chk|recvfrom|"
+                     r"__recvfrom_chk|recvmsg|recvmmsg)$")
 REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister", "cudaHostUnregister",
-            "cudaMemcpy", "cudaMemcpy_ptds", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "ibpshim_version"]
+            "cudaMemcpy", "cudaMemcpy_ptds", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "ibpshim_version",
+            "read", "sigaction", "signal", "recvmsg"]
 
 
 def main(path):
