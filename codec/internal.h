@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: codec internals shared by the planner, the block kernels and the dispatch. */
+#ifndef IBP_CODEC_INTERNAL_H
+#define IBP_CODEC_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "codec/format.h"
+#include "ibpshim/codec.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the codec assumes a little-endian host"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A contiguous run of variant bits: pext/pdep without BMI2 move one run at a time. */
+typedef struct IbpBitRun {
+    uint8_t shift;
+    uint8_t len;
+} IbpBitRun;
+
+struct IbpCodecPlan {
+    uint32_t word_size;
+    uint32_t columns;
+    uint32_t row_words;
+    uint32_t nsets;
+    uint32_t sel_bits;
+    uint32_t block_size;
+    int any_xform;
+    uint8_t *xform;  /* [C] */
+    uint64_t *mask;  /* [K*C] invariant bits, set-major: index k * C + c */
+    uint64_t *value; /* [K*C] their values (value & ~mask == 0) */
+    /* Decode tables over selectors 0..K, index s * C + c.  Selector 0 (word stored whole) is
+     * an entry like the others (no invariant bits), so kernels need no branch on it. */
+    uint64_t *dvalue;    /* [(K+1)*C] invariant bit values */
+    uint64_t *vmask;     /* [(K+1)*C] variant bits within the word */
+    uint8_t *vbits;      /* [(K+1)*C] popcount(vmask) */
+    uint32_t *run_first; /* [(K+1)*C] index of the first run in runs */
+    uint8_t *nruns;      /* [(K+1)*C] */
+    IbpBitRun *runs;
+    void *blob;
+    size_t blob_len;
+    double sample_ratio;
+    size_t sample_bytes;
+};
+
+/* Block kernels, one set per instruction-set level. */
+typedef struct IbpCodecKernels {
+    const char *name;
+    int (*encode)(const IbpCodecPlan *plan, const uint8_t *src, uint32_t len, uint32_t phase, uint8_t *dst,
+                  size_t cap, size_t *comp_len);
+    int (*decode)(const IbpCodecPlan *plan, const uint8_t *blk, size_t blk_len, uint32_t orig_len,
+                  uint8_t *dst, uint32_t limit);
+    /* Encoded size of a block without writing it (planner). */
+    uint64_t (*cost)(const IbpCodecPlan *plan, const uint8_t *src, uint32_t len, uint32_t phase);
+    uint32_t (*crc32c)(uint32_t crc, const void *data, size_t len);
+} IbpCodecKernels;
+
+const IbpCodecKernels *ibp_codec_kernels(void);
+const IbpCodecKernels *ibp_codec_kernels_reference(void);
+
+extern const IbpCodecKernels ibp_codec_kernels_ref;
+extern const IbpCodecKernels ibp_codec_kernels_bmi2;
+
+/* Builds a plan from explicit parameters.  xform may be NULL (no transforms); mask/value hold
+ * nsets * columns entries, set-major.  Sorts nothing: the encoder takes the first matching set. */
+int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
+                         uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
+                         const uint64_t *value, IbpCodecPlan **out);
+
+/* Byte size of a block's worst case, as ibp_codec_block_bound() but for internal callers. */
+size_t ibp_codec_bound_for(const IbpCodecPlan *plan, size_t orig_len);
+
+uint32_t ibp_codec_crc32c_ref(uint32_t crc, const void *data, size_t len);
+
+/* Constant-size copies compile to single moves; a memcpy of a variable size would be a call. */
+static inline uint64_t ibp_load_word(const uint8_t *p, uint32_t word_size)
+{
+    uint16_t v16;
+    uint32_t v32;
+    uint64_t v64;
+    switch (word_size) {
+    case 2:
+        memcpy(&v16, p, 2);
+        return v16;
+    case 4:
+        memcpy(&v32, p, 4);
+        return v32;
+    default:
+        memcpy(&v64, p, 8);
+        return v64;
+    }
+}
+
+static inline void ibp_store_word(uint8_t *p, uint64_t v, uint32_t word_size)
+{
+    const uint16_t v16 = (uint16_t)v;
+    const uint32_t v32 = (uint32_t)v;
+    switch (word_size) {
+    case 2:
+        memcpy(p, &v16, 2);
+        break;
+    case 4:
+        memcpy(p, &v32, 4);
+        break;
+    default:
+        memcpy(p, &v, 8);
+        break;
+    }
+}
+
+static inline uint64_t ibp_load64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline void ibp_store64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+}
+
+/* Little-endian bit writer.  Stores whole 64-bit words; the caller sizes sections so that the
+ * last store stays inside them (see ibp_codec_bound_for). */
+typedef struct IbpBitWriter {
+    uint8_t *start;
+    uint8_t *p;
+    uint64_t acc;
+    uint32_t n;
+} IbpBitWriter;
+
+static inline void ibp_bw_init(IbpBitWriter *w, uint8_t *start)
+{
+    w->start = start;
+    w->p = start;
+    w->acc = 0;
+    w->n = 0;
+}
+
+/* v must have no bits at or above nb; nb <= 64. */
+static inline void ibp_bw_put(IbpBitWriter *w, uint64_t v, uint32_t nb)
+{
+    if (nb == 0)
+        return;
+    w->acc |= v << w->n;
+    const uint32_t n2 = w->n + nb;
+    if (n2 >= 64) {
+        ibp_store64(w->p, w->acc);
+        w->p += 8;
+        w->n = n2 - 64;
+        w->acc = w->n ? v >> (nb - w->n) : 0;
+    } else {
+        w->n = n2;
+    }
+}
+
+/* Writes the pending bits (as a whole zero-padded word) and returns the stream's length in bits. */
+static inline uint64_t ibp_bw_finish(IbpBitWriter *w)
+{
+    const uint64_t bits = (uint64_t)(w->p - w->start) * 8u + w->n;
+    if (w->n)
+        ibp_store64(w->p, w->acc);
+    return bits;
+}
+
+/* Bounds-checked little-endian bit reader.  A read past the end sets err and yields 0, so a
+ * corrupt block costs a check per row, not per read. */
+typedef struct IbpBitReader {
+    const uint8_t *base;
+    uint64_t bytes;
+    uint64_t pos; /* bits */
+    uint64_t end; /* bits */
+    int err;
+} IbpBitReader;
+
+static inline void ibp_br_init(IbpBitReader *r, const uint8_t *base, uint64_t bytes)
+{
+    r->base = base;
+    r->bytes = bytes;
+    r->pos = 0;
+    r->end = bytes * 8u;
+    r->err = 0;
+}
+
+static inline uint64_t ibp_low_mask(uint32_t nb)
+{
+    return nb ? ~(uint64_t)0 >> (64u - nb) : 0;
+}
+
+static inline uint64_t ibp_br_read(IbpBitReader *r, uint32_t nb)
+{
+    if (nb == 0)
+        return 0;
+    if (r->end - r->pos < nb) {
+        r->err = 1;
+        return 0;
+    }
+    const uint64_t byte = r->pos >> 3;
+    const uint32_t sh = (uint32_t)(r->pos & 7u);
+    uint64_t lo;
+    uint64_t hi;
+    if (byte + 9u <= r->bytes) {
+        lo = ibp_load64(r->base + byte);
+        hi = r->base[byte + 8u];
+    } else {
+        uint8_t tmp[9] = {0};
+        memcpy(tmp, r->base + byte, (size_t)(r->bytes - byte));
+        lo = ibp_load64(tmp);
+        hi = tmp[8];
+    }
+    uint64_t v = lo >> sh;
+    if (sh + nb > 64u)
+        v |= hi << (64u - sh);
+    r->pos += nb;
+    return v & ibp_low_mask(nb);
+}
+
+/* Unchecked read for callers that proved 9 readable bytes at pos / 8.  word_size bounds nb, so
+ * for 2- and 4-byte words the second load is compiled out. */
+static inline uint64_t ibp_peek(const uint8_t *base, uint64_t pos, uint32_t nb, uint32_t word_size)
+{
+    const uint64_t byte = pos >> 3;
+    const uint32_t sh = (uint32_t)(pos & 7u);
+    uint64_t v = ibp_load64(base + byte) >> sh;
+    if (word_size == 8u && sh + nb > 64u)
+        v |= (uint64_t)base[byte + 8u] << (64u - sh);
+    return v & ibp_low_mask(nb);
+}
+
+/* Undoes a column's transform; the predictor reads word j - C, already written to dst. */
+static inline uint64_t ibp_unxform(const IbpCodecPlan *p, uint64_t x, uint32_t col, uint32_t j,
+                                   const uint8_t *dst, uint32_t word_size)
+{
+    const uint32_t xf = p->xform[col];
+    if (xf & IBP_XF_ZIGZAG)
+        x = ibp_fmt_unzigzag(x, word_size);
+    if (xf & IBP_XF_PRED_MASK) {
+        const uint64_t prev =
+            j >= p->columns ? ibp_load_word(dst + (size_t)(j - p->columns) * word_size, word_size) : 0;
+        x = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? (x + prev) & ibp_fmt_word_mask(word_size)
+                                                         : x ^ prev;
+    }
+    return x;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IBP_CODEC_INTERNAL_H */

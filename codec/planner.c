@@ -1,0 +1,824 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the shape-blind planner: word size, row period, masks, mask sets and transforms. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "codec/internal.h"
+
+#define IBP_SCREEN_BYTES ((size_t)96 * 1024) /* sample for ranking word size and period */
+#define IBP_SAMPLE_MIN ((size_t)256 * 1024)  /* sample for the final choices */
+#define IBP_SAMPLE_MAX ((size_t)1024 * 1024)
+#define IBP_SAMPLE_CHUNKS 64u
+#define IBP_CHUNK_MIN ((size_t)4096)
+#define IBP_CHUNK_MAX ((size_t)64 * 1024)
+#define IBP_PERIOD_BYTES ((size_t)16 * 1024) /* bytes the period search correlates */
+#define IBP_PERIOD_MAX 2048u                 /* longest row period searched, bytes */
+#define IBP_PERIOD_PICKS 8u
+#define IBP_FINALISTS 3u
+
+typedef struct IbpChunk {
+    const uint8_t *p;
+    uint32_t len;
+    uint64_t off; /* in the region; fixes the column phase */
+} IbpChunk;
+
+typedef struct IbpSample {
+    IbpChunk *chunks;
+    size_t n;
+    size_t bytes;
+} IbpSample;
+
+/* The sample's words after a candidate's transforms, with their columns. */
+typedef struct IbpWords {
+    uint32_t word_size;
+    uint32_t columns;
+    size_t n;
+    uint64_t *w;
+    uint32_t *col;
+    size_t *chunk_end; /* word index where each chunk ends */
+    size_t nchunks;
+} IbpWords;
+
+/* Masks of one candidate: K sets of C {mask, value}, set-major. */
+typedef struct IbpMasks {
+    uint32_t nsets;
+    uint64_t *mask;
+    uint64_t *value;
+} IbpMasks;
+
+static size_t ibp_min_sz(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+/* Spreads many small chunks evenly over the region (a region is often a concatenation of
+ * tensors of different scales, so a few large chunks misjudge it); each starts 64-byte aligned
+ * so that every word size sees whole words, like a real block.  With `part` 0 or 1 only the
+ * even or odd chunks are kept: masks are fitted on one half and judged on the other, which
+ * keeps many-column plans from fitting the sample instead of the region. */
+static int ibp_sample_make(const uint8_t *region, size_t len, size_t block_size, size_t target, int part,
+                           IbpSample *s)
+{
+    size_t chunk = target / IBP_SAMPLE_CHUNKS;
+    chunk = chunk < IBP_CHUNK_MIN ? IBP_CHUNK_MIN : chunk;
+    chunk = ibp_min_sz(ibp_min_sz(chunk, block_size), IBP_CHUNK_MAX) & ~(size_t)63;
+    const int whole = len <= target;
+    const size_t total = whole ? (len + chunk - 1u) / chunk : ibp_min_sz(target / chunk, len / chunk);
+    s->chunks = calloc(total ? total : 1u, sizeof(IbpChunk));
+    if (!s->chunks)
+        return -ENOMEM;
+    s->n = 0;
+    s->bytes = 0;
+    for (size_t i = 0; i < total; i++) {
+        if (part >= 0 && !whole && (int)(i % 2u) != part)
+            continue;
+        size_t off;
+        if (whole)
+            off = i * chunk;
+        else
+            off = (total > 1 ? (size_t)((double)i * (double)(len - chunk) / (double)(total - 1)) : 0) &
+                  ~(size_t)63;
+        IbpChunk *ch = &s->chunks[s->n++];
+        ch->p = region + off;
+        ch->off = off;
+        ch->len = (uint32_t)ibp_min_sz(chunk, len - off);
+        s->bytes += ch->len;
+    }
+    return 0;
+}
+
+static void ibp_words_free(IbpWords *ws)
+{
+    free(ws->w);
+    free(ws->col);
+    free(ws->chunk_end);
+    memset(ws, 0, sizeof(*ws));
+}
+
+/* Loads the sample as words of the candidate's shape, transformed as xform says (may be NULL).
+ * Predictors look back C words within the chunk, as the encoder does within a block. */
+static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, const uint8_t *xform,
+                          IbpWords *ws)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++)
+        n += s->chunks[i].len / w;
+    memset(ws, 0, sizeof(*ws));
+    ws->word_size = w;
+    ws->columns = c_count;
+    ws->w = malloc((n ? n : 1u) * sizeof(uint64_t));
+    ws->col = malloc((n ? n : 1u) * sizeof(uint32_t));
+    ws->chunk_end = malloc((s->n ? s->n : 1u) * sizeof(size_t));
+    if (!ws->w || !ws->col || !ws->chunk_end) {
+        ibp_words_free(ws);
+        return -ENOMEM;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const IbpChunk *ch = &s->chunks[i];
+        const uint32_t nw = ch->len / w;
+        uint32_t col = (uint32_t)((ch->off / w) % c_count);
+        for (uint32_t j = 0; j < nw; j++) {
+            uint64_t x = ibp_load_word(ch->p + (size_t)j * w, w);
+            const uint32_t xf = xform ? xform[col] : 0;
+            if (xf & IBP_XF_PRED_MASK) {
+                const uint64_t prev = j >= c_count ? ibp_load_word(ch->p + (size_t)(j - c_count) * w, w) : 0;
+                x = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? (x - prev) & ibp_fmt_word_mask(w)
+                                                                 : x ^ prev;
+            }
+            if (xf & IBP_XF_ZIGZAG)
+                x = ibp_fmt_zigzag(x, w);
+            ws->w[at] = x;
+            ws->col[at] = col;
+            at++;
+            if (++col == c_count)
+                col = 0;
+        }
+        ws->chunk_end[i] = at;
+    }
+    ws->n = at;
+    ws->nchunks = s->n;
+    return 0;
+}
+
+/* Per column and bit, how many selected words have the bit set (member == NULL: all words;
+ * else words with member[i] == want).  Byte-lane counters: one table add per byte. */
+static void ibp_bit_counts(const IbpWords *ws, const uint8_t *member, uint8_t want, uint32_t *cnt,
+                           uint32_t *ncol, uint64_t *acc, uint8_t *pending)
+{
+    static const uint64_t lane = 0x0101010101010101ull;
+    const uint32_t w = ws->word_size;
+    const uint32_t wbits = w * 8u;
+    memset(cnt, 0, (size_t)ws->columns * wbits * sizeof(uint32_t));
+    memset(ncol, 0, ws->columns * sizeof(uint32_t));
+    memset(acc, 0, (size_t)ws->columns * w * sizeof(uint64_t));
+    memset(pending, 0, ws->columns);
+    for (size_t i = 0; i < ws->n; i++) {
+        if (member && member[i] != want)
+            continue;
+        const uint32_t c = ws->col[i];
+        const uint64_t x = ws->w[i];
+        uint64_t *a = acc + (size_t)c * w;
+        for (uint32_t q = 0; q < w; q++) {
+            /* Spread the 8 bits of the byte into the low bit of 8 byte lanes. */
+            uint64_t v = (x >> (8u * q)) & 0xffu;
+            v = (v | (v << 28)) & 0x0000000f0000000full;
+            v = (v | (v << 14)) & 0x0003000300030003ull;
+            v = (v | (v << 7)) & lane;
+            a[q] += v;
+        }
+        ncol[c]++;
+        if (++pending[c] == 255u) {
+            for (uint32_t q = 0; q < w; q++) {
+                for (uint32_t b = 0; b < 8u; b++)
+                    cnt[(size_t)c * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
+                a[q] = 0;
+            }
+            pending[c] = 0;
+        }
+    }
+    for (uint32_t c = 0; c < ws->columns; c++) {
+        uint64_t *a = acc + (size_t)c * w;
+        for (uint32_t q = 0; q < w; q++)
+            for (uint32_t b = 0; b < 8u; b++)
+                cnt[(size_t)c * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
+    }
+}
+
+/* Work space for mask fitting, sized for the largest candidate. */
+typedef struct IbpFit {
+    uint32_t *cnt;    /* C * 64 */
+    uint32_t *ncol;   /* C */
+    uint64_t *acc;    /* C * 8 */
+    uint8_t *pending; /* C */
+    uint64_t *maj;    /* C */
+    uint64_t *prefix; /* C * 65 */
+    uint32_t *hist;   /* C * 65 */
+} IbpFit;
+
+static void ibp_fit_free(IbpFit *f)
+{
+    free(f->cnt);
+    free(f->ncol);
+    free(f->acc);
+    free(f->pending);
+    free(f->maj);
+    free(f->prefix);
+    free(f->hist);
+    memset(f, 0, sizeof(*f));
+}
+
+static int ibp_fit_alloc(IbpFit *f, uint32_t c_count)
+{
+    memset(f, 0, sizeof(*f));
+    f->cnt = malloc((size_t)c_count * 64u * sizeof(uint32_t));
+    f->ncol = malloc((size_t)c_count * sizeof(uint32_t));
+    f->acc = malloc((size_t)c_count * 8u * sizeof(uint64_t));
+    f->pending = malloc(c_count);
+    f->maj = malloc((size_t)c_count * sizeof(uint64_t));
+    f->prefix = malloc((size_t)c_count * 65u * sizeof(uint64_t));
+    f->hist = malloc((size_t)c_count * 65u * sizeof(uint32_t));
+    if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist) {
+        ibp_fit_free(f);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Largest m with no disagreeing bit among the m most invariant bits of the column: a
+ * branch-free binary search (the branchy one mispredicts on every other word). */
+static inline uint32_t ibp_agree_len(const uint64_t *prefix, uint32_t wbits, uint64_t d)
+{
+    uint32_t lo = 0;
+    for (uint32_t step = 64; step; step >>= 1) {
+        const uint32_t cand = lo + step;
+        const int ok = cand <= wbits && !(d & prefix[cand <= wbits ? cand : 0]);
+        lo = ok ? cand : lo;
+    }
+    return lo;
+}
+
+/* Bit count without relying on the popcnt instruction (the library builds for baseline x86-64). */
+static inline uint32_t ibp_popcount(uint64_t v)
+{
+    v = v - ((v >> 1) & 0x5555555555555555ull);
+    v = (v & 0x3333333333333333ull) + ((v >> 2) & 0x3333333333333333ull);
+    v = (v + (v >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (uint32_t)((v * 0x0101010101010101ull) >> 56);
+}
+
+/* Fits one mask per column to the selected words: the bits ranked by how invariant they are,
+ * then the prefix of that ranking that saves most (m invariant bits save m bits on every word
+ * that agrees on all m).  This is the threshold sweep of the paper, done exactly per column.
+ * Writes mask/value for the C columns and returns the bits saved in total. */
+static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, uint8_t want, IbpFit *f,
+                              uint64_t *mask, uint64_t *value)
+{
+    const uint32_t wbits = ws->word_size * 8u;
+    const uint32_t c_count = ws->columns;
+    ibp_bit_counts(ws, member, want, f->cnt, f->ncol, f->acc, f->pending);
+    for (uint32_t c = 0; c < c_count; c++) {
+        const uint32_t *cnt = f->cnt + (size_t)c * wbits;
+        const uint32_t n = f->ncol[c];
+        uint8_t order[64];
+        uint32_t freq[64];
+        uint64_t maj = 0;
+        for (uint32_t b = 0; b < wbits; b++) {
+            freq[b] = cnt[b] * 2u > n ? cnt[b] : n - cnt[b];
+            if (cnt[b] * 2u > n)
+                maj |= (uint64_t)1 << b;
+            uint32_t k = b;
+            while (k > 0 && freq[order[k - 1]] < freq[b]) {
+                order[k] = order[k - 1];
+                k--;
+            }
+            order[k] = (uint8_t)b;
+        }
+        uint64_t *prefix = f->prefix + (size_t)c * 65u;
+        prefix[0] = 0;
+        for (uint32_t m = 1; m <= wbits; m++)
+            prefix[m] = prefix[m - 1] | ((uint64_t)1 << order[m - 1]);
+        f->maj[c] = maj;
+    }
+    memset(f->hist, 0, (size_t)c_count * 65u * sizeof(uint32_t));
+    for (size_t i = 0; i < ws->n; i++) {
+        if (member && member[i] != want)
+            continue;
+        const uint32_t c = ws->col[i];
+        f->hist[(size_t)c * 65u + ibp_agree_len(f->prefix + (size_t)c * 65u, wbits, ws->w[i] ^ f->maj[c])]++;
+    }
+    uint64_t saved = 0;
+    for (uint32_t c = 0; c < c_count; c++) {
+        const uint32_t *h = f->hist + (size_t)c * 65u;
+        uint64_t at_least = 0;
+        uint64_t best = 0;
+        uint32_t best_m = 0;
+        for (uint32_t m = wbits; m >= 1u; m--) {
+            at_least += h[m];
+            if ((uint64_t)m * at_least > best) {
+                best = (uint64_t)m * at_least;
+                best_m = m;
+            }
+        }
+        mask[c] = f->prefix[(size_t)c * 65u + best_m];
+        value[c] = f->maj[c] & mask[c];
+        saved += best;
+    }
+    return saved;
+}
+
+/* Orders each column's sets by invariant bits, most first, so the encoder's first match is the
+ * cheapest one. */
+static void ibp_masks_sort(IbpMasks *m, uint32_t c_count)
+{
+    for (uint32_t c = 0; c < c_count; c++) {
+        for (uint32_t a = 1; a < m->nsets; a++) {
+            for (uint32_t b = a; b > 0; b--) {
+                const size_t i = (size_t)(b - 1u) * c_count + c;
+                const size_t j = (size_t)b * c_count + c;
+                if (ibp_popcount(m->mask[i]) >= ibp_popcount(m->mask[j]))
+                    break;
+                const uint64_t tm = m->mask[i];
+                const uint64_t tv = m->value[i];
+                m->mask[i] = m->mask[j];
+                m->value[i] = m->value[j];
+                m->mask[j] = tm;
+                m->value[j] = tv;
+            }
+        }
+    }
+}
+
+/* Per word of the sample: selector (0 = no set) under masks m; returns the estimated bits of
+ * all words with per-word selectors and no row grouping. */
+static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size)
+{
+    const uint32_t wbits = ws->word_size * 8u;
+    const uint32_t sb = ibp_fmt_sel_bits(m->nsets);
+    const uint32_t c_count = ws->columns;
+    uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
+    for (uint32_t i = 0; i < m->nsets * c_count; i++)
+        vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
+    uint64_t bits = 0;
+    for (size_t i = 0; i < ws->n; i++) {
+        const uint32_t c = ws->col[i];
+        uint8_t s = 0;
+        uint32_t sz = wbits;
+        for (uint32_t k = 0; k < m->nsets; k++) {
+            const size_t idx = (size_t)k * c_count + c;
+            if ((ws->w[i] & m->mask[idx]) == m->value[idx]) {
+                s = (uint8_t)(k + 1u);
+                sz = vb[idx];
+                break;
+            }
+        }
+        if (member)
+            member[i] = s;
+        if (size)
+            size[i] = (uint8_t)sz;
+        bits += sz + sb;
+    }
+    return bits;
+}
+
+/* Fits K mask sets per column (the clustered variant): set 1 over all words, each further set
+ * over the words no earlier set takes, then two rounds of reassigning every word to its
+ * cheapest set and refitting each set to its own words. */
+static int ibp_fit_sets(const IbpWords *ws, uint32_t nsets, IbpFit *f, uint8_t *member, IbpMasks *out)
+{
+    const uint32_t c_count = ws->columns;
+    out->nsets = nsets;
+    for (uint32_t k = 0; k < nsets; k++) {
+        if (k == 0) {
+            ibp_fit_masks(ws, NULL, 0, f, out->mask, out->value);
+        } else {
+            IbpMasks partial = {.nsets = k, .mask = out->mask, .value = out->value};
+            ibp_assign(ws, &partial, member, NULL);
+            ibp_fit_masks(ws, member, 0, f, out->mask + (size_t)k * c_count,
+                          out->value + (size_t)k * c_count);
+        }
+    }
+    for (int round = 0; round < 2 && nsets > 1; round++) {
+        ibp_masks_sort(out, c_count);
+        ibp_assign(ws, out, member, NULL);
+        for (uint32_t k = 0; k < nsets; k++)
+            ibp_fit_masks(ws, member, (uint8_t)(k + 1u), f, out->mask + (size_t)k * c_count,
+                          out->value + (size_t)k * c_count);
+    }
+    ibp_masks_sort(out, c_count);
+    return 0;
+}
+
+/* Best row length for per-word sizes: rows are packed (selectors + fields) or raw, whichever
+ * is smaller, plus one flag bit each.  Rows restart at every chunk, as at every block. */
+static uint32_t ibp_pick_rows(const IbpWords *ws, const uint8_t *size, uint32_t sb, uint64_t *bits_out)
+{
+    static const uint32_t fixed[] = {8, 16, 32, 64, 128, 256, 512, 1024};
+    uint32_t cand[32];
+    uint32_t nc = 0;
+    const uint32_t wbits = ws->word_size * 8u;
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        cand[nc++] = fixed[i];
+    for (uint32_t r = ws->columns; r <= IBP_MAX_ROW_WORDS && nc < 32u; r *= 2u) {
+        cand[nc++] = r;
+        if (r >= 1024u)
+            break;
+    }
+    uint64_t best = UINT64_MAX;
+    uint32_t best_r = cand[0];
+    for (uint32_t ci = 0; ci < nc; ci++) {
+        const uint32_t r_len = cand[ci];
+        uint64_t bits = 0;
+        size_t start = 0;
+        for (size_t ch = 0; ch < ws->nchunks; ch++) {
+            const size_t end = ws->chunk_end[ch];
+            for (size_t j = start; j < end; j += r_len) {
+                const size_t n = ibp_min_sz(r_len, end - j);
+                uint64_t packed = (uint64_t)n * sb;
+                for (size_t i = j; i < j + n; i++)
+                    packed += size[i];
+                const uint64_t raw = (uint64_t)n * wbits;
+                bits += (packed < raw ? packed : raw) + 1u;
+            }
+            start = end;
+        }
+        if (bits < best) {
+            best = bits;
+            best_r = r_len;
+        }
+    }
+    *bits_out = best;
+    return best_r;
+}
+
+/* Equal-byte counts at every lag up to IBP_PERIOD_MAX over a stretch of the region; the lags
+ * where bytes repeat most are the candidate row periods. */
+static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, uint32_t max_out)
+{
+    static const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full;
+    const size_t n = ibp_min_sz(len, IBP_PERIOD_BYTES);
+    const uint32_t pmax = (uint32_t)ibp_min_sz(IBP_PERIOD_MAX, n / 4u);
+    uint32_t score[IBP_PERIOD_MAX + 1];
+    uint32_t count = 0;
+    if (pmax < 2u)
+        return 0;
+    for (uint32_t lag = 1; lag <= pmax; lag++) {
+        uint32_t eq = 0;
+        for (size_t i = 0; i + lag + 8u <= n; i += 8u) {
+            const uint64_t x = ibp_load64(p + i) ^ ibp_load64(p + i + lag);
+            const uint64_t nz = ((x & lo7) + lo7) | x;
+            eq += (uint32_t)ibp_popcount(~nz & ~lo7);
+        }
+        score[lag] = (uint32_t)((uint64_t)eq * 65536u / ((n - lag) / 8u * 8u + 1u));
+    }
+    /* Greedy: highest score first; a lag that is a multiple of a picked one must beat it
+     * clearly, or it adds nothing the shorter period does not already give. */
+    for (uint32_t pick = 0; pick < max_out; pick++) {
+        uint32_t best = 0;
+        for (uint32_t lag = 1; lag <= pmax; lag++) {
+            int skip = 0;
+            for (uint32_t k = 0; k < count; k++)
+                skip |= out[k] == lag || (lag % out[k] == 0 && score[lag] < score[out[k]] + 655u);
+            if (!skip && (best == 0 || score[lag] > score[best]))
+                best = lag;
+        }
+        if (best == 0)
+            break;
+        out[count++] = best;
+    }
+    return count;
+}
+
+static uint32_t ibp_gcd(uint32_t a, uint32_t b)
+{
+    while (b) {
+        const uint32_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+typedef struct IbpCandidate {
+    uint32_t word_size;
+    uint32_t columns;
+    uint64_t est_bits; /* per region, metadata included */
+} IbpCandidate;
+
+/* Region-level estimate from sample bits: scale to the region, add the mask tables. */
+static uint64_t ibp_scale(uint64_t sample_bits, size_t sample_bytes, size_t len, uint32_t nsets,
+                          uint32_t c_count, uint32_t w)
+{
+    const double scaled = sample_bytes ? (double)sample_bits * ((double)len / (double)sample_bytes) : 0.0;
+    return (uint64_t)scaled + (uint64_t)nsets * c_count * 2u * w * 8u + (uint64_t)c_count * 8u;
+}
+
+static uint64_t ibp_exact_bytes(const IbpCodecPlan *plan, const IbpSample *s, size_t len)
+{
+    const IbpCodecKernels *k = ibp_codec_kernels();
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const IbpChunk *ch = &s->chunks[i];
+        bytes += k->cost(plan, ch->p, ch->len, (uint32_t)((ch->off / plan->word_size) % plan->columns));
+    }
+    const double scaled = s->bytes ? (double)bytes * ((double)len / (double)s->bytes) : 0.0;
+    return (uint64_t)scaled + plan->blob_len;
+}
+
+/* Picks the transform of each column among none, zigzag, delta, delta+zigzag and xor by the
+ * single-set bits each leaves; a transform must save 1% of the column to be taken. */
+static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, IbpFit *f, uint64_t *mask,
+                           uint64_t *value, uint8_t *xform)
+{
+    static const uint8_t options[] = {IBP_XF_ZIGZAG, IBP_XF_PRED_DELTA, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG,
+                                      IBP_XF_PRED_XOR};
+    const size_t nopt = sizeof(options) / sizeof(options[0]);
+    uint64_t *col_bits = malloc((size_t)c_count * sizeof(uint64_t));
+    uint8_t *trial = malloc(c_count);
+    IbpWords ws;
+    int rc = -ENOMEM;
+    if (!col_bits || !trial)
+        goto fail;
+    memset(xform, 0, c_count);
+    for (size_t o = 0; o <= nopt; o++) {
+        memset(trial, o ? options[o - 1] : 0, c_count);
+        rc = ibp_words_load(s, w, c_count, trial, &ws);
+        if (rc)
+            goto fail;
+        ibp_fit_masks(&ws, NULL, 0, f, mask, value);
+        /* Bits per column under this transform: words * W*8 minus what its mask saves. */
+        const uint32_t wbits = w * 8u;
+        for (uint32_t c = 0; c < c_count; c++) {
+            const uint32_t *h = f->hist + (size_t)c * 65u;
+            const uint32_t m = (uint32_t)ibp_popcount(mask[c]);
+            uint64_t agree = 0;
+            for (uint32_t k = m; k <= wbits; k++)
+                agree += h[k];
+            const uint64_t bits = (uint64_t)f->ncol[c] * wbits - (uint64_t)m * agree;
+            if (o == 0 || bits * 100u < col_bits[c] * 99u) {
+                col_bits[c] = bits;
+                xform[c] = trial[0];
+            }
+        }
+        ibp_words_free(&ws);
+    }
+    rc = 0;
+fail:
+    free(col_bits);
+    free(trial);
+    return rc;
+}
+
+static int ibp_plan_trivial(size_t block_size, IbpCodecPlan **out)
+{
+    const uint64_t zero = 0;
+    return ibp_codec_plan_build(2, 1, 64, 1, (uint32_t)block_size, NULL, &zero, &zero, out);
+}
+
+/* Fits a plan of the given shape to the words of sample s: transforms (or none), K mask sets,
+ * row length. */
+static int ibp_fit_plan(const IbpSample *s, uint32_t w, uint32_t c_count, const uint8_t *xform,
+                        uint32_t nsets, uint32_t r_len, uint32_t block_size, IbpFit *fit, uint8_t *member,
+                        uint8_t *size, IbpMasks *m, IbpCodecPlan **out)
+{
+    IbpWords ws;
+    int rc = ibp_words_load(s, w, c_count, xform, &ws);
+    if (rc)
+        return rc;
+    ibp_fit_sets(&ws, nsets, fit, member, m);
+    if (!r_len) {
+        uint64_t row_bits;
+        ibp_assign(&ws, m, NULL, size);
+        r_len = ibp_pick_rows(&ws, size, ibp_fmt_sel_bits(nsets), &row_bits);
+    }
+    rc = ibp_codec_plan_build(w, c_count, r_len, nsets, block_size, xform, m->mask, m->value, out);
+    ibp_words_free(&ws);
+    return rc;
+}
+
+/* Planner state shared by the candidates it judges. */
+typedef struct IbpSearch {
+    const IbpSample *fit_s;
+    const IbpSample *eval_s;
+    size_t len;
+    uint32_t block_size;
+    IbpFit *fit;
+    uint8_t *member;
+    uint8_t *size;
+    IbpMasks *m;
+    uint64_t best_bytes;
+    uint32_t best_w;
+    uint32_t best_c;
+    uint32_t best_k;
+    uint32_t best_r;
+    uint8_t *best_xform;
+} IbpSearch;
+
+/* Fits a candidate on one half of the sample, sizes it exactly on the other, keeps the best. */
+static int ibp_try(IbpSearch *s, uint32_t w, uint32_t c_count, const uint8_t *xform, uint32_t nsets,
+                   uint64_t *bytes)
+{
+    IbpCodecPlan *p = NULL;
+    const int rc = ibp_fit_plan(s->fit_s, w, c_count, xform, nsets, 0, s->block_size, s->fit, s->member,
+                                s->size, s->m, &p);
+    if (rc)
+        return rc;
+    *bytes = ibp_exact_bytes(p, s->eval_s, s->len);
+    if (*bytes < s->best_bytes) {
+        s->best_bytes = *bytes;
+        s->best_w = w;
+        s->best_c = c_count;
+        s->best_k = nsets;
+        s->best_r = p->row_words;
+        memcpy(s->best_xform, xform, c_count);
+    }
+    ibp_codec_plan_destroy(&p);
+    return 0;
+}
+
+int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOptions *opts, IbpCodecPlan **out)
+{
+    static const uint32_t sizes[] = {2, 4, 8};
+    const IbpCodecPlanOptions defaults = {0};
+    IbpSample screen = {0};
+    IbpSample screen_eval = {0};
+    IbpSample fit_s = {0};
+    IbpSample eval_s = {0};
+    IbpSample all_s = {0};
+    IbpWords ws = {0};
+    IbpFit fit = {0};
+    IbpMasks m = {0};
+    uint8_t *member = NULL;
+    uint8_t *size = NULL;
+    uint8_t *xform = NULL;
+    uint8_t *best_xform = NULL;
+    IbpCodecPlan *best = NULL;
+    IbpCandidate cand[3 * (IBP_PERIOD_PICKS + 1)];
+    uint32_t ncand = 0;
+    int rc;
+
+    if (!out || (!region && len))
+        return -EINVAL;
+    if (!opts)
+        opts = &defaults;
+    const size_t bs = opts->block_size ? opts->block_size : IBP_CODEC_DEFAULT_BLOCK_SIZE;
+    if (bs < IBP_MIN_BLOCK_SIZE || bs > IBP_MAX_BLOCK_SIZE || (bs & (bs - 1u)) ||
+        (opts->word_size && opts->word_size != 2u && opts->word_size != 4u && opts->word_size != 8u) ||
+        opts->columns > IBP_MAX_COLUMNS)
+        return -EINVAL;
+    if (len < 64u)
+        return ibp_plan_trivial(bs, out);
+    const int faithful = (opts->flags & IBP_CODEC_PLAN_FAITHFUL) != 0;
+    size_t target = opts->sample_bytes ? opts->sample_bytes : len / 16u;
+    if (target < IBP_SAMPLE_MIN)
+        target = IBP_SAMPLE_MIN;
+    if (target > IBP_SAMPLE_MAX && !opts->sample_bytes)
+        target = IBP_SAMPLE_MAX;
+    rc = ibp_sample_make(region, len, bs, target, 0, &fit_s);
+    if (!rc)
+        rc = ibp_sample_make(region, len, bs, target, 1, &eval_s);
+    if (!rc)
+        rc = ibp_sample_make(region, len, bs, target, -1, &all_s);
+    if (!rc)
+        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, &screen);
+    if (!rc)
+        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 1, &screen_eval);
+    if (rc)
+        goto fail;
+
+    /* 1. Rank (word size, period) pairs by single-set IBP on the small sample. */
+    uint32_t periods[IBP_PERIOD_PICKS];
+    uint32_t nper = 0;
+    if (!opts->columns) {
+        const size_t mid = (len / 2u) & ~(size_t)63;
+        nper = ibp_find_periods((const uint8_t *)region + mid, len - mid, periods, IBP_PERIOD_PICKS);
+    }
+    uint32_t max_cols = 1;
+    for (size_t wi = 0; wi < 3; wi++) {
+        const uint32_t w = sizes[wi];
+        if (opts->word_size && opts->word_size != w)
+            continue;
+        for (uint32_t pi = 0; pi <= nper; pi++) {
+            uint32_t c_count;
+            if (opts->columns)
+                c_count = pi == 0 ? opts->columns : 0;
+            else if (pi == 0)
+                c_count = 1;
+            else
+                c_count = periods[pi - 1] / ibp_gcd(periods[pi - 1], w); /* lcm(period, W) / W */
+            if (!c_count || c_count > IBP_MAX_COLUMNS || (uint64_t)c_count * w * 4u > len)
+                continue;
+            int dup = 0;
+            for (uint32_t k = 0; k < ncand; k++)
+                dup |= cand[k].word_size == w && cand[k].columns == c_count;
+            if (dup)
+                continue;
+            cand[ncand].word_size = w;
+            cand[ncand].columns = c_count;
+            ncand++;
+            if (c_count > max_cols)
+                max_cols = c_count;
+        }
+    }
+    rc = ibp_fit_alloc(&fit, max_cols);
+    if (rc)
+        goto fail;
+    const size_t max_words = all_s.bytes / 2u + 1u;
+    member = malloc(max_words);
+    size = malloc(max_words);
+    xform = malloc(max_cols);
+    best_xform = malloc(max_cols);
+    m.mask = malloc((size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t));
+    m.value = malloc((size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t));
+    rc = -ENOMEM;
+    if (!member || !size || !xform || !best_xform || !m.mask || !m.value)
+        goto fail;
+    for (uint32_t k = 0; k < ncand; k++) {
+        rc = ibp_words_load(&screen, cand[k].word_size, cand[k].columns, NULL, &ws);
+        if (rc)
+            goto fail;
+        ibp_fit_masks(&ws, NULL, 0, &fit, m.mask, m.value);
+        ibp_words_free(&ws);
+        rc = ibp_words_load(&screen_eval, cand[k].word_size, cand[k].columns, NULL, &ws);
+        if (rc)
+            goto fail;
+        m.nsets = 1;
+        const uint64_t bits = ibp_assign(&ws, &m, NULL, NULL);
+        cand[k].est_bits = ibp_scale(bits, screen_eval.bytes, len, 1, cand[k].columns, cand[k].word_size);
+        ibp_words_free(&ws);
+    }
+    for (uint32_t a = 1; a < ncand; a++)
+        for (uint32_t b = a; b > 0 && cand[b].est_bits < cand[b - 1].est_bits; b--) {
+            const IbpCandidate t = cand[b];
+            cand[b] = cand[b - 1];
+            cand[b - 1] = t;
+        }
+
+    /* 2. For the finalists: transforms, mask sets and row length fitted on one half of the
+     * sample and judged by the encoder's exact size on the other.  Faithful IBP is always
+     * among them. */
+    IbpSearch ctx = {
+        .fit_s = &fit_s,
+        .eval_s = &eval_s,
+        .len = len,
+        .block_size = (uint32_t)bs,
+        .fit = &fit,
+        .member = member,
+        .size = size,
+        .m = &m,
+        .best_bytes = UINT64_MAX,
+        .best_xform = best_xform,
+    };
+    /* Finalists: the top candidates, plus each word size's best candidate and its best period-1
+     * candidate (mask sets and transforms, which the ranking does not see, change the order). */
+    uint8_t finalist[3 * (IBP_PERIOD_PICKS + 1)] = {0};
+    uint32_t seen_any = 0;
+    uint32_t seen_single = 0;
+    for (uint32_t k = 0; k < ncand; k++) {
+        const uint32_t bit = 1u << cand[k].word_size;
+        finalist[k] =
+            k < IBP_FINALISTS || !(seen_any & bit) || (cand[k].columns == 1u && !(seen_single & bit));
+        seen_any |= bit;
+        if (cand[k].columns == 1u)
+            seen_single |= bit;
+    }
+    for (uint32_t k = 0; k < ncand; k++) {
+        if (!finalist[k])
+            continue;
+        const uint32_t w = cand[k].word_size;
+        const uint32_t c_count = cand[k].columns;
+        /* One set without and with transforms; the better of the two then tries more sets. */
+        uint64_t plain = 0;
+        memset(xform, 0, c_count);
+        rc = ibp_try(&ctx, w, c_count, xform, 1, &plain);
+        if (rc)
+            goto fail;
+        if (faithful)
+            continue;
+        rc = ibp_pick_xforms(&screen, w, c_count, &fit, m.mask, m.value, xform);
+        if (rc)
+            goto fail;
+        int any = 0;
+        for (uint32_t c = 0; c < c_count; c++)
+            any |= xform[c] != 0;
+        uint64_t with_xf = UINT64_MAX;
+        if (any) {
+            rc = ibp_try(&ctx, w, c_count, xform, 1, &with_xf);
+            if (rc)
+                goto fail;
+        }
+        if (with_xf >= plain)
+            memset(xform, 0, c_count);
+        for (uint32_t nsets = 2; nsets <= IBP_MAX_SETS; nsets++) {
+            rc = ibp_try(&ctx, w, c_count, xform, nsets, &with_xf);
+            if (rc)
+                goto fail;
+        }
+    }
+    /* 3. The winner refitted on the whole sample. */
+    rc = ibp_fit_plan(&all_s, ctx.best_w, ctx.best_c, best_xform, ctx.best_k, ctx.best_r, (uint32_t)bs, &fit,
+                      member, size, &m, &best);
+    if (rc)
+        goto fail;
+    best->sample_bytes = all_s.bytes;
+    best->sample_ratio = (double)ibp_exact_bytes(best, &all_s, all_s.bytes) / (double)all_s.bytes;
+    *out = best;
+    best = NULL;
+    rc = 0;
+fail:
+    ibp_codec_plan_destroy(&best);
+    ibp_words_free(&ws);
+    ibp_fit_free(&fit);
+    free(fit_s.chunks);
+    free(eval_s.chunks);
+    free(all_s.chunks);
+    free(screen.chunks);
+    free(screen_eval.chunks);
+    free(member);
+    free(size);
+    free(xform);
+    free(best_xform);
+    free(m.mask);
+    free(m.value);
+    return rc;
+}
