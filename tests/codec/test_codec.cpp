@@ -1,0 +1,488 @@
+// SPDX-License-Identifier: MIT
+// ibpshim: property tests of the IBP codec: round trips, random access, SIMD = reference, corrupt input.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "codec/internal.h"
+#include "ibpshim/codec.h"
+
+namespace
+{
+
+enum class Dist {
+    GaussF32Small,
+    GaussF32Large,
+    GaussF64,
+    Bf16,
+    Fp16,
+    SmallInts,
+    Sparse,
+    Constant,
+    RandomBytes,
+    Rows
+};
+
+const Dist kAllDists[] = {Dist::GaussF32Small, Dist::GaussF32Large, Dist::GaussF64, Dist::Bf16,
+                          Dist::Fp16,          Dist::SmallInts,     Dist::Sparse,   Dist::Constant,
+                          Dist::RandomBytes,   Dist::Rows};
+
+uint16_t f32_to_half(float f)
+{
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const int exp = (int)((x >> 23) & 0xffu) - 127 + 15;
+    const uint32_t mant = (x >> 13) & 0x3ffu;
+    if (exp <= 0)
+        return (uint16_t)sign;
+    if (exp >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    return (uint16_t)(sign | ((uint32_t)exp << 10) | mant);
+}
+
+// Fills n bytes with data of the given distribution; n need not be a multiple of the element.
+std::vector<uint8_t> make_data(Dist d, size_t n, uint32_t seed)
+{
+    std::mt19937_64 rng(seed);
+    std::vector<uint8_t> out(n + 16);
+    std::normal_distribution<float> g32(0.0f, 1.0f);
+    std::normal_distribution<double> g64(0.0, 1.0);
+    size_t i = 0;
+    while (i < n) {
+        uint8_t elem[16];
+        size_t sz = 0;
+        switch (d) {
+        case Dist::GaussF32Small: {
+            const float v = g32(rng) * 0.02f;
+            std::memcpy(elem, &v, 4);
+            sz = 4;
+            break;
+        }
+        case Dist::GaussF32Large: {
+            const float v = g32(rng) * 300.0f;
+            std::memcpy(elem, &v, 4);
+            sz = 4;
+            break;
+        }
+        case Dist::GaussF64: {
+            const double v = g64(rng) * 3.0;
+            std::memcpy(elem, &v, 8);
+            sz = 8;
+            break;
+        }
+        case Dist::Bf16: {
+            const float v = g32(rng) * 0.1f;
+            uint32_t x;
+            std::memcpy(&x, &v, 4);
+            const uint16_t h = (uint16_t)(x >> 16);
+            std::memcpy(elem, &h, 2);
+            sz = 2;
+            break;
+        }
+        case Dist::Fp16: {
+            const uint16_t h = f32_to_half(g32(rng) * 0.5f);
+            std::memcpy(elem, &h, 2);
+            sz = 2;
+            break;
+        }
+        case Dist::SmallInts: {
+            const int32_t v = (int32_t)(rng() % 201) - 100;
+            std::memcpy(elem, &v, 4);
+            sz = 4;
+            break;
+        }
+        case Dist::Sparse: {
+            const float v = rng() % 10 == 0 ? g32(rng) : 0.0f;
+            std::memcpy(elem, &v, 4);
+            sz = 4;
+            break;
+        }
+        case Dist::Constant:
+            std::memset(elem, 0x3c, 8);
+            sz = 8;
+            break;
+        case Dist::RandomBytes: {
+            const uint64_t v = rng();
+            std::memcpy(elem, &v, 8);
+            sz = 8;
+            break;
+        }
+        case Dist::Rows: {
+            // 12-byte records: sorted key, small id, increasing time.
+            const int32_t rec[3] = {(int32_t)(i / 120), (int32_t)(rng() % 5000), (int32_t)(1000000 + i * 3)};
+            std::memcpy(elem, rec, 12);
+            sz = 12;
+            break;
+        }
+        }
+        const size_t take = std::min(sz, n - i);
+        std::memcpy(out.data() + i, elem, take);
+        i += take;
+    }
+    out.resize(n);
+    return out;
+}
+
+std::vector<uint8_t> file_round_trip(const uint8_t *src, size_t n, const IbpCodecPlanOptions *opts,
+                                     double *ratio)
+{
+    void *packed = nullptr;
+    size_t packed_len = 0;
+    EXPECT_EQ(ibp_codec_file_compress(src, n, opts, 2, &packed, &packed_len), 0);
+    uint64_t orig = 0;
+    EXPECT_EQ(ibp_codec_file_orig_len(packed, packed_len, &orig), 0);
+    EXPECT_EQ(orig, n);
+    std::vector<uint8_t> back(n + 1, 0xee);
+    EXPECT_EQ(ibp_codec_file_decompress(packed, packed_len, back.data(), n), 0);
+    if (ratio)
+        *ratio = n ? (double)packed_len / (double)n : 1.0;
+    std::free(packed);
+    EXPECT_EQ(back[n], 0xee) << "decoder wrote past the end";
+    back.resize(n);
+    return back;
+}
+
+struct ForceReference {
+    explicit ForceReference(int on)
+    {
+        ibp_codec_force_reference(on);
+    }
+    ~ForceReference()
+    {
+        ibp_codec_force_reference(0);
+    }
+};
+
+TEST(Codec, RoundTripEveryDistributionAndSize)
+{
+    const size_t sizes[] = {0, 1, 7, 4095, (1u << 20) + 3};
+    uint32_t seed = 1;
+    for (const Dist d : kAllDists) {
+        for (const size_t n : sizes) {
+            // Unaligned source: start one byte into the buffer.
+            std::vector<uint8_t> buf(n + 1);
+            const std::vector<uint8_t> data = make_data(d, n, seed++);
+            if (n)
+                std::memcpy(buf.data() + 1, data.data(), n);
+            double ratio = 0;
+            const std::vector<uint8_t> back = file_round_trip(buf.data() + 1, n, nullptr, &ratio);
+            ASSERT_EQ(back, data) << "dist " << (int)d << " size " << n;
+            if (n == (1u << 20) + 3 && d == Dist::Constant) {
+                EXPECT_LT(ratio, 0.02);
+            }
+            if (n == (1u << 20) + 3 && d == Dist::RandomBytes) {
+                EXPECT_LT(ratio, 1.002);
+            }
+        }
+    }
+}
+
+TEST(Codec, SmallBlocksAndFaithfulPlans)
+{
+    uint32_t seed = 100;
+    for (const Dist d : kAllDists) {
+        const std::vector<uint8_t> data = make_data(d, 50000 + seed, seed);
+        IbpCodecPlanOptions opts = {};
+        opts.block_size = 4096;
+        opts.flags = seed % 2 ? IBP_CODEC_PLAN_FAITHFUL : 0;
+        seed++;
+        ASSERT_EQ(file_round_trip(data.data(), data.size(), &opts, nullptr), data);
+    }
+}
+
+// Random plans (transforms, several mask sets, odd row and column counts) built directly, so
+// every encoder and decoder branch runs whatever the planner would pick.
+TEST(Codec, RandomPlansSimdEqualsReference)
+{
+    std::mt19937_64 rng(42);
+    const uint32_t sizes[] = {2, 4, 8};
+    for (int iter = 0; iter < 60; iter++) {
+        const uint32_t w = sizes[rng() % 3];
+        const uint32_t c_count = 1 + (uint32_t)(rng() % 37);
+        const uint32_t r_len = 1 + (uint32_t)(rng() % 300);
+        const uint32_t nsets = 1 + (uint32_t)(rng() % IBP_MAX_SETS);
+        std::vector<uint8_t> xform(c_count);
+        static const uint8_t xfs[] = {0,
+                                      IBP_XF_ZIGZAG,
+                                      IBP_XF_PRED_DELTA,
+                                      IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG,
+                                      IBP_XF_PRED_XOR,
+                                      IBP_XF_PRED_XOR | IBP_XF_ZIGZAG};
+        for (auto &x : xform)
+            x = xfs[rng() % 6];
+        const Dist d = kAllDists[rng() % 10];
+        const size_t n = 4096 + (size_t)(rng() % 20000);
+        const std::vector<uint8_t> data = make_data(d, n, (uint32_t)iter);
+        // Masks: random high-bit masks with values taken from real words, so some words match.
+        std::vector<uint64_t> mask(nsets * c_count), value(nsets * c_count);
+        const uint64_t wmask = ibp_fmt_word_mask(w);
+        for (size_t i = 0; i < mask.size(); i++) {
+            const uint32_t inv = (uint32_t)(rng() % (w * 8 + 1));
+            mask[i] = inv ? (wmask & ~(inv >= 64 ? 0 : (wmask >> inv))) : 0;
+            const size_t at = (size_t)(rng() % (n / w)) * w;
+            value[i] = ibp_load_word(data.data() + at, w) & mask[i];
+        }
+        IbpCodecPlan *plan = nullptr;
+        ASSERT_EQ(ibp_codec_plan_build(w, c_count, r_len, nsets, 8192, xform.data(), mask.data(),
+                                       value.data(), &plan),
+                  0);
+        const size_t bs = 8192;
+        const size_t nblocks = (n + bs - 1) / bs;
+        const size_t each = ibp_codec_block_bound(plan, bs);
+        std::vector<uint8_t> ref(nblocks * each), simd(nblocks * each);
+        std::vector<void *> ref_ptr(nblocks), simd_ptr(nblocks);
+        std::vector<size_t> ref_len(nblocks), simd_len(nblocks);
+        for (size_t i = 0; i < nblocks; i++) {
+            ref_ptr[i] = ref.data() + i * each;
+            simd_ptr[i] = simd.data() + i * each;
+        }
+        {
+            ForceReference force(1);
+            ASSERT_EQ(ibp_codec_region_encode(plan, data.data(), n, 1, ref_ptr.data(), each, ref_len.data()),
+                      0);
+        }
+        ASSERT_EQ(ibp_codec_region_encode(plan, data.data(), n, 3, simd_ptr.data(), each, simd_len.data()),
+                  0);
+        for (size_t i = 0; i < nblocks; i++) {
+            ASSERT_EQ(ref_len[i], simd_len[i]);
+            ASSERT_EQ(std::memcmp(ref_ptr[i], simd_ptr[i], ref_len[i]), 0) << "block " << i;
+        }
+        // Each path decodes the other's output.
+        for (int force_ref = 0; force_ref < 2; force_ref++) {
+            ForceReference force(force_ref);
+            std::vector<uint8_t> back(n);
+            ASSERT_EQ(ibp_codec_region_decode_range(plan, (const void *const *)ref_ptr.data(), ref_len.data(),
+                                                    n, 0, n, back.data()),
+                      0);
+            ASSERT_EQ(back, data) << "iter " << iter;
+        }
+        ibp_codec_plan_destroy(&plan);
+        EXPECT_EQ(plan, nullptr);
+    }
+}
+
+TEST(Codec, RandomAccessSubRanges)
+{
+    std::mt19937_64 rng(7);
+    for (const Dist d : {Dist::Rows, Dist::GaussF32Small, Dist::SmallInts, Dist::Bf16}) {
+        const size_t n = 300000 + (size_t)(rng() % 1000);
+        const std::vector<uint8_t> data = make_data(d, n, (uint32_t)rng());
+        IbpCodecPlanOptions opts = {};
+        opts.block_size = 16384;
+        IbpCodecPlan *plan = nullptr;
+        ASSERT_EQ(ibp_codec_plan_create(data.data(), n, &opts, &plan), 0);
+        const size_t bs = ibp_codec_plan_block_size(plan);
+        ASSERT_EQ(bs, 16384u);
+        const size_t nblocks = (n + bs - 1) / bs;
+        const size_t each = ibp_codec_block_bound(plan, bs);
+        std::vector<uint8_t> arena(nblocks * each);
+        std::vector<void *> ptr(nblocks);
+        std::vector<size_t> lens(nblocks);
+        for (size_t i = 0; i < nblocks; i++)
+            ptr[i] = arena.data() + i * each;
+        ASSERT_EQ(ibp_codec_region_encode(plan, data.data(), n, 2, ptr.data(), each, lens.data()), 0);
+        for (int k = 0; k < 200; k++) {
+            const size_t off = (size_t)(rng() % n);
+            const size_t len = (size_t)(rng() % std::min<size_t>(n - off + 1, 3 * bs));
+            std::vector<uint8_t> out(len + 1, 0x5a);
+            ASSERT_EQ(ibp_codec_region_decode_range(plan, (const void *const *)ptr.data(), lens.data(), n,
+                                                    off, len, out.data()),
+                      0);
+            ASSERT_EQ(out[len], 0x5a);
+            ASSERT_EQ(std::memcmp(out.data(), data.data() + off, len), 0) << "off " << off << " len " << len;
+        }
+        std::vector<uint8_t> out(8);
+        EXPECT_EQ(ibp_codec_region_decode_range(plan, (const void *const *)ptr.data(), lens.data(), n, n - 4,
+                                                8, out.data()),
+                  -EINVAL);
+        ibp_codec_plan_destroy(&plan);
+    }
+}
+
+TEST(Codec, ThreadsGiveIdenticalBlocks)
+{
+    const std::vector<uint8_t> data = make_data(Dist::GaussF32Small, 3 << 20, 9);
+    IbpCodecPlan *plan = nullptr;
+    ASSERT_EQ(ibp_codec_plan_create(data.data(), data.size(), nullptr, &plan), 0);
+    const size_t bs = ibp_codec_plan_block_size(plan);
+    const size_t nblocks = (data.size() + bs - 1) / bs;
+    const size_t each = ibp_codec_block_bound(plan, bs);
+    std::vector<uint8_t> a(nblocks * each), b(nblocks * each);
+    std::vector<void *> pa(nblocks), pb(nblocks);
+    std::vector<size_t> la(nblocks), lb(nblocks);
+    for (size_t i = 0; i < nblocks; i++) {
+        pa[i] = a.data() + i * each;
+        pb[i] = b.data() + i * each;
+    }
+    ASSERT_EQ(ibp_codec_region_encode(plan, data.data(), data.size(), 1, pa.data(), each, la.data()), 0);
+    ASSERT_EQ(ibp_codec_region_encode(plan, data.data(), data.size(), 4, pb.data(), each, lb.data()), 0);
+    for (size_t i = 0; i < nblocks; i++) {
+        ASSERT_EQ(la[i], lb[i]);
+        ASSERT_EQ(std::memcmp(pa[i], pb[i], la[i]), 0);
+    }
+    EXPECT_EQ(ibp_codec_region_encode(plan, data.data(), data.size(), 2, pa.data(), each - 16, la.data()),
+              -ENOSPC);
+    ibp_codec_plan_destroy(&plan);
+}
+
+TEST(Codec, PlanBlobRoundTripAndRejectsGarbage)
+{
+    const std::vector<uint8_t> data = make_data(Dist::Rows, 200000, 5);
+    IbpCodecPlan *plan = nullptr;
+    ASSERT_EQ(ibp_codec_plan_create(data.data(), data.size(), nullptr, &plan), 0);
+    size_t blob_len = 0;
+    const void *blob = ibp_codec_plan_blob(plan, &blob_len);
+    ASSERT_NE(blob, nullptr);
+    EXPECT_EQ(blob_len % IBP_ALIGN, 0u);
+    IbpCodecPlan *again = nullptr;
+    ASSERT_EQ(ibp_codec_plan_from_blob(blob, blob_len, &again), 0);
+    size_t again_len = 0;
+    const void *again_blob = ibp_codec_plan_blob(again, &again_len);
+    ASSERT_EQ(again_len, blob_len);
+    EXPECT_EQ(std::memcmp(blob, again_blob, blob_len), 0);
+    EXPECT_EQ(ibp_codec_plan_from_blob(blob, blob_len - 1, &again), -EBADMSG);
+    std::vector<uint8_t> bad((const uint8_t *)blob, (const uint8_t *)blob + blob_len);
+    bad[8] = 0xff; // columns
+    IbpCodecPlan *junk = nullptr;
+    EXPECT_EQ(ibp_codec_plan_from_blob(bad.data(), bad.size(), &junk), -EBADMSG);
+    EXPECT_EQ(junk, nullptr);
+    char text[512];
+    EXPECT_GT(ibp_codec_plan_describe(plan, 1, text, sizeof(text)), 10);
+    EXPECT_EQ(text[0], '{');
+    ibp_codec_plan_destroy(&again);
+    ibp_codec_plan_destroy(&plan);
+    ibp_codec_plan_destroy(&plan);
+}
+
+TEST(Codec, CorruptOrTruncatedFilesFailCleanly)
+{
+    const std::vector<uint8_t> data = make_data(Dist::GaussF32Small, 70000, 11);
+    IbpCodecPlanOptions opts = {};
+    opts.block_size = 8192;
+    void *packed = nullptr;
+    size_t packed_len = 0;
+    ASSERT_EQ(ibp_codec_file_compress(data.data(), data.size(), &opts, 1, &packed, &packed_len), 0);
+    const std::vector<uint8_t> good((uint8_t *)packed, (uint8_t *)packed + packed_len);
+    std::free(packed);
+    std::vector<uint8_t> out(data.size());
+    for (size_t cut = 0; cut < good.size(); cut += 97) {
+        // Truncated copies live in exactly-sized heap buffers so ASan catches any over-read.
+        std::vector<uint8_t> trunc(good.begin(), good.begin() + (long)cut);
+        EXPECT_NE(ibp_codec_file_decompress(trunc.data(), trunc.size(), out.data(), out.size()), 0) << cut;
+    }
+    std::mt19937_64 rng(3);
+    int failures = 0;
+    for (int k = 0; k < 400; k++) {
+        std::vector<uint8_t> bad = good;
+        const int flips = 1 + (int)(rng() % 4);
+        for (int f = 0; f < flips; f++)
+            bad[(size_t)(rng() % bad.size())] ^= (uint8_t)(1u << (rng() % 8));
+        const int rc = ibp_codec_file_decompress(bad.data(), bad.size(), out.data(), out.size());
+        if (rc == 0) {
+            EXPECT_EQ(out, data) << "accepted a file that decodes to other bytes";
+        } else {
+            EXPECT_EQ(rc, -EBADMSG);
+        }
+        failures += rc != 0;
+    }
+    EXPECT_GT(failures, 300);
+}
+
+TEST(Codec, CorruptBlocksFailCleanly)
+{
+    // Block-level decode has no checksum: it must still stay in bounds on any bytes.
+    const std::vector<uint8_t> data = make_data(Dist::SmallInts, 8192, 13);
+    IbpCodecPlanOptions opts = {};
+    opts.block_size = 8192;
+    IbpCodecPlan *plan = nullptr;
+    ASSERT_EQ(ibp_codec_plan_create(data.data(), data.size(), &opts, &plan), 0);
+    std::vector<uint8_t> blk(ibp_codec_block_bound(plan, 8192));
+    size_t len = 0;
+    ASSERT_EQ(ibp_codec_block_encode(plan, data.data(), data.size(), 0, blk.data(), blk.size(), &len), 0);
+    std::mt19937_64 rng(5);
+    std::vector<uint8_t> out(8192);
+    for (int k = 0; k < 2000; k++) {
+        std::vector<uint8_t> bad(blk.begin(), blk.begin() + (long)len);
+        bad[(size_t)(rng() % bad.size())] = (uint8_t)rng();
+        const size_t keep = k % 3 == 0 ? (size_t)(rng() % (bad.size() + 1)) : bad.size();
+        std::vector<uint8_t> exact(bad.begin(), bad.begin() + (long)keep);
+        const int rc = ibp_codec_block_decode(plan, exact.data(), exact.size(), 8192, out.data(), 8192);
+        EXPECT_TRUE(rc == 0 || rc == -EBADMSG) << rc;
+    }
+    ibp_codec_plan_destroy(&plan);
+}
+
+TEST(Codec, ForceReferenceSwitch)
+{
+    ibp_codec_force_reference(1);
+    EXPECT_STREQ(ibp_codec_backend(), "reference");
+    ibp_codec_force_reference(0);
+    EXPECT_NE(ibp_codec_backend(), nullptr);
+}
+
+// ---- real tensors ----
+
+struct ManifestRow {
+    std::string file;
+    double ref_ibp;
+};
+
+std::vector<ManifestRow> read_manifest(const std::string &dir)
+{
+    std::vector<ManifestRow> rows;
+    std::ifstream in(dir + "/MANIFEST.md");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("| ", 0) != 0 || line.find(".bin") == std::string::npos)
+            continue;
+        std::vector<std::string> cells;
+        std::stringstream ss(line);
+        std::string cell;
+        while (std::getline(ss, cell, '|')) {
+            const size_t a = cell.find_first_not_of(' ');
+            const size_t b = cell.find_last_not_of(' ');
+            cells.push_back(a == std::string::npos ? "" : cell.substr(a, b - a + 1));
+        }
+        // cells[0] is empty (leading '|'); file, dtype, shape, what, source, ref IBP, ...
+        if (cells.size() > 6)
+            rows.push_back({cells[1], std::atof(cells[6].c_str())});
+    }
+    return rows;
+}
+
+TEST(CodecRealData, RoundTripAndRatioNoWorseThanReferenceIbp)
+{
+    const char *dir = std::getenv("IBPSHIM_TEST_DATA");
+    if (!dir || !std::ifstream(std::string(dir) + "/MANIFEST.md"))
+        GTEST_SKIP() << "real tensors not found (set IBPSHIM_TEST_DATA to the folder with MANIFEST.md)";
+    const std::vector<ManifestRow> rows = read_manifest(dir);
+    ASSERT_FALSE(rows.empty()) << "MANIFEST.md has no table rows";
+    double log_sum = 0;
+    for (const ManifestRow &row : rows) {
+        std::ifstream f(std::string(dir) + "/" + row.file, std::ios::binary);
+        if (!f) {
+            ADD_FAILURE() << row.file << " listed in MANIFEST.md but missing";
+            continue;
+        }
+        const std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)),
+                                        std::istreambuf_iterator<char>());
+        double ratio = 0;
+        ASSERT_EQ(file_round_trip(data.data(), data.size(), nullptr, &ratio), data) << row.file;
+        EXPECT_LE(ratio, row.ref_ibp + 0.002) << row.file;
+        log_sum += std::log(ratio / row.ref_ibp);
+        std::printf("%s ratio=%.4f reference-ibp=%.3f\n", row.file.c_str(), ratio, row.ref_ibp);
+    }
+    EXPECT_LE(std::exp(log_sum / (double)rows.size()), 0.93);
+}
+
+} // namespace
