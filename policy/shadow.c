@@ -1,0 +1,581 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the shadow store: a region's compressed blocks in pinned memory, their validity,
+ * and the pieces a copy can use right now. */
+#include "policy/shadow.h"
+
+#include "codec/format.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Fences kept at once; when all are pending the planner reaps or waits for the oldest, so
+ * recording one never allocates. */
+#define IBP_SHADOW_FENCES 64
+/* Pages per tracker query: an 8 KiB bitmap on the stack covers 256 MiB of 4 KiB pages. */
+#define IBP_SHADOW_QUERY_PAGES 65536u
+
+struct IbpShadow {
+    IbpShadowOps ops;
+    uintptr_t base;
+    size_t size;
+    IbpCodecPlan *plan;
+    size_t block_size;
+    uint32_t nblocks;
+    size_t page_size;
+
+    uint8_t *slab;         /* pinned; block i lives at [offsets[i], offsets[i + 1]) */
+    size_t slab_len;
+    uint64_t *offsets;     /* pinned, nblocks + 1 entries */
+    uint32_t *comp_len;    /* encoded length of each slot's current content */
+    _Atomic uint32_t *state;
+    /* Bumped every time a block is found written; an encoding is published only if the
+     * generation it started from is still current after the validating tracker query. */
+    _Atomic uint64_t *gen;
+    int built;
+    double min_ratio;
+
+    /* Tracker queries consume what they report: query and marking must be one step, or a
+     * second planner could see a block as valid between another's query and its marking. */
+    pthread_mutex_t query_lock;
+    /* Readers: planners between plan and plan_end.  Writer: in-place rewrites of slots. */
+    pthread_rwlock_t slab_lock;
+    pthread_mutex_t fence_lock;
+    void *fences[IBP_SHADOW_FENCES];
+    size_t nfences;
+
+    _Atomic uint64_t invalidations;
+    _Atomic uint64_t recompressions;
+    _Atomic uint64_t discarded;
+};
+
+static size_t block_len(const IbpShadow *s, uint32_t i)
+{
+    const size_t start = (size_t)i * s->block_size;
+    return s->size - start < s->block_size ? s->size - start : s->block_size;
+}
+
+static void mark_stale(IbpShadow *s, uint32_t i)
+{
+    atomic_fetch_add_explicit(&s->gen[i], 1, memory_order_acq_rel);
+    uint32_t expect = IBP_BLOCK_VALID;
+    if (atomic_compare_exchange_strong(&s->state[i], &expect, IBP_BLOCK_STALE))
+        atomic_fetch_add_explicit(&s->invalidations, 1, memory_order_relaxed);
+}
+
+static void mark_range_stale(IbpShadow *s, uintptr_t start, uintptr_t end)
+{
+    if (end <= s->base || start >= s->base + s->size)
+        return;
+    const size_t lo = start > s->base ? start - s->base : 0;
+    const size_t hi = end < s->base + s->size ? end - s->base : s->size;
+    for (size_t b = lo / s->block_size; b <= (hi - 1) / s->block_size; b++)
+        mark_stale(s, (uint32_t)b);
+}
+
+/* Asks the tracker which pages of [addr, addr + len) were written, re-arms them and marks
+ * every block touching one STALE.  Called with query_lock held.  On a tracker error the
+ * whole range is marked. */
+static int query_consume(IbpShadow *s, IbpTracker *tracker, uintptr_t addr, size_t len)
+{
+    if (!len)
+        return 0;
+    uint64_t bitmap[IBP_SHADOW_QUERY_PAGES / 64];
+    const uintptr_t ps = s->page_size;
+    const uintptr_t first = addr & ~(ps - 1);
+    const uintptr_t end = addr + len;
+    for (uintptr_t p = first; p < end;) {
+        const uintptr_t chunk_end =
+            end - p > (uintptr_t)IBP_SHADOW_QUERY_PAGES * ps ? p + (uintptr_t)IBP_SHADOW_QUERY_PAGES * ps : end;
+        const uintptr_t q = p < addr ? addr : p;
+        const int64_t n = ibp_tracker_query(tracker, (const void *)q, chunk_end - q, IBP_TRACK_QUERY_REARM,
+                                            bitmap, IBP_SHADOW_QUERY_PAGES);
+        if (n < 0) {
+            mark_range_stale(s, addr, end);
+            return (int)n;
+        }
+        if (n > 0) {
+            const size_t npages = (chunk_end - p + ps - 1) / ps;
+            for (size_t w = 0; w < (npages + 63) / 64; w++) {
+                uint64_t bits = bitmap[w];
+                while (bits) {
+                    const size_t page = w * 64 + (size_t)__builtin_ctzll(bits);
+                    bits &= bits - 1;
+                    const uintptr_t pa = p + page * ps;
+                    mark_range_stale(s, pa, pa + ps);
+                }
+            }
+        }
+        p = (chunk_end + ps - 1) & ~(ps - 1);
+    }
+    return 0;
+}
+
+int ibp_shadow_create(const IbpShadowOps *ops, const void *base, size_t size, IbpCodecPlan **plan,
+                      IbpShadow **out)
+{
+    IbpShadow *s = NULL;
+    if (!ops || !ops->alloc || !ops->free || !ops->fence_done || !ops->fence_wait || !ops->fence_release ||
+        !base || !size || !plan || !*plan || !out)
+        goto invalid;
+    const size_t bs = ibp_codec_plan_block_size(*plan);
+    if (!bs || (size + bs - 1) / bs > UINT32_MAX)
+        goto invalid;
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        goto nomem;
+    s->ops = *ops;
+    s->base = (uintptr_t)base;
+    s->size = size;
+    s->plan = *plan;
+    *plan = NULL;
+    s->block_size = bs;
+    s->nblocks = (uint32_t)((size + bs - 1) / bs);
+    s->page_size = ibp_track_page_size();
+    s->comp_len = calloc(s->nblocks, sizeof(*s->comp_len));
+    s->state = calloc(s->nblocks, sizeof(*s->state));
+    s->gen = calloc(s->nblocks, sizeof(*s->gen));
+    if (!s->comp_len || !s->state || !s->gen)
+        goto nomem;
+    pthread_mutex_init(&s->query_lock, NULL);
+    pthread_rwlock_init(&s->slab_lock, NULL);
+    pthread_mutex_init(&s->fence_lock, NULL);
+    *out = s;
+    return 0;
+invalid:
+    if (plan)
+        ibp_codec_plan_destroy(plan);
+    return -EINVAL;
+nomem:
+    if (s) {
+        ibp_codec_plan_destroy(&s->plan);
+        free(s->comp_len);
+        free((void *)s->state);
+        free((void *)s->gen);
+        free(s);
+    }
+    ibp_codec_plan_destroy(plan);
+    return -ENOMEM;
+}
+
+static void fences_drain(IbpShadow *s)
+{
+    pthread_mutex_lock(&s->fence_lock);
+    for (size_t i = 0; i < s->nfences; i++) {
+        s->ops.fence_wait(s->ops.ctx, s->fences[i]);
+        s->ops.fence_release(s->ops.ctx, s->fences[i]);
+    }
+    s->nfences = 0;
+    pthread_mutex_unlock(&s->fence_lock);
+}
+
+/* Drops completed fences; returns how many are still pending.  Called with fence_lock held. */
+static size_t fences_reap_locked(IbpShadow *s)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < s->nfences; i++) {
+        if (s->ops.fence_done(s->ops.ctx, s->fences[i]))
+            s->ops.fence_release(s->ops.ctx, s->fences[i]);
+        else
+            s->fences[kept++] = s->fences[i];
+    }
+    s->nfences = kept;
+    return kept;
+}
+
+void ibp_shadow_destroy(IbpShadow **shadow)
+{
+    if (!shadow || !*shadow)
+        return;
+    IbpShadow *s = *shadow;
+    *shadow = NULL;
+    fences_drain(s);
+    if (s->slab)
+        s->ops.free(s->ops.ctx, s->slab, s->slab_len);
+    if (s->offsets)
+        s->ops.free(s->ops.ctx, s->offsets, ((size_t)s->nblocks + 1) * sizeof(uint64_t));
+    ibp_codec_plan_destroy(&s->plan);
+    pthread_mutex_destroy(&s->query_lock);
+    pthread_rwlock_destroy(&s->slab_lock);
+    pthread_mutex_destroy(&s->fence_lock);
+    free(s->comp_len);
+    free((void *)s->state);
+    free((void *)s->gen);
+    free(s);
+}
+
+/* Each block is encoded into its own fixed slot of a pageable staging buffer: slot i starts at
+ * i * stride, so workers never coordinate beyond taking the next block number. */
+typedef struct IbpBuildJob {
+    IbpShadow *s;
+    uint8_t *staging;
+    size_t stride;
+    size_t bound;
+    _Atomic uint32_t next;
+    _Atomic int err;
+} IbpBuildJob;
+
+static void *build_worker(void *arg)
+{
+    IbpBuildJob *job = arg;
+    IbpShadow *s = job->s;
+    uint8_t *scratch = aligned_alloc(16, (job->bound + 15) & ~(size_t)15);
+    if (!scratch) {
+        atomic_store(&job->err, -ENOMEM);
+        return NULL;
+    }
+    for (;;) {
+        const uint32_t i = atomic_fetch_add(&job->next, 1);
+        if (i >= s->nblocks || atomic_load_explicit(&job->err, memory_order_relaxed))
+            break;
+        const size_t len = block_len(s, i);
+        size_t comp = 0;
+        const int err = ibp_codec_block_encode(s->plan, (const uint8_t *)s->base + (size_t)i * s->block_size, len,
+                                               (size_t)i * s->block_size, scratch, job->bound, &comp);
+        if (err || comp > job->stride) {
+            atomic_store(&job->err, err ? err : -EOVERFLOW);
+            break;
+        }
+        memcpy(job->staging + (size_t)i * job->stride, scratch, comp);
+        s->comp_len[i] = (uint32_t)comp;
+    }
+    free(scratch);
+    return NULL;
+}
+
+static int block_compresses(const IbpShadow *s, uint32_t i, const void *blk)
+{
+    IbpBlockHeader h;
+    memcpy(&h, blk, sizeof(h));
+    return !(h.flags & IBP_BLOCK_RAW) && (double)s->comp_len[i] <= s->min_ratio * (double)block_len(s, i);
+}
+
+int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double min_ratio, double *ratio)
+{
+    if (s->built)
+        return -EALREADY;
+    s->min_ratio = min_ratio;
+    uint64_t *snap = malloc((size_t)s->nblocks * sizeof(*snap));
+    IbpBuildJob job = {.s = s, .bound = ibp_codec_block_bound(s->plan, s->block_size)};
+    /* A block that does not compress is stored raw: header + data, rounded to 16. */
+    job.stride = (IBP_BLOCK_HEADER_SIZE + s->block_size + 15) & ~(size_t)15;
+    job.staging = malloc((size_t)s->nblocks * job.stride);
+    int err = 0;
+    if (!snap || !job.staging) {
+        err = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < s->nblocks; i++)
+        snap[i] = atomic_load_explicit(&s->gen[i], memory_order_acquire);
+
+    if (threads < 1)
+        threads = 1;
+    if (threads > s->nblocks)
+        threads = s->nblocks;
+    pthread_t tids[64];
+    unsigned started = 0;
+    for (; started + 1 < threads && started < 64; started++)
+        if (pthread_create(&tids[started], NULL, build_worker, &job))
+            break;
+    build_worker(&job);
+    for (unsigned t = 0; t < started; t++)
+        pthread_join(tids[t], NULL);
+    err = atomic_load(&job.err);
+    if (err)
+        goto out;
+
+    /* Writes that raced with encoding: one query over the region, after every block. */
+    pthread_mutex_lock(&s->query_lock);
+    query_consume(s, tracker, s->base, s->size);
+    pthread_mutex_unlock(&s->query_lock);
+
+    size_t total = 0;
+    for (uint32_t i = 0; i < s->nblocks; i++)
+        if (block_compresses(s, i, job.staging + (size_t)i * job.stride))
+            total += s->comp_len[i];
+    const size_t table_len = ((size_t)s->nblocks + 1) * sizeof(uint64_t);
+    err = s->ops.alloc(s->ops.ctx, table_len, (void **)&s->offsets);
+    if (err) {
+        s->offsets = NULL;
+        goto out;
+    }
+    if (total) {
+        err = s->ops.alloc(s->ops.ctx, total, (void **)&s->slab);
+        if (err) {
+            s->slab = NULL;
+            goto out;
+        }
+        s->slab_len = total;
+    }
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < s->nblocks; i++) {
+        s->offsets[i] = at;
+        const uint8_t *blk = job.staging + (size_t)i * job.stride;
+        if (!block_compresses(s, i, blk)) {
+            s->comp_len[i] = 0;
+            atomic_store_explicit(&s->state[i], IBP_BLOCK_INCOMPRESSIBLE, memory_order_release);
+            continue;
+        }
+        memcpy(s->slab + at, blk, s->comp_len[i]);
+        at += s->comp_len[i];
+    }
+    s->offsets[s->nblocks] = at;
+    for (uint32_t i = 0; i < s->nblocks; i++) {
+        if (atomic_load(&s->state[i]) == IBP_BLOCK_INCOMPRESSIBLE)
+            continue;
+        const int clean = atomic_load_explicit(&s->gen[i], memory_order_acquire) == snap[i];
+        if (!clean)
+            atomic_fetch_add_explicit(&s->discarded, 1, memory_order_relaxed);
+        atomic_store_explicit(&s->state[i], clean ? IBP_BLOCK_VALID : IBP_BLOCK_STALE, memory_order_release);
+    }
+    s->built = 1;
+    if (ratio)
+        *ratio = (double)s->slab_len / (double)s->size;
+out:
+    free(job.staging);
+    free(snap);
+    return err;
+}
+
+int ibp_shadow_recompress(IbpShadow *s, IbpTracker *tracker, unsigned max_blocks)
+{
+    if (!s->built)
+        return -EINVAL;
+    const size_t bound = ibp_codec_block_bound(s->plan, s->block_size);
+    uint8_t *scratch = NULL;
+    int made_valid = 0;
+    unsigned tried = 0;
+    for (uint32_t i = 0; i < s->nblocks && tried < max_blocks; i++) {
+        if (atomic_load_explicit(&s->state[i], memory_order_acquire) != IBP_BLOCK_STALE)
+            continue;
+        tried++;
+        if (!scratch && !(scratch = aligned_alloc(16, (bound + 15) & ~(size_t)15)))
+            return made_valid ? made_valid : -ENOMEM;
+        const uint64_t g = atomic_load_explicit(&s->gen[i], memory_order_acquire);
+        size_t comp = 0;
+        const size_t off = (size_t)i * s->block_size;
+        if (ibp_codec_block_encode(s->plan, (const uint8_t *)s->base + off, block_len(s, i), off, scratch, bound,
+                                   &comp))
+            continue;
+        const size_t slot = s->offsets[i + 1] - s->offsets[i];
+        IbpBlockHeader h;
+        memcpy(&h, scratch, sizeof(h));
+        if (comp > slot || (h.flags & IBP_BLOCK_RAW))
+            continue; /* stays STALE until the region is rebuilt */
+        /* The slot is rewritten only while no planner holds the slab and no transfer reads it. */
+        if (pthread_rwlock_trywrlock(&s->slab_lock)) {
+            free(scratch);
+            return made_valid ? made_valid : -EAGAIN;
+        }
+        pthread_mutex_lock(&s->fence_lock);
+        const size_t pending = fences_reap_locked(s);
+        pthread_mutex_unlock(&s->fence_lock);
+        if (pending) {
+            pthread_rwlock_unlock(&s->slab_lock);
+            free(scratch);
+            return made_valid ? made_valid : -EAGAIN;
+        }
+        memcpy(s->slab + s->offsets[i], scratch, comp);
+        s->comp_len[i] = (uint32_t)comp;
+        pthread_rwlock_unlock(&s->slab_lock);
+
+        pthread_mutex_lock(&s->query_lock);
+        query_consume(s, tracker, s->base + off, block_len(s, i));
+        uint32_t expect = IBP_BLOCK_STALE;
+        const int clean = atomic_load_explicit(&s->gen[i], memory_order_acquire) == g &&
+                          atomic_compare_exchange_strong(&s->state[i], &expect, IBP_BLOCK_VALID);
+        pthread_mutex_unlock(&s->query_lock);
+        if (clean) {
+            atomic_fetch_add_explicit(&s->recompressions, 1, memory_order_relaxed);
+            made_valid++;
+        } else {
+            atomic_fetch_add_explicit(&s->discarded, 1, memory_order_relaxed);
+        }
+    }
+    free(scratch);
+    return made_valid;
+}
+
+static IbpPieceWhy raw_why(uint32_t state)
+{
+    switch (state) {
+    case IBP_BLOCK_STALE:
+        return IBP_PIECE_WHY_STALE;
+    case IBP_BLOCK_INCOMPRESSIBLE:
+        return IBP_PIECE_WHY_INCOMPRESSIBLE;
+    default:
+        return IBP_PIECE_WHY_EMPTY;
+    }
+}
+
+/* Appends [off, off + len) to the list, merging with the last piece when kinds and reasons
+ * match.  Returns -ENOSPC when the list is full. */
+static int piece_push(IbpPiece *pieces, size_t max, size_t *n, IbpPieceKind kind, IbpPieceWhy why, size_t off,
+                      size_t len, uint32_t block)
+{
+    if (*n) {
+        IbpPiece *last = &pieces[*n - 1];
+        if (last->kind == kind && last->why == why && last->off + last->len == off) {
+            last->len += len;
+            if (kind == IBP_PIECE_COMPRESSED)
+                last->nblocks++;
+            return 0;
+        }
+    }
+    if (*n == max)
+        return -ENOSPC;
+    pieces[(*n)++] = (IbpPiece){.kind = kind, .why = why, .off = off, .len = len, .first_block = block,
+                                .nblocks = kind == IBP_PIECE_COMPRESSED ? 1u : 0u};
+    return 0;
+}
+
+int ibp_shadow_plan(IbpShadow *s, IbpTracker *tracker, size_t off, size_t len, size_t min_run,
+                    IbpPiece *pieces, size_t max)
+{
+    if (!len || off > s->size || len > s->size - off || !max)
+        return -EINVAL;
+    if (s->built) {
+        pthread_mutex_lock(&s->query_lock);
+        query_consume(s, tracker, s->base + off, len);
+        pthread_mutex_unlock(&s->query_lock);
+    }
+    pthread_rwlock_rdlock(&s->slab_lock);
+    size_t n = 0;
+    int err = 0;
+    const uint32_t b0 = (uint32_t)(off / s->block_size);
+    const uint32_t b1 = (uint32_t)((off + len - 1) / s->block_size);
+    for (uint32_t b = b0; b <= b1 && !err; b++) {
+        const size_t start = (size_t)b * s->block_size;
+        const size_t lo = start > off ? start : off;
+        const size_t hi = start + block_len(s, b) < off + len ? start + block_len(s, b) : off + len;
+        const uint32_t st = s->built ? atomic_load_explicit(&s->state[b], memory_order_acquire) : IBP_BLOCK_EMPTY;
+        if (st == IBP_BLOCK_VALID)
+            err = piece_push(pieces, max, &n, IBP_PIECE_COMPRESSED, IBP_PIECE_WHY_NONE, lo, hi - lo, b);
+        else
+            err = piece_push(pieces, max, &n, IBP_PIECE_RAW, raw_why(st), lo, hi - lo, b);
+    }
+    if (err) {
+        pthread_rwlock_unlock(&s->slab_lock);
+        return err;
+    }
+    /* Short compressed runs go raw; merge the raw neighbours they now touch. */
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        IbpPiece p = pieces[i];
+        if (p.kind == IBP_PIECE_COMPRESSED && p.len < min_run) {
+            p.kind = IBP_PIECE_RAW;
+            p.why = IBP_PIECE_WHY_SHORT;
+            p.nblocks = 0;
+        }
+        if (p.kind == IBP_PIECE_COMPRESSED) {
+            p.offsets = s->offsets + p.first_block;
+            p.run = s->slab + p.offsets[0];
+            p.run_len = p.offsets[p.nblocks] - p.offsets[0];
+        }
+        if (out && p.kind == IBP_PIECE_RAW && pieces[out - 1].kind == IBP_PIECE_RAW &&
+            pieces[out - 1].why == p.why)
+            pieces[out - 1].len += p.len;
+        else
+            pieces[out++] = p;
+    }
+    return (int)out;
+}
+
+void ibp_shadow_plan_end(IbpShadow *s, void *fence)
+{
+    if (fence) {
+        pthread_mutex_lock(&s->fence_lock);
+        if (s->nfences == IBP_SHADOW_FENCES && fences_reap_locked(s) == IBP_SHADOW_FENCES) {
+            s->ops.fence_wait(s->ops.ctx, s->fences[0]);
+            fences_reap_locked(s);
+        }
+        s->fences[s->nfences++] = fence;
+        pthread_mutex_unlock(&s->fence_lock);
+    }
+    pthread_rwlock_unlock(&s->slab_lock);
+}
+
+void ibp_shadow_invalidate(IbpShadow *s, size_t off, size_t len)
+{
+    if (!len || off >= s->size)
+        return;
+    if (len > s->size - off)
+        len = s->size - off;
+    mark_range_stale(s, s->base + off, s->base + off + len);
+}
+
+void ibp_shadow_stats(IbpShadow *s, IbpShadowStats *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->nblocks = s->nblocks;
+    out->slab_bytes = s->slab_len + (s->offsets ? ((size_t)s->nblocks + 1) * sizeof(uint64_t) : 0);
+    for (uint32_t i = 0; i < s->nblocks; i++) {
+        switch (atomic_load_explicit(&s->state[i], memory_order_relaxed)) {
+        case IBP_BLOCK_VALID:
+            out->valid++;
+            out->valid_orig_bytes += block_len(s, i);
+            out->valid_comp_bytes += s->comp_len[i];
+            break;
+        case IBP_BLOCK_STALE:
+            out->stale++;
+            break;
+        case IBP_BLOCK_INCOMPRESSIBLE:
+            out->incompressible++;
+            break;
+        default:
+            out->empty++;
+            break;
+        }
+    }
+    out->invalidations = atomic_load_explicit(&s->invalidations, memory_order_relaxed);
+    out->recompressions = atomic_load_explicit(&s->recompressions, memory_order_relaxed);
+    out->discarded = atomic_load_explicit(&s->discarded, memory_order_relaxed);
+}
+
+const IbpCodecPlan *ibp_shadow_codec_plan(const IbpShadow *s)
+{
+    return s->plan;
+}
+
+size_t ibp_shadow_block_size(const IbpShadow *s)
+{
+    return s->block_size;
+}
+
+IbpBlockState ibp_shadow_block_state(const IbpShadow *s, uint32_t block)
+{
+    if (block >= s->nblocks)
+        return IBP_BLOCK_EMPTY;
+    return (IbpBlockState)atomic_load_explicit(&s->state[block], memory_order_acquire);
+}
+
+int ibp_shadow_decode_pieces(const IbpShadow *s, const IbpPiece *pieces, size_t npieces, void *dst)
+{
+    uint8_t *tmp = NULL;
+    int err = 0;
+    for (size_t k = 0; k < npieces && !err; k++) {
+        const IbpPiece *p = &pieces[k];
+        uint8_t *out = (uint8_t *)dst + (p->off - pieces[0].off);
+        if (p->kind == IBP_PIECE_RAW) {
+            memcpy(out, (const uint8_t *)s->base + p->off, p->len);
+            continue;
+        }
+        if (!tmp && !(tmp = malloc(s->block_size)))
+            return -ENOMEM;
+        for (uint32_t b = 0; b < p->nblocks && !err; b++) {
+            const uint32_t i = p->first_block + b;
+            const size_t start = (size_t)i * s->block_size;
+            const size_t blen = block_len(s, i);
+            const uint8_t *blk = (const uint8_t *)p->run + (p->offsets[b] - p->offsets[0]);
+            err = ibp_codec_block_decode(s->plan, blk, p->offsets[b + 1] - p->offsets[b], blen, tmp, blen);
+            const size_t lo = start > p->off ? start : p->off;
+            const size_t hi = start + blen < p->off + p->len ? start + blen : p->off + p->len;
+            if (!err)
+                memcpy((uint8_t *)dst + (lo - pieces[0].off), tmp + (lo - start), hi - lo);
+        }
+    }
+    free(tmp);
+    return err;
+}

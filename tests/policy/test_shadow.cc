@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: MIT
+// ibpshim: the shadow store never hands out a compressed block that differs from the source:
+// random writes, plans, recompressions and invalidations, with both tracking backends.
+#include <gtest/gtest.h>
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+extern "C" {
+#include "ibpshim/codec.h"
+#include "policy/registry.h"
+#include "policy/shadow.h"
+#include "policy/track.h"
+}
+
+namespace {
+
+struct TestFence {
+    std::atomic<int> done{0};
+    std::atomic<int> released{0};
+};
+
+int test_alloc(void *, size_t size, void **host)
+{
+    *host = aligned_alloc(16, (size + 15) & ~(size_t)15);
+    return *host ? 0 : -ENOMEM;
+}
+void test_free(void *, void *host, size_t)
+{
+    free(host);
+}
+int test_fence_done(void *, void *fence)
+{
+    return static_cast<TestFence *>(fence)->done.load();
+}
+void test_fence_wait(void *, void *fence)
+{
+    while (!static_cast<TestFence *>(fence)->done.load())
+        std::this_thread::yield();
+}
+void test_fence_release(void *, void *fence)
+{
+    static_cast<TestFence *>(fence)->released.fetch_add(1);
+}
+
+const IbpShadowOps kOps = {test_alloc, test_free, test_fence_done, test_fence_wait, test_fence_release, nullptr};
+
+// Weights-like float32 data: compresses with IBP, so blocks are VALID after a build.
+void fill_weights(uint8_t *p, size_t n, uint32_t seed)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 0.05f);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float v = dist(rng);
+        memcpy(p + i, &v, 4);
+    }
+    for (; i < n; i++)
+        p[i] = (uint8_t)rng();
+}
+
+class ShadowTest : public ::testing::TestWithParam<IbpTrackBackend> {
+protected:
+    void SetUp() override
+    {
+        if (GetParam() == IBP_TRACK_UFFD) {
+            const char *why = nullptr;
+            if (!ibp_track_uffd_available(&why))
+                GTEST_SKIP() << "userfaultfd write-protect unavailable: " << (why ? why : "?");
+        }
+        size_ = (8u << 20) + 12345; // odd tail: the last block is short and ends mid-page
+        map_len_ = (size_ + 4095) & ~(size_t)4095;
+        mem_ = static_cast<uint8_t *>(mmap(nullptr, map_len_, PROT_READ | PROT_WRITE,
+                                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        ASSERT_NE(mem_, MAP_FAILED);
+        fill_weights(mem_, size_, 7);
+        ASSERT_GT(ibp_registry_add(mem_, size_, IBP_REGION_PINNED_ALLOC, 0, &region_), 0);
+        IbpTrackBackend got;
+        ASSERT_EQ(ibp_track_region(region_, GetParam(), &got), 0);
+        ASSERT_EQ(got, GetParam());
+        tracker_ = ibp_region_tracker(region_);
+        ASSERT_NE(tracker_, nullptr);
+        ASSERT_EQ(ibp_tracker_arm(tracker_), 0);
+        IbpCodecPlanOptions opts = {};
+        opts.block_size = 64 * 1024;
+        IbpCodecPlan *plan = nullptr;
+        ASSERT_EQ(ibp_codec_plan_create(mem_, size_, &opts, &plan), 0);
+        ASSERT_EQ(ibp_shadow_create(&kOps, mem_, size_, &plan, &shadow_), 0);
+        EXPECT_EQ(plan, nullptr);
+    }
+    void TearDown() override
+    {
+        ibp_shadow_destroy(&shadow_);
+        if (region_) {
+            ibp_region_put(&region_);
+            ibp_registry_remove(mem_);
+        }
+        if (mem_ && mem_ != MAP_FAILED)
+            munmap(mem_, map_len_);
+    }
+
+    // Plans [off, off + len), decodes the pieces on the CPU and compares with the source now.
+    void expect_exact(size_t off, size_t len, size_t min_run = 0)
+    {
+        IbpPiece pieces[512];
+        const int n = ibp_shadow_plan(shadow_, tracker_, off, len, min_run, pieces, 512);
+        ASSERT_GT(n, 0);
+        size_t covered = 0;
+        for (int i = 0; i < n; i++) {
+            EXPECT_EQ(pieces[i].off, off + covered);
+            covered += pieces[i].len;
+        }
+        EXPECT_EQ(covered, len);
+        std::vector<uint8_t> out(len, 0xcd);
+        ASSERT_EQ(ibp_shadow_decode_pieces(shadow_, pieces, (size_t)n, out.data()), 0);
+        ibp_shadow_plan_end(shadow_, nullptr);
+        ASSERT_EQ(memcmp(out.data(), mem_ + off, len), 0) << "off=" << off << " len=" << len;
+    }
+
+    uint8_t *mem_ = nullptr;
+    size_t size_ = 0, map_len_ = 0;
+    IbpRegion *region_ = nullptr;
+    IbpTracker *tracker_ = nullptr;
+    IbpShadow *shadow_ = nullptr;
+};
+
+TEST_P(ShadowTest, BuildPublishesEveryCleanBlock)
+{
+    double ratio = 0;
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 2, 0.98, &ratio), 0);
+    EXPECT_LT(ratio, 0.98);
+    IbpShadowStats st;
+    ibp_shadow_stats(shadow_, &st);
+    EXPECT_EQ(st.stale, 0u);
+    EXPECT_EQ(st.empty, 0u);
+    EXPECT_GT(st.valid, st.nblocks / 2);
+    EXPECT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, &ratio), -EALREADY);
+    IbpPiece pieces[4];
+    const int n = ibp_shadow_plan(shadow_, tracker_, 0, size_, 0, pieces, 4);
+    ASSERT_GE(n, 1);
+    EXPECT_EQ(pieces[0].kind, IBP_PIECE_COMPRESSED);
+    ibp_shadow_plan_end(shadow_, nullptr);
+    expect_exact(0, size_);
+}
+
+TEST_P(ShadowTest, WritesMakeExactlyTheirBlocksStale)
+{
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, nullptr), 0);
+    const size_t bs = ibp_shadow_block_size(shadow_);
+    mem_[3 * bs + 100] ^= 0x55;          // block 3
+    mem_[10 * bs - 1] ^= 0x01;           // last byte of block 9: its page also holds nothing else
+    expect_exact(0, size_);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 3), IBP_BLOCK_STALE);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 9), IBP_BLOCK_STALE);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 4), IBP_BLOCK_VALID);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 10), IBP_BLOCK_VALID);
+    // Recompression brings them back, and the bytes still match.
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100), 2);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 3), IBP_BLOCK_VALID);
+    expect_exact(0, size_);
+}
+
+TEST_P(ShadowTest, SyscallWritesAreSeen)
+{
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, nullptr), 0);
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const char msg[] = "written by the kernel, not by user code";
+    ASSERT_EQ(write(fds[1], msg, sizeof(msg)), (ssize_t)sizeof(msg));
+    // The interposed read() unprotects mprotect'ed pages first; uffd sees kernel writes itself.
+    ibp_track_before_kernel_write(mem_ + 200000, sizeof(msg));
+    ASSERT_EQ(read(fds[0], mem_ + 200000, sizeof(msg)), (ssize_t)sizeof(msg));
+    close(fds[0]);
+    close(fds[1]);
+    expect_exact(190000, 30000);
+}
+
+TEST_P(ShadowTest, InvalidateCoversDeviceWrites)
+{
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, nullptr), 0);
+    const size_t bs = ibp_shadow_block_size(shadow_);
+    ibp_shadow_invalidate(shadow_, 5 * bs + 7, 2 * bs);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 4), IBP_BLOCK_VALID);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 5), IBP_BLOCK_STALE);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 7), IBP_BLOCK_STALE);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 8), IBP_BLOCK_VALID);
+}
+
+TEST_P(ShadowTest, ShortRunsGoRawAndRunsAreContiguous)
+{
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, nullptr), 0);
+    const size_t bs = ibp_shadow_block_size(shadow_);
+    mem_[2 * bs] ^= 1;
+    mem_[4 * bs] ^= 1; // block 3 alone between two stale blocks
+    IbpPiece pieces[16];
+    const int n = ibp_shadow_plan(shadow_, tracker_, 0, 8 * bs, 2 * bs, pieces, 16);
+    ASSERT_GT(n, 0);
+    for (int i = 0; i < n; i++) {
+        if (pieces[i].kind == IBP_PIECE_COMPRESSED) {
+            EXPECT_GE(pieces[i].len, 2 * bs);
+            EXPECT_EQ(pieces[i].run_len, pieces[i].offsets[pieces[i].nblocks] - pieces[i].offsets[0]);
+        }
+        if (pieces[i].off <= 3 * bs && 3 * bs < pieces[i].off + pieces[i].len) {
+            EXPECT_EQ(pieces[i].kind, IBP_PIECE_RAW);
+        }
+    }
+    ibp_shadow_plan_end(shadow_, nullptr);
+}
+
+TEST_P(ShadowTest, FencesHoldSlotsUntilDone)
+{
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, nullptr), 0);
+    TestFence fence;
+    IbpPiece pieces[8];
+    ASSERT_GT(ibp_shadow_plan(shadow_, tracker_, 0, size_, 0, pieces, 8), 0);
+    ibp_shadow_plan_end(shadow_, &fence);
+    mem_[1000] ^= 1;
+    expect_exact(0, 4096); // consumes the write: block 0 is STALE
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10), -EAGAIN); // the transfer still reads the slab
+    fence.done = 1;
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10), 1);
+    EXPECT_EQ(fence.released.load(), 1);
+    expect_exact(0, size_);
+}
+
+TEST_P(ShadowTest, RandomInterleavings)
+{
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 2, 0.98, nullptr), 0);
+    std::mt19937_64 rng(GetParam() * 1000 + 17);
+    for (int step = 0; step < 1500; step++) {
+        const int op = (int)(rng() % 10);
+        if (op < 4) {
+            const size_t off = rng() % size_;
+            const size_t len = 1 + rng() % std::min<size_t>(size_ - off, 20000);
+            for (size_t i = 0; i < len; i++)
+                mem_[off + i] = (uint8_t)rng();
+        } else if (op < 5) {
+            // Rewrite with compressible data so recompression can succeed.
+            const size_t off = (rng() % (size_ / 4)) * 4;
+            fill_weights(mem_ + off, std::min<size_t>(size_ - off, 4096 * (1 + rng() % 8)), (uint32_t)rng());
+        } else if (op < 6) {
+            ibp_shadow_recompress(shadow_, tracker_, 1 + (unsigned)(rng() % 8));
+        } else if (op < 7) {
+            const size_t off = rng() % size_;
+            ibp_shadow_invalidate(shadow_, off, 1 + rng() % 100000);
+        } else {
+            const size_t off = rng() % size_;
+            const size_t len = 1 + rng() % (size_ - off);
+            expect_exact(off, len, (size_t)(rng() % 3) * 65536);
+            if (HasFatalFailure())
+                return;
+        }
+    }
+    expect_exact(0, size_);
+}
+
+TEST_P(ShadowTest, ConcurrentPlannersAndRecompressor)
+{
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 2, 0.98, nullptr), 0);
+    for (int round = 0; round < 20; round++) {
+        // Writers first (between copies, as an application does), then copies race with the
+        // compressor.
+        std::mt19937_64 rng(round);
+        for (int w = 0; w < 20; w++)
+            fill_weights(mem_ + (rng() % (size_ / 4096)) * 4096, 2048, (uint32_t)rng());
+        std::atomic<int> bad{0};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 3; t++)
+            threads.emplace_back([&, t] {
+                std::mt19937_64 r(round * 10 + t);
+                for (int k = 0; k < 10; k++) {
+                    const size_t off = r() % size_;
+                    const size_t len = 1 + r() % (size_ - off);
+                    IbpPiece pieces[512];
+                    const int n = ibp_shadow_plan(shadow_, tracker_, off, len, 0, pieces, 512);
+                    if (n <= 0) {
+                        bad++;
+                        continue;
+                    }
+                    std::vector<uint8_t> out(len);
+                    if (ibp_shadow_decode_pieces(shadow_, pieces, (size_t)n, out.data()) ||
+                        memcmp(out.data(), mem_ + off, len))
+                        bad++;
+                    ibp_shadow_plan_end(shadow_, nullptr);
+                }
+            });
+        threads.emplace_back([&] {
+            for (int k = 0; k < 10; k++)
+                ibp_shadow_recompress(shadow_, tracker_, 4);
+        });
+        for (auto &t : threads)
+            t.join();
+        ASSERT_EQ(bad.load(), 0) << "round " << round;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ShadowTest, ::testing::Values(IBP_TRACK_UFFD, IBP_TRACK_MPROTECT),
+                         [](const ::testing::TestParamInfo<IbpTrackBackend> &info) {
+                             return std::string(ibp_track_backend_name(info.param));
+                         });
+
+} // namespace
