@@ -1,0 +1,694 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the policy engine: which regions are registered, when they are compressed, when
+ * they stop being worth it, and the pieces of each host-to-device copy. */
+#include "policy/engine.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "ibpshim/codec.h"
+
+/* Device-to-host copies still landing in a region, kept until a plan has seen them land. */
+#define IBP_POLICY_D2H_MAX 16
+/* A region whose blocks went stale is recompressed once no write was seen for this long. */
+#define IBP_POLICY_STABLE_NS 100000000ull
+/* How often the compressor looks at compressed regions when nothing wakes it. */
+#define IBP_POLICY_TICK_NS 20000000ull
+#define IBP_POLICY_RECOMPRESS_BATCH 64u
+
+typedef struct IbpPendingD2h {
+    size_t off;
+    size_t len;
+    void *fence;
+} IbpPendingD2h;
+
+struct IbpPolicyRegion {
+    /* Readers: planners and the recompressor while they use the shadow.  Writer: whoever
+     * installs or drops it. */
+    pthread_rwlock_t lock;
+    IbpShadow *shadow;
+    _Atomic uint32_t copies;
+    _Atomic uint64_t last_use_ns;
+    _Atomic int why;              /* IbpCopyWhy for UNTRACKED regions and evicted ones */
+    _Atomic size_t slab_bytes;
+
+    /* Compressor thread only. */
+    uint64_t last_compress_ns;
+    uint64_t last_write_ns;
+    uint64_t seen_invalidations;
+    unsigned churn;
+    int churn_counted;
+
+    pthread_mutex_t d2h_lock;
+    IbpPendingD2h d2h[IBP_POLICY_D2H_MAX];
+    int nd2h;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int started;
+    int thread_started;
+    int stop;
+    pthread_t thread;
+    IbpPolicyParams p;
+    _Atomic uint64_t shadow_bytes;
+    _Atomic uint64_t shadow_bytes_peak;
+    _Atomic uint64_t regions_compressed;
+    _Atomic uint64_t regions_incompressible;
+    _Atomic uint64_t regions_churned;
+    _Atomic uint64_t regions_evicted;
+    _Atomic uint64_t bytes_evicted;
+    _Atomic uint64_t build_ns;
+} eng = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static const char *const why_names[IBP_COPY_WHY_COUNT] = {
+    [IBP_COPY_COMPRESSED] = "compressed",       [IBP_COPY_BELOW_THRESHOLD] = "below_threshold",
+    [IBP_COPY_NOT_TRACKED] = "not_pinned",      [IBP_COPY_COLD] = "cold",
+    [IBP_COPY_STALE] = "stale",                 [IBP_COPY_INCOMPRESSIBLE] = "incompressible",
+    [IBP_COPY_CHURN] = "churn",                 [IBP_COPY_BUDGET] = "budget",
+    [IBP_COPY_UNTRACKABLE] = "untrackable",     [IBP_COPY_ERROR] = "error",
+};
+
+const char *ibp_copy_why_name(IbpCopyWhy why)
+{
+    return (unsigned)why < IBP_COPY_WHY_COUNT ? why_names[why] : "?";
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int ibp_policy_start(const IbpPolicyParams *params)
+{
+    if (!params || !params->ops.alloc || !params->ops.fence_done)
+        return -EINVAL;
+    const int err = ibp_track_init();
+    if (err)
+        return err;
+    pthread_mutex_lock(&eng.lock);
+    const int already = eng.started;
+    if (!already) {
+        eng.p = *params;
+        if (!eng.p.compressor_threads)
+            eng.p.compressor_threads = 1;
+        eng.started = 1;
+    }
+    pthread_mutex_unlock(&eng.lock);
+    return already ? -EALREADY : 0;
+}
+
+/* ---- Per-region state ---- */
+
+static void d2h_release_all(IbpPolicyRegion *pr)
+{
+    for (int i = 0; i < pr->nd2h; i++) {
+        eng.p.ops.fence_wait(eng.p.ops.ctx, pr->d2h[i].fence);
+        eng.p.ops.fence_release(eng.p.ops.ctx, pr->d2h[i].fence);
+    }
+    pr->nd2h = 0;
+}
+
+static void policy_region_fini(void *data)
+{
+    IbpPolicyRegion *pr = data;
+    if (pr->shadow) {
+        atomic_fetch_sub(&eng.shadow_bytes, atomic_load(&pr->slab_bytes));
+        ibp_shadow_destroy(&pr->shadow);
+    }
+    d2h_release_all(pr);
+    pthread_rwlock_destroy(&pr->lock);
+    pthread_mutex_destroy(&pr->d2h_lock);
+    free(pr);
+}
+
+int ibp_policy_on_alloc(void *ptr, size_t size, uint32_t region_flags, uint64_t site)
+{
+    if (!eng.started || !ptr || size < eng.p.min_bytes)
+        return 0;
+    if ((region_flags & IBP_REGION_WRITE_COMBINED) && !eng.p.track_write_combined)
+        return 0;
+    IbpPolicyRegion *pr = calloc(1, sizeof(*pr));
+    if (!pr)
+        return -ENOMEM;
+    pthread_rwlock_init(&pr->lock, NULL);
+    pthread_mutex_init(&pr->d2h_lock, NULL);
+    IbpRegion *region = NULL;
+    const int64_t id = ibp_registry_add(ptr, size, region_flags, site, &region);
+    if (id < 0) {
+        pthread_rwlock_destroy(&pr->lock);
+        pthread_mutex_destroy(&pr->d2h_lock);
+        free(pr);
+        IBP_DEBUG("region %p+%zu not registered (%d)", ptr, size, (int)id);
+        return (int)id;
+    }
+    ibp_region_attach_data(region, pr, policy_region_fini);
+    ibp_region_put(&region);
+    IBP_DEBUG("region %lld: %p + %zu registered", (long long)id, ptr, size);
+    return 1;
+}
+
+/* Takes the shadow away from planners, waits for transfers that read it and frees it. */
+static void drop_shadow(IbpPolicyRegion *pr)
+{
+    pthread_rwlock_wrlock(&pr->lock);
+    IbpShadow *sh = pr->shadow;
+    pr->shadow = NULL;
+    pthread_rwlock_unlock(&pr->lock);
+    if (sh) {
+        atomic_fetch_sub(&eng.shadow_bytes, atomic_exchange(&pr->slab_bytes, 0));
+        ibp_shadow_destroy(&sh);
+    }
+}
+
+void ibp_policy_on_free(void *ptr)
+{
+    if (!eng.started || !ptr)
+        return;
+    IbpRegion *region = NULL;
+    if (ibp_registry_lookup(ptr, 0, &region))
+        return;
+    if (ibp_region_base(region) == (uintptr_t)ptr) {
+        IbpPolicyRegion *pr = ibp_region_data(region);
+        if (pr) {
+            drop_shadow(pr);
+            pthread_mutex_lock(&pr->d2h_lock);
+            d2h_release_all(pr);
+            pthread_mutex_unlock(&pr->d2h_lock);
+        }
+        ibp_registry_remove(ptr);
+    }
+    ibp_region_put(&region);
+}
+
+/* Marks the ranges of device writes still landing (or landed since the last look) stale,
+ * and forgets those that have landed.  Called with pr->lock held for reading. */
+static void d2h_apply(IbpPolicyRegion *pr, IbpShadow *sh, int may_forget)
+{
+    pthread_mutex_lock(&pr->d2h_lock);
+    int kept = 0;
+    for (int i = 0; i < pr->nd2h; i++) {
+        if (sh)
+            ibp_shadow_invalidate(sh, pr->d2h[i].off, pr->d2h[i].len);
+        if (may_forget && eng.p.ops.fence_done(eng.p.ops.ctx, pr->d2h[i].fence))
+            eng.p.ops.fence_release(eng.p.ops.ctx, pr->d2h[i].fence);
+        else
+            pr->d2h[kept++] = pr->d2h[i];
+    }
+    pr->nd2h = kept;
+    pthread_mutex_unlock(&pr->d2h_lock);
+}
+
+static void wake_compressor(void);
+
+int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
+{
+    plan->region = NULL;
+    plan->pr = NULL;
+    plan->shadow = NULL;
+    plan->npieces = 0;
+    if (!eng.started || n < eng.p.min_bytes || !n) {
+        plan->why = IBP_COPY_BELOW_THRESHOLD;
+        return 0;
+    }
+    IbpRegion *region = NULL;
+    if (ibp_registry_lookup(src, n, &region)) {
+        plan->why = IBP_COPY_NOT_TRACKED;
+        return 0;
+    }
+    IbpPolicyRegion *pr = ibp_region_data(region);
+    if (!pr || ibp_track_forked_child()) {
+        plan->why = IBP_COPY_UNTRACKABLE;
+        goto raw;
+    }
+    atomic_store_explicit(&pr->last_use_ns, now_ns(), memory_order_relaxed);
+    switch (ibp_region_state(region)) {
+    case IBP_REGION_RAW: {
+        const uint32_t copies = atomic_fetch_add(&pr->copies, 1) + 1;
+        const int evicted = atomic_load(&pr->why) == IBP_COPY_BUDGET;
+        plan->why = evicted ? IBP_COPY_BUDGET : IBP_COPY_COLD;
+        if (copies >= eng.p.min_copies && ibp_region_set_state(region, IBP_REGION_RAW, IBP_REGION_HOT))
+            wake_compressor();
+        goto raw;
+    }
+    case IBP_REGION_COMPRESSED:
+        break;
+    case IBP_REGION_UNTRACKED:
+        plan->why = (IbpCopyWhy)atomic_load(&pr->why);
+        goto raw;
+    default:
+        plan->why = IBP_COPY_COLD;
+        goto raw;
+    }
+    pthread_rwlock_rdlock(&pr->lock);
+    IbpShadow *sh = pr->shadow;
+    if (!sh) {
+        pthread_rwlock_unlock(&pr->lock);
+        plan->why = IBP_COPY_COLD;
+        goto raw;
+    }
+    d2h_apply(pr, sh, 1);
+    const uintptr_t base = ibp_region_base(region);
+    const int np = ibp_shadow_plan(sh, ibp_region_tracker(region), (uintptr_t)src - base, n, eng.p.min_run,
+                                   plan->pieces, IBP_POLICY_MAX_PIECES);
+    if (np < 0) {
+        pthread_rwlock_unlock(&pr->lock);
+        plan->why = np == -ENOSPC ? IBP_COPY_STALE : IBP_COPY_ERROR;
+        goto raw;
+    }
+    int any = 0;
+    for (int i = 0; i < np; i++)
+        any |= plan->pieces[i].kind == IBP_PIECE_COMPRESSED;
+    if (!any) {
+        switch (plan->pieces[0].why) {
+        case IBP_PIECE_WHY_INCOMPRESSIBLE:
+            plan->why = IBP_COPY_INCOMPRESSIBLE;
+            break;
+        case IBP_PIECE_WHY_SHORT:
+            plan->why = IBP_COPY_BELOW_THRESHOLD;
+            break;
+        default:
+            plan->why = IBP_COPY_STALE;
+            break;
+        }
+        ibp_shadow_plan_end(sh, NULL);
+        pthread_rwlock_unlock(&pr->lock);
+        wake_compressor();
+        goto raw;
+    }
+    plan->why = IBP_COPY_COMPRESSED;
+    plan->region = region;
+    plan->pr = pr;
+    plan->shadow = sh;
+    plan->region_base = base;
+    plan->npieces = np;
+    return 1;
+raw:
+    ibp_region_put(&region);
+    return 0;
+}
+
+void ibp_policy_plan_end(IbpCopyPlan *plan, void *fence)
+{
+    if (!plan->shadow)
+        return;
+    ibp_shadow_plan_end(plan->shadow, fence);
+    pthread_rwlock_unlock(&plan->pr->lock);
+    ibp_region_put(&plan->region);
+    plan->shadow = NULL;
+    plan->pr = NULL;
+}
+
+static void d2h_record(IbpRegion *region, size_t off, size_t len, void *fence)
+{
+    IbpPolicyRegion *pr = ibp_region_data(region);
+    if (!pr) {
+        if (fence)
+            eng.p.ops.fence_release(eng.p.ops.ctx, fence);
+        return;
+    }
+    pthread_rwlock_rdlock(&pr->lock);
+    if (pr->shadow)
+        ibp_shadow_invalidate(pr->shadow, off, len);
+    if (fence) {
+        pthread_mutex_lock(&pr->d2h_lock);
+        if (pr->nd2h == IBP_POLICY_D2H_MAX) {
+            /* Full: the oldest copy has to land before it can be forgotten. */
+            eng.p.ops.fence_wait(eng.p.ops.ctx, pr->d2h[0].fence);
+            if (pr->shadow)
+                ibp_shadow_invalidate(pr->shadow, pr->d2h[0].off, pr->d2h[0].len);
+            eng.p.ops.fence_release(eng.p.ops.ctx, pr->d2h[0].fence);
+            memmove(pr->d2h, pr->d2h + 1, sizeof(pr->d2h[0]) * (IBP_POLICY_D2H_MAX - 1));
+            pr->nd2h--;
+        }
+        pr->d2h[pr->nd2h++] = (IbpPendingD2h){.off = off, .len = len, .fence = fence};
+        pthread_mutex_unlock(&pr->d2h_lock);
+    }
+    pthread_rwlock_unlock(&pr->lock);
+}
+
+typedef struct IbpOverlap {
+    uintptr_t lo, hi;
+    uint64_t ids[64];
+    int n;
+} IbpOverlap;
+
+static int collect_overlap(const IbpRegionInfo *info, void *arg)
+{
+    IbpOverlap *o = arg;
+    if (info->base < o->hi && o->lo < info->base + info->size && o->n < 64)
+        o->ids[o->n++] = info->id;
+    return 0;
+}
+
+void ibp_policy_on_d2h(void *dst, size_t n, void *fence)
+{
+    if (!eng.started || !n) {
+        if (eng.started && fence)
+            eng.p.ops.fence_release(eng.p.ops.ctx, fence);
+        return;
+    }
+    IbpRegion *region = NULL;
+    if (!ibp_registry_lookup(dst, n, &region)) {
+        d2h_record(region, (uintptr_t)dst - ibp_region_base(region), n, fence);
+        ibp_region_put(&region);
+        return;
+    }
+    /* A copy that straddles regions (or lands partly outside any): each overlapped region
+     * waits for the copy to land, since one fence cannot be shared by several owners. */
+    IbpOverlap o = {.lo = (uintptr_t)dst, .hi = (uintptr_t)dst + n};
+    ibp_registry_foreach(collect_overlap, &o);
+    if (o.n && fence)
+        eng.p.ops.fence_wait(eng.p.ops.ctx, fence);
+    for (int i = 0; i < o.n; i++) {
+        if (ibp_registry_get(o.ids[i], &region))
+            continue;
+        const uintptr_t base = ibp_region_base(region);
+        const uintptr_t lo = o.lo > base ? o.lo : base;
+        const uintptr_t hi = o.hi < base + ibp_region_size(region) ? o.hi : base + ibp_region_size(region);
+        d2h_record(region, lo - base, hi - lo, NULL);
+        ibp_region_put(&region);
+    }
+    if (fence)
+        eng.p.ops.fence_release(eng.p.ops.ctx, fence);
+}
+
+/* ---- The compressor ---- */
+
+static void give_up(IbpRegion *region, IbpPolicyRegion *pr, IbpRegionState from, IbpCopyWhy why)
+{
+    drop_shadow(pr);
+    atomic_store(&pr->why, why);
+    if (ibp_region_set_state(region, from, IBP_REGION_UNTRACKED))
+        ibp_track_region_stop(region);
+}
+
+typedef struct IbpLruEntry {
+    uint64_t id;
+    uint64_t last_use;
+} IbpLruEntry;
+
+typedef struct IbpLruList {
+    IbpLruEntry e[256];
+    int n;
+    uint64_t skip_id;
+} IbpLruList;
+
+static int collect_compressed(const IbpRegionInfo *info, void *arg)
+{
+    IbpLruList *l = arg;
+    if (info->state == IBP_REGION_COMPRESSED && info->id != l->skip_id && l->n < 256)
+        l->e[l->n++].id = info->id;
+    return 0;
+}
+
+static int lru_cmp(const void *a, const void *b)
+{
+    const uint64_t x = ((const IbpLruEntry *)a)->last_use, y = ((const IbpLruEntry *)b)->last_use;
+    return (x > y) - (x < y);
+}
+
+/* Evicts least recently used shadows (never `keep`) until the budget holds. */
+static void enforce_budget(uint64_t keep)
+{
+    if (!eng.p.max_shadow_bytes || atomic_load(&eng.shadow_bytes) <= eng.p.max_shadow_bytes)
+        return;
+    IbpLruList *l = calloc(1, sizeof(*l));
+    if (!l)
+        return;
+    l->skip_id = keep;
+    ibp_registry_foreach(collect_compressed, l);
+    for (int i = 0; i < l->n; i++) {
+        IbpRegion *r = NULL;
+        if (!ibp_registry_get(l->e[i].id, &r)) {
+            const IbpPolicyRegion *pr = ibp_region_data(r);
+            l->e[i].last_use = pr ? atomic_load(&pr->last_use_ns) : 0;
+            ibp_region_put(&r);
+        }
+    }
+    qsort(l->e, (size_t)l->n, sizeof(l->e[0]), lru_cmp);
+    for (int i = 0; i < l->n && atomic_load(&eng.shadow_bytes) > eng.p.max_shadow_bytes; i++) {
+        IbpRegion *r = NULL;
+        if (ibp_registry_get(l->e[i].id, &r))
+            continue;
+        IbpPolicyRegion *pr = ibp_region_data(r);
+        if (pr && ibp_region_set_state(r, IBP_REGION_COMPRESSED, IBP_REGION_RAW)) {
+            const size_t bytes = atomic_load(&pr->slab_bytes);
+            drop_shadow(pr);
+            if (ibp_region_tracker(r))
+                ibp_tracker_disarm(ibp_region_tracker(r));
+            atomic_store(&pr->why, IBP_COPY_BUDGET);
+            atomic_store(&pr->copies, 0);
+            atomic_fetch_add(&eng.regions_evicted, 1);
+            atomic_fetch_add(&eng.bytes_evicted, bytes);
+            IBP_INFO("shadow of region %llu evicted (%zu bytes) to stay within max_shadow_bytes",
+                     (unsigned long long)l->e[i].id, bytes);
+        }
+        ibp_region_put(&r);
+    }
+    free(l);
+}
+
+static int compress_region(IbpRegion *region)
+{
+    IbpPolicyRegion *pr = ibp_region_data(region);
+    if (!pr || !ibp_region_set_state(region, IBP_REGION_HOT, IBP_REGION_COMPRESSING))
+        return 0;
+    IbpTracker *tracker = ibp_region_tracker(region);
+    if (!tracker) {
+        IbpTrackBackend got;
+        const int err = ibp_track_region(region, eng.p.tracking, &got);
+        if (err) {
+            IBP_INFO("region %llu cannot be write-tracked (%d): it stays raw",
+                     (unsigned long long)ibp_region_id(region), err);
+            give_up(region, pr, IBP_REGION_COMPRESSING, IBP_COPY_UNTRACKABLE);
+            return 0;
+        }
+        tracker = ibp_region_tracker(region);
+    }
+    if (ibp_tracker_arm(tracker)) {
+        give_up(region, pr, IBP_REGION_COMPRESSING, IBP_COPY_UNTRACKABLE);
+        return 0;
+    }
+    const uint64_t t0 = now_ns();
+    const void *base = (const void *)ibp_region_base(region);
+    const size_t size = ibp_region_size(region);
+    IbpCodecPlanOptions opts = {.block_size = eng.p.block_bytes};
+    IbpCodecPlan *plan = NULL;
+    IbpShadow *sh = NULL;
+    double ratio = 1.0;
+    int err = ibp_codec_plan_create(base, size, &opts, &plan);
+    if (!err)
+        err = ibp_shadow_create(&eng.p.ops, base, size, &plan, &sh);
+    if (err) {
+        IBP_WARN("planning region %llu failed (%d): it stays raw", (unsigned long long)ibp_region_id(region), err);
+        give_up(region, pr, IBP_REGION_COMPRESSING, IBP_COPY_ERROR);
+        return 0;
+    }
+    /* Installed before the build so that device writes during it reach its blocks. */
+    pthread_rwlock_wrlock(&pr->lock);
+    pr->shadow = sh;
+    pthread_rwlock_unlock(&pr->lock);
+    pthread_rwlock_rdlock(&pr->lock);
+    if (pr->shadow != sh) {
+        /* Freed by the application meanwhile; on_free() destroyed the shadow. */
+        pthread_rwlock_unlock(&pr->lock);
+        return 0;
+    }
+    d2h_apply(pr, sh, 0);
+    err = ibp_shadow_build(sh, tracker, eng.p.compressor_threads, eng.p.min_ratio, &ratio);
+    atomic_fetch_add(&eng.build_ns, now_ns() - t0);
+    if (err || ratio > eng.p.min_ratio) {
+        pthread_rwlock_unlock(&pr->lock);
+        if (err)
+            IBP_WARN("compressing region %llu failed (%d)", (unsigned long long)ibp_region_id(region), err);
+        else
+            IBP_INFO("region %llu compresses to %.3f, above min_ratio %.3f: it stays raw",
+                     (unsigned long long)ibp_region_id(region), ratio, eng.p.min_ratio);
+        atomic_fetch_add(&eng.regions_incompressible, 1);
+        give_up(region, pr, IBP_REGION_COMPRESSING, err ? IBP_COPY_ERROR : IBP_COPY_INCOMPRESSIBLE);
+        return 0;
+    }
+    IbpShadowStats st;
+    ibp_shadow_stats(sh, &st);
+    atomic_store(&pr->slab_bytes, st.slab_bytes);
+    const uint64_t held = atomic_fetch_add(&eng.shadow_bytes, st.slab_bytes) + st.slab_bytes;
+    uint64_t peak = atomic_load(&eng.shadow_bytes_peak);
+    while (held > peak && !atomic_compare_exchange_weak(&eng.shadow_bytes_peak, &peak, held))
+        ;
+    pr->last_compress_ns = now_ns();
+    pr->seen_invalidations = st.invalidations;
+    pr->churn_counted = 0;
+    atomic_store(&pr->why, IBP_COPY_COMPRESSED);
+    ibp_region_set_state(region, IBP_REGION_COMPRESSING, IBP_REGION_COMPRESSED);
+    pthread_rwlock_unlock(&pr->lock);
+    atomic_fetch_add(&eng.regions_compressed, 1);
+    IBP_DEBUG("region %llu compressed: ratio %.4f, %u/%u blocks valid, %.1f ms",
+              (unsigned long long)ibp_region_id(region), ratio, st.valid, st.nblocks,
+              (double)(now_ns() - t0) / 1e6);
+    enforce_budget(ibp_region_id(region));
+    if (eng.p.max_shadow_bytes && atomic_load(&eng.shadow_bytes) > eng.p.max_shadow_bytes &&
+        ibp_region_set_state(region, IBP_REGION_COMPRESSED, IBP_REGION_RAW)) {
+        drop_shadow(pr);
+        ibp_tracker_disarm(tracker);
+        atomic_store(&pr->why, IBP_COPY_BUDGET);
+        atomic_fetch_add(&eng.regions_evicted, 1);
+        atomic_fetch_add(&eng.bytes_evicted, st.slab_bytes);
+        return 0;
+    }
+    return 1;
+}
+
+/* Churn accounting and recompression of a compressed region's stale blocks. */
+static void maintain_region(IbpRegion *region)
+{
+    IbpPolicyRegion *pr = ibp_region_data(region);
+    if (!pr || ibp_region_state(region) != IBP_REGION_COMPRESSED)
+        return;
+    pthread_rwlock_rdlock(&pr->lock);
+    IbpShadow *sh = pr->shadow;
+    if (!sh) {
+        pthread_rwlock_unlock(&pr->lock);
+        return;
+    }
+    IbpShadowStats st;
+    ibp_shadow_stats(sh, &st);
+    const uint64_t now = now_ns();
+    int churned = 0, rebuild = 0;
+    if (st.invalidations > pr->seen_invalidations) {
+        if (!pr->churn_counted && now - pr->last_compress_ns <= eng.p.churn_window_ns) {
+            pr->churn++;
+            pr->churn_counted = 1;
+        }
+        pr->seen_invalidations = st.invalidations;
+        pr->last_write_ns = now;
+        churned = eng.p.churn_limit && pr->churn >= eng.p.churn_limit;
+    } else if (st.stale && now - pr->last_write_ns >= IBP_POLICY_STABLE_NS) {
+        const int made = ibp_shadow_recompress(sh, ibp_region_tracker(region), IBP_POLICY_RECOMPRESS_BATCH);
+        if (made > 0) {
+            pr->last_compress_ns = now_ns();
+            pr->churn_counted = 0;
+        } else if (made == 0 && st.stale * 2 >= st.nblocks) {
+            /* New content no longer fits the old plan's slots: plan and build afresh. */
+            rebuild = 1;
+        }
+    }
+    pthread_rwlock_unlock(&pr->lock);
+    if (rebuild && ibp_region_set_state(region, IBP_REGION_COMPRESSED, IBP_REGION_HOT)) {
+        IBP_DEBUG("region %llu: %u of %u blocks stale and no longer fit: rebuilding",
+                  (unsigned long long)ibp_region_id(region), st.stale, st.nblocks);
+        drop_shadow(pr);
+        return;
+    }
+    if (churned) {
+        IBP_INFO("region %llu rewritten soon after compression %u times: no longer tracked",
+                 (unsigned long long)ibp_region_id(region), pr->churn);
+        atomic_fetch_add(&eng.regions_churned, 1);
+        ibp_registry_site_note_churn(ibp_region_site(region));
+        give_up(region, pr, IBP_REGION_COMPRESSED, IBP_COPY_CHURN);
+    }
+}
+
+typedef struct IbpIdList {
+    uint64_t ids[1024];
+    int n;
+} IbpIdList;
+
+static int collect_active(const IbpRegionInfo *info, void *arg)
+{
+    IbpIdList *l = arg;
+    if ((info->state == IBP_REGION_HOT || info->state == IBP_REGION_COMPRESSED) && l->n < 1024)
+        l->ids[l->n++] = info->id;
+    return 0;
+}
+
+int ibp_policy_run_pending(void)
+{
+    if (!eng.started)
+        return 0;
+    IbpIdList *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -ENOMEM;
+    ibp_registry_foreach(collect_active, l);
+    int compressed = 0;
+    for (int i = 0; i < l->n; i++) {
+        IbpRegion *r = NULL;
+        if (ibp_registry_get(l->ids[i], &r))
+            continue;
+        if (ibp_region_state(r) == IBP_REGION_HOT)
+            compressed += compress_region(r);
+        else
+            maintain_region(r);
+        ibp_region_put(&r);
+    }
+    free(l);
+    return compressed;
+}
+
+static void *compressor_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&eng.lock);
+    while (!eng.stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += (long)IBP_POLICY_TICK_NS;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&eng.cond, &eng.lock, &until);
+        if (eng.stop)
+            break;
+        pthread_mutex_unlock(&eng.lock);
+        ibp_policy_run_pending();
+        pthread_mutex_lock(&eng.lock);
+    }
+    pthread_mutex_unlock(&eng.lock);
+    return NULL;
+}
+
+static void wake_compressor(void)
+{
+    pthread_mutex_lock(&eng.lock);
+    if (!eng.thread_started && !eng.stop && !eng.p.manual && !ibp_track_forked_child()) {
+        if (pthread_create(&eng.thread, NULL, compressor_main, NULL) == 0)
+            eng.thread_started = 1;
+        else
+            IBP_WARN("cannot start the compressor thread: regions stay raw");
+    }
+    pthread_cond_signal(&eng.cond);
+    pthread_mutex_unlock(&eng.lock);
+}
+
+void ibp_policy_stop(void)
+{
+    pthread_mutex_lock(&eng.lock);
+    eng.stop = 1;
+    const int joinable = eng.thread_started;
+    eng.thread_started = 0;
+    pthread_cond_broadcast(&eng.cond);
+    pthread_mutex_unlock(&eng.lock);
+    if (joinable)
+        pthread_join(eng.thread, NULL);
+}
+
+void ibp_policy_stats(IbpPolicyStats *out)
+{
+    out->regions_compressed = atomic_load(&eng.regions_compressed);
+    out->regions_incompressible = atomic_load(&eng.regions_incompressible);
+    out->regions_churned = atomic_load(&eng.regions_churned);
+    out->regions_evicted = atomic_load(&eng.regions_evicted);
+    out->bytes_evicted = atomic_load(&eng.bytes_evicted);
+    out->shadow_bytes = atomic_load(&eng.shadow_bytes);
+    out->shadow_bytes_peak = atomic_load(&eng.shadow_bytes_peak);
+    out->build_ns = atomic_load(&eng.build_ns);
+}

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the policy engine: which regions are registered, when they are compressed, when
+ * they stop being worth it, and the pieces of each host-to-device copy. */
+#ifndef IBP_POLICY_ENGINE_H
+#define IBP_POLICY_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy/registry.h"
+#include "policy/shadow.h"
+#include "policy/track.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct IbpPolicyParams {
+    uint64_t min_bytes;          /* regions and copies below it are never compressed */
+    unsigned min_copies;         /* copies of a region before it is compressed */
+    double min_ratio;            /* blocks and regions compressing worse stay raw */
+    uint64_t max_shadow_bytes;   /* pinned bytes all shadows may hold; 0 = no bound */
+    IbpTrackBackend tracking;
+    unsigned compressor_threads;
+    unsigned churn_limit;        /* 0 = never stop tracking */
+    uint64_t churn_window_ns;
+    int track_write_combined;
+    size_t block_bytes;          /* 0 = the codec's default */
+    size_t min_run;              /* compressed runs shorter than this go raw */
+    int manual;                  /* no compressor thread: ibp_policy_run_pending() does the work */
+    IbpShadowOps ops;            /* pinned memory and fences */
+} IbpPolicyParams;
+
+/* Why a copy (or part of it) goes raw. */
+typedef enum IbpCopyWhy {
+    IBP_COPY_COMPRESSED = 0,
+    IBP_COPY_BELOW_THRESHOLD,
+    IBP_COPY_NOT_TRACKED,        /* source not inside one registered region */
+    IBP_COPY_COLD,               /* region not hot yet, or being compressed */
+    IBP_COPY_STALE,
+    IBP_COPY_INCOMPRESSIBLE,
+    IBP_COPY_CHURN,
+    IBP_COPY_BUDGET,
+    IBP_COPY_UNTRACKABLE,        /* the tracker cannot cover the mapping */
+    IBP_COPY_ERROR,
+    IBP_COPY_WHY_COUNT
+} IbpCopyWhy;
+
+const char *ibp_copy_why_name(IbpCopyWhy why);
+
+#define IBP_POLICY_MAX_PIECES 64
+
+typedef struct IbpPolicyRegion IbpPolicyRegion;
+
+/* A planned host-to-device copy.  When ibp_policy_plan_h2d() returns 1 the plan holds the
+ * region and its shadow until ibp_policy_plan_end(). */
+typedef struct IbpCopyPlan {
+    IbpCopyWhy why;              /* the reason when nothing goes compressed */
+    IbpRegion *region;
+    IbpPolicyRegion *pr;
+    IbpShadow *shadow;
+    uintptr_t region_base;
+    int npieces;
+    IbpPiece pieces[IBP_POLICY_MAX_PIECES];
+} IbpCopyPlan;
+
+/* Starts the engine with a copy of params.  Idempotent: later calls return -EALREADY.
+ * The compressor thread starts on the first region that becomes hot. */
+int ibp_policy_start(const IbpPolicyParams *params);
+
+/* Stops the compressor thread and frees every shadow (process exit). */
+void ibp_policy_stop(void);
+
+/* A successful cudaHostAlloc/cudaMallocHost/cudaHostRegister of [ptr, ptr + size).  Regions
+ * below min_bytes or write-combined (unless allowed) are not registered.  Returns 1 when
+ * registered, 0 when not, or a negative errno (the allocation itself stays valid). */
+int ibp_policy_on_alloc(void *ptr, size_t size, uint32_t region_flags, uint64_t site);
+
+/* Before cudaFreeHost/cudaHostUnregister of ptr: waits for transfers reading its shadow and
+ * removes the region.  Unknown pointers are ignored. */
+void ibp_policy_on_free(void *ptr);
+
+/* Plans the copy of [src, src + n).  Returns 1 when at least one piece goes compressed (the
+ * caller enqueues the pieces in order, then calls ibp_policy_plan_end), 0 when the whole copy
+ * should go raw (plan->why says why).  Never blocks on the compressor. */
+int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan);
+
+/* Ends a plan; fence (NULL when nothing compressed was enqueued) completes after the
+ * transfers that read the shadow. */
+void ibp_policy_plan_end(IbpCopyPlan *plan, void *fence);
+
+/* A device-to-host copy into [dst, dst + n) was enqueued; fence completes when it has landed
+ * (NULL: it already has).  The policy keeps the range stale until then.  The engine owns the
+ * fence from here on. */
+void ibp_policy_on_d2h(void *dst, size_t n, void *fence);
+
+/* Runs the compressor's work now on the calling thread (tests): compresses every hot region
+ * and recompresses stable stale blocks.  Returns the number of regions compressed. */
+int ibp_policy_run_pending(void);
+
+typedef struct IbpPolicyStats {
+    uint64_t regions_compressed;
+    uint64_t regions_incompressible;
+    uint64_t regions_churned;
+    uint64_t regions_evicted;
+    uint64_t bytes_evicted;
+    uint64_t shadow_bytes;       /* held now */
+    uint64_t shadow_bytes_peak;
+    uint64_t build_ns;           /* time spent building shadows */
+} IbpPolicyStats;
+
+void ibp_policy_stats(IbpPolicyStats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IBP_POLICY_ENGINE_H */
