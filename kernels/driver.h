@@ -37,6 +37,9 @@
     X(cuMemcpyHtoDAsync, 3020)                                                      \
     X(cuMemcpyDtoHAsync, 3020)                                                      \
     X(cuMemsetD8, 3020)                                                                    \
+    X(cuMemcpyDtoDAsync, 3020)                                                             \
+    X(cuMemHostAlloc, 2020)                                                                \
+    X(cuMemFreeHost, 2000)                                                                 \
     X(cuMemHostGetDevicePointer, 3020)                                      \
     X(cuStreamCreate, 2000)                                                            \
     X(cuStreamDestroy, 4000)                                                          \

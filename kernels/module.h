@@ -9,7 +9,9 @@
 #include <cuda.h>
 
 /* X(id, entry-point name in the .cu sources) */
-#define IBP_KERNEL_LIST(X) X(IBP_KERNEL_SELFTEST, "ibp_k_selftest")
+#define IBP_KERNEL_LIST(X)                                                                         \
+    X(IBP_KERNEL_SELFTEST, "ibp_k_selftest")                                                       \
+    X(IBP_KERNEL_DECODE, "ibp_k_decode")
 
 typedef enum IbpKernelId {
 #define IBP_KERNEL_ID(id, name) id,
