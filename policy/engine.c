@@ -36,6 +36,7 @@ struct IbpPolicyRegion {
     _Atomic uint64_t last_use_ns;
     _Atomic int why;              /* IbpCopyWhy for UNTRACKED regions and evicted ones */
     _Atomic size_t slab_bytes;
+    void *tag;
 
     /* Compressor thread only. */
     uint64_t last_compress_ns;
@@ -130,7 +131,7 @@ static void policy_region_fini(void *data)
     free(pr);
 }
 
-int ibp_policy_on_alloc(void *ptr, size_t size, uint32_t region_flags, uint64_t site)
+int ibp_policy_on_alloc(void *ptr, size_t size, uint32_t region_flags, uint64_t site, void *tag)
 {
     if (!eng.started || !ptr || size < eng.p.min_bytes)
         return 0;
@@ -141,6 +142,7 @@ int ibp_policy_on_alloc(void *ptr, size_t size, uint32_t region_flags, uint64_t 
         return -ENOMEM;
     pthread_rwlock_init(&pr->lock, NULL);
     pthread_mutex_init(&pr->d2h_lock, NULL);
+    pr->tag = tag;
     IbpRegion *region = NULL;
     const int64_t id = ibp_registry_add(ptr, size, region_flags, site, &region);
     if (id < 0) {
@@ -169,16 +171,18 @@ static void drop_shadow(IbpPolicyRegion *pr)
     }
 }
 
-void ibp_policy_on_free(void *ptr)
+void *ibp_policy_on_free(void *ptr)
 {
     if (!eng.started || !ptr)
-        return;
+        return NULL;
     IbpRegion *region = NULL;
+    void *tag = NULL;
     if (ibp_registry_lookup(ptr, 0, &region))
-        return;
+        return NULL;
     if (ibp_region_base(region) == (uintptr_t)ptr) {
         IbpPolicyRegion *pr = ibp_region_data(region);
         if (pr) {
+            tag = pr->tag;
             drop_shadow(pr);
             pthread_mutex_lock(&pr->d2h_lock);
             d2h_release_all(pr);
@@ -187,6 +191,7 @@ void ibp_policy_on_free(void *ptr)
         ibp_registry_remove(ptr);
     }
     ibp_region_put(&region);
+    return tag;
 }
 
 /* Marks the ranges of device writes still landing (or landed since the last look) stale,
@@ -214,6 +219,7 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
     plan->region = NULL;
     plan->pr = NULL;
     plan->shadow = NULL;
+    plan->tag = NULL;
     plan->npieces = 0;
     if (!eng.started || n < eng.p.min_bytes || !n) {
         plan->why = IBP_COPY_BELOW_THRESHOLD;
@@ -225,6 +231,7 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
         return 0;
     }
     IbpPolicyRegion *pr = ibp_region_data(region);
+    plan->tag = pr ? pr->tag : NULL;
     if (!pr || ibp_track_forked_child()) {
         plan->why = IBP_COPY_UNTRACKABLE;
         goto raw;
@@ -379,6 +386,18 @@ void ibp_policy_on_d2h(void *dst, size_t n, void *fence)
     }
     if (fence)
         eng.p.ops.fence_release(eng.p.ops.ctx, fence);
+}
+
+int ibp_policy_touches_region(const void *p, size_t n)
+{
+    if (!eng.started || !n)
+        return 0;
+    IbpRegion *region = NULL;
+    if (!ibp_registry_lookup(p, 0, &region) || !ibp_registry_lookup((const uint8_t *)p + n - 1, 0, &region)) {
+        ibp_region_put(&region);
+        return 1;
+    }
+    return 0;
 }
 
 /* ---- The compressor ---- */

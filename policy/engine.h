@@ -56,6 +56,7 @@ typedef struct IbpPolicyRegion IbpPolicyRegion;
  * region and its shadow until ibp_policy_plan_end(). */
 typedef struct IbpCopyPlan {
     IbpCopyWhy why;              /* the reason when nothing goes compressed */
+    void *tag;                   /* the region's tag, NULL when the source is in no region */
     IbpRegion *region;
     IbpPolicyRegion *pr;
     IbpShadow *shadow;
@@ -73,12 +74,14 @@ void ibp_policy_stop(void);
 
 /* A successful cudaHostAlloc/cudaMallocHost/cudaHostRegister of [ptr, ptr + size).  Regions
  * below min_bytes or write-combined (unless allowed) are not registered.  Returns 1 when
- * registered, 0 when not, or a negative errno (the allocation itself stays valid). */
-int ibp_policy_on_alloc(void *ptr, size_t size, uint32_t region_flags, uint64_t site);
+ * registered, 0 when not, or a negative errno (the allocation itself stays valid).  `tag` is
+ * the caller's per-region pointer (its report entry), handed back by plans and on_free. */
+int ibp_policy_on_alloc(void *ptr, size_t size, uint32_t region_flags, uint64_t site, void *tag);
 
 /* Before cudaFreeHost/cudaHostUnregister of ptr: waits for transfers reading its shadow and
- * removes the region.  Unknown pointers are ignored. */
-void ibp_policy_on_free(void *ptr);
+ * removes the region.  Returns the tag given to ibp_policy_on_alloc(), or NULL for pointers
+ * that were not registered. */
+void *ibp_policy_on_free(void *ptr);
 
 /* Plans the copy of [src, src + n).  Returns 1 when at least one piece goes compressed (the
  * caller enqueues the pieces in order, then calls ibp_policy_plan_end), 0 when the whole copy
@@ -93,6 +96,10 @@ void ibp_policy_plan_end(IbpCopyPlan *plan, void *fence);
  * (NULL: it already has).  The policy keeps the range stale until then.  The engine owns the
  * fence from here on. */
 void ibp_policy_on_d2h(void *dst, size_t n, void *fence);
+
+/* 1 when the first or last byte of [p, p + n) lies in a registered region: a device write there
+ * must be reported with ibp_policy_on_d2h().  Lock-free. */
+int ibp_policy_touches_region(const void *p, size_t n);
 
 /* Runs the compressor's work now on the calling thread (tests): compresses every hot region
  * and recompresses stable stale blocks.  Returns the number of regions compressed. */

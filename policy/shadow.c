@@ -29,6 +29,8 @@ struct IbpShadow {
     uint8_t *slab;         /* pinned; block i lives at [offsets[i], offsets[i + 1]) */
     size_t slab_len;
     uint64_t *offsets;     /* pinned, nblocks + 1 entries */
+    void *blob;            /* pinned copy of the plan blob */
+    size_t blob_len;
     uint32_t *comp_len;    /* encoded length of each slot's current content */
     _Atomic uint32_t *state;
     /* Bumped every time a block is found written; an encoding is published only if the
@@ -196,6 +198,8 @@ void ibp_shadow_destroy(IbpShadow **shadow)
         s->ops.free(s->ops.ctx, s->slab, s->slab_len);
     if (s->offsets)
         s->ops.free(s->ops.ctx, s->offsets, ((size_t)s->nblocks + 1) * sizeof(uint64_t));
+    if (s->blob)
+        s->ops.free(s->ops.ctx, s->blob, s->blob_len);
     ibp_codec_plan_destroy(&s->plan);
     pthread_mutex_destroy(&s->query_lock);
     pthread_rwlock_destroy(&s->slab_lock);
@@ -295,6 +299,15 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
     for (uint32_t i = 0; i < s->nblocks; i++)
         if (block_compresses(s, i, job.staging + (size_t)i * job.stride))
             total += s->comp_len[i];
+    size_t blob_len = 0;
+    const void *blob = ibp_codec_plan_blob(s->plan, &blob_len);
+    err = s->ops.alloc(s->ops.ctx, blob_len, &s->blob);
+    if (err) {
+        s->blob = NULL;
+        goto out;
+    }
+    memcpy(s->blob, blob, blob_len);
+    s->blob_len = blob_len;
     const size_t table_len = ((size_t)s->nblocks + 1) * sizeof(uint64_t);
     err = s->ops.alloc(s->ops.ctx, table_len, (void **)&s->offsets);
     if (err) {
@@ -510,7 +523,7 @@ void ibp_shadow_stats(IbpShadow *s, IbpShadowStats *out)
 {
     memset(out, 0, sizeof(*out));
     out->nblocks = s->nblocks;
-    out->slab_bytes = s->slab_len + (s->offsets ? ((size_t)s->nblocks + 1) * sizeof(uint64_t) : 0);
+    out->slab_bytes = s->slab_len + s->blob_len + (s->offsets ? ((size_t)s->nblocks + 1) * sizeof(uint64_t) : 0);
     for (uint32_t i = 0; i < s->nblocks; i++) {
         switch (atomic_load_explicit(&s->state[i], memory_order_relaxed)) {
         case IBP_BLOCK_VALID:
@@ -537,6 +550,12 @@ void ibp_shadow_stats(IbpShadow *s, IbpShadowStats *out)
 const IbpCodecPlan *ibp_shadow_codec_plan(const IbpShadow *s)
 {
     return s->plan;
+}
+
+const void *ibp_shadow_plan_blob(const IbpShadow *s, size_t *len)
+{
+    *len = s->blob_len;
+    return s->blob;
 }
 
 size_t ibp_shadow_block_size(const IbpShadow *s)

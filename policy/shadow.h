@@ -124,6 +124,10 @@ void ibp_shadow_invalidate(IbpShadow *shadow, size_t off, size_t len);
 
 void ibp_shadow_stats(IbpShadow *shadow, IbpShadowStats *out);
 const IbpCodecPlan *ibp_shadow_codec_plan(const IbpShadow *shadow);
+
+/* The plan blob (what the GPU decoder reads) in pinned memory, for DMA next to the runs.  NULL
+ * before the shadow is built. */
+const void *ibp_shadow_plan_blob(const IbpShadow *shadow, size_t *len);
 size_t ibp_shadow_block_size(const IbpShadow *shadow);
 IbpBlockState ibp_shadow_block_state(const IbpShadow *shadow, uint32_t block);
 

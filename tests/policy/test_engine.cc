@@ -124,14 +124,14 @@ TEST(Engine, SmallCopiesAndUnknownPointersGoRaw)
     EXPECT_EQ(why, IBP_COPY_NOT_TRACKED);
     EXPECT_STREQ(ibp_copy_why_name(IBP_COPY_NOT_TRACKED), "not_pinned");
     Region small(512 * 1024, 1);
-    EXPECT_EQ(ibp_policy_on_alloc(small.mem, small.size, IBP_REGION_PINNED_ALLOC, 0), 0);
+    EXPECT_EQ(ibp_policy_on_alloc(small.mem, small.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 0);
 }
 
 TEST(Engine, HotRegionsCompressAndStayExact)
 {
     start_engine();
     Region r(6 * kMiB + 4096, 2);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0), 1);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
     IbpCopyWhy why;
     EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 0);
     EXPECT_EQ(why, IBP_COPY_COLD);
@@ -153,7 +153,7 @@ TEST(Engine, DeviceWritesKeepBlocksStaleUntilTheyLand)
 {
     start_engine();
     Region r(4 * kMiB, 3);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0), 1);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
     copy_and_check(r.mem, r.size);
     copy_and_check(r.mem, r.size);
     ibp_policy_run_pending();
@@ -179,7 +179,7 @@ TEST(Engine, FencesOfCopiesAreReleasedOnFree)
     Fence f;
     {
         Region r(2 * kMiB, 4);
-        ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0), 1);
+        ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
         copy_and_check(r.mem, r.size);
         copy_and_check(r.mem, r.size);
         ibp_policy_run_pending();
@@ -193,7 +193,7 @@ TEST(Engine, ChurningRegionsStopBeingTracked)
 {
     start_engine();
     Region r(2 * kMiB, 5);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0), 1);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
     copy_and_check(r.mem, r.size);
     copy_and_check(r.mem, r.size);
     ibp_policy_run_pending();
@@ -216,7 +216,7 @@ TEST(Engine, ContentThatOutgrowsThePlanIsRebuilt)
 {
     start_engine();
     Region r(2 * kMiB, 8);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0), 1);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
     copy_and_check(r.mem, r.size);
     copy_and_check(r.mem, r.size);
     ibp_policy_run_pending();
@@ -244,7 +244,7 @@ TEST(Engine, RandomDataIsLeftRaw)
         const uint64_t v = rng();
         memcpy(r.mem + i, &v, 8);
     }
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0), 1);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
     copy_and_check(r.mem, r.size);
     copy_and_check(r.mem, r.size);
     ibp_policy_run_pending();
@@ -257,7 +257,7 @@ TEST(Engine, ThreadsCopyingWhileTheCompressorRuns)
 {
     start_engine();
     Region r(8 * kMiB, 7);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0), 1);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
     std::atomic<int> stop{0};
     std::thread comp([&] {
         while (!stop)
