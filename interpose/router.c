@@ -2,9 +2,26 @@
  * ibpshim: the copy and allocation router behind the exported hooks. */
 #include "interpose/router.h"
 
+#include <stdatomic.h>
+
+#include "common/log.h"
+#include "interpose/compressed.h"
+#include "interpose/devmem.h"
 #include "interpose/real.h"
 #include "interpose/shim.h"
+#include "kernels/driver.h"
+#include "kernels/module.h"
+#include "kernels/staging.h"
+#include "policy/engine.h"
 #include "report/counters.h"
+#include "report/ledger.h"
+
+/* Compressed runs shorter than this go raw: below it a decode launch and the plan's DMA cost
+ * about what the run saves on the wire. */
+#define IBP_ROUTER_MIN_RUN ((size_t)2 << 20)
+
+static atomic_int compress_on;
+static uint64_t min_bytes = UINT64_MAX;
 
 static IbpshimCallKind memcpy_kind(enum cudaMemcpyKind kind, int async)
 {
@@ -18,6 +35,121 @@ static IbpshimCallKind memcpy_kind(enum cudaMemcpyKind kind, int async)
     }
 }
 
+void ibp_router_start(const IbpConfig *cfg)
+{
+    if (!cfg->shim.enabled)
+        return;
+    if (!ibp_kernels_built()) {
+        IBP_INFO("built without decode kernels: copies are forwarded unchanged");
+        return;
+    }
+    IbpPolicyParams p = {
+        .min_bytes = cfg->policy.min_bytes,
+        .min_copies = cfg->policy.min_copies > 0 ? (unsigned)cfg->policy.min_copies : 1u,
+        .min_ratio = cfg->policy.min_ratio,
+        .max_shadow_bytes = cfg->policy.max_shadow_bytes ? cfg->policy.max_shadow_bytes
+                                                         : ibp_config_shadow_budget(cfg),
+        .tracking = (IbpTrackBackend)cfg->policy.tracking,
+        .compressor_threads = cfg->policy.compressor_threads > 0 ? (unsigned)cfg->policy.compressor_threads : 1u,
+        .churn_limit = cfg->policy.churn_limit > 0 ? (unsigned)cfg->policy.churn_limit : 0u,
+        .churn_window_ns = cfg->policy.churn_window_ns,
+        .track_write_combined = cfg->policy.track_write_combined,
+        .block_bytes = cfg->transfer.block_bytes,
+        .min_run = IBP_ROUTER_MIN_RUN,
+        .ops = *ibp_devmem_ops(),
+    };
+    if (cfg->transfer.path == IBP_TRANSFER_PATH_ZEROCOPY)
+        IBP_WARN("[transfer] path = zerocopy is not available yet; compressed runs go by DMA");
+    ibp_staging_configure(cfg->transfer.staging_bytes,
+                          cfg->transfer.staging_exhausted == IBP_STAGING_EXHAUSTED_WAIT);
+    if (ibp_policy_start(&p) == 0) {
+        min_bytes = p.min_bytes;
+        atomic_store(&compress_on, 1);
+    }
+}
+
+void ibp_router_stop(void)
+{
+    if (atomic_exchange(&compress_on, 0))
+        ibp_policy_stop();
+}
+
+static IbpRawReason raw_reason(IbpCopyWhy why)
+{
+    switch (why) {
+    case IBP_COPY_BELOW_THRESHOLD:
+        return IBP_RAW_BELOW_THRESHOLD;
+    case IBP_COPY_NOT_TRACKED:
+        return IBP_RAW_NOT_PINNED;
+    case IBP_COPY_COLD:
+        return IBP_RAW_COLD;
+    case IBP_COPY_STALE:
+        return IBP_RAW_STALE;
+    case IBP_COPY_INCOMPRESSIBLE:
+        return IBP_RAW_INCOMPRESSIBLE;
+    case IBP_COPY_CHURN:
+        return IBP_RAW_CHURN;
+    case IBP_COPY_BUDGET:
+        return IBP_RAW_BUDGET;
+    case IBP_COPY_UNTRACKABLE:
+        return IBP_RAW_DISABLED;
+    default:
+        return IBP_RAW_ERROR;
+    }
+}
+
+static IbpRawReason piece_reason(IbpPieceWhy why)
+{
+    switch (why) {
+    case IBP_PIECE_WHY_STALE:
+        return IBP_RAW_STALE;
+    case IBP_PIECE_WHY_INCOMPRESSIBLE:
+        return IBP_RAW_INCOMPRESSIBLE;
+    case IBP_PIECE_WHY_SHORT:
+        return IBP_RAW_BELOW_THRESHOLD;
+    default:
+        return IBP_RAW_COLD;
+    }
+}
+
+static uint32_t region_flags_of(unsigned int host_alloc_flags, int registered)
+{
+    uint32_t f = registered ? IBP_REGION_REGISTERED : IBP_REGION_PINNED_ALLOC;
+    if (registered) {
+        if (host_alloc_flags & cudaHostRegisterMapped)
+            f |= IBP_REGION_MAPPED;
+        if (host_alloc_flags & cudaHostRegisterPortable)
+            f |= IBP_REGION_PORTABLE;
+    } else {
+        if (host_alloc_flags & cudaHostAllocMapped)
+            f |= IBP_REGION_MAPPED;
+        if (host_alloc_flags & cudaHostAllocPortable)
+            f |= IBP_REGION_PORTABLE;
+        if (host_alloc_flags & cudaHostAllocWriteCombined)
+            f |= IBP_REGION_WRITE_COMBINED;
+    }
+    return f;
+}
+
+/* The allocation site is captured here, two frames below the application's call. */
+__attribute__((noinline)) static void track_allocation(void *ptr, size_t size, uint32_t flags)
+{
+    if (!atomic_load_explicit(&compress_on, memory_order_relaxed) || size < min_bytes)
+        return;
+    const uint32_t site = ibp_site_capture(2);
+    IbpLedgerRegion *entry = ibp_ledger_region_open(ptr, size, flags, site);
+    if (ibp_policy_on_alloc(ptr, size, flags, site, entry) != 1)
+        ibp_ledger_region_close(&entry);
+}
+
+static void untrack_allocation(void *ptr)
+{
+    if (!atomic_load_explicit(&compress_on, memory_order_relaxed))
+        return;
+    IbpLedgerRegion *entry = ibp_policy_on_free(ptr);
+    ibp_ledger_region_close(&entry);
+}
+
 cudaError_t ibp_route_malloc_host(void **ptr, size_t size)
 {
     ibp_shim_init();
@@ -25,7 +157,10 @@ cudaError_t ibp_route_malloc_host(void **ptr, size_t size)
     if (!real)
         return IBP_REAL_MISSING_ERROR;
     ibp_counters_add(IBPSHIM_CALL_MALLOC_HOST, size);
-    return real(ptr, size);
+    const cudaError_t err = real(ptr, size);
+    if (err == cudaSuccess && ptr)
+        track_allocation(*ptr, size, region_flags_of(cudaHostAllocDefault, 0));
+    return err;
 }
 
 cudaError_t ibp_route_host_alloc(void **ptr, size_t size, unsigned int flags)
@@ -35,7 +170,10 @@ cudaError_t ibp_route_host_alloc(void **ptr, size_t size, unsigned int flags)
     if (!real)
         return IBP_REAL_MISSING_ERROR;
     ibp_counters_add(IBPSHIM_CALL_HOST_ALLOC, size);
-    return real(ptr, size, flags);
+    const cudaError_t err = real(ptr, size, flags);
+    if (err == cudaSuccess && ptr)
+        track_allocation(*ptr, size, region_flags_of(flags, 0));
+    return err;
 }
 
 cudaError_t ibp_route_free_host(void *ptr)
@@ -44,6 +182,7 @@ cudaError_t ibp_route_free_host(void *ptr)
     if (!real)
         return IBP_REAL_MISSING_ERROR;
     ibp_counters_add(IBPSHIM_CALL_FREE_HOST, 0);
+    untrack_allocation(ptr);
     return real(ptr);
 }
 
@@ -54,7 +193,10 @@ cudaError_t ibp_route_host_register(void *ptr, size_t size, unsigned int flags)
     if (!real)
         return IBP_REAL_MISSING_ERROR;
     ibp_counters_add(IBPSHIM_CALL_HOST_REGISTER, size);
-    return real(ptr, size, flags);
+    const cudaError_t err = real(ptr, size, flags);
+    if (err == cudaSuccess)
+        track_allocation(ptr, size, region_flags_of(flags, 1));
+    return err;
 }
 
 cudaError_t ibp_route_host_unregister(void *ptr)
@@ -63,7 +205,96 @@ cudaError_t ibp_route_host_unregister(void *ptr)
     if (!real)
         return IBP_REAL_MISSING_ERROR;
     ibp_counters_add(IBPSHIM_CALL_HOST_UNREGISTER, 0);
+    untrack_allocation(ptr);
     return real(ptr);
+}
+
+/* The driver's handle for the application's stream under its default-stream semantics. */
+static CUstream driver_stream(IbpStreamApi api, cudaStream_t stream)
+{
+    if (stream == NULL)
+        return api == IBP_STREAM_API_PER_THREAD ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    return (CUstream)stream;
+}
+
+/* Tries to send [src, src + n) -> dst compressed.  Returns 1 when the copy was handled (its
+ * result in *ret), 0 when the caller should make the real call. */
+static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                     cudaStream_t stream, int synchronous, cudaError_t *ret)
+{
+    IbpCopyPlan plan;
+    if (!ibp_policy_plan_h2d(src, n, &plan)) {
+        ibp_ledger_copy_raw(plan.tag, raw_reason(plan.why), n);
+        return 0;
+    }
+    const IbpDriver *drv = ibp_driver_get();
+    IbpRawReason why = IBP_RAW_ERROR;
+    CUcontext ctx = NULL;
+    const CUstream cu_stream = driver_stream(api, stream);
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!drv || drv->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        goto raw;
+    if (drv->cuStreamIsCapturing(cu_stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        why = IBP_RAW_CAPTURING;
+        goto raw;
+    }
+    if (kind == cudaMemcpyDefault) {
+        unsigned int mem_type = 0;
+        if (drv->cuPointerGetAttribute(&mem_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)dst) !=
+                CUDA_SUCCESS ||
+            mem_type != CU_MEMORYTYPE_DEVICE) {
+            why = IBP_RAW_NOT_PINNED;
+            goto raw;
+        }
+    }
+    IbpSendStats st;
+    *ret = ibp_send_plan(api, &plan, dst, src, n, stream, ctx, cu_stream, synchronous, &st);
+    ibp_ledger_copy(plan.tag, n);
+    ibp_ledger_compressed(plan.tag, st.compressed_orig, st.compressed_sent);
+    size_t planned_raw = 0;
+    for (int i = 0; i < plan.npieces; i++) {
+        if (plan.pieces[i].kind == IBP_PIECE_RAW) {
+            ibp_ledger_raw(plan.tag, piece_reason(plan.pieces[i].why), plan.pieces[i].len);
+            planned_raw += plan.pieces[i].len;
+        }
+    }
+    if (st.raw > planned_raw) /* compressed pieces that had to fall back */
+        ibp_ledger_raw(plan.tag, IBP_RAW_ERROR, st.raw - planned_raw);
+    IBP_TRACE("copy %p <- %p (%zu bytes): %zu compressed as %zu, %zu raw", dst, src, n, st.compressed_orig,
+              st.compressed_sent, st.raw);
+    return 1;
+raw:
+    ibp_policy_plan_end(&plan, NULL);
+    ibp_ledger_copy_raw(plan.tag, why, n);
+    return 0;
+}
+
+/* Device writes into a tracked region land behind the tracker's back. */
+static void note_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_t stream, int synchronous)
+{
+    void *fence = NULL;
+    if (!synchronous) {
+        const IbpDriver *drv = ibp_driver_get();
+        CUcontext ctx = NULL;
+        if (drv && drv->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
+            fence = ibp_devmem_fence_record(ctx, driver_stream(api, stream));
+        if (!fence && drv)
+            drv->cuStreamSynchronize(driver_stream(api, stream));
+    }
+    ibp_policy_on_d2h(dst, n, fence);
+}
+
+static int writes_tracked_host(void *dst, size_t n, enum cudaMemcpyKind kind)
+{
+    return kind != cudaMemcpyHostToDevice && atomic_load_explicit(&compress_on, memory_order_relaxed) &&
+           ibp_policy_touches_region(dst, n);
+}
+
+static int may_compress(const void *src, size_t n, enum cudaMemcpyKind kind)
+{
+    (void)src;
+    return atomic_load_explicit(&compress_on, memory_order_relaxed) && n >= min_bytes &&
+           (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDefault);
 }
 
 cudaError_t ibp_route_memcpy(IbpStreamApi api, void *dst, const void *src, size_t count,
@@ -74,7 +305,13 @@ cudaError_t ibp_route_memcpy(IbpStreamApi api, void *dst, const void *src, size_
     if (!real)
         return IBP_REAL_MISSING_ERROR;
     ibp_counters_add(memcpy_kind(kind, 0), count);
-    return real(dst, src, count, kind);
+    cudaError_t ret;
+    if (may_compress(src, count, kind) && route_h2d(api, dst, src, count, kind, NULL, 1, &ret))
+        return ret;
+    ret = real(dst, src, count, kind);
+    if (ret == cudaSuccess && writes_tracked_host(dst, count, kind))
+        note_device_write(api, dst, count, NULL, 1);
+    return ret;
 }
 
 cudaError_t ibp_route_memcpy_async(IbpStreamApi api, void *dst, const void *src, size_t count,
@@ -86,5 +323,11 @@ cudaError_t ibp_route_memcpy_async(IbpStreamApi api, void *dst, const void *src,
     if (!real)
         return IBP_REAL_MISSING_ERROR;
     ibp_counters_add(memcpy_kind(kind, 1), count);
-    return real(dst, src, count, kind, stream);
+    cudaError_t ret;
+    if (may_compress(src, count, kind) && route_h2d(api, dst, src, count, kind, stream, 0, &ret))
+        return ret;
+    ret = real(dst, src, count, kind, stream);
+    if (ret == cudaSuccess && writes_tracked_host(dst, count, kind))
+        note_device_write(api, dst, count, stream, 0);
+    return ret;
 }

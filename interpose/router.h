@@ -5,12 +5,20 @@
 
 #include <cuda_runtime_api.h>
 
+#include "config/config.h"
+
 /* Which default-stream semantics the caller compiled against: the plain
  * symbols (legacy default stream) or the _ptds/_ptsz ones (per-thread). */
 typedef enum IbpStreamApi {
     IBP_STREAM_API_LEGACY = 0,
     IBP_STREAM_API_PER_THREAD = 1,
 } IbpStreamApi;
+
+/* Starts the compressed path with the loaded configuration (no CUDA call is made before the
+ * first tracked allocation).  Called once from the shim's start-up. */
+void ibp_router_start(const IbpConfig *cfg);
+/* Stops the compressor at exit; copies are forwarded unchanged afterwards. */
+void ibp_router_stop(void);
 
 /* Each returns exactly what the real runtime call returns (or
  * cudaErrorSharedObjectSymbolNotFound when no runtime is loaded); the shim's

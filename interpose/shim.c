@@ -9,7 +9,9 @@
 #include "common/log.h"
 #include "ibp_build_config.h"
 #include "ibpshim/ibpshim.h"
+#include "interpose/router.h"
 #include "report/counters.h"
+#include "report/report.h"
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static IbpConfig shim_config;
@@ -34,8 +36,23 @@ static void shim_init_once(void)
     ibp_config_load(&shim_config, &shim_config_report);
     ibp_log_set_level(shim_config.shim.log_level);
     open_log_file(shim_config.shim.log_file);
-    if (!shim_config.shim.enabled)
+    if (!shim_config.shim.enabled) {
         IBP_INFO("disabled by configuration ([shim] enabled = false): every call is forwarded unchanged");
+        return;
+    }
+    IbpReportOptions ro;
+    ibp_report_options_default(&ro);
+    ro.path = shim_config.report.path;
+    ro.log_format = (IbpReportLogFormat)shim_config.report.format;
+    ro.log_path = shim_config.shim.log_file;
+    ro.on_exit = shim_config.report.on_exit;
+    ro.signal_number = shim_config.report.signal_number;
+    ro.interval_ns = shim_config.report.interval_ns;
+    ro.stack_depth = shim_config.report.stack_depth;
+    const int err = ibp_report_start(&ro);
+    if (err)
+        IBP_WARN("transfer reports are off (%d)", err);
+    ibp_router_start(&shim_config);
     IBP_DEBUG("libibpshim %s loaded (compressed path %s)", IBP_VERSION,
               IBP_HAVE_KERNELS ? "built" : "not built: library compiled without decode kernels");
 }
@@ -58,6 +75,8 @@ __attribute__((constructor)) static void shim_constructor(void)
 
 __attribute__((destructor)) static void shim_destructor(void)
 {
+    ibp_router_stop();
+    ibp_report_at_exit();
     ibp_counters_log();
 }
 

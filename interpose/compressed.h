@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: enqueueing a planned host-to-device copy: compressed runs (DMA + decode kernel) and
+ * raw pieces, in order, on the caller's stream. */
+#ifndef IBP_INTERPOSE_COMPRESSED_H
+#define IBP_INTERPOSE_COMPRESSED_H
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "interpose/router.h"
+#include "policy/engine.h"
+
+typedef struct IbpSendStats {
+    size_t compressed_orig;   /* original bytes that went compressed */
+    size_t compressed_sent;   /* bytes that crossed PCIe for them (runs and plan blobs) */
+    size_t raw;               /* bytes copied as they are */
+} IbpSendStats;
+
+/* Enqueues every piece of `plan` for the copy [src, src + n) -> dst on `stream` (the
+ * application's handle) and ends the plan.  A compressed piece that cannot be enqueued goes
+ * raw.  Returns what the application should see: cudaSuccess, or the error of a raw copy. */
+cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const void *src, size_t n,
+                          cudaStream_t stream, CUcontext ctx, CUstream cu_stream, int synchronous,
+                          IbpSendStats *stats);
+
+#endif /* IBP_INTERPOSE_COMPRESSED_H */

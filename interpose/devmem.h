@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the shadow store's pinned memory and transfer fences, backed by the CUDA driver. */
+#ifndef IBP_INTERPOSE_DEVMEM_H
+#define IBP_INTERPOSE_DEVMEM_H
+
+#include <cuda.h>
+
+#include "policy/shadow.h"
+
+/* Pinned, portable, device-mapped host memory and CUevent fences.  NULL-free: the ops report
+ * errors.  Thread-safety: any thread; allocation makes device 0's primary context current on
+ * threads that have none (the compressor thread). */
+const IbpShadowOps *ibp_devmem_ops(void);
+
+/* A fence that completes once everything enqueued on `stream` so far has run.  The caller hands
+ * it to the policy (which releases it through the ops) or releases it with
+ * ibp_devmem_fence_release().  NULL when no event could be recorded. */
+void *ibp_devmem_fence_record(CUcontext ctx, CUstream stream);
+void ibp_devmem_fence_release(void *fence);
+
+#endif /* IBP_INTERPOSE_DEVMEM_H */
