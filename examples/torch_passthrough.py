@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -38,7 +39,9 @@ def digest(t):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=64, help="size of each pinned tensor")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--pause", type=float, default=0.3,
+                    help="seconds between rounds, so a background compressor can finish")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("torch_passthrough: no CUDA device, skipped")
@@ -55,7 +58,9 @@ def main():
         c = table[r * 1000:(r + 1) * 1000 + 4097].to("cuda", non_blocking=True)
         torch.cuda.synchronize()
         results["round%d" % r] = [digest(a), digest(b), digest(c)]
-        weights.add_(1.0)  # in-place host write between copies
+        if r % 2:
+            weights.add_(1.0)  # in-place host write between copies
+        time.sleep(args.pause)
     d = torch.arange(12345, dtype=torch.int64).pin_memory().cuda()
     torch.cuda.synchronize()
     results["cuda()"] = digest(d)

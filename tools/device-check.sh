@@ -8,16 +8,22 @@
 #               libunwind-dev, libunwind8, libgtest-dev, pkgconf...), unpacked into a private prefix
 #   --build DIR build directory (default build-device)
 #   --logs DIR  where full logs go (default $OUT when set, else ./device-logs)
+#   --data DIR  the real tensors (default ../shared/data); the decode benchmark tiles them
+#   --bench-bytes N  size of the tiles the decode benchmark times (default 512 MiB)
 set -uo pipefail
 
 debs=""
 build=build-device
+data=../shared/data
+bench_bytes=$((512 << 20))
 logs=${OUT:-./device-logs}
 while [ $# -gt 0 ]; do
     case "$1" in
         --debs) debs=$2; shift 2 ;;
         --build) build=$2; shift 2 ;;
         --logs) logs=$2; shift 2 ;;
+        --data) data=$2; shift 2 ;;
+        --bench-bytes) bench_bytes=$2; shift 2 ;;
         *) echo "device-check: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -45,36 +51,39 @@ fi
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader \
     > "$logs/gpu.txt" 2>&1
 row "GPU" "$(head -1 "$logs/gpu.txt")"
+rm -f "$logs/gpu.txt"
 
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
 start=$(date +%s)
-if meson setup "$build" -Dkernel_arch="${arch:-90}" -Dwerror=true > "$logs/setup.log" 2>&1 &&
-   meson compile -C "$build" > "$logs/compile.log" 2>&1; then
+if meson setup "$build" -Dkernel_arch="${arch:-90}" -Dwerror=true > "$logs/build.log" 2>&1 &&
+   meson compile -C "$build" >> "$logs/build.log" 2>&1; then
     row "build" "ok ($(( $(date +%s) - start )) s, kernel_arch=${arch:-90})"
 else
-    row "build" "FAILED (see setup.log / compile.log)"
-    tail -30 "$logs/setup.log" "$logs/compile.log"
+    row "build" "FAILED (see build.log)"
+    tail -30 "$logs/build.log"
     printf '%s\n' "${rows[@]}"
     exit 1
 fi
 
-for suite in unit preload gpu; do
+export IBPSHIM_TEST_DATA=$(cd "$data" 2>/dev/null && pwd)
+for suite in unit preload apps gpu; do
     meson test -C "$build" --suite "$suite" --print-errorlogs > "$logs/test-$suite.log" 2>&1
     summary=$(grep -E '^(Ok|Fail|Skipped|Timeout):' "$logs/test-$suite.log" | tr -s ' ' | tr '\n' ' ')
     row "meson test --suite $suite" "$summary"
 done
-grep -h -E '^device [0-9]+:' "$build/meson-logs/testlog.txt" | head -4 | while read -r l; do echo "$l"; done \
-    > "$logs/selftest.txt"
-row "kernel selftest" "$(head -1 "$logs/selftest.txt")"
+cat "$logs"/test-*.log > "$logs/tests.log" && rm -f "$logs"/test-*.log
+"$build/tests/gpu/gpu_decode_check" "$bench_bytes" > "$logs/decode.log" 2>&1
+row "decode check + benchmark" "$(tail -1 "$logs/decode.log")"
+row "kernel selftest" "$(grep -h -E '^device [0-9]+:' "$build/meson-logs/testlog.txt" | head -1)"
 
 lib=$(pwd)/$build/libibpshim.so
 py=${PYTHON:-python3}
 if $py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    $py examples/torch_passthrough.py > "$logs/torch-plain.json" 2> "$logs/torch-plain.err"
+    $py examples/torch_passthrough.py > "$logs/torch-plain.json" 2> "$logs/torch.log"
     IBPSHIM_LOG_LEVEL=info LD_PRELOAD=$lib $py examples/torch_passthrough.py \
-        > "$logs/torch-shim.json" 2> "$logs/torch-shim.err"
-    PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register:True LD_PRELOAD=$lib \
-        $py examples/torch_passthrough.py > "$logs/torch-shim-register.json" 2> "$logs/torch-shim-register.err"
+        > "$logs/torch-shim.json" 2>> "$logs/torch.log"
+    PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register:True IBPSHIM_LOG_LEVEL=info LD_PRELOAD=$lib \
+        $py examples/torch_passthrough.py > "$logs/torch-shim-register.json" 2>> "$logs/torch.log"
     verdict=$($py - "$logs" <<'PY'
 import json, sys
 d = sys.argv[1]
@@ -90,16 +99,21 @@ print("%s; shim saw %s; register mode saw cudaHostRegister=%d" % (
 PY
 )
     row "PyTorch with/without shim" "$verdict"
+    row "PyTorch bytes (shim report)" "$(grep -m1 -E 'sent|saved' "$logs/torch.log" | cut -c1-120)"
+    cat "$logs"/torch-*.json >> "$logs/torch.log" && rm -f "$logs"/torch-*.json
 else
     row "PyTorch" "not available"
 fi
 
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 > "$logs/hookbench.txt" 2>&1
-LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --json > "$logs/hookbench.json" 2>&1
+LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --json >> "$logs/hookbench.txt" 2>&1
 row "hook overhead (200k calls)" "$(grep 'added by the hook' "$logs/hookbench.txt" | sed 's/^ *//')"
 "$build/tools/ibp-hookbench" --calls 100000 > "$logs/hookbench-noshim.txt" 2>&1
 row "same, without the shim (noise)" "$(grep 'added by the hook' "$logs/hookbench-noshim.txt" | sed 's/^ *//')"
+cat "$logs/hookbench-noshim.txt" >> "$logs/hookbench.txt" && rm -f "$logs/hookbench-noshim.txt"
 
-echo
-echo "== ibpshim device check $(date -u +%Y-%m-%dT%H:%MZ) =="
-printf '%s\n' "${rows[@]}"
+{
+    echo
+    echo "== ibpshim device check $(date -u +%Y-%m-%dT%H:%MZ) =="
+    printf '%s\n' "${rows[@]}"
+} | tee "$logs/summary.txt"

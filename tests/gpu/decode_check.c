@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the decode kernel against the CPU codec on real tensors and random data of every word
+ * size, whole runs and clipped ranges, output poisoned first and every byte checked; then
+ * decode-only and staged (DMA + decode) throughput next to a plain pinned copy (suite gpu). */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "ibpshim/codec.h"
+#include "kernels/decode_abi.h"
+#include "kernels/driver.h"
+#include "kernels/module.h"
+
+#define CHECK_CU(call)                                                                             \
+    do {                                                                                           \
+        const CUresult r_ = (call);                                                                \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ibp_driver_result_name(r_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static const IbpDriver *drv;
+static const IbpModule *mod;
+static int failures;
+
+typedef struct Encoded {
+    IbpCodecPlan *plan;
+    uint8_t *run;        /* pinned: blocks back to back */
+    uint64_t *offsets;   /* pinned, nblocks + 1 */
+    size_t run_len;
+    uint32_t nblocks;
+    size_t block_size;
+    int has_pred;
+} Encoded;
+
+static void *pinned(size_t n)
+{
+    void *p = NULL;
+    CHECK_CU(drv->cuMemHostAlloc(&p, n ? n : 1, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+    return p;
+}
+
+static int encode(const uint8_t *data, size_t len, size_t block_size, Encoded *e)
+{
+    IbpCodecPlanOptions opts = {.block_size = block_size};
+    memset(e, 0, sizeof(*e));
+    if (ibp_codec_plan_create(data, len, &opts, &e->plan))
+        return -1;
+    e->block_size = ibp_codec_plan_block_size(e->plan);
+    e->nblocks = (uint32_t)((len + e->block_size - 1) / e->block_size);
+    const size_t bound = ibp_codec_block_bound(e->plan, e->block_size);
+    uint8_t *tmp = aligned_alloc(16, (bound + 15) & ~(size_t)15);
+    e->run = pinned((size_t)e->nblocks * bound);
+    e->offsets = pinned(((size_t)e->nblocks + 1) * sizeof(uint64_t));
+    size_t at = 0;
+    for (uint32_t i = 0; i < e->nblocks; i++) {
+        const size_t off = (size_t)i * e->block_size;
+        const size_t n = len - off < e->block_size ? len - off : e->block_size;
+        size_t comp = 0;
+        if (ibp_codec_block_encode(e->plan, data + off, n, off, tmp, bound, &comp))
+            return -1;
+        e->offsets[i] = at;
+        memcpy(e->run + at, tmp, comp);
+        at += comp;
+    }
+    e->offsets[e->nblocks] = at;
+    e->run_len = at;
+    free(tmp);
+    IbpCodecPlanInfo info;
+    ibp_codec_plan_info(e->plan, &info);
+    e->has_pred = info.xf_delta + info.xf_xor > 0;
+    return 0;
+}
+
+static void release(Encoded *e)
+{
+    drv->cuMemFreeHost(e->run);
+    drv->cuMemFreeHost(e->offsets);
+    ibp_codec_plan_destroy(&e->plan);
+}
+
+/* Decodes blocks [first, first + count) with clip (skip, len) and checks against data. */
+static void check_range(const char *name, const uint8_t *data, const Encoded *e, CUdeviceptr d_run,
+                        CUdeviceptr d_plan, CUdeviceptr d_out, uint8_t *host_out, uint32_t first, uint32_t count,
+                        uint64_t skip, uint64_t len, size_t dst_misalign)
+{
+    CUdeviceptr d_offsets;
+    CHECK_CU(drv->cuMemHostGetDevicePointer(&d_offsets, e->offsets, 0));
+    CHECK_CU(drv->cuMemsetD8(d_out, 0xa5, len + dst_misalign + 16));
+    IbpDecodeArgs a = {.comp = d_run + e->offsets[first], .offsets = d_offsets + first * sizeof(uint64_t),
+                       .plan = d_plan, .dst = d_out + dst_misalign, .len = len, .skip = skip,
+                       .nblocks = count, .block_size = (uint32_t)e->block_size};
+    void *params[] = {&a};
+    if (ibp_kernel_launch(mod, IBP_KERNEL_DECODE, count, IBP_DECODE_THREADS, 0, NULL, params)) {
+        fprintf(stderr, "%s: launch failed\n", name);
+        failures++;
+        return;
+    }
+    CHECK_CU(drv->cuCtxSynchronize());
+    CHECK_CU(drv->cuMemcpyDtoH(host_out, d_out, len + dst_misalign + 16));
+    const uint8_t *want = data + (size_t)first * e->block_size + skip;
+    for (uint64_t i = 0; i < len; i++) {
+        if (host_out[dst_misalign + i] != want[i]) {
+            fprintf(stderr, "%s: blocks %u+%u skip %llu len %llu: byte %llu is 0x%02x, expected 0x%02x\n", name,
+                    first, count, (unsigned long long)skip, (unsigned long long)len, (unsigned long long)i,
+                    host_out[dst_misalign + i], want[i]);
+            failures++;
+            return;
+        }
+    }
+    for (size_t i = 0; i < dst_misalign; i++)
+        if (host_out[i] != 0xa5) {
+            fprintf(stderr, "%s: wrote before dst\n", name);
+            failures++;
+            return;
+        }
+    for (size_t i = 0; i < 16; i++)
+        if (host_out[dst_misalign + len + i] != 0xa5) {
+            fprintf(stderr, "%s: wrote past dst + len\n", name);
+            failures++;
+            return;
+        }
+}
+
+static double elapsed_ms(CUevent a, CUevent b)
+{
+    float ms = 0;
+    CHECK_CU(drv->cuEventElapsedTime(&ms, a, b));
+    return ms;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* Median of 9 timed repetitions of decode-only, staged DMA + decode, and a plain copy. */
+static void bench(const char *name, const uint8_t *data, size_t len, const Encoded *e, CUdeviceptr d_run,
+                  CUdeviceptr d_plan, CUdeviceptr d_out)
+{
+    CUdeviceptr d_offsets;
+    CHECK_CU(drv->cuMemHostGetDevicePointer(&d_offsets, e->offsets, 0));
+    uint8_t *src_pinned = pinned(len);
+    memcpy(src_pinned, data, len);
+    IbpDecodeArgs a = {.comp = d_run, .offsets = d_offsets, .plan = d_plan, .dst = d_out, .len = len, .skip = 0,
+                       .nblocks = e->nblocks, .block_size = (uint32_t)e->block_size};
+    void *params[] = {&a};
+    CUevent t0, t1;
+    CHECK_CU(drv->cuEventCreate(&t0, CU_EVENT_DEFAULT));
+    CHECK_CU(drv->cuEventCreate(&t1, CU_EVENT_DEFAULT));
+    double dec[9], staged[9], raw[9];
+    for (int rep = -2; rep < 9; rep++) {
+        CHECK_CU(drv->cuEventRecord(t0, NULL));
+        ibp_kernel_launch(mod, IBP_KERNEL_DECODE, e->nblocks, IBP_DECODE_THREADS, 0, NULL, params);
+        CHECK_CU(drv->cuEventRecord(t1, NULL));
+        CHECK_CU(drv->cuEventSynchronize(t1));
+        if (rep >= 0)
+            dec[rep] = elapsed_ms(t0, t1);
+        CHECK_CU(drv->cuEventRecord(t0, NULL));
+        CHECK_CU(drv->cuMemcpyHtoDAsync(d_run, e->run, e->run_len, NULL));
+        ibp_kernel_launch(mod, IBP_KERNEL_DECODE, e->nblocks, IBP_DECODE_THREADS, 0, NULL, params);
+        CHECK_CU(drv->cuEventRecord(t1, NULL));
+        CHECK_CU(drv->cuEventSynchronize(t1));
+        if (rep >= 0)
+            staged[rep] = elapsed_ms(t0, t1);
+        CHECK_CU(drv->cuEventRecord(t0, NULL));
+        CHECK_CU(drv->cuMemcpyHtoDAsync(d_out, src_pinned, len, NULL));
+        CHECK_CU(drv->cuEventRecord(t1, NULL));
+        CHECK_CU(drv->cuEventSynchronize(t1));
+        if (rep >= 0)
+            raw[rep] = elapsed_ms(t0, t1);
+    }
+    qsort(dec, 9, sizeof(double), cmp_double);
+    qsort(staged, 9, sizeof(double), cmp_double);
+    qsort(raw, 9, sizeof(double), cmp_double);
+    const double gb = (double)len / 1e9;
+    printf("%-36s %8.1f MiB ratio %.4f | decode-only %7.1f GB/s | DMA+decode %6.1f GB/s | raw pinned %6.1f GB/s"
+           " | speedup %.3f (ideal %.3f)\n",
+           name, (double)len / 1048576.0, (double)e->run_len / (double)len, gb / (dec[4] / 1e3),
+           gb / (staged[4] / 1e3), gb / (raw[4] / 1e3), raw[4] / staged[4], (double)len / (double)e->run_len);
+    drv->cuEventDestroy(t0);
+    drv->cuEventDestroy(t1);
+    drv->cuMemFreeHost(src_pinned);
+}
+
+static void run_case(const char *name, const uint8_t *data, size_t len, size_t block_size, int do_bench)
+{
+    Encoded e;
+    if (encode(data, len, block_size, &e)) {
+        fprintf(stderr, "%s: CPU encode failed\n", name);
+        failures++;
+        return;
+    }
+    size_t blob_len;
+    const void *blob = ibp_codec_plan_blob(e.plan, &blob_len);
+    CUdeviceptr d_run, d_plan, d_out;
+    CHECK_CU(drv->cuMemAlloc(&d_run, e.run_len + 16));
+    CHECK_CU(drv->cuMemAlloc(&d_plan, blob_len));
+    CHECK_CU(drv->cuMemAlloc(&d_out, len + 64));
+    CHECK_CU(drv->cuMemcpyHtoD(d_run, e.run, e.run_len));
+    CHECK_CU(drv->cuMemcpyHtoD(d_plan, blob, blob_len));
+    uint8_t *host_out = malloc(len + 64);
+    /* Whole run, then clipped ranges (predictor plans only clip whole blocks: the router sends
+     * their clipped edge blocks through scratch space). */
+    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0);
+    uint64_t seed = len * 2654435761u;
+    for (int k = 0; k < 12 && !failures; k++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const uint32_t first = (uint32_t)((seed >> 33) % e.nblocks);
+        const uint32_t count = 1 + (uint32_t)((seed >> 17) % (e.nblocks - first));
+        const size_t span_end = (size_t)(first + count) * e.block_size < len ? (size_t)(first + count) * e.block_size : len;
+        const size_t span = span_end - (size_t)first * e.block_size;
+        uint64_t skip = 0, l = span;
+        if (!e.has_pred) {
+            skip = (seed >> 5) % (span < e.block_size ? span : e.block_size);
+            l = 1 + (seed >> 11) % (span - skip);
+        }
+        check_range(name, data, &e, d_run, d_plan, d_out, host_out, first, count, skip, l, (size_t)(seed % 7));
+    }
+    if (do_bench && !failures)
+        bench(name, data, len, &e, d_run, d_plan, d_out);
+    free(host_out);
+    drv->cuMemFree(d_run);
+    drv->cuMemFree(d_plan);
+    drv->cuMemFree(d_out);
+    release(&e);
+}
+
+static uint8_t *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = malloc(*len ? *len : 1);
+    if (fread(buf, 1, *len, f) != *len) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+/* Tiles a tensor to at least `target` bytes so timings cover several times the L2. */
+static uint8_t *tile(const uint8_t *src, size_t len, size_t target, size_t *out_len)
+{
+    const size_t reps = (target + len - 1) / len;
+    uint8_t *buf = malloc(reps * len);
+    for (size_t i = 0; i < reps; i++)
+        memcpy(buf + i * len, src, len);
+    *out_len = reps * len;
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    ibp_log_init_from_env();
+    drv = ibp_driver_get();
+    if (!drv) {
+        printf("decode check skipped: no CUDA driver (%s)\n", ibp_driver_error());
+        return 77;
+    }
+    int count = 0;
+    if (drv->cuDeviceGetCount(&count) != CUDA_SUCCESS || !count) {
+        printf("decode check skipped: no GPU\n");
+        return 77;
+    }
+    const size_t bench_bytes = argc > 1 ? strtoull(argv[1], NULL, 10) : 0;
+    CUdevice dev;
+    CUcontext ctx;
+    CHECK_CU(drv->cuDeviceGet(&dev, 0));
+    CHECK_CU(drv->cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK_CU(drv->cuCtxPushCurrent(ctx));
+    if (ibp_module_get(ctx, &mod)) {
+        fprintf(stderr, "decode check: kernels did not load\n");
+        return 1;
+    }
+    /* Random data of every word size and awkward lengths. */
+    const size_t sizes[] = {1, 7, 4095, 65536 * 3 + 5, (1u << 20) + 3};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        const size_t n = sizes[si];
+        uint8_t *buf = malloc(n);
+        uint64_t x = 88172645463325252ull ^ n;
+        for (int kind = 0; kind < 4; kind++) {
+            for (size_t i = 0; i < n; i++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                switch (kind) {
+                case 0: buf[i] = (uint8_t)x; break;                                 /* random bytes */
+                case 1: buf[i] = (i % 4 == 3) ? 0x3c : (uint8_t)x; break;           /* fp32-like */
+                case 2: buf[i] = (i % 2 == 1) ? (uint8_t)(0x3f + (x & 1)) : (uint8_t)x; break; /* bf16-like */
+                default: buf[i] = (i % 8 < 2) ? (uint8_t)(x & 15) : 0; break;       /* small int64 */
+                }
+            }
+            char name[64];
+            snprintf(name, sizeof(name), "random kind %d, %zu bytes", kind, n);
+            run_case(name, buf, n, 65536, 0);
+        }
+        free(buf);
+    }
+    const char *dir = getenv("IBPSHIM_TEST_DATA");
+    static const char *const files[] = {"ocr_rec_linear85_f32_120x6625.bin", "ocr_det_all_f32.bin",
+                                        "ocr_rec_all_bf16.bin", "fashion_mnist_5000x784_u8.bin",
+                                        "movielens_100004x3_i32.bin", "digits_1797x64_f64.bin"};
+    int found = 0;
+    for (size_t i = 0; dir && i < sizeof(files) / sizeof(files[0]); i++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        size_t len = 0;
+        uint8_t *data = read_file(path, &len);
+        if (!data)
+            continue;
+        found++;
+        run_case(files[i], data, len, 0, 0);
+        if (bench_bytes) {
+            size_t tl;
+            uint8_t *t = tile(data, len, bench_bytes, &tl);
+            run_case(files[i], t, tl, 0, 1);
+            free(t);
+        }
+        free(data);
+    }
+    if (!found)
+        printf("decode check: real tensors skipped (set IBPSHIM_TEST_DATA to the data folder)\n");
+    CUcontext popped;
+    drv->cuCtxPopCurrent(&popped);
+    printf("decode check: %s\n", failures ? "FAILED" : "every byte matched");
+    return failures ? 1 : 0;
+}
