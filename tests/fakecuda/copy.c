@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: fake CUDA driver: memcpy and memset entry points with CUDA's host synchronization rules. */
+#include "tests/fakecuda/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* What an entry point requires of its endpoints (cuMemcpyHtoD wants a device destination...). */
+typedef enum CopyShape {
+    SHAPE_ANY,
+    SHAPE_H2D,
+    SHAPE_D2H,
+    SHAPE_D2D,
+} CopyShape;
+
+typedef enum CopyMode {
+    MODE_ASYNC, /* cu*Async */
+    MODE_SYNC,  /* the blocking forms */
+} CopyMode;
+
+/* Classifies an endpoint of n bytes: device (must lie wholly in one allocation), pinned (wholly in
+ * one pinned or registered range) or pageable (anything else, including ranges only partly pinned,
+ * which the driver also stages).  Returns false for a bad device range. */
+static bool classify(uintptr_t p, size_t n, bool *device, bool *pinned)
+{
+    FakecudaPtrInfo info;
+    fakecuda_mem_lookup(p, &info);
+    *device = info.kind == FAKECUDA_MEM_DEVICE;
+    *pinned = false;
+    if (*device)
+        return info.size > 0 && n <= info.size - (p - info.base);
+    if (info.kind != FAKECUDA_MEM_PAGEABLE)
+        *pinned = n <= info.size - (p - info.base);
+    return true;
+}
+
+static CUresult copy(uintptr_t dst, uintptr_t src, size_t n, CUstream handle, bool per_thread,
+                     CopyMode mode, CopyShape shape)
+{
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(handle, per_thread, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    bool dst_dev = false, dst_pinned = false, src_dev = false, src_pinned = false;
+    FakecudaOp *op = NULL;
+    if (n == 0)
+        goto done; /* an empty copy is a successful no-op, whatever the pointers */
+    const bool dst_ok = classify(dst, n, &dst_dev, &dst_pinned);
+    const bool src_ok = classify(src, n, &src_dev, &src_pinned);
+    if (!dst || !src || !dst_ok || !src_ok) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    if ((shape == SHAPE_H2D && (!dst_dev || src_dev)) || (shape == SHAPE_D2H && (dst_dev || !src_dev)) ||
+        (shape == SHAPE_D2D && (!dst_dev || !src_dev))) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    const bool src_pageable = !src_dev && !src_pinned;
+    const bool dst_pageable = !dst_dev && !dst_pinned;
+    /* Captured copies, pageable ones included, read their source at each graph launch. */
+    const bool capturing = fakecuda_stream_capturing(s);
+    op = fakecuda_op_new(FAKECUDA_OP_COPY);
+    if (!op) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    op->u.copy.dst = dst;
+    op->u.copy.src = src;
+    op->u.copy.n = n;
+    op->u.copy.delay = mode == MODE_ASYNC;
+
+    bool wait = mode == MODE_SYNC;
+    if (capturing) {
+        wait = false;
+    } else if (dst_dev && src_pageable) {
+        /* The driver consumes a pageable source before returning: later host writes don't arrive. */
+        op->u.copy.staging = malloc(n);
+        if (!op->u.copy.staging) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+            goto done;
+        }
+        memcpy(op->u.copy.staging, (const void *)src, n);
+        atomic_fetch_add_explicit(&fakecuda_counters.h2d_staged_calls, 1, memory_order_relaxed);
+        /* The blocking form also returns once the source is staged, before the DMA lands. */
+        wait = false;
+    } else if (dst_dev && src_dev) {
+        wait = false; /* device to device never blocks the host */
+    } else if (!dst_dev && !src_dev) {
+        wait = wait || src_pageable || dst_pageable; /* host to host with pageable memory is done now */
+    } else if (dst_pageable) {
+        wait = true; /* device to pageable host returns once the copy is done */
+    }
+    FAKECUDA_TRACE("memcpy dst=%#lx%s src=%#lx%s n=%zu stream=%p %s", (unsigned long)dst,
+                   dst_dev ? "(dev)" : dst_pinned ? "(pinned)" : "", (unsigned long)src,
+                   src_dev ? "(dev)" : src_pinned ? "(pinned)" : "", n, (void *)handle,
+                   wait ? "sync" : "async");
+    r = wait ? fakecuda_stream_submit_sync(s, op) : fakecuda_stream_submit(s, op);
+    op = NULL;
+done:
+    fakecuda_op_free(op);
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+#define P(x) ((uintptr_t)(x))
+
+FAKECUDA_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy(P(dst), P(src), n, NULL, false, MODE_SYNC, SHAPE_ANY);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy(P(dst), P(src), n, NULL, true, MODE_SYNC, SHAPE_ANY);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy(P(dst), P(src), n, s, false, MODE_ASYNC, SHAPE_ANY);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy(P(dst), P(src), n, s, true, MODE_ASYNC, SHAPE_ANY);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+    return copy(P(dst), P(src), n, NULL, false, MODE_SYNC, SHAPE_H2D);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n)
+{
+    return copy(P(dst), P(src), n, NULL, true, MODE_SYNC, SHAPE_H2D);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+    return copy(P(dst), P(src), n, NULL, false, MODE_SYNC, SHAPE_D2H);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n)
+{
+    return copy(P(dst), P(src), n, NULL, true, MODE_SYNC, SHAPE_D2H);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy(P(dst), P(src), n, NULL, false, MODE_SYNC, SHAPE_D2D);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy(P(dst), P(src), n, NULL, true, MODE_SYNC, SHAPE_D2D);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    return copy(P(dst), P(src), n, s, false, MODE_ASYNC, SHAPE_H2D);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    return copy(P(dst), P(src), n, s, true, MODE_ASYNC, SHAPE_H2D);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy(P(dst), P(src), n, s, false, MODE_ASYNC, SHAPE_D2H);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy(P(dst), P(src), n, s, true, MODE_ASYNC, SHAPE_D2H);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy(P(dst), P(src), n, s, false, MODE_ASYNC, SHAPE_D2D);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy(P(dst), P(src), n, s, true, MODE_ASYNC, SHAPE_D2D);
+}
+
+/* Memsets target device memory or pinned host memory (reachable through unified addressing). */
+static CUresult memset_d8(uintptr_t dst, unsigned char value, size_t n, CUstream handle, bool per_thread,
+                          CopyMode mode)
+{
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(handle, per_thread, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    bool device = false, pinned = false;
+    if (!dst || !classify(dst, n ? n : 1, &device, &pinned) || (!device && !pinned)) {
+        fakecuda_stream_unref(s);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (n > 0) {
+        FakecudaOp *const op = fakecuda_op_new(FAKECUDA_OP_MEMSET);
+        if (!op) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            op->u.memset.dst = dst;
+            op->u.memset.n = n;
+            op->u.memset.value = value;
+            /* The blocking form is asynchronous for device memory, synchronous for host memory. */
+            r = mode == MODE_SYNC && !device ? fakecuda_stream_submit_sync(s, op)
+                                             : fakecuda_stream_submit(s, op);
+        }
+    }
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n)
+{
+    return memset_d8(P(dst), value, n, NULL, false, MODE_SYNC);
+}
+
+FAKECUDA_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char value, size_t n)
+{
+    return memset_d8(P(dst), value, n, NULL, true, MODE_SYNC);
+}
+
+FAKECUDA_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s)
+{
+    return memset_d8(P(dst), value, n, s, false, MODE_ASYNC);
+}
+
+FAKECUDA_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char value, size_t n, CUstream s)
+{
+    return memset_d8(P(dst), value, n, s, true, MODE_ASYNC);
+}

@@ -1,0 +1,477 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: fake CUDA driver: initialisation, devices, primary contexts, errors, logging, counters. */
+#include "tests/fakecuda/internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+FakecudaGlobals fakecuda_g;
+FakecudaCounters fakecuda_counters;
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+/* Reports a H200-like part: 132 SMs, compute capability 9.0. */
+#define FAKE_SM_COUNT 132
+#define FAKE_CC_MAJOR 9
+#define FAKE_CC_MINOR 0
+#define FAKE_SMEM_PER_BLOCK (48 * 1024)
+#define FAKE_SMEM_PER_BLOCK_OPTIN (227 * 1024)
+#define FAKE_SMEM_PER_SM (228 * 1024)
+#define FAKE_L2_BYTES (50 * 1024 * 1024)
+
+static void read_env(void)
+{
+    const char *devices = getenv("FAKECUDA_DEVICES");
+    int count = 1;
+    if (devices && *devices) {
+        char *end = NULL;
+        const long v = strtol(devices, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= FAKECUDA_MAX_DEVICES)
+            count = (int)v;
+    }
+    fakecuda_g.device_count = count;
+    const char *log = getenv("FAKECUDA_LOG");
+    fakecuda_g.log = log && (!strcmp(log, "1") || !strcmp(log, "true") || !strcmp(log, "yes"));
+    const char *delay = getenv("FAKECUDA_COPY_DELAY_US");
+    if (delay && *delay)
+        atomic_store(&fakecuda_g.copy_delay_us, (unsigned)strtoul(delay, NULL, 10));
+    for (int i = 0; i < FAKECUDA_MAX_DEVICES; i++)
+        fakecuda_g.ctx[i].device = i;
+}
+
+void fakecuda_env_once(void)
+{
+    pthread_once(&env_once, read_env);
+}
+
+void fakecuda_log(const char *fmt, ...)
+{
+    char line[512];
+    const int head = snprintf(line, sizeof(line), "fakecuda: ");
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(line + head, sizeof(line) - (size_t)head - 1, fmt, ap);
+    va_end(ap);
+    if (len < 0)
+        return;
+    len += head;
+    if ((size_t)len > sizeof(line) - 2)
+        len = (int)sizeof(line) - 2;
+    line[len++] = '\n';
+    const ssize_t written = write(2, line, (size_t)len);
+    (void)written;
+}
+
+CUresult fakecuda_check_init(void)
+{
+    fakecuda_env_once();
+    if (fakecuda_g.device_count == 0)
+        return CUDA_ERROR_NO_DEVICE;
+    if (!atomic_load(&fakecuda_g.initialised))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return CUDA_SUCCESS;
+}
+
+/* ---- contexts: one primary context per device and a per-thread stack ---- */
+
+static _Thread_local CUcontext ctx_stack[FAKECUDA_CTX_STACK_MAX];
+static _Thread_local int ctx_depth;
+
+CUcontext fakecuda_ctx_current(void)
+{
+    return ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
+}
+
+bool fakecuda_ctx_valid(CUcontext ctx)
+{
+    for (int i = 0; i < fakecuda_g.device_count; i++)
+        if (ctx == &fakecuda_g.ctx[i])
+            return true;
+    return false;
+}
+
+CUresult fakecuda_current_device(int *device)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const CUcontext ctx = fakecuda_ctx_current();
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *device = ctx->device;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuInit(unsigned int flags)
+{
+    fakecuda_env_once();
+    FAKECUDA_TRACE("cuInit(%u) devices=%d", flags, fakecuda_g.device_count);
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (fakecuda_g.device_count == 0)
+        return CUDA_ERROR_NO_DEVICE;
+    atomic_store(&fakecuda_g.initialised, true);
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDriverGetVersion(int *version)
+{
+    if (!version)
+        return CUDA_ERROR_INVALID_VALUE;
+    *version = FAKECUDA_DRIVER_VERSION;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceGetCount(int *count)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r == CUDA_ERROR_NOT_INITIALIZED)
+        return r;
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = fakecuda_g.device_count;
+    return r == CUDA_ERROR_NO_DEVICE ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= fakecuda_g.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+static bool device_valid(CUdevice dev)
+{
+    return dev >= 0 && dev < fakecuda_g.device_count;
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!device_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "fakecuda");
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!device_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = (size_t)FAKECUDA_DEVICE_BYTES;
+    return CUDA_SUCCESS;
+}
+
+static int attribute_value(CUdevice_attribute attr, CUdevice dev)
+{
+    switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: return 64;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: return 2147483647;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: return 65535;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: return 65535;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: return FAKE_SMEM_PER_BLOCK;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: return 65536;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: return 32;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: return 2147483647;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: return 65536;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: return 512;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return FAKE_SM_COUNT;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED: return 0;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: return 1;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: return CU_COMPUTEMODE_DEFAULT;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: return 1;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: return 1;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x18 + dev;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: return 0;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: return 0;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: return 3;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: return 1;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: return 6144;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: return FAKE_L2_BYTES;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return 2048;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: return FAKE_CC_MAJOR;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: return FAKE_CC_MINOR;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return FAKE_SMEM_PER_SM;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: return 65536;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: return 1;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: return 0;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: return 1;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: return 1;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: return FAKE_SMEM_PER_BLOCK_OPTIN;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return 32;
+    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: return 1024;
+    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: return 1;
+    default: return 0;
+    }
+}
+
+FAKECUDA_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice dev)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!value || (int)attr <= 0 || attr >= CU_DEVICE_ATTRIBUTE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!device_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *value = attribute_value(attr, dev);
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!device_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    atomic_fetch_add(&fakecuda_g.ctx[dev].retains, 1);
+    *pctx = &fakecuda_g.ctx[dev];
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!device_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    int old = atomic_load(&fakecuda_g.ctx[dev].retains);
+    do {
+        if (old <= 0)
+            return CUDA_ERROR_INVALID_CONTEXT;
+    } while (!atomic_compare_exchange_weak(&fakecuda_g.ctx[dev].retains, &old, old - 1));
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!device_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *flags = 0;
+    *active = atomic_load(&fakecuda_g.ctx[dev].retains) > 0;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = fakecuda_ctx_current();
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!ctx) {
+        if (ctx_depth > 0)
+            ctx_depth--;
+        return CUDA_SUCCESS;
+    }
+    if (!fakecuda_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx_depth == 0)
+        ctx_depth = 1;
+    ctx_stack[ctx_depth - 1] = ctx;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!ctx || !fakecuda_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx_depth == FAKECUDA_CTX_STACK_MAX)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ctx_stack[ctx_depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (ctx_depth == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    const CUcontext top = ctx_stack[--ctx_depth];
+    if (pctx)
+        *pctx = top;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
+{
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    int dev = 0;
+    const CUresult r = fakecuda_current_device(&dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *device = dev;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxSynchronize(void)
+{
+    int dev = 0;
+    CUresult r = fakecuda_current_device(&dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = fakecuda_capture_check_unsafe();
+    if (r != CUDA_SUCCESS)
+        return r;
+    return fakecuda_device_sync(dev);
+}
+
+/* ---- errors ---- */
+
+typedef struct ErrorText {
+    CUresult code;
+    const char *name;
+    const char *text;
+} ErrorText;
+
+#define E(code, text) {code, #code, text}
+static const ErrorText error_texts[] = {
+    E(CUDA_SUCCESS, "no error"),
+    E(CUDA_ERROR_INVALID_VALUE, "invalid argument"),
+    E(CUDA_ERROR_OUT_OF_MEMORY, "out of memory"),
+    E(CUDA_ERROR_NOT_INITIALIZED, "initialization error"),
+    E(CUDA_ERROR_DEINITIALIZED, "driver shutting down"),
+    E(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected"),
+    E(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal"),
+    E(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid"),
+    E(CUDA_ERROR_INVALID_CONTEXT, "invalid device context"),
+    E(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"),
+    E(CUDA_ERROR_NOT_FOUND, "named symbol not found"),
+    E(CUDA_ERROR_NOT_READY, "device not ready"),
+    E(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered"),
+    E(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources requested for launch"),
+    E(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "part or all of the requested memory range is already mapped"),
+    E(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "pointer does not correspond to a registered memory region"),
+    E(CUDA_ERROR_NOT_SUPPORTED, "operation not supported"),
+    E(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state"),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing"),
+    E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture"),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "capture was not ended in the same stream as it began"),
+    E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "operation would make the legacy stream depend on a capturing blocking stream"),
+    E(CUDA_ERROR_CAPTURED_EVENT, "operation not permitted on an event last recorded in a capturing stream"),
+    E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "attempt to terminate a thread-local capture sequence from another thread"),
+    E(CUDA_ERROR_UNKNOWN, "unknown error"),
+};
+#undef E
+
+FAKECUDA_EXPORT CUresult cuGetErrorString(CUresult error, const char **str)
+{
+    if (!str)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof(error_texts) / sizeof(error_texts[0]); i++) {
+        if (error_texts[i].code == error) {
+            *str = error_texts[i].text;
+            return CUDA_SUCCESS;
+        }
+    }
+    *str = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKECUDA_EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
+{
+    if (!str)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof(error_texts) / sizeof(error_texts[0]); i++) {
+        if (error_texts[i].code == error) {
+            *str = error_texts[i].name;
+            return CUDA_SUCCESS;
+        }
+    }
+    *str = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- counters ---- */
+
+FAKECUDA_EXPORT void fakecuda_stats(FakecudaStats *out)
+{
+    if (!out)
+        return;
+    FakecudaCounters *const c = &fakecuda_counters;
+    out->h2d_bytes = atomic_load(&c->h2d_bytes);
+    out->d2h_bytes = atomic_load(&c->d2h_bytes);
+    out->d2d_bytes = atomic_load(&c->d2d_bytes);
+    out->h2h_bytes = atomic_load(&c->h2h_bytes);
+    out->h2d_calls = atomic_load(&c->h2d_calls);
+    out->d2h_calls = atomic_load(&c->d2h_calls);
+    out->d2d_calls = atomic_load(&c->d2d_calls);
+    out->h2h_calls = atomic_load(&c->h2h_calls);
+    out->h2d_staged_calls = atomic_load(&c->h2d_staged_calls);
+    out->memset_bytes = atomic_load(&c->memset_bytes);
+    out->memset_calls = atomic_load(&c->memset_calls);
+    out->kernel_launches = atomic_load(&c->kernel_launches);
+    out->device_allocs = atomic_load(&c->device_allocs);
+    out->host_allocs = atomic_load(&c->host_allocs);
+    out->host_registers = atomic_load(&c->host_registers);
+}
+
+FAKECUDA_EXPORT void fakecuda_reset_stats(void)
+{
+    FakecudaCounters *const c = &fakecuda_counters;
+    atomic_ullong *const all[] = {
+        &c->h2d_bytes, &c->d2h_bytes, &c->d2d_bytes, &c->h2h_bytes,
+        &c->h2d_calls, &c->d2h_calls, &c->d2d_calls, &c->h2h_calls,
+        &c->h2d_staged_calls, &c->memset_bytes, &c->memset_calls, &c->kernel_launches,
+        &c->device_allocs, &c->host_allocs, &c->host_registers,
+    };
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        atomic_store(all[i], 0);
+}
+
+FAKECUDA_EXPORT void fakecuda_set_copy_delay_us(unsigned us)
+{
+    fakecuda_env_once();
+    atomic_store(&fakecuda_g.copy_delay_us, us);
+}

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: CPU implementations of the project's CUDA kernels, looked up by name by the fake driver. */
+#include "tests/fakecuda/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/format.h"
+#include "ibpshim/codec.h"
+#include "kernels/decode_abi.h"
+
+/* ibp_k_selftest(uint32_t *out, uint32_t n, uint32_t seed): out[i] = (uint32_t)(i * 2654435761u) ^ seed
+ * for every i < n, whatever the grid (the CUDA version strides over the grid). */
+static CUresult k_selftest(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    CUdeviceptr out;
+    uint32_t n, seed;
+    memcpy(&out, params[0], sizeof(out));
+    memcpy(&n, params[1], sizeof(n));
+    memcpy(&seed, params[2], sizeof(seed));
+    if (n == 0)
+        return CUDA_SUCCESS;
+    uint32_t *const dst = fakecuda_mem_access((uintptr_t)out, (size_t)n * sizeof(uint32_t), false);
+    if (!dst)
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    for (uint32_t i = 0; i < n; i++)
+        dst[i] = (uint32_t)(i * 2654435761u) ^ seed;
+    return CUDA_SUCCESS;
+}
+
+/* ibp_k_decode(IbpDecodeArgs a): the CPU codec decodes each block of the run and the bytes
+ * [a.skip, a.skip + a.len) of the run land at a.dst, exactly what the CUDA kernel writes. */
+static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    IbpDecodeArgs a;
+    memcpy(&a, params[0], sizeof(a));
+    const IbpPlanHeader *ph = fakecuda_mem_access((uintptr_t)a.plan, sizeof(IbpPlanHeader), false);
+    if (!ph)
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    const void *blob = fakecuda_mem_access((uintptr_t)a.plan, ph->blob_len, false);
+    const uint64_t *offs = fakecuda_mem_access((uintptr_t)a.offsets, ((size_t)a.nblocks + 1) * 8, false);
+    uint8_t *dst = a.len ? fakecuda_mem_access((uintptr_t)a.dst, a.len, false) : NULL;
+    if (!blob || !offs || (a.len && !dst))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    IbpCodecPlan *plan = NULL;
+    if (ibp_codec_plan_from_blob(blob, ph->blob_len, &plan))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint8_t *tmp = malloc(a.block_size ? a.block_size : 1);
+    CUresult res = tmp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    for (uint32_t b = 0; b < a.nblocks && res == CUDA_SUCCESS; b++) {
+        const size_t comp_len = offs[b + 1] - offs[b];
+        const uint8_t *blk = fakecuda_mem_access((uintptr_t)(a.comp + (offs[b] - offs[0])), comp_len, false);
+        IbpBlockHeader h;
+        if (!blk || comp_len < sizeof(h)) {
+            res = CUDA_ERROR_ILLEGAL_ADDRESS;
+            break;
+        }
+        memcpy(&h, blk, sizeof(h));
+        if (h.orig_len > a.block_size ||
+            ibp_codec_block_decode(plan, blk, comp_len, h.orig_len, tmp, h.orig_len)) {
+            res = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        /* Block b covers run bytes [b * block_size, b * block_size + orig_len). */
+        const uint64_t start = (uint64_t)b * a.block_size;
+        const uint64_t lo = start > a.skip ? start : a.skip;
+        const uint64_t end = start + h.orig_len < a.skip + a.len ? start + h.orig_len : a.skip + a.len;
+        if (end > lo)
+            memcpy(dst + (lo - a.skip), tmp + (lo - start), end - lo);
+    }
+    free(tmp);
+    ibp_codec_plan_destroy(&plan);
+    return res;
+}
+
+const FakecudaKernel fakecuda_kernels[] = {
+    FAKECUDA_KERNEL(ibp_k_selftest, k_selftest, sizeof(CUdeviceptr), sizeof(uint32_t), sizeof(uint32_t)),
+    FAKECUDA_KERNEL(ibp_k_decode, k_decode, sizeof(IbpDecodeArgs)),
+};
+
+const size_t fakecuda_kernel_count = sizeof(fakecuda_kernels) / sizeof(fakecuda_kernels[0]);

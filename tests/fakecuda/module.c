@@ -1,0 +1,325 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: fake CUDA driver: modules resolve kernel names to CPU implementations; launches run them
+ * on the stream's worker thread. */
+#include "tests/fakecuda/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FATBIN_MAGIC 0xBA55ED50u /* fatbin header, little endian */
+#define FATBIN_WRAPPER_MAGIC 0x466243B1u /* fatbin wrapper as emitted into host objects */
+#define MAX_THREADS_PER_BLOCK 1024u
+#define DEFAULT_DYNAMIC_SMEM (48u * 1024u)
+#define OPTIN_DYNAMIC_SMEM (227u * 1024u)
+
+struct CUfunc_st {
+    const FakecudaKernel *kernel;
+    CUmodule module;
+    int max_dynamic_smem;
+    struct CUfunc_st *next;
+};
+
+struct CUmod_st {
+    CUfunction functions;
+    struct CUmod_st *next;
+};
+
+static pthread_mutex_t modules_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUmodule all_modules;
+
+static bool image_valid(const void *image)
+{
+    const unsigned char *const b = image;
+    if (b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F')
+        return true;
+    uint32_t magic;
+    memcpy(&magic, b, sizeof(magic));
+    return magic == FATBIN_MAGIC || magic == FATBIN_WRAPPER_MAGIC;
+}
+
+FAKECUDA_EXPORT CUresult cuModuleLoadData(CUmodule *out, const void *image)
+{
+    int dev = 0;
+    CUresult r = fakecuda_current_device(&dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    r = fakecuda_capture_check_unsafe();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!image_valid(image))
+        return CUDA_ERROR_INVALID_IMAGE;
+    const CUmodule m = calloc(1, sizeof(*m));
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&modules_mu);
+    m->next = all_modules;
+    all_modules = m;
+    pthread_mutex_unlock(&modules_mu);
+    *out = m;
+    FAKECUDA_TRACE("cuModuleLoadData -> %p", (void *)m);
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *out, const void *image)
+{
+    return cuModuleLoadData(out, image);
+}
+
+FAKECUDA_EXPORT CUresult cuModuleUnload(CUmodule m)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    bool found = false;
+    pthread_mutex_lock(&modules_mu);
+    for (CUmodule *p = &all_modules; *p; p = &(*p)->next) {
+        if (*p == m) {
+            *p = m->next;
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&modules_mu);
+    if (!found)
+        return CUDA_ERROR_INVALID_HANDLE;
+    /* Launches already queued hold their kernel by table pointer, so the module can go now. */
+    while (m->functions) {
+        const CUfunction f = m->functions;
+        m->functions = f->next;
+        free(f);
+    }
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *name)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    const FakecudaKernel *kernel = NULL;
+    for (size_t i = 0; i < fakecuda_kernel_count; i++)
+        if (!strcmp(fakecuda_kernels[i].name, name))
+            kernel = &fakecuda_kernels[i];
+    CUresult rc = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&modules_mu);
+    for (CUmodule p = all_modules; p; p = p->next) {
+        if (p != m)
+            continue;
+        rc = CUDA_ERROR_NOT_FOUND;
+        if (!kernel)
+            break;
+        CUfunction f = NULL;
+        for (CUfunction q = m->functions; q; q = q->next)
+            if (q->kernel == kernel)
+                f = q;
+        if (!f) {
+            f = calloc(1, sizeof(*f));
+            if (!f) {
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            f->kernel = kernel;
+            f->module = m;
+            f->max_dynamic_smem = (int)DEFAULT_DYNAMIC_SMEM;
+            f->next = m->functions;
+            m->functions = f;
+        }
+        *out = f;
+        rc = CUDA_SUCCESS;
+        break;
+    }
+    pthread_mutex_unlock(&modules_mu);
+    FAKECUDA_TRACE("cuModuleGetFunction(%s) -> %d", name, (int)rc);
+    return rc;
+}
+
+/* Copies the function's settings out under the lock; false if f is not a live function. */
+static bool function_get(CUfunction f, const FakecudaKernel **kernel, int *max_dynamic_smem)
+{
+    bool found = false;
+    pthread_mutex_lock(&modules_mu);
+    for (CUmodule m = all_modules; m && !found; m = m->next) {
+        for (CUfunction q = m->functions; q; q = q->next) {
+            if (q == f) {
+                *kernel = q->kernel;
+                *max_dynamic_smem = q->max_dynamic_smem;
+                found = true;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&modules_mu);
+    return found;
+}
+
+FAKECUDA_EXPORT CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attr, CUfunction f)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const FakecudaKernel *kernel = NULL;
+    int max_dyn = 0;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!function_get(f, &kernel, &max_dyn))
+        return CUDA_ERROR_INVALID_HANDLE;
+    switch (attr) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = (int)MAX_THREADS_PER_BLOCK; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *value = 90; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = 90; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = max_dyn; break;
+    default:
+        if ((int)attr < 0 || attr >= CU_FUNC_ATTRIBUTE_MAX)
+            return CUDA_ERROR_INVALID_VALUE;
+        *value = 0;
+        break;
+    }
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int value)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+        if (value < 0 || (unsigned)value > OPTIN_DYNAMIC_SMEM)
+            return CUDA_ERROR_INVALID_VALUE;
+    } else if (attr != CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUresult rc = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&modules_mu);
+    for (CUmodule m = all_modules; m; m = m->next) {
+        for (CUfunction q = m->functions; q; q = q->next) {
+            if (q == f) {
+                if (attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+                    q->max_dynamic_smem = value;
+                rc = CUDA_SUCCESS;
+            }
+        }
+    }
+    pthread_mutex_unlock(&modules_mu);
+    return rc;
+}
+
+FAKECUDA_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction f, int block_size,
+                                                                     size_t dynamic_smem)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const FakecudaKernel *kernel = NULL;
+    int max_dyn = 0;
+    if (!blocks || block_size <= 0 || (unsigned)block_size > MAX_THREADS_PER_BLOCK)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!function_get(f, &kernel, &max_dyn))
+        return CUDA_ERROR_INVALID_HANDLE;
+    const int warps = (block_size + 31) / 32;
+    int n = 64 / warps; /* 2048 threads per SM */
+    if (n > 32)
+        n = 32;
+    const size_t per_block = dynamic_smem + 1024; /* the driver reserves 1 KiB per block */
+    const int by_smem = (int)((228u * 1024u) / per_block);
+    if (by_smem < n)
+        n = by_smem;
+    *blocks = n;
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
+                       CUstream handle, void **params, void **extra, bool per_thread_default)
+{
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    const FakecudaKernel *kernel = NULL;
+    int max_dyn = 0;
+    FakecudaOp *op = NULL;
+    if (!function_get(f, &kernel, &max_dyn)) {
+        r = CUDA_ERROR_INVALID_HANDLE;
+        goto done;
+    }
+    const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];
+    if (extra || !grid[0] || !grid[1] || !grid[2] || !block[0] || !block[1] || !block[2] ||
+        block[2] > 64 || grid[1] > 65535 || grid[2] > 65535 || (kernel->param_count && !params)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    if (threads > MAX_THREADS_PER_BLOCK || smem > (unsigned)max_dyn) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    op = fakecuda_op_new(FAKECUDA_OP_KERNEL);
+    if (!op) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    op->u.kernel.kernel = kernel;
+    memcpy(op->u.kernel.grid, grid, sizeof(op->u.kernel.grid));
+    memcpy(op->u.kernel.block, block, sizeof(op->u.kernel.block));
+    op->u.kernel.shared_bytes = smem;
+    /* Arguments are copied at launch, as the driver does: params may point at the caller's stack. */
+    size_t total = 0;
+    for (unsigned i = 0; i < kernel->param_count; i++)
+        total += (kernel->param_sizes[i] + 7) & ~(size_t)7;
+    op->u.kernel.blob = malloc(total ? total : 1);
+    op->u.kernel.params = calloc(kernel->param_count ? kernel->param_count : 1, sizeof(void *));
+    if (!op->u.kernel.blob || !op->u.kernel.params) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    size_t off = 0;
+    for (unsigned i = 0; i < kernel->param_count; i++) {
+        if (!params[i]) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            goto done;
+        }
+        op->u.kernel.params[i] = (char *)op->u.kernel.blob + off;
+        memcpy(op->u.kernel.params[i], params[i], kernel->param_sizes[i]);
+        off += (kernel->param_sizes[i] + 7) & ~(size_t)7;
+    }
+    FAKECUDA_TRACE("cuLaunchKernel(%s, grid=%ux%ux%u, block=%ux%ux%u, smem=%u, stream=%p)", kernel->name,
+                   grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, (void *)handle);
+    r = fakecuda_stream_submit(s, op);
+    op = NULL;
+done:
+    fakecuda_op_free(op);
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem,
+                                        CUstream stream, void **params, void **extra)
+{
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    return launch(f, grid, block, smem, stream, params, extra, false);
+}
+
+FAKECUDA_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                             unsigned int bx, unsigned int by, unsigned int bz,
+                                             unsigned int smem, CUstream stream, void **params, void **extra)
+{
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    return launch(f, grid, block, smem, stream, params, extra, true);
+}
+
+CUresult fakecuda_kernel_run(const FakecudaOp *op)
+{
+    FakecudaGrid g;
+    memcpy(g.grid, op->u.kernel.grid, sizeof(g.grid));
+    memcpy(g.block, op->u.kernel.block, sizeof(g.block));
+    g.shared_bytes = op->u.kernel.shared_bytes;
+    return op->u.kernel.kernel->fn(&g, op->u.kernel.params);
+}

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: fake CUDA driver: cuGetProcAddress resolves base names to the newest implemented version. */
+#include "tests/fakecuda/internal.h"
+
+#include <string.h>
+
+typedef struct ProcEntry {
+    const char *name;
+    int since;      /* first CUDA version (1000 * major + 10 * minor) that maps the name here */
+    void *fn;
+    void *fn_ptsz;  /* per-thread default stream flavour, or NULL when the call takes no stream */
+} ProcEntry;
+
+/* Function pointers go through void * as dlsym's do (POSIX guarantees the round trip). */
+#define F(fn) ((void *)(fn))
+#define ENTRY(name, since, fn) {name, since, F(fn), NULL}
+#define ENTRY_PT(name, since, fn, pt) {name, since, F(fn), F(pt)}
+
+static const ProcEntry table[] = {
+    ENTRY("cuInit", 2000, cuInit),
+    ENTRY("cuDriverGetVersion", 2020, cuDriverGetVersion),
+    ENTRY("cuGetErrorString", 6000, cuGetErrorString),
+    ENTRY("cuGetErrorName", 6000, cuGetErrorName),
+    ENTRY("cuGetProcAddress", 12000, cuGetProcAddress_v2),
+    ENTRY("cuDeviceGet", 2000, cuDeviceGet),
+    ENTRY("cuDeviceGetCount", 2000, cuDeviceGetCount),
+    ENTRY("cuDeviceGetName", 2000, cuDeviceGetName),
+    ENTRY("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
+    ENTRY("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
+    ENTRY("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+    ENTRY("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+    ENTRY("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
+    ENTRY("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
+    ENTRY("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
+    ENTRY("cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2),
+    ENTRY("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
+    ENTRY("cuCtxGetDevice", 2000, cuCtxGetDevice),
+    ENTRY("cuCtxSynchronize", 2000, cuCtxSynchronize),
+    ENTRY("cuModuleLoadData", 2000, cuModuleLoadData),
+    ENTRY("cuModuleLoadFatBinary", 2000, cuModuleLoadFatBinary),
+    ENTRY("cuModuleUnload", 2000, cuModuleUnload),
+    ENTRY("cuModuleGetFunction", 2000, cuModuleGetFunction),
+    ENTRY("cuFuncGetAttribute", 2020, cuFuncGetAttribute),
+    ENTRY("cuFuncSetAttribute", 9000, cuFuncSetAttribute),
+    ENTRY("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, cuOccupancyMaxActiveBlocksPerMultiprocessor),
+    ENTRY_PT("cuLaunchKernel", 4000, cuLaunchKernel, cuLaunchKernel_ptsz),
+    ENTRY_PT("cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
+    ENTRY("cuMemAlloc", 3020, cuMemAlloc_v2),
+    ENTRY("cuMemFree", 3020, cuMemFree_v2),
+    ENTRY("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+    ENTRY("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+    ENTRY("cuMemAllocHost", 3020, cuMemAllocHost_v2),
+    ENTRY("cuMemFreeHost", 2000, cuMemFreeHost),
+    ENTRY("cuMemHostAlloc", 2020, cuMemHostAlloc),
+    ENTRY("cuMemHostRegister", 6050, cuMemHostRegister_v2),
+    ENTRY("cuMemHostUnregister", 4000, cuMemHostUnregister),
+    ENTRY("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+    ENTRY("cuMemHostGetFlags", 2030, cuMemHostGetFlags),
+    ENTRY_PT("cuMemcpy", 4000, cuMemcpy, cuMemcpy_ptds),
+    ENTRY_PT("cuMemcpyAsync", 4000, cuMemcpyAsync, cuMemcpyAsync_ptsz),
+    ENTRY_PT("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),
+    ENTRY_PT("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds),
+    ENTRY_PT("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds),
+    ENTRY_PT("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz),
+    ENTRY_PT("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz),
+    ENTRY_PT("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz),
+    ENTRY_PT("cuMemsetD8", 3020, cuMemsetD8_v2, cuMemsetD8_v2_ptds),
+    ENTRY_PT("cuMemsetD8Async", 3020, cuMemsetD8Async, cuMemsetD8Async_ptsz),
+    ENTRY("cuStreamCreate", 2000, cuStreamCreate),
+    ENTRY("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
+    ENTRY("cuStreamDestroy", 4000, cuStreamDestroy_v2),
+    ENTRY_PT("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),
+    ENTRY_PT("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
+    ENTRY_PT("cuStreamWaitEvent", 3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),
+    ENTRY_PT("cuStreamGetFlags", 5050, cuStreamGetFlags, cuStreamGetFlags_ptsz),
+    ENTRY_PT("cuStreamGetCtx", 9020, cuStreamGetCtx, cuStreamGetCtx_ptsz),
+    ENTRY_PT("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz),
+    ENTRY_PT("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
+    ENTRY_PT("cuStreamIsCapturing", 10000, cuStreamIsCapturing, cuStreamIsCapturing_ptsz),
+    ENTRY_PT("cuStreamGetCaptureInfo", 10010, cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_ptsz),
+    ENTRY_PT("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v2_ptsz),
+    ENTRY_PT("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo_v3_ptsz),
+    ENTRY("cuEventCreate", 2000, cuEventCreate),
+    ENTRY_PT("cuEventRecord", 2000, cuEventRecord, cuEventRecord_ptsz),
+    ENTRY("cuEventQuery", 2000, cuEventQuery),
+    ENTRY("cuEventSynchronize", 2000, cuEventSynchronize),
+    ENTRY("cuEventDestroy", 4000, cuEventDestroy_v2),
+    ENTRY("cuEventElapsedTime", 2000, cuEventElapsedTime),
+    ENTRY("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
+    ENTRY("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+    ENTRY("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+    ENTRY("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),
+    ENTRY("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    ENTRY_PT("cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz),
+    ENTRY("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
+    ENTRY("cuGraphDestroy", 10000, cuGraphDestroy),
+    ENTRY("cuGraphGetNodes", 10000, cuGraphGetNodes),
+};
+
+static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                       CUdriverProcAddressQueryResult *status)
+{
+    const cuuint64_t known = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    if (!symbol || !pfn || version <= 0 || (flags & ~known))
+        return CUDA_ERROR_INVALID_VALUE;
+    const ProcEntry *best = NULL;
+    bool named = false;
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        if (strcmp(table[i].name, symbol))
+            continue;
+        named = true;
+        if (table[i].since <= version && (!best || table[i].since > best->since))
+            best = &table[i];
+    }
+    *pfn = NULL;
+    if (!best) {
+        if (status)
+            *status = named ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        FAKECUDA_TRACE("cuGetProcAddress(%s, %d) -> not found", symbol, version);
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    *pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && best->fn_ptsz ? best->fn_ptsz : best->fn;
+    if (status)
+        *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                             CUdriverProcAddressQueryResult *status)
+{
+    return lookup(symbol, pfn, version, flags, status);
+}
+
+FAKECUDA_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    return lookup(symbol, pfn, version, flags, NULL);
+}

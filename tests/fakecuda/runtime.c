@@ -1,0 +1,780 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: fake CUDA runtime (libcudart.so.13) built on the fake driver, as the real one is. */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#define RT_EXPORT __attribute__((visibility("default")))
+#define RT_MAX_DEVICES 16
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static CUresult init_result;
+static atomic_bool retained[RT_MAX_DEVICES];
+static _Thread_local int current_device; /* the runtime's device for this thread until a context exists */
+static _Thread_local cudaError_t last_error;
+
+static void rt_init(void)
+{
+    init_result = cuInit(0);
+}
+
+static cudaError_t from_cu(CUresult r)
+{
+    switch (r) {
+    case CUDA_SUCCESS: return cudaSuccess;
+    case CUDA_ERROR_INVALID_VALUE: return cudaErrorInvalidValue;
+    case CUDA_ERROR_OUT_OF_MEMORY: return cudaErrorMemoryAllocation;
+    case CUDA_ERROR_NOT_INITIALIZED: return cudaErrorInitializationError;
+    case CUDA_ERROR_NO_DEVICE: return cudaErrorNoDevice;
+    case CUDA_ERROR_INVALID_DEVICE: return cudaErrorInvalidDevice;
+    case CUDA_ERROR_INVALID_CONTEXT: return cudaErrorDeviceUninitialized;
+    case CUDA_ERROR_INVALID_IMAGE: return cudaErrorInvalidKernelImage;
+    case CUDA_ERROR_INVALID_HANDLE: return cudaErrorInvalidResourceHandle;
+    case CUDA_ERROR_NOT_FOUND: return cudaErrorSymbolNotFound;
+    case CUDA_ERROR_NOT_READY: return cudaErrorNotReady;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: return cudaErrorIllegalAddress;
+    case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: return cudaErrorHostMemoryAlreadyRegistered;
+    case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: return cudaErrorHostMemoryNotRegistered;
+    case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
+    case CUDA_ERROR_ILLEGAL_STATE: return cudaErrorIllegalState;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: return cudaErrorStreamCaptureUnsupported;
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: return cudaErrorStreamCaptureInvalidated;
+    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: return cudaErrorStreamCaptureUnmatched;
+    case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: return cudaErrorStreamCaptureImplicit;
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: return cudaErrorStreamCaptureWrongThread;
+    case CUDA_ERROR_CAPTURED_EVENT: return cudaErrorCapturedEvent;
+    default: return cudaErrorUnknown;
+    }
+}
+
+/* Every entry point returns through here: failures other than "not ready" become the last error. */
+static cudaError_t ret(cudaError_t e)
+{
+    if (e != cudaSuccess && e != cudaErrorNotReady)
+        last_error = e;
+    return e;
+}
+
+static cudaError_t ret_cu(CUresult r)
+{
+    return ret(from_cu(r));
+}
+
+static cudaError_t bind_device(int dev)
+{
+    CUcontext ctx = NULL;
+    CUresult r = cuDevicePrimaryCtxRetain(&ctx, dev);
+    if (r != CUDA_SUCCESS)
+        return from_cu(r);
+    bool expected = false;
+    if (!atomic_compare_exchange_strong(&retained[dev], &expected, true))
+        cuDevicePrimaryCtxRelease_v2(dev); /* the runtime keeps one reference per device */
+    return from_cu(cuCtxSetCurrent(ctx));
+}
+
+/* Lazily initialises the driver and makes a context current, as the first runtime call does. */
+static cudaError_t enter(void)
+{
+    pthread_once(&init_once, rt_init);
+    if (init_result != CUDA_SUCCESS)
+        return init_result == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : cudaErrorInitializationError;
+    CUcontext ctx = NULL;
+    const CUresult r = cuCtxGetCurrent(&ctx);
+    if (r != CUDA_SUCCESS)
+        return from_cu(r);
+    return ctx ? cudaSuccess : bind_device(current_device);
+}
+
+#define ENTER()                                                                                     \
+    do {                                                                                            \
+        const cudaError_t entered = enter();                                                        \
+        if (entered != cudaSuccess)                                                                 \
+            return ret(entered);                                                                    \
+    } while (0)
+
+/* ---- errors ---- */
+
+typedef struct ErrorText {
+    cudaError_t code;
+    const char *name;
+    const char *text;
+} ErrorText;
+
+#define E(code, text) {code, #code, text}
+static const ErrorText error_texts[] = {
+    E(cudaSuccess, "no error"),
+    E(cudaErrorInvalidValue, "invalid argument"),
+    E(cudaErrorMemoryAllocation, "out of memory"),
+    E(cudaErrorInitializationError, "initialization error"),
+    E(cudaErrorCudartUnloading, "driver shutting down"),
+    E(cudaErrorInvalidConfiguration, "invalid configuration argument"),
+    E(cudaErrorInvalidPitchValue, "invalid pitch argument"),
+    E(cudaErrorInvalidSymbol, "invalid device symbol"),
+    E(cudaErrorInvalidHostPointer, "invalid host pointer"),
+    E(cudaErrorInvalidDevicePointer, "invalid device pointer"),
+    E(cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy"),
+    E(cudaErrorNoDevice, "no CUDA-capable device is detected"),
+    E(cudaErrorInvalidDevice, "invalid device ordinal"),
+    E(cudaErrorInvalidKernelImage, "device kernel image is invalid"),
+    E(cudaErrorDeviceUninitialized, "invalid device context"),
+    E(cudaErrorInvalidResourceHandle, "invalid resource handle"),
+    E(cudaErrorIllegalState, "the operation cannot be performed in the present state"),
+    E(cudaErrorSymbolNotFound, "named symbol not found"),
+    E(cudaErrorNotReady, "device not ready"),
+    E(cudaErrorIllegalAddress, "an illegal memory access was encountered"),
+    E(cudaErrorLaunchOutOfResources, "too many resources requested for launch"),
+    E(cudaErrorHostMemoryAlreadyRegistered, "part or all of the requested memory range is already mapped"),
+    E(cudaErrorHostMemoryNotRegistered, "pointer does not correspond to a registered memory region"),
+    E(cudaErrorNotSupported, "operation not supported"),
+    E(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing"),
+    E(cudaErrorStreamCaptureInvalidated, "operation failed due to a previous error during capture"),
+    E(cudaErrorStreamCaptureUnmatched, "capture was not ended in the same stream as it began"),
+    E(cudaErrorStreamCaptureImplicit,
+      "operation would make the legacy stream depend on a capturing blocking stream"),
+    E(cudaErrorCapturedEvent, "operation not permitted on an event last recorded in a capturing stream"),
+    E(cudaErrorStreamCaptureWrongThread,
+      "attempt to terminate a thread-local capture sequence from another thread"),
+    E(cudaErrorUnknown, "unknown error"),
+};
+#undef E
+
+RT_EXPORT const char *cudaGetErrorString(cudaError_t error)
+{
+    for (size_t i = 0; i < sizeof(error_texts) / sizeof(error_texts[0]); i++)
+        if (error_texts[i].code == error)
+            return error_texts[i].text;
+    return "unrecognized error code";
+}
+
+RT_EXPORT const char *cudaGetErrorName(cudaError_t error)
+{
+    for (size_t i = 0; i < sizeof(error_texts) / sizeof(error_texts[0]); i++)
+        if (error_texts[i].code == error)
+            return error_texts[i].name;
+    return "unrecognized error code";
+}
+
+RT_EXPORT cudaError_t cudaGetLastError(void)
+{
+    const cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+RT_EXPORT cudaError_t cudaPeekAtLastError(void)
+{
+    return last_error;
+}
+
+/* ---- devices ---- */
+
+RT_EXPORT cudaError_t cudaGetDeviceCount(int *count)
+{
+    if (!count)
+        return ret(cudaErrorInvalidValue);
+    pthread_once(&init_once, rt_init);
+    if (init_result != CUDA_SUCCESS) {
+        *count = 0;
+        return ret(init_result == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : cudaErrorInitializationError);
+    }
+    return ret_cu(cuDeviceGetCount(count));
+}
+
+RT_EXPORT cudaError_t cudaSetDevice(int device)
+{
+    pthread_once(&init_once, rt_init);
+    if (init_result != CUDA_SUCCESS)
+        return ret(init_result == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : cudaErrorInitializationError);
+    int count = 0;
+    cuDeviceGetCount(&count);
+    if (device < 0 || device >= count || device >= RT_MAX_DEVICES)
+        return ret(cudaErrorInvalidDevice);
+    current_device = device;
+    return ret(bind_device(device));
+}
+
+RT_EXPORT cudaError_t cudaGetDevice(int *device)
+{
+    if (!device)
+        return ret(cudaErrorInvalidValue);
+    ENTER();
+    CUdevice dev = 0;
+    const CUresult r = cuCtxGetDevice(&dev);
+    if (r == CUDA_SUCCESS)
+        *device = dev;
+    return ret_cu(r);
+}
+
+RT_EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
+{
+    ENTER();
+    return ret_cu(cuDeviceGetAttribute(value, (CUdevice_attribute)attr, device));
+}
+
+static int attr(CUdevice_attribute a, int device)
+{
+    int v = 0;
+    cuDeviceGetAttribute(&v, a, device);
+    return v;
+}
+
+RT_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
+{
+    if (!prop)
+        return ret(cudaErrorInvalidValue);
+    ENTER();
+    int count = 0;
+    cuDeviceGetCount(&count);
+    if (device < 0 || device >= count)
+        return ret(cudaErrorInvalidDevice);
+    memset(prop, 0, sizeof(*prop));
+    cuDeviceGetName(prop->name, (int)sizeof(prop->name), device);
+    size_t total = 0;
+    cuDeviceTotalMem_v2(&total, device);
+    prop->uuid.bytes[0] = (char)(0xfc);
+    prop->uuid.bytes[15] = (char)device;
+    prop->totalGlobalMem = total;
+    prop->sharedMemPerBlock = (size_t)attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, device);
+    prop->regsPerBlock = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, device);
+    prop->warpSize = attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE, device);
+    prop->memPitch = (size_t)attr(CU_DEVICE_ATTRIBUTE_MAX_PITCH, device);
+    prop->maxThreadsPerBlock = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, device);
+    prop->maxThreadsDim[0] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, device);
+    prop->maxThreadsDim[1] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, device);
+    prop->maxThreadsDim[2] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, device);
+    prop->maxGridSize[0] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, device);
+    prop->maxGridSize[1] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, device);
+    prop->maxGridSize[2] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, device);
+    prop->totalConstMem = (size_t)attr(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, device);
+    prop->major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
+    prop->minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
+    prop->textureAlignment = (size_t)attr(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, device);
+    prop->multiProcessorCount = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+    prop->canMapHostMemory = attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, device);
+    prop->concurrentKernels = attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, device);
+    prop->ECCEnabled = attr(CU_DEVICE_ATTRIBUTE_ECC_ENABLED, device);
+    prop->pciBusID = attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, device);
+    prop->asyncEngineCount = attr(CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, device);
+    prop->unifiedAddressing = attr(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, device);
+    prop->memoryBusWidth = attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, device);
+    prop->l2CacheSize = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device);
+    prop->maxThreadsPerMultiProcessor = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, device);
+    prop->streamPrioritiesSupported = attr(CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, device);
+    prop->globalL1CacheSupported = attr(CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED, device);
+    prop->localL1CacheSupported = attr(CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED, device);
+    prop->sharedMemPerMultiprocessor =
+        (size_t)attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, device);
+    prop->regsPerMultiprocessor = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, device);
+    prop->managedMemory = attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, device);
+    prop->computePreemptionSupported = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED, device);
+    prop->canUseHostPointerForRegisteredMem =
+        attr(CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, device);
+    prop->cooperativeLaunch = attr(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, device);
+    prop->sharedMemPerBlockOptin = (size_t)attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device);
+    prop->maxBlocksPerMultiProcessor = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, device);
+    prop->reservedSharedMemPerBlock = (size_t)attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, device);
+    prop->hostRegisterSupported = attr(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, device);
+    prop->hostRegisterReadOnlySupported = attr(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, device);
+    prop->memoryPoolsSupported = attr(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device);
+    prop->hostNumaId = -1;
+    return ret(cudaSuccess);
+}
+
+RT_EXPORT cudaError_t cudaRuntimeGetVersion(int *version)
+{
+    if (!version)
+        return ret(cudaErrorInvalidValue);
+    *version = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+RT_EXPORT cudaError_t cudaDriverGetVersion(int *version)
+{
+    if (!version)
+        return ret(cudaErrorInvalidValue);
+    return ret_cu(cuDriverGetVersion(version));
+}
+
+RT_EXPORT cudaError_t cudaDeviceSynchronize(void)
+{
+    ENTER();
+    return ret_cu(cuCtxSynchronize());
+}
+
+RT_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    ENTER();
+    return ret_cu(cuMemGetInfo_v2(free_bytes, total));
+}
+
+/* ---- memory ---- */
+
+RT_EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
+{
+    ENTER();
+    if (!ptr)
+        return ret(cudaErrorInvalidValue);
+    if (size == 0) {
+        *ptr = NULL;
+        return cudaSuccess;
+    }
+    CUdeviceptr d = 0;
+    const CUresult r = cuMemAlloc_v2(&d, size);
+    if (r == CUDA_SUCCESS)
+        *ptr = (void *)(uintptr_t)d;
+    return ret_cu(r);
+}
+
+RT_EXPORT cudaError_t cudaFree(void *ptr)
+{
+    ENTER();
+    if (!ptr)
+        return cudaSuccess;
+    return ret_cu(cuMemFree_v2((CUdeviceptr)(uintptr_t)ptr));
+}
+
+RT_EXPORT cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags)
+{
+    ENTER();
+    const unsigned known = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
+    if (!ptr || (flags & ~known))
+        return ret(cudaErrorInvalidValue);
+    if (size == 0) {
+        *ptr = NULL;
+        return cudaSuccess;
+    }
+    return ret_cu(cuMemHostAlloc(ptr, size, flags));
+}
+
+RT_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+    return cudaHostAlloc(ptr, size, cudaHostAllocDefault);
+}
+
+RT_EXPORT cudaError_t cudaFreeHost(void *ptr)
+{
+    ENTER();
+    if (!ptr)
+        return cudaSuccess;
+    return ret_cu(cuMemFreeHost(ptr));
+}
+
+RT_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    ENTER();
+    return ret_cu(cuMemHostRegister_v2(ptr, size, flags));
+}
+
+RT_EXPORT cudaError_t cudaHostUnregister(void *ptr)
+{
+    ENTER();
+    return ret_cu(cuMemHostUnregister(ptr));
+}
+
+RT_EXPORT cudaError_t cudaHostGetDevicePointer(void **device_ptr, void *host_ptr, unsigned int flags)
+{
+    ENTER();
+    if (!device_ptr)
+        return ret(cudaErrorInvalidValue);
+    CUdeviceptr d = 0;
+    const CUresult r = cuMemHostGetDevicePointer_v2(&d, host_ptr, flags);
+    if (r == CUDA_SUCCESS)
+        *device_ptr = (void *)(uintptr_t)d;
+    return ret_cu(r);
+}
+
+RT_EXPORT cudaError_t cudaHostGetFlags(unsigned int *flags, void *host_ptr)
+{
+    ENTER();
+    return ret_cu(cuMemHostGetFlags(flags, host_ptr));
+}
+
+RT_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
+{
+    ENTER();
+    if (!attributes)
+        return ret(cudaErrorInvalidValue);
+    CUmemorytype type = (CUmemorytype)0;
+    int ordinal = -2;
+    CUdeviceptr dptr = 0;
+    void *hptr = NULL;
+    CUpointer_attribute attrs[] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+    };
+    void *data[] = {&type, &ordinal, &dptr, &hptr};
+    const CUresult r = cuPointerGetAttributes(4, attrs, data, (CUdeviceptr)(uintptr_t)ptr);
+    if (r != CUDA_SUCCESS)
+        return ret_cu(r);
+    memset(attributes, 0, sizeof(*attributes));
+    if (type == CU_MEMORYTYPE_DEVICE) {
+        attributes->type = cudaMemoryTypeDevice;
+        attributes->device = ordinal;
+        attributes->devicePointer = (void *)(uintptr_t)dptr;
+    } else if (type == CU_MEMORYTYPE_HOST) {
+        attributes->type = cudaMemoryTypeHost;
+        attributes->device = ordinal;
+        attributes->devicePointer = (void *)(uintptr_t)dptr;
+        attributes->hostPointer = hptr;
+    } else {
+        attributes->type = cudaMemoryTypeUnregistered;
+        attributes->device = -2;
+        attributes->hostPointer = (void *)ptr;
+    }
+    return cudaSuccess;
+}
+
+/* True if ptr is device memory (false for pinned, registered and pageable host memory); *reachable
+ * says whether the device can address it (device or pinned). */
+static bool is_device(const void *ptr, bool *reachable)
+{
+    CUmemorytype type = (CUmemorytype)0;
+    CUpointer_attribute a = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    void *data[] = {&type};
+    if (cuPointerGetAttributes(1, &a, data, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS)
+        type = (CUmemorytype)0;
+    *reachable = type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_HOST;
+    return type == CU_MEMORYTYPE_DEVICE;
+}
+
+/* The explicit H2D, D2H and D2D kinds must match the pointers (swapped arguments give
+ * cudaErrorInvalidValue); host-to-host is not checked, as in CUDA 13; empty copies are no-ops. */
+static cudaError_t check_kind(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+    if ((unsigned)kind > (unsigned)cudaMemcpyDefault)
+        return cudaErrorInvalidMemcpyDirection;
+    if (count == 0)
+        return cudaSuccess;
+    bool dst_reach = false, src_reach = false;
+    const bool dst_dev = is_device(dst, &dst_reach);
+    const bool src_dev = is_device(src, &src_reach);
+    switch (kind) {
+    case cudaMemcpyHostToDevice: return !dst_reach || src_dev ? cudaErrorInvalidValue : cudaSuccess;
+    case cudaMemcpyDeviceToHost: return !src_reach || dst_dev ? cudaErrorInvalidValue : cudaSuccess;
+    case cudaMemcpyDeviceToDevice: return !src_reach || !dst_reach ? cudaErrorInvalidValue : cudaSuccess;
+    default: return cudaSuccess;
+    }
+}
+
+static cudaError_t memcpy_sync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, bool ptds)
+{
+    ENTER();
+    const cudaError_t e = check_kind(dst, src, count, kind);
+    if (e != cudaSuccess)
+        return ret(e);
+    const CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
+    return ret_cu(ptds ? cuMemcpy_ptds(d, s, count) : cuMemcpy(d, s, count));
+}
+
+RT_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+    return memcpy_sync(dst, src, count, kind, false);
+}
+
+RT_EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+    return memcpy_sync(dst, src, count, kind, true);
+}
+
+static cudaError_t memcpy_async(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                                cudaStream_t stream, bool ptsz)
+{
+    ENTER();
+    const cudaError_t e = check_kind(dst, src, count, kind);
+    if (e != cudaSuccess)
+        return ret(e);
+    const CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
+    return ret_cu(ptsz ? cuMemcpyAsync_ptsz(d, s, count, stream) : cuMemcpyAsync(d, s, count, stream));
+}
+
+RT_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                                      cudaStream_t stream)
+{
+    return memcpy_async(dst, src, count, kind, stream, false);
+}
+
+RT_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                                           cudaStream_t stream)
+{
+    return memcpy_async(dst, src, count, kind, stream, true);
+}
+
+RT_EXPORT cudaError_t cudaMemset(void *dst, int value, size_t count)
+{
+    ENTER();
+    return ret_cu(cuMemsetD8_v2((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count));
+}
+
+RT_EXPORT cudaError_t cudaMemset_ptds(void *dst, int value, size_t count)
+{
+    ENTER();
+    return ret_cu(cuMemsetD8_v2_ptds((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count));
+}
+
+RT_EXPORT cudaError_t cudaMemsetAsync(void *dst, int value, size_t count, cudaStream_t stream)
+{
+    ENTER();
+    return ret_cu(cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count, stream));
+}
+
+RT_EXPORT cudaError_t cudaMemsetAsync_ptsz(void *dst, int value, size_t count, cudaStream_t stream)
+{
+    ENTER();
+    return ret_cu(cuMemsetD8Async_ptsz((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count, stream));
+}
+
+/* ---- streams ---- */
+
+RT_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *stream)
+{
+    ENTER();
+    return ret_cu(cuStreamCreate(stream, CU_STREAM_DEFAULT));
+}
+
+RT_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags)
+{
+    ENTER();
+    return ret_cu(cuStreamCreate(stream, flags));
+}
+
+RT_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flags, int priority)
+{
+    ENTER();
+    return ret_cu(cuStreamCreateWithPriority(stream, flags, priority));
+}
+
+RT_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+    ENTER();
+    return ret_cu(cuStreamDestroy_v2(stream));
+}
+
+RT_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+{
+    ENTER();
+    return ret_cu(cuStreamSynchronize(stream));
+}
+
+RT_EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
+{
+    ENTER();
+    return ret_cu(cuStreamSynchronize_ptsz(stream));
+}
+
+RT_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream)
+{
+    ENTER();
+    return ret_cu(cuStreamQuery(stream));
+}
+
+RT_EXPORT cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream)
+{
+    ENTER();
+    return ret_cu(cuStreamQuery_ptsz(stream));
+}
+
+RT_EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *flags)
+{
+    ENTER();
+    return ret_cu(cuStreamGetFlags(stream, flags));
+}
+
+RT_EXPORT cudaError_t cudaStreamGetFlags_ptsz(cudaStream_t stream, unsigned int *flags)
+{
+    ENTER();
+    return ret_cu(cuStreamGetFlags_ptsz(stream, flags));
+}
+
+RT_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+    ENTER();
+    return ret_cu(cuStreamWaitEvent(stream, event, flags));
+}
+
+RT_EXPORT cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+    ENTER();
+    return ret_cu(cuStreamWaitEvent_ptsz(stream, event, flags));
+}
+
+RT_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user_data)
+{
+    ENTER();
+    return ret_cu(cuLaunchHostFunc(stream, fn, user_data));
+}
+
+RT_EXPORT cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *user_data)
+{
+    ENTER();
+    return ret_cu(cuLaunchHostFunc_ptsz(stream, fn, user_data));
+}
+
+/* ---- events ---- */
+
+RT_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
+{
+    ENTER();
+    return ret_cu(cuEventCreate(event, CU_EVENT_DEFAULT));
+}
+
+RT_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
+{
+    ENTER();
+    return ret_cu(cuEventCreate(event, flags));
+}
+
+RT_EXPORT cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+{
+    ENTER();
+    return ret_cu(cuEventRecord(event, stream));
+}
+
+RT_EXPORT cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream)
+{
+    ENTER();
+    return ret_cu(cuEventRecord_ptsz(event, stream));
+}
+
+RT_EXPORT cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+    ENTER();
+    return ret_cu(cuEventQuery(event));
+}
+
+RT_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+    ENTER();
+    return ret_cu(cuEventSynchronize(event));
+}
+
+RT_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+    ENTER();
+    return ret_cu(cuEventElapsedTime_v2(ms, start, end));
+}
+
+RT_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event)
+{
+    ENTER();
+    return ret_cu(cuEventDestroy_v2(event));
+}
+
+/* ---- capture and graphs ---- */
+
+RT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+    ENTER();
+    return ret_cu(cuStreamBeginCapture_v2(stream, (CUstreamCaptureMode)mode));
+}
+
+RT_EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+    ENTER();
+    return ret_cu(cuStreamBeginCapture_v2_ptsz(stream, (CUstreamCaptureMode)mode));
+}
+
+RT_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph)
+{
+    ENTER();
+    return ret_cu(cuStreamEndCapture(stream, graph));
+}
+
+RT_EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *graph)
+{
+    ENTER();
+    return ret_cu(cuStreamEndCapture_ptsz(stream, graph));
+}
+
+static cudaError_t is_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status, bool ptsz)
+{
+    ENTER();
+    if (!status)
+        return ret(cudaErrorInvalidValue);
+    CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUresult r = ptsz ? cuStreamIsCapturing_ptsz(stream, &s) : cuStreamIsCapturing(stream, &s);
+    if (r == CUDA_SUCCESS)
+        *status = (enum cudaStreamCaptureStatus)s;
+    return ret_cu(r);
+}
+
+RT_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status)
+{
+    return is_capturing(stream, status, false);
+}
+
+RT_EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, enum cudaStreamCaptureStatus *status)
+{
+    return is_capturing(stream, status, true);
+}
+
+static cudaError_t capture_info(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
+                                unsigned long long *id, cudaGraph_t *graph, const cudaGraphNode_t **deps,
+                                const cudaGraphEdgeData **edges, size_t *ndeps, bool ptsz)
+{
+    ENTER();
+    if (!status)
+        return ret(cudaErrorInvalidValue);
+    CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t cid = 0;
+    const CUresult r = ptsz ? cuStreamGetCaptureInfo_v3_ptsz(stream, &s, &cid, graph, deps, NULL, ndeps)
+                            : cuStreamGetCaptureInfo_v3(stream, &s, &cid, graph, deps, NULL, ndeps);
+    if (r == CUDA_SUCCESS) {
+        *status = (enum cudaStreamCaptureStatus)s;
+        if (id)
+            *id = cid;
+        /* The fake records captures as a sequence: there is never edge data to report. */
+        if (edges)
+            *edges = NULL;
+    }
+    return ret_cu(r);
+}
+
+RT_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
+                                               unsigned long long *id, cudaGraph_t *graph,
+                                               const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
+                                               size_t *ndeps)
+{
+    return capture_info(stream, status, id, graph, deps, edges, ndeps, false);
+}
+
+RT_EXPORT cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
+                                                    unsigned long long *id, cudaGraph_t *graph,
+                                                    const cudaGraphNode_t **deps,
+                                                    const cudaGraphEdgeData **edges, size_t *ndeps)
+{
+    return capture_info(stream, status, id, graph, deps, edges, ndeps, true);
+}
+
+RT_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
+{
+    ENTER();
+    return ret_cu(cuGraphInstantiateWithFlags(exec, graph, flags));
+}
+
+RT_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream)
+{
+    ENTER();
+    return ret_cu(cuGraphLaunch(exec, stream));
+}
+
+RT_EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t stream)
+{
+    ENTER();
+    return ret_cu(cuGraphLaunch_ptsz(exec, stream));
+}
+
+RT_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    ENTER();
+    return ret_cu(cuGraphExecDestroy(exec));
+}
+
+RT_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    ENTER();
+    return ret_cu(cuGraphDestroy(graph));
+}

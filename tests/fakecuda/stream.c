@@ -1,0 +1,1501 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: fake CUDA driver: streams run their work in order on one worker thread each; events,
+ * legacy default stream barriers, stream capture into replayable graphs. */
+#include "tests/fakecuda/internal.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct CUstream_st {
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv; /* the worker waits here for work */
+    pthread_cond_t done_cv; /* waiters for progress wait here */
+    FakecudaOp *head, *tail;
+    uint64_t enqueued, done; /* sequence numbers of the last queued and last executed op */
+    CUresult error;          /* first asynchronous error, sticky */
+    bool destroyed;          /* handle released; the worker exits once drained */
+    atomic_int refs;
+    FakecudaStreamKind kind;
+    unsigned flags;
+    int priority;
+    int device;
+    /* capture state, guarded by mu */
+    CUstreamCaptureStatus capture;
+    CUstreamCaptureMode capture_mode;
+    pthread_t capture_thread;
+    unsigned long long capture_id;
+    CUgraph graph;
+    struct CUstream_st *next; /* all_streams list, guarded by streams_mu */
+};
+
+struct CUgraph_st {
+    FakecudaOp *head, *tail;
+    size_t count;
+    struct CUgraph_st *next;
+};
+
+struct CUgraphExec_st {
+    FakecudaOp *head;
+    struct CUgraphExec_st *next;
+};
+
+struct CUevent_st {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int refs;
+    unsigned flags;
+    uint64_t gen;      /* records issued */
+    uint64_t done_gen; /* newest record executed */
+    CUstream rec_stream; /* stream of the newest record (referenced), for waits */
+    uint64_t rec_seq;
+    CUstream cap_stream; /* the capture the newest record joined (referenced), or NULL */
+    unsigned long long cap_id;
+    struct timespec stamp;
+    struct CUevent_st *next;
+};
+
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUstream all_streams;                 /* every stream whose worker still runs */
+static CUstream legacy[FAKECUDA_MAX_DEVICES]; /* created on first use, never destroyed */
+static _Thread_local CUstream per_thread[FAKECUDA_MAX_DEVICES];
+static pthread_key_t per_thread_key;
+static pthread_once_t per_thread_once = PTHREAD_ONCE_INIT;
+static atomic_ullong capture_ids;
+
+static pthread_mutex_t objects_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUevent all_events;
+static CUgraph all_graphs;
+static CUgraphExec all_execs;
+
+static _Atomic CUresult sticky_error;
+
+/* ---- ops ---- */
+
+FakecudaOp *fakecuda_op_new(FakecudaOpType type)
+{
+    FakecudaOp *const op = calloc(1, sizeof(*op));
+    if (op)
+        op->type = type;
+    return op;
+}
+
+static void event_unref(CUevent ev);
+
+void fakecuda_op_free(FakecudaOp *op)
+{
+    if (!op)
+        return;
+    switch (op->type) {
+    case FAKECUDA_OP_COPY:
+        free(op->u.copy.staging);
+        break;
+    case FAKECUDA_OP_KERNEL:
+        free(op->u.kernel.blob);
+        free(op->u.kernel.params);
+        break;
+    case FAKECUDA_OP_EVENT:
+        event_unref(op->u.event.event);
+        break;
+    case FAKECUDA_OP_WAIT:
+        if (op->u.wait.target)
+            fakecuda_stream_unref(op->u.wait.target);
+        break;
+    default:
+        break;
+    }
+    free(op);
+}
+
+/* Graph nodes are copied on instantiate and on every launch; only copies without staging, memsets,
+ * kernels and host functions are ever captured. */
+static FakecudaOp *op_clone(const FakecudaOp *op)
+{
+    FakecudaOp *const c = fakecuda_op_new(op->type);
+    if (!c)
+        return NULL;
+    c->u = op->u;
+    if (op->type == FAKECUDA_OP_KERNEL) {
+        const FakecudaKernel *const k = op->u.kernel.kernel;
+        size_t total = 0;
+        for (unsigned i = 0; i < k->param_count; i++)
+            total += (k->param_sizes[i] + 7) & ~(size_t)7;
+        c->u.kernel.blob = malloc(total ? total : 1);
+        c->u.kernel.params = calloc(k->param_count ? k->param_count : 1, sizeof(void *));
+        if (!c->u.kernel.blob || !c->u.kernel.params) {
+            fakecuda_op_free(c);
+            return NULL;
+        }
+        memcpy(c->u.kernel.blob, op->u.kernel.blob, total);
+        size_t off = 0;
+        for (unsigned i = 0; i < k->param_count; i++) {
+            c->u.kernel.params[i] = (char *)c->u.kernel.blob + off;
+            off += (k->param_sizes[i] + 7) & ~(size_t)7;
+        }
+    }
+    assert(op->type != FAKECUDA_OP_COPY || !op->u.copy.staging);
+    return c;
+}
+
+static void op_list_free(FakecudaOp *head)
+{
+    while (head) {
+        FakecudaOp *const next = head->next;
+        fakecuda_op_free(head);
+        head = next;
+    }
+}
+
+/* ---- execution ---- */
+
+static double now_ms(const struct timespec *t)
+{
+    return (double)t->tv_sec * 1e3 + (double)t->tv_nsec / 1e6;
+}
+
+static CUresult exec_copy(const FakecudaOp *op)
+{
+    const unsigned delay = atomic_load(&fakecuda_g.copy_delay_us);
+    if (op->u.copy.delay && delay)
+        usleep(delay);
+    const size_t n = op->u.copy.n;
+    void *const dst = fakecuda_mem_access(op->u.copy.dst, n, true);
+    const void *const src = op->u.copy.staging ? op->u.copy.staging
+                                               : fakecuda_mem_access(op->u.copy.src, n, true);
+    if (!dst || !src)
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    memmove(dst, src, n);
+    const bool dst_dev = fakecuda_mem_in_device_range(op->u.copy.dst);
+    const bool src_dev = !op->u.copy.staging && fakecuda_mem_in_device_range(op->u.copy.src);
+    FakecudaCounters *const c = &fakecuda_counters;
+    if (dst_dev && src_dev) {
+        atomic_fetch_add_explicit(&c->d2d_bytes, n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->d2d_calls, 1, memory_order_relaxed);
+    } else if (dst_dev) {
+        atomic_fetch_add_explicit(&c->h2d_bytes, n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->h2d_calls, 1, memory_order_relaxed);
+    } else if (src_dev) {
+        atomic_fetch_add_explicit(&c->d2h_bytes, n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->d2h_calls, 1, memory_order_relaxed);
+    } else {
+        atomic_fetch_add_explicit(&c->h2h_bytes, n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->h2h_calls, 1, memory_order_relaxed);
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult exec_op(const FakecudaOp *op)
+{
+    switch (op->type) {
+    case FAKECUDA_OP_COPY:
+        return exec_copy(op);
+    case FAKECUDA_OP_MEMSET: {
+        void *const dst = fakecuda_mem_access(op->u.memset.dst, op->u.memset.n, false);
+        if (!dst)
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        memset(dst, op->u.memset.value, op->u.memset.n);
+        atomic_fetch_add_explicit(&fakecuda_counters.memset_bytes, op->u.memset.n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&fakecuda_counters.memset_calls, 1, memory_order_relaxed);
+        return CUDA_SUCCESS;
+    }
+    case FAKECUDA_OP_KERNEL:
+        atomic_fetch_add_explicit(&fakecuda_counters.kernel_launches, 1, memory_order_relaxed);
+        return fakecuda_kernel_run(op);
+    case FAKECUDA_OP_EVENT: {
+        const CUevent ev = op->u.event.event;
+        pthread_mutex_lock(&ev->mu);
+        if (op->u.event.gen > ev->done_gen) {
+            ev->done_gen = op->u.event.gen;
+            clock_gettime(CLOCK_MONOTONIC, &ev->stamp);
+        }
+        pthread_cond_broadcast(&ev->cv);
+        pthread_mutex_unlock(&ev->mu);
+        return CUDA_SUCCESS;
+    }
+    case FAKECUDA_OP_WAIT: {
+        const CUstream t = op->u.wait.target;
+        pthread_mutex_lock(&t->mu);
+        while (t->done < op->u.wait.seq)
+            pthread_cond_wait(&t->done_cv, &t->mu);
+        pthread_mutex_unlock(&t->mu);
+        return CUDA_SUCCESS;
+    }
+    case FAKECUDA_OP_HOST_FN:
+        op->u.host_fn.fn(op->u.host_fn.arg);
+        return CUDA_SUCCESS;
+    case FAKECUDA_OP_NOP:
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_UNKNOWN;
+}
+
+static void stream_free(CUstream s)
+{
+    assert(!s->head);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_cond_destroy(&s->done_cv);
+    free(s);
+}
+
+void fakecuda_stream_unref(CUstream s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) == 1)
+        stream_free(s);
+}
+
+static void *worker_main(void *arg)
+{
+    const CUstream s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->destroyed)
+            pthread_cond_wait(&s->work_cv, &s->mu);
+        FakecudaOp *const op = s->head;
+        if (!op)
+            break;
+        pthread_mutex_unlock(&s->mu);
+        const CUresult r = exec_op(op);
+        pthread_mutex_lock(&s->mu);
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+        if (r != CUDA_SUCCESS) {
+            FAKECUDA_TRACE("stream %p: asynchronous error %d", (void *)s, (int)r);
+            if (s->error == CUDA_SUCCESS)
+                s->error = r;
+            CUresult expected = CUDA_SUCCESS;
+            atomic_compare_exchange_strong(&sticky_error, &expected, r);
+        }
+        s->done = op->seq;
+        pthread_cond_broadcast(&s->done_cv);
+        pthread_mutex_unlock(&s->mu);
+        fakecuda_op_free(op);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    pthread_mutex_lock(&streams_mu);
+    for (CUstream *p = &all_streams; *p; p = &(*p)->next) {
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&streams_mu);
+    fakecuda_stream_unref(s);
+    return NULL;
+}
+
+/* Returns a stream with one reference for the caller and one for its worker. */
+static CUresult stream_new(int device, FakecudaStreamKind kind, unsigned flags, int priority, CUstream *out)
+{
+    CUstream s = calloc(1, sizeof(*s));
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+    pthread_cond_init(&s->done_cv, NULL);
+    atomic_init(&s->refs, 2);
+    s->kind = kind;
+    s->flags = flags;
+    s->priority = priority;
+    s->device = device;
+    s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t thread;
+    pthread_mutex_lock(&streams_mu);
+    const int err = pthread_create(&thread, &attr, worker_main, s);
+    if (err == 0) {
+        s->next = all_streams;
+        all_streams = s;
+    }
+    pthread_mutex_unlock(&streams_mu);
+    pthread_attr_destroy(&attr);
+    if (err != 0) {
+        stream_free(s);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+/* Releases the handle: queued work still runs, then the worker exits. */
+static void stream_release_handle(CUstream s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->destroyed = true;
+    pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+    fakecuda_stream_unref(s);
+}
+
+static void per_thread_release(void *unused)
+{
+    (void)unused;
+    for (int i = 0; i < FAKECUDA_MAX_DEVICES; i++) {
+        if (per_thread[i]) {
+            stream_release_handle(per_thread[i]);
+            per_thread[i] = NULL;
+        }
+    }
+}
+
+static void per_thread_key_create(void)
+{
+    pthread_key_create(&per_thread_key, per_thread_release);
+}
+
+CUresult fakecuda_stream_get(CUstream handle, bool per_thread_default, CUstream *out)
+{
+    int dev = 0;
+    const CUresult r = fakecuda_current_device(&dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!handle)
+        handle = per_thread_default ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    CUstream s = NULL;
+    if (handle == CU_STREAM_LEGACY) {
+        pthread_mutex_lock(&streams_mu);
+        s = legacy[dev];
+        pthread_mutex_unlock(&streams_mu);
+        if (!s) {
+            CUstream fresh = NULL;
+            const CUresult rc = stream_new(dev, FAKECUDA_STREAM_LEGACY, 0, 0, &fresh);
+            if (rc != CUDA_SUCCESS)
+                return rc;
+            pthread_mutex_lock(&streams_mu);
+            if (!legacy[dev]) {
+                legacy[dev] = fresh;
+                fresh = NULL;
+            }
+            s = legacy[dev];
+            pthread_mutex_unlock(&streams_mu);
+            if (fresh)
+                stream_release_handle(fresh);
+        }
+        atomic_fetch_add(&s->refs, 1);
+    } else if (handle == CU_STREAM_PER_THREAD) {
+        if (!per_thread[dev]) {
+            pthread_once(&per_thread_once, per_thread_key_create);
+            const CUresult rc = stream_new(dev, FAKECUDA_STREAM_PER_THREAD, 0, 0, &per_thread[dev]);
+            if (rc != CUDA_SUCCESS)
+                return rc;
+            pthread_setspecific(per_thread_key, &per_thread);
+        }
+        s = per_thread[dev];
+        atomic_fetch_add(&s->refs, 1);
+    } else {
+        pthread_mutex_lock(&streams_mu);
+        for (CUstream t = all_streams; t; t = t->next) {
+            if (t == handle && t->kind == FAKECUDA_STREAM_USER && !t->destroyed) {
+                s = t;
+                atomic_fetch_add(&s->refs, 1);
+                break;
+            }
+        }
+        pthread_mutex_unlock(&streams_mu);
+        if (!s)
+            return CUDA_ERROR_INVALID_HANDLE;
+    }
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+bool fakecuda_stream_capturing(CUstream s)
+{
+    pthread_mutex_lock(&s->mu);
+    const bool capturing = s->capture != CU_STREAM_CAPTURE_STATUS_NONE;
+    pthread_mutex_unlock(&s->mu);
+    return capturing;
+}
+
+void fakecuda_stream_invalidate_capture(CUstream s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+        s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    pthread_mutex_unlock(&s->mu);
+}
+
+CUresult fakecuda_capture_check_unsafe(void)
+{
+    const pthread_t self = pthread_self();
+    bool hit = false;
+    pthread_mutex_lock(&streams_mu);
+    for (CUstream t = all_streams; t; t = t->next) {
+        pthread_mutex_lock(&t->mu);
+        if (t->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE &&
+            (t->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
+             (t->capture_mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+              pthread_equal(t->capture_thread, self)))) {
+            t->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+            hit = true;
+        }
+        pthread_mutex_unlock(&t->mu);
+    }
+    pthread_mutex_unlock(&streams_mu);
+    return hit ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+/* A wait op on target up to its current tail, or NULL when nothing is pending there. */
+static FakecudaOp *wait_for_tail(CUstream target)
+{
+    pthread_mutex_lock(&target->mu);
+    const uint64_t tail = target->enqueued, done = target->done;
+    pthread_mutex_unlock(&target->mu);
+    if (tail <= done)
+        return NULL;
+    FakecudaOp *const w = fakecuda_op_new(FAKECUDA_OP_WAIT);
+    if (!w)
+        return NULL;
+    atomic_fetch_add(&target->refs, 1);
+    w->u.wait.target = target;
+    w->u.wait.seq = tail;
+    return w;
+}
+
+/* Legacy default stream semantics: an op on the legacy stream waits for all earlier work of the
+ * device's blocking streams, and an op on a blocking stream waits for earlier legacy work.  Returns
+ * the wait ops to queue ahead of the op in *waits. */
+static CUresult legacy_dependencies(CUstream s, FakecudaOp **waits)
+{
+    *waits = NULL;
+    if (s->kind == FAKECUDA_STREAM_LEGACY) {
+        bool implicit = false;
+        pthread_mutex_lock(&streams_mu);
+        for (CUstream t = all_streams; t; t = t->next) {
+            if (t == s || t->device != s->device || (t->flags & CU_STREAM_NON_BLOCKING))
+                continue;
+            pthread_mutex_lock(&t->mu);
+            if (t->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+                t->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+                implicit = true;
+            }
+            pthread_mutex_unlock(&t->mu);
+            FakecudaOp *const w = wait_for_tail(t);
+            if (w) {
+                w->next = *waits;
+                *waits = w;
+            }
+        }
+        pthread_mutex_unlock(&streams_mu);
+        if (implicit) {
+            op_list_free(*waits);
+            *waits = NULL;
+            return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        }
+    } else if (!(s->flags & CU_STREAM_NON_BLOCKING)) {
+        pthread_mutex_lock(&streams_mu);
+        const CUstream l = legacy[s->device];
+        if (l)
+            atomic_fetch_add(&l->refs, 1);
+        pthread_mutex_unlock(&streams_mu);
+        if (l) {
+            *waits = wait_for_tail(l);
+            fakecuda_stream_unref(l);
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult submit(CUstream s, FakecudaOp *op, uint64_t *seq_out)
+{
+    op->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        CUresult r = CUDA_SUCCESS;
+        const bool graphable = op->type == FAKECUDA_OP_KERNEL || op->type == FAKECUDA_OP_MEMSET ||
+                               op->type == FAKECUDA_OP_HOST_FN ||
+                               (op->type == FAKECUDA_OP_COPY && !op->u.copy.staging);
+        /* A copy staged before capture began races with BeginCapture; it is refused like any
+         * operation that cannot be a graph node. */
+        if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+            r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        } else if (!graphable) {
+            s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        } else {
+            const CUgraph g = s->graph;
+            if (g->tail)
+                g->tail->next = op;
+            else
+                g->head = op;
+            g->tail = op;
+            g->count++;
+            op = NULL;
+        }
+        pthread_mutex_unlock(&s->mu);
+        fakecuda_op_free(op);
+        if (seq_out)
+            *seq_out = 0;
+        return r;
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    FakecudaOp *waits = NULL;
+    const CUresult r = legacy_dependencies(s, &waits);
+    if (r != CUDA_SUCCESS) {
+        fakecuda_op_free(op);
+        return r;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (waits) {
+        FakecudaOp *const w = waits;
+        waits = w->next;
+        w->next = op;
+        op = w;
+    }
+    for (FakecudaOp *o = op; o; o = o->next) {
+        o->seq = ++s->enqueued;
+        if (!o->next) {
+            if (s->tail)
+                s->tail->next = op;
+            else
+                s->head = op;
+            s->tail = o;
+            if (seq_out)
+                *seq_out = o->seq;
+            break;
+        }
+    }
+    pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult fakecuda_stream_submit(CUstream s, FakecudaOp *op)
+{
+    return submit(s, op, NULL);
+}
+
+static CUresult wait_seq(CUstream s, uint64_t seq)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->done < seq)
+        pthread_cond_wait(&s->done_cv, &s->mu);
+    const CUresult r = s->error;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+CUresult fakecuda_stream_submit_sync(CUstream s, FakecudaOp *op)
+{
+    if (fakecuda_stream_capturing(s)) {
+        fakecuda_op_free(op);
+        fakecuda_stream_invalidate_capture(s);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    uint64_t seq = 0;
+    const CUresult r = submit(s, op, &seq);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return wait_seq(s, seq);
+}
+
+CUresult fakecuda_device_sync(int device)
+{
+    CUstream snapshot[256];
+    uint64_t tails[256];
+    size_t n = 0;
+    pthread_mutex_lock(&streams_mu);
+    for (CUstream t = all_streams; t && n < 256; t = t->next) {
+        if (device >= 0 && t->device != device)
+            continue;
+        atomic_fetch_add(&t->refs, 1);
+        pthread_mutex_lock(&t->mu);
+        tails[n] = t->enqueued;
+        pthread_mutex_unlock(&t->mu);
+        snapshot[n++] = t;
+    }
+    pthread_mutex_unlock(&streams_mu);
+    for (size_t i = 0; i < n; i++) {
+        (void)wait_seq(snapshot[i], tails[i]);
+        fakecuda_stream_unref(snapshot[i]);
+    }
+    return atomic_load(&sticky_error);
+}
+
+/* ---- stream API ---- */
+
+static CUresult stream_create(CUstream *out, unsigned flags, int priority)
+{
+    int dev = 0;
+    const CUresult r = fakecuda_current_device(&dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstream s = NULL;
+    const CUresult rc = stream_new(dev, FAKECUDA_STREAM_USER, flags, priority, &s);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    fakecuda_stream_unref(s); /* the handle is the all_streams entry until destroyed */
+    *out = s;
+    FAKECUDA_TRACE("cuStreamCreate(flags=%u) -> %p", flags, (void *)s);
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamCreate(CUstream *out, unsigned int flags)
+{
+    return stream_create(out, flags, 0);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamCreateWithPriority(CUstream *out, unsigned int flags, int priority)
+{
+    if (priority > 0)
+        priority = 0;
+    if (priority < -5)
+        priority = -5;
+    return stream_create(out, flags, priority);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamDestroy_v2(CUstream handle)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!handle || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUstream s = NULL;
+    pthread_mutex_lock(&streams_mu);
+    for (CUstream t = all_streams; t; t = t->next) {
+        if (t == handle && t->kind == FAKECUDA_STREAM_USER && !t->destroyed) {
+            s = t;
+            /* Marked under streams_mu so no lookup can find it any more. */
+            pthread_mutex_lock(&s->mu);
+            s->destroyed = true;
+            pthread_cond_signal(&s->work_cv);
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&streams_mu);
+    FAKECUDA_TRACE("cuStreamDestroy(%p) -> %s", (void *)handle, s ? "ok" : "invalid handle");
+    return s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult stream_sync(CUstream handle, bool per_thread_default)
+{
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (fakecuda_stream_capturing(s)) {
+        fakecuda_stream_invalidate_capture(s);
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else if (s->kind == FAKECUDA_STREAM_LEGACY) {
+        /* A marker on the legacy stream waits for every blocking stream, as the barrier does. */
+        FakecudaOp *const op = fakecuda_op_new(FAKECUDA_OP_NOP);
+        r = op ? fakecuda_stream_submit_sync(s, op) : CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        pthread_mutex_lock(&s->mu);
+        const uint64_t tail = s->enqueued;
+        pthread_mutex_unlock(&s->mu);
+        r = wait_seq(s, tail);
+    }
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamSynchronize(CUstream handle)
+{
+    return stream_sync(handle, false);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream handle)
+{
+    return stream_sync(handle, true);
+}
+
+static bool stream_idle(CUstream s)
+{
+    pthread_mutex_lock(&s->mu);
+    const bool idle = s->done == s->enqueued;
+    pthread_mutex_unlock(&s->mu);
+    return idle;
+}
+
+static CUresult stream_query(CUstream handle, bool per_thread_default)
+{
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (fakecuda_stream_capturing(s)) {
+        fakecuda_stream_invalidate_capture(s);
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else {
+        bool idle = stream_idle(s);
+        if (idle && s->kind == FAKECUDA_STREAM_LEGACY) {
+            pthread_mutex_lock(&streams_mu);
+            for (CUstream t = all_streams; t && idle; t = t->next)
+                if (t->device == s->device && !(t->flags & CU_STREAM_NON_BLOCKING))
+                    idle = stream_idle(t);
+            pthread_mutex_unlock(&streams_mu);
+        }
+        pthread_mutex_lock(&s->mu);
+        r = s->error != CUDA_SUCCESS ? s->error : idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+        pthread_mutex_unlock(&s->mu);
+    }
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamQuery(CUstream handle)
+{
+    return stream_query(handle, false);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamQuery_ptsz(CUstream handle)
+{
+    return stream_query(handle, true);
+}
+
+static CUresult stream_get_flags(CUstream handle, unsigned *flags, bool per_thread_default)
+{
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstream s = NULL;
+    const CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *flags = s->flags;
+    fakecuda_stream_unref(s);
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetFlags(CUstream handle, unsigned int *flags)
+{
+    return stream_get_flags(handle, flags, false);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream handle, unsigned int *flags)
+{
+    return stream_get_flags(handle, flags, true);
+}
+
+static CUresult stream_get_ctx(CUstream handle, CUcontext *pctx, bool per_thread_default)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstream s = NULL;
+    const CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *pctx = &fakecuda_g.ctx[s->device];
+    fakecuda_stream_unref(s);
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetCtx(CUstream handle, CUcontext *pctx)
+{
+    return stream_get_ctx(handle, pctx, false);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream handle, CUcontext *pctx)
+{
+    return stream_get_ctx(handle, pctx, true);
+}
+
+static CUresult launch_host_fn(CUstream handle, CUhostFn fn, void *arg, bool per_thread_default)
+{
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstream s = NULL;
+    const CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    FakecudaOp *const op = fakecuda_op_new(FAKECUDA_OP_HOST_FN);
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (op) {
+        op->u.host_fn.fn = fn;
+        op->u.host_fn.arg = arg;
+        rc = fakecuda_stream_submit(s, op);
+    }
+    fakecuda_stream_unref(s);
+    return rc;
+}
+
+FAKECUDA_EXPORT CUresult cuLaunchHostFunc(CUstream handle, CUhostFn fn, void *arg)
+{
+    return launch_host_fn(handle, fn, arg, false);
+}
+
+FAKECUDA_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream handle, CUhostFn fn, void *arg)
+{
+    return launch_host_fn(handle, fn, arg, true);
+}
+
+/* ---- events ---- */
+
+static void event_unref(CUevent ev)
+{
+    if (atomic_fetch_sub(&ev->refs, 1) != 1)
+        return;
+    if (ev->rec_stream)
+        fakecuda_stream_unref(ev->rec_stream);
+    if (ev->cap_stream)
+        fakecuda_stream_unref(ev->cap_stream);
+    pthread_mutex_destroy(&ev->mu);
+    pthread_cond_destroy(&ev->cv);
+    free(ev);
+}
+
+/* Returns ev with a reference, or NULL if it is not a live event. */
+static CUevent event_get(CUevent handle)
+{
+    CUevent found = NULL;
+    pthread_mutex_lock(&objects_mu);
+    for (CUevent e = all_events; e; e = e->next) {
+        if (e == handle) {
+            found = e;
+            atomic_fetch_add(&e->refs, 1);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&objects_mu);
+    return found;
+}
+
+FAKECUDA_EXPORT CUresult cuEventCreate(CUevent *out, unsigned int flags)
+{
+    int dev = 0;
+    const CUresult r = fakecuda_current_device(&dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    const unsigned known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+    if (!out || (flags & ~known))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUevent ev = calloc(1, sizeof(*ev));
+    if (!ev)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_init(&ev->mu, NULL);
+    pthread_cond_init(&ev->cv, NULL);
+    atomic_init(&ev->refs, 1);
+    ev->flags = flags;
+    pthread_mutex_lock(&objects_mu);
+    ev->next = all_events;
+    all_events = ev;
+    pthread_mutex_unlock(&objects_mu);
+    *out = ev;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuEventDestroy_v2(CUevent handle)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUevent found = NULL;
+    pthread_mutex_lock(&objects_mu);
+    for (CUevent *p = &all_events; *p; p = &(*p)->next) {
+        if (*p == handle) {
+            found = *p;
+            *p = found->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&objects_mu);
+    if (!found)
+        return CUDA_ERROR_INVALID_HANDLE;
+    event_unref(found);
+    return CUDA_SUCCESS;
+}
+
+static CUresult event_record(CUevent handle, CUstream stream, bool per_thread_default)
+{
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(stream, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    const CUevent ev = event_get(handle);
+    if (!ev) {
+        fakecuda_stream_unref(s);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    pthread_mutex_lock(&s->mu);
+    const CUstreamCaptureStatus status = s->capture;
+    const unsigned long long cap_id = s->capture_id;
+    pthread_mutex_unlock(&s->mu);
+    if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
+        /* A record inside a capture orders nodes of the graph and records nothing now; the event
+         * becomes a captured event until recorded outside the capture again. */
+        if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+            pthread_mutex_lock(&ev->mu);
+            if (ev->cap_stream)
+                fakecuda_stream_unref(ev->cap_stream);
+            atomic_fetch_add(&s->refs, 1);
+            ev->cap_stream = s;
+            ev->cap_id = cap_id;
+            pthread_mutex_unlock(&ev->mu);
+        }
+        event_unref(ev);
+        fakecuda_stream_unref(s);
+        return status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? CUDA_SUCCESS : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    FakecudaOp *const op = fakecuda_op_new(FAKECUDA_OP_EVENT);
+    if (!op) {
+        event_unref(ev);
+        fakecuda_stream_unref(s);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* The event's lock is held across submit so that gen order matches queue order per event. */
+    pthread_mutex_lock(&ev->mu);
+    op->u.event.event = ev; /* the op keeps the reference taken by event_get */
+    op->u.event.gen = ++ev->gen;
+    uint64_t seq = 0;
+    r = submit(s, op, &seq);
+    if (r == CUDA_SUCCESS) {
+        if (ev->cap_stream)
+            fakecuda_stream_unref(ev->cap_stream);
+        ev->cap_stream = NULL;
+        if (ev->rec_stream)
+            fakecuda_stream_unref(ev->rec_stream);
+        atomic_fetch_add(&s->refs, 1);
+        ev->rec_stream = s;
+        ev->rec_seq = seq;
+    } else {
+        ev->gen--;
+    }
+    pthread_mutex_unlock(&ev->mu);
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuEventRecord(CUevent handle, CUstream stream)
+{
+    return event_record(handle, stream, false);
+}
+
+FAKECUDA_EXPORT CUresult cuEventRecord_ptsz(CUevent handle, CUstream stream)
+{
+    return event_record(handle, stream, true);
+}
+
+/* True if ev's newest record joined a capture that is still running; querying or waiting for such
+ * an event from the host is illegal and invalidates that capture.  Caller holds ev->mu. */
+static bool event_in_capture(CUevent ev)
+{
+    const CUstream s = ev->cap_stream;
+    if (!s)
+        return false;
+    pthread_mutex_lock(&s->mu);
+    const bool live = s->capture != CU_STREAM_CAPTURE_STATUS_NONE && s->capture_id == ev->cap_id;
+    if (live && s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+        s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    pthread_mutex_unlock(&s->mu);
+    return live;
+}
+
+FAKECUDA_EXPORT CUresult cuEventQuery(CUevent handle)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const CUevent ev = event_get(handle);
+    if (!ev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&ev->mu);
+    const bool captured = event_in_capture(ev);
+    const bool done = ev->done_gen >= ev->gen;
+    pthread_mutex_unlock(&ev->mu);
+    event_unref(ev);
+    if (captured)
+        return CUDA_ERROR_CAPTURED_EVENT;
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FAKECUDA_EXPORT CUresult cuEventSynchronize(CUevent handle)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const CUevent ev = event_get(handle);
+    if (!ev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&ev->mu);
+    const bool captured = event_in_capture(ev);
+    const uint64_t gen = ev->gen;
+    while (!captured && ev->done_gen < gen)
+        pthread_cond_wait(&ev->cv, &ev->mu);
+    pthread_mutex_unlock(&ev->mu);
+    event_unref(ev);
+    return captured ? CUDA_ERROR_CAPTURED_EVENT : CUDA_SUCCESS;
+}
+
+static CUresult event_elapsed(float *ms, CUevent start, CUevent end)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUevent a = event_get(start);
+    const CUevent b = event_get(end);
+    CUresult rc = CUDA_SUCCESS;
+    if (!a || !b) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+        goto done;
+    }
+    pthread_mutex_lock(&a->mu);
+    const bool a_timed = !(a->flags & CU_EVENT_DISABLE_TIMING) && a->gen > 0;
+    const bool a_done = a->done_gen >= a->gen;
+    const struct timespec ta = a->stamp;
+    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_lock(&b->mu);
+    const bool b_timed = !(b->flags & CU_EVENT_DISABLE_TIMING) && b->gen > 0;
+    const bool b_done = b->done_gen >= b->gen;
+    const struct timespec tb = b->stamp;
+    pthread_mutex_unlock(&b->mu);
+    if (!a_timed || !b_timed)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (!a_done || !b_done)
+        rc = CUDA_ERROR_NOT_READY;
+    else
+        *ms = (float)(now_ms(&tb) - now_ms(&ta));
+done:
+    if (a)
+        event_unref(a);
+    if (b)
+        event_unref(b);
+    return rc;
+}
+
+FAKECUDA_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
+{
+    return event_elapsed(ms, start, end);
+}
+
+FAKECUDA_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
+{
+    return event_elapsed(ms, start, end);
+}
+
+static CUresult stream_wait_event(CUstream handle, CUevent event, unsigned flags, bool per_thread_default)
+{
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    const CUevent ev = event_get(event);
+    if (!ev) {
+        fakecuda_stream_unref(s);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    pthread_mutex_lock(&s->mu);
+    const CUstreamCaptureStatus status = s->capture;
+    pthread_mutex_unlock(&s->mu);
+    const bool capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
+    FakecudaOp *op = NULL;
+    if (flags != 0 && !(flags == CU_EVENT_WAIT_EXTERNAL && capturing)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    } else if (!capturing) {
+        pthread_mutex_lock(&ev->mu);
+        if (ev->rec_stream && ev->done_gen < ev->gen) {
+            op = fakecuda_op_new(FAKECUDA_OP_WAIT);
+            if (op) {
+                atomic_fetch_add(&ev->rec_stream->refs, 1);
+                op->u.wait.target = ev->rec_stream;
+                op->u.wait.seq = ev->rec_seq;
+            } else {
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            }
+        }
+        pthread_mutex_unlock(&ev->mu);
+        if (op)
+            r = fakecuda_stream_submit(s, op);
+    }
+    event_unref(ev);
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamWaitEvent(CUstream handle, CUevent event, unsigned int flags)
+{
+    return stream_wait_event(handle, event, flags, false);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream handle, CUevent event, unsigned int flags)
+{
+    return stream_wait_event(handle, event, flags, true);
+}
+
+/* ---- capture and graphs ---- */
+
+static CUgraph graph_new(void)
+{
+    const CUgraph g = calloc(1, sizeof(*g));
+    if (!g)
+        return NULL;
+    pthread_mutex_lock(&objects_mu);
+    g->next = all_graphs;
+    all_graphs = g;
+    pthread_mutex_unlock(&objects_mu);
+    return g;
+}
+
+/* Unlinks g from the live list; returns false if it was not there. */
+static bool graph_unlink(CUgraph g)
+{
+    bool found = false;
+    pthread_mutex_lock(&objects_mu);
+    for (CUgraph *p = &all_graphs; *p; p = &(*p)->next) {
+        if (*p == g) {
+            *p = g->next;
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&objects_mu);
+    return found;
+}
+
+static CUresult begin_capture(CUstream handle, CUstreamCaptureMode mode, bool per_thread_default)
+{
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (s->kind == FAKECUDA_STREAM_LEGACY) {
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else {
+        const CUgraph g = graph_new();
+        pthread_mutex_lock(&s->mu);
+        if (!g) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+            r = CUDA_ERROR_ILLEGAL_STATE;
+        } else {
+            s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+            s->capture_mode = mode;
+            s->capture_thread = pthread_self();
+            s->capture_id = atomic_fetch_add(&capture_ids, 1) + 1;
+            s->graph = g;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (r != CUDA_SUCCESS && g) {
+            graph_unlink(g);
+            free(g);
+        }
+    }
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamBeginCapture_v2(CUstream handle, CUstreamCaptureMode mode)
+{
+    return begin_capture(handle, mode, false);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream handle, CUstreamCaptureMode mode)
+{
+    return begin_capture(handle, mode, true);
+}
+
+static void graph_free(CUgraph g)
+{
+    op_list_free(g->head);
+    free(g);
+}
+
+static CUresult end_capture(CUstream handle, CUgraph *out, bool per_thread_default)
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUgraph dead = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+        r = CUDA_ERROR_ILLEGAL_STATE;
+    } else if (s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
+               !pthread_equal(s->capture_thread, pthread_self())) {
+        r = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    } else if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+        dead = s->graph;
+        s->graph = NULL;
+        s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+        *out = NULL;
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    } else {
+        *out = s->graph;
+        s->graph = NULL;
+        s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (dead) {
+        graph_unlink(dead);
+        graph_free(dead);
+    }
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamEndCapture(CUstream handle, CUgraph *out)
+{
+    return end_capture(handle, out, false);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream handle, CUgraph *out)
+{
+    return end_capture(handle, out, true);
+}
+
+static CUresult capture_info(CUstream handle, bool per_thread_default, CUstreamCaptureStatus *status,
+                             cuuint64_t *id, CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
+{
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (s->kind == FAKECUDA_STREAM_LEGACY) {
+        /* Asking about the legacy stream while a blocking stream captures is an implicit dependency;
+         * unlike issuing work there, asking does not invalidate the capture. */
+        bool implicit = false;
+        pthread_mutex_lock(&streams_mu);
+        for (CUstream t = all_streams; t; t = t->next) {
+            if (t == s || t->device != s->device || (t->flags & CU_STREAM_NON_BLOCKING))
+                continue;
+            pthread_mutex_lock(&t->mu);
+            implicit |= t->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+            pthread_mutex_unlock(&t->mu);
+        }
+        pthread_mutex_unlock(&streams_mu);
+        if (implicit) {
+            fakecuda_stream_unref(s);
+            return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    *status = s->capture;
+    const bool active = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (id && active)
+        *id = s->capture_id;
+    if (graph)
+        *graph = active ? s->graph : NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (deps)
+        *deps = NULL;
+    if (ndeps)
+        *ndeps = 0;
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamIsCapturing(CUstream handle, CUstreamCaptureStatus *status)
+{
+    return capture_info(handle, false, status, NULL, NULL, NULL, NULL);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream handle, CUstreamCaptureStatus *status)
+{
+    return capture_info(handle, true, status, NULL, NULL, NULL, NULL);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetCaptureInfo(CUstream handle, CUstreamCaptureStatus *status, cuuint64_t *id)
+{
+    return capture_info(handle, false, status, id, NULL, NULL, NULL);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream handle, CUstreamCaptureStatus *status,
+                                                     cuuint64_t *id)
+{
+    return capture_info(handle, true, status, id, NULL, NULL, NULL);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream handle, CUstreamCaptureStatus *status,
+                                                   cuuint64_t *id, CUgraph *graph,
+                                                   const CUgraphNode **deps, size_t *ndeps)
+{
+    return capture_info(handle, false, status, id, graph, deps, ndeps);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream handle, CUstreamCaptureStatus *status,
+                                                        cuuint64_t *id, CUgraph *graph,
+                                                        const CUgraphNode **deps, size_t *ndeps)
+{
+    return capture_info(handle, true, status, id, graph, deps, ndeps);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream handle, CUstreamCaptureStatus *status,
+                                                   cuuint64_t *id, CUgraph *graph,
+                                                   const CUgraphNode **deps, const CUgraphEdgeData **edges,
+                                                   size_t *ndeps)
+{
+    if (edges)
+        *edges = NULL;
+    return capture_info(handle, false, status, id, graph, deps, ndeps);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream handle, CUstreamCaptureStatus *status,
+                                                        cuuint64_t *id, CUgraph *graph,
+                                                        const CUgraphNode **deps,
+                                                        const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    if (edges)
+        *edges = NULL;
+    return capture_info(handle, true, status, id, graph, deps, ndeps);
+}
+
+FAKECUDA_EXPORT CUresult cuGraphDestroy(CUgraph g)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!g || !graph_unlink(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    graph_free(g);
+    return CUDA_SUCCESS;
+}
+
+static bool graph_live(CUgraph g)
+{
+    bool found = false;
+    pthread_mutex_lock(&objects_mu);
+    for (CUgraph p = all_graphs; p; p = p->next)
+        found |= p == g;
+    pthread_mutex_unlock(&objects_mu);
+    return found;
+}
+
+/* Copies a list of ops; NULL with *ok false when memory runs out. */
+static FakecudaOp *op_list_clone(const FakecudaOp *head, bool *ok)
+{
+    FakecudaOp *out = NULL, **tail = &out;
+    *ok = true;
+    for (const FakecudaOp *o = head; o; o = o->next) {
+        FakecudaOp *const c = op_clone(o);
+        if (!c) {
+            op_list_free(out);
+            *ok = false;
+            return NULL;
+        }
+        *tail = c;
+        tail = &c->next;
+    }
+    return out;
+}
+
+FAKECUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g, unsigned long long flags)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUgraphExec e = calloc(1, sizeof(*e));
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    /* objects_mu keeps g alive while its op list is copied. */
+    pthread_mutex_lock(&objects_mu);
+    bool found = false;
+    for (CUgraph p = all_graphs; p; p = p->next)
+        found |= p == g;
+    bool ok = true;
+    if (found)
+        e->head = op_list_clone(g->head, &ok);
+    if (found && ok) {
+        e->next = all_execs;
+        all_execs = e;
+    }
+    pthread_mutex_unlock(&objects_mu);
+    if (!found || !ok) {
+        free(e);
+        return found ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    }
+    *out = e;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    bool found = false;
+    pthread_mutex_lock(&objects_mu);
+    for (CUgraphExec *p = &all_execs; *p; p = &(*p)->next) {
+        if (*p == e) {
+            *p = e->next;
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&objects_mu);
+    if (!found)
+        return CUDA_ERROR_INVALID_VALUE;
+    op_list_free(e->head);
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+static CUresult graph_launch(CUgraphExec e, CUstream handle, bool per_thread_default)
+{
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    bool found = false, ok = true;
+    FakecudaOp *ops = NULL;
+    pthread_mutex_lock(&objects_mu);
+    for (CUgraphExec p = all_execs; p; p = p->next)
+        found |= p == e;
+    if (found)
+        ops = op_list_clone(e->head, &ok);
+    pthread_mutex_unlock(&objects_mu);
+    if (!found)
+        r = CUDA_ERROR_INVALID_VALUE;
+    else if (!ok)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    while (ops) {
+        FakecudaOp *const op = ops;
+        ops = op->next;
+        if (r == CUDA_SUCCESS)
+            r = fakecuda_stream_submit(s, op);
+        else
+            fakecuda_op_free(op);
+    }
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream handle)
+{
+    return graph_launch(e, handle, false);
+}
+
+FAKECUDA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream handle)
+{
+    return graph_launch(e, handle, true);
+}
+
+FAKECUDA_EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *count)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!count || nodes || !graph_live(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&objects_mu);
+    *count = g->count;
+    pthread_mutex_unlock(&objects_mu);
+    return CUDA_SUCCESS;
+}
