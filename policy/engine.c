@@ -28,6 +28,9 @@ typedef struct IbpPendingD2h {
 } IbpPendingD2h;
 
 struct IbpPolicyRegion {
+    /* Held by the compressor for a whole compression (it reads the region's memory) and by
+     * on_free() until the region is gone, so memory is never freed under the compressor. */
+    pthread_mutex_t busy;
     /* Readers: planners and the recompressor while they use the shadow.  Writer: whoever
      * installs or drops it. */
     pthread_rwlock_t lock;
@@ -128,6 +131,7 @@ static void policy_region_fini(void *data)
     d2h_release_all(pr);
     pthread_rwlock_destroy(&pr->lock);
     pthread_mutex_destroy(&pr->d2h_lock);
+    pthread_mutex_destroy(&pr->busy);
     free(pr);
 }
 
@@ -142,12 +146,14 @@ int ibp_policy_on_alloc(void *ptr, size_t size, uint32_t region_flags, uint64_t 
         return -ENOMEM;
     pthread_rwlock_init(&pr->lock, NULL);
     pthread_mutex_init(&pr->d2h_lock, NULL);
+    pthread_mutex_init(&pr->busy, NULL);
     pr->tag = tag;
     IbpRegion *region = NULL;
     const int64_t id = ibp_registry_add(ptr, size, region_flags, site, &region);
     if (id < 0) {
         pthread_rwlock_destroy(&pr->lock);
         pthread_mutex_destroy(&pr->d2h_lock);
+        pthread_mutex_destroy(&pr->busy);
         free(pr);
         IBP_DEBUG("region %p+%zu not registered (%d)", ptr, size, (int)id);
         return (int)id;
@@ -183,12 +189,15 @@ void *ibp_policy_on_free(void *ptr)
         IbpPolicyRegion *pr = ibp_region_data(region);
         if (pr) {
             tag = pr->tag;
+            pthread_mutex_lock(&pr->busy);
             drop_shadow(pr);
             pthread_mutex_lock(&pr->d2h_lock);
             d2h_release_all(pr);
             pthread_mutex_unlock(&pr->d2h_lock);
         }
         ibp_registry_remove(ptr);
+        if (pr)
+            pthread_mutex_unlock(&pr->busy);
     }
     ibp_region_put(&region);
     return tag;
@@ -476,11 +485,22 @@ static void enforce_budget(uint64_t keep)
     free(l);
 }
 
+static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr);
+
 static int compress_region(IbpRegion *region)
 {
     IbpPolicyRegion *pr = ibp_region_data(region);
-    if (!pr || !ibp_region_set_state(region, IBP_REGION_HOT, IBP_REGION_COMPRESSING))
+    if (!pr)
         return 0;
+    pthread_mutex_lock(&pr->busy);
+    const int done = ibp_region_set_state(region, IBP_REGION_HOT, IBP_REGION_COMPRESSING) &&
+                     compress_region_locked(region, pr);
+    pthread_mutex_unlock(&pr->busy);
+    return done;
+}
+
+static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr)
+{
     IbpTracker *tracker = ibp_region_tracker(region);
     if (!tracker) {
         IbpTrackBackend got;

@@ -99,7 +99,11 @@ public:
         char tmpl[] = "/tmp/ibp-config-test-XXXXXX";
         path_ = mkdtemp(tmpl);
     }
-    ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+    ~TempDir()
+    {
+        const int rc = std::system(("rm -rf '" + path_ + "'").c_str());
+        (void)rc;
+    }
     const std::string &path() const { return path_; }
     std::string write(const std::string &rel, const std::string &content) const
     {
