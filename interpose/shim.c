@@ -11,6 +11,7 @@
 #include "ibpshim/ibpshim.h"
 #include "interpose/router.h"
 #include "report/counters.h"
+#include "report/ledger.h"
 #include "report/report.h"
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -73,16 +74,53 @@ __attribute__((constructor)) static void shim_constructor(void)
     ibp_shim_init();
 }
 
+/* A process that never copied from a tracked region gets no exit report unless a JSON report
+ * was asked for: the shim stays silent in programs it does not help. */
+static int exit_report_wanted(void)
+{
+    if (shim_config.report.path[0])
+        return 1;
+    IbpLedgerSnapshot *snap = NULL;
+    if (ibp_ledger_snapshot(&snap))
+        return 0;
+    const int any = snap->total.copies > 0;
+    ibp_ledger_snapshot_free(&snap);
+    return any;
+}
+
 __attribute__((destructor)) static void shim_destructor(void)
 {
     ibp_router_stop();
-    ibp_report_at_exit();
+    if (exit_report_wanted())
+        ibp_report_at_exit();
+    else
+        ibp_report_stop();
     ibp_counters_log();
 }
 
 __attribute__((visibility("default"))) const char *ibpshim_version(void)
 {
     return IBP_VERSION;
+}
+
+__attribute__((visibility("default"))) int ibpshim_transfer_totals(IbpshimTransferTotals *out)
+{
+    IbpLedgerSnapshot *snap = NULL;
+    const int err = ibp_ledger_snapshot(&snap);
+    if (err)
+        return err;
+    out->copies = snap->total.copies;
+    out->requested = snap->total.requested;
+    out->sent = ibp_ledger_totals_sent(&snap->total);
+    out->compressed_in = snap->total.compressed_in;
+    out->compressed_out = snap->total.compressed_out;
+    ibp_ledger_snapshot_free(&snap);
+    return 0;
+}
+
+__attribute__((visibility("default"))) int ibpshim_report_now(void)
+{
+    return ibp_report_write("request");
 }
 
 __attribute__((visibility("default"))) int ibpshim_compression_built(void)

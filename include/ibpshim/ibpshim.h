@@ -50,6 +50,22 @@ size_t ibpshim_call_counts(IbpshimCallCount *out, size_t n);
 /* A short stable name for a kind ("cudaHostAlloc", "cudaMemcpyAsync H2D", ...); "?" if out of range. */
 const char *ibpshim_call_kind_name(IbpshimCallKind kind);
 
+/* Host-to-device copies the shim has planned (copies of at least [policy] min_bytes). */
+typedef struct IbpshimTransferTotals {
+    uint64_t copies;
+    uint64_t requested;       /* bytes the application asked to copy */
+    uint64_t sent;            /* bytes that crossed PCIe for them */
+    uint64_t compressed_in;   /* bytes delivered through the compressed path */
+    uint64_t compressed_out;  /* their compressed size */
+} IbpshimTransferTotals;
+
+/* Fills *out.  Returns 0, or -ENOMEM.  Thread-safety: any thread. */
+int ibpshim_transfer_totals(IbpshimTransferTotals *out);
+
+/* Writes a transfer report now (text to the log, JSON to [report] path).  Returns 0 or a
+ * negative errno (-ENODEV when reporting is off). */
+int ibpshim_report_now(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,13 @@
 #include "tests/preload/preload_check.h"
 
 __attribute__((visibility("default"))) int core_round_trip(size_t n);
+__attribute__((visibility("default"))) int core_device_count(void);
+
+int core_device_count(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
 
 int core_round_trip(size_t n)
 {
