@@ -4,6 +4,7 @@
 #include "interpose/compressed.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -15,6 +16,93 @@
 #include "kernels/staging.h"
 
 #define IBP_STAGE_ALIGN 256u
+/* Runs between two timed runs once the path has been measured. */
+#define IBP_PROBE_EVERY 64u
+#define IBP_SPEED_CONTEXTS 16
+
+/* What the compressed path costs on each context, measured on real runs with timing events:
+ * DMA and decode nanoseconds per byte.  A run goes compressed only while the measured cost of
+ * moving its compressed bytes and decoding them beats moving the original bytes. */
+typedef struct IbpSpeed {
+    CUcontext ctx;
+    CUevent ev[3];
+    int pending;            /* ev[] recorded around a run not read yet */
+    size_t pending_wire, pending_orig;
+    double dma_ns_per_byte; /* 0 until measured */
+    double dec_ns_per_byte;
+    unsigned runs;
+} IbpSpeed;
+
+static pthread_mutex_t speed_lock = PTHREAD_MUTEX_INITIALIZER;
+static IbpSpeed speeds[IBP_SPEED_CONTEXTS];
+
+static IbpSpeed *speed_for(const IbpDriver *drv, CUcontext ctx)
+{
+    for (int i = 0; i < IBP_SPEED_CONTEXTS; i++) {
+        if (speeds[i].ctx == ctx)
+            return &speeds[i];
+        if (!speeds[i].ctx) {
+            for (int k = 0; k < 3; k++)
+                if (drv->cuEventCreate(&speeds[i].ev[k], CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+                    return NULL;
+            speeds[i].ctx = ctx;
+            return &speeds[i];
+        }
+    }
+    return NULL;
+}
+
+/* Folds a finished timed run into the averages.  Called with speed_lock held. */
+static void speed_collect(const IbpDriver *drv, IbpSpeed *sp)
+{
+    if (!sp->pending || drv->cuEventQuery(sp->ev[2]) != CUDA_SUCCESS)
+        return;
+    float dma_ms = 0, dec_ms = 0;
+    if (drv->cuEventElapsedTime(&dma_ms, sp->ev[0], sp->ev[1]) == CUDA_SUCCESS &&
+        drv->cuEventElapsedTime(&dec_ms, sp->ev[1], sp->ev[2]) == CUDA_SUCCESS && sp->pending_wire &&
+        sp->pending_orig) {
+        const double dma = dma_ms * 1e6 / (double)sp->pending_wire;
+        const double dec = dec_ms * 1e6 / (double)sp->pending_orig;
+        sp->dma_ns_per_byte = sp->dma_ns_per_byte ? 0.75 * sp->dma_ns_per_byte + 0.25 * dma : dma;
+        sp->dec_ns_per_byte = sp->dec_ns_per_byte ? 0.75 * sp->dec_ns_per_byte + 0.25 * dec : dec;
+        IBP_DEBUG("measured compressed path: DMA %.1f GB/s, decode %.1f GB/s of output",
+                  1.0 / sp->dma_ns_per_byte, 1.0 / sp->dec_ns_per_byte);
+    }
+    sp->pending = 0;
+}
+
+/* 1 when the run should go compressed; *timed = 1 when this run is to be timed. */
+static int speed_allows(const IbpDriver *drv, CUcontext ctx, size_t wire, size_t orig, int *timed)
+{
+    *timed = 0;
+    pthread_mutex_lock(&speed_lock);
+    IbpSpeed *sp = speed_for(drv, ctx);
+    int ok = 1;
+    if (sp) {
+        speed_collect(drv, sp);
+        const unsigned n = sp->runs++;
+        if (!sp->pending && (!sp->dma_ns_per_byte || n % IBP_PROBE_EVERY == 0)) {
+            *timed = 1; /* measure; an unmeasured path gets the benefit of the doubt */
+        } else if (sp->dma_ns_per_byte) {
+            const double compressed = (double)wire * sp->dma_ns_per_byte + (double)orig * sp->dec_ns_per_byte;
+            ok = compressed < 0.97 * (double)orig * sp->dma_ns_per_byte;
+        }
+    }
+    pthread_mutex_unlock(&speed_lock);
+    return ok;
+}
+
+static void speed_mark(const IbpDriver *drv, CUcontext ctx, int which, CUstream stream, size_t wire, size_t orig)
+{
+    pthread_mutex_lock(&speed_lock);
+    IbpSpeed *sp = speed_for(drv, ctx);
+    if (sp && drv->cuEventRecord(sp->ev[which], stream) == CUDA_SUCCESS && which == 2) {
+        sp->pending = 1;
+        sp->pending_wire = wire;
+        sp->pending_orig = orig;
+    }
+    pthread_mutex_unlock(&speed_lock);
+}
 
 static size_t align_up(size_t n)
 {
@@ -38,6 +126,7 @@ typedef struct IbpLaunch {
     CUdeviceptr offsets;    /* device address of the shadow's offset table */
     const uint64_t *host_offsets;
     size_t block_size;
+    int force;              /* send compressed even where measured slower ([transfer] path = dma) */
 } IbpLaunch;
 
 /* Decodes blocks [first, first + count) of the staged run (run_base = device address of block
@@ -81,6 +170,9 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
                              (p->off + p->len) % bs != 0;
     const size_t scratch = (head_clipped || tail_clipped) ? 2 * bs : 0;
     const size_t need = align_up(blob_len) + align_up(p->run_len) + scratch;
+    int timed = 0;
+    if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, &timed) && !base->force)
+        return -ETIME;
     IbpStagingBuf *stage = NULL;
     int err = ibp_staging_acquire(ctx, need, &stage);
     if (err)
@@ -93,9 +185,13 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     void *offsets_host = (void *)p->offsets;
     IBP_CU_CHECK_GOTO(res, drv->cuMemHostGetDevicePointer(&l.offsets, offsets_host, 0), fail);
     l.offsets -= (CUdeviceptr)first * sizeof(uint64_t); /* index by absolute block number */
+    if (timed)
+        speed_mark(drv, ctx, 0, l.stream, 0, 0);
     IBP_CU_CHECK_GOTO(res, drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, l.stream), fail);
     IBP_CU_CHECK_GOTO(res, drv->cuMemcpyHtoDAsync(run, p->run, p->run_len, l.stream), fail);
     *sent += blob_len + p->run_len;
+    if (timed)
+        speed_mark(drv, ctx, 1, l.stream, 0, 0);
     const CUdeviceptr dst = (CUdeviceptr)(uintptr_t)dst_piece;
     if (!head_clipped && !tail_clipped) {
         err = launch_decode(&l, run, first, first, p->nblocks, dst, skip, p->len);
@@ -121,6 +217,8 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
             err = launch_decode(&l, run, first, mid_first, mid_last - mid_first + 1, dst + done, 0,
                                 (uint64_t)(mid_last - mid_first + 1) * bs);
     }
+    if (timed && !err)
+        speed_mark(drv, ctx, 2, l.stream, blob_len + p->run_len, p->len);
     ibp_staging_release(stage, l.stream);
     return err;
 fail:
@@ -129,7 +227,7 @@ fail:
 }
 
 cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const void *src, size_t n,
-                          cudaStream_t stream, CUcontext ctx, CUstream cu_stream, int synchronous,
+                          cudaStream_t stream, CUcontext ctx, CUstream cu_stream, int synchronous, int force,
                           IbpSendStats *stats)
 {
     (void)n;
@@ -138,7 +236,7 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
     memset(stats, 0, sizeof(*stats));
     int gpu_ok = drv && ibp_module_get(ctx, &mod) == 0;
     IbpLaunch l = {.drv = drv, .mod = mod, .stream = cu_stream,
-                   .block_size = ibp_shadow_block_size(plan->shadow)};
+                   .block_size = ibp_shadow_block_size(plan->shadow), .force = force};
     cudaError_t ret = cudaSuccess;
     const uintptr_t copy_off = (uintptr_t)src - plan->region_base;
     int any_compressed = 0;
@@ -155,9 +253,13 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
                 any_compressed = 1;
                 continue;
             }
-            IBP_DEBUG("compressed piece of %zu bytes went raw (%d)", p->len, err);
-            if (err != -EBUSY)
-                gpu_ok = 0;
+            if (err == -ETIME) {
+                stats->slower += p->len;
+            } else {
+                IBP_DEBUG("compressed piece of %zu bytes went raw (%d)", p->len, err);
+                if (err != -EBUSY)
+                    gpu_ok = 0;
+            }
         }
         ret = raw_copy(api, dst_piece, (const uint8_t *)plan->region_base + p->off, p->len, stream);
         stats->raw += p->len;

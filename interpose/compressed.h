@@ -14,13 +14,16 @@ typedef struct IbpSendStats {
     size_t compressed_orig;   /* original bytes that went compressed */
     size_t compressed_sent;   /* bytes that crossed PCIe for them (runs and plan blobs) */
     size_t raw;               /* bytes copied as they are */
+    size_t slower;            /* of those, compressed runs the measured speeds sent raw */
 } IbpSendStats;
 
 /* Enqueues every piece of `plan` for the copy [src, src + n) -> dst on `stream` (the
- * application's handle) and ends the plan.  A compressed piece that cannot be enqueued goes
- * raw.  Returns what the application should see: cudaSuccess, or the error of a raw copy. */
+ * application's handle) and ends the plan.  A compressed piece goes raw when it cannot be
+ * enqueued, or (unless `force`) when the compressed path measured on this context would be
+ * slower than a plain copy.  Returns what the application should see: cudaSuccess, or the
+ * error of a raw copy. */
 cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const void *src, size_t n,
-                          cudaStream_t stream, CUcontext ctx, CUstream cu_stream, int synchronous,
+                          cudaStream_t stream, CUcontext ctx, CUstream cu_stream, int synchronous, int force,
                           IbpSendStats *stats);
 
 #endif /* IBP_INTERPOSE_COMPRESSED_H */

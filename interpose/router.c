@@ -22,6 +22,7 @@
 
 static atomic_int compress_on;
 static uint64_t min_bytes = UINT64_MAX;
+static int force_compressed; /* [transfer] path = dma: no speed gate */
 
 static IbpshimCallKind memcpy_kind(enum cudaMemcpyKind kind, int async)
 {
@@ -60,6 +61,7 @@ void ibp_router_start(const IbpConfig *cfg)
     };
     if (cfg->transfer.path == IBP_TRANSFER_PATH_ZEROCOPY)
         IBP_WARN("[transfer] path = zerocopy is not available yet; compressed runs go by DMA");
+    force_compressed = cfg->transfer.path != IBP_TRANSFER_PATH_AUTO;
     ibp_staging_configure(cfg->transfer.staging_bytes,
                           cfg->transfer.staging_exhausted == IBP_STAGING_EXHAUSTED_WAIT);
     if (ibp_policy_start(&p) == 0) {
@@ -248,7 +250,7 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
         }
     }
     IbpSendStats st;
-    *ret = ibp_send_plan(api, &plan, dst, src, n, stream, ctx, cu_stream, synchronous, &st);
+    *ret = ibp_send_plan(api, &plan, dst, src, n, stream, ctx, cu_stream, synchronous, force_compressed, &st);
     ibp_ledger_copy(plan.tag, n);
     ibp_ledger_compressed(plan.tag, st.compressed_orig, st.compressed_sent);
     size_t planned_raw = 0;
@@ -258,8 +260,11 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
             planned_raw += plan.pieces[i].len;
         }
     }
-    if (st.raw > planned_raw) /* compressed pieces that had to fall back */
-        ibp_ledger_raw(plan.tag, IBP_RAW_ERROR, st.raw - planned_raw);
+    /* Compressed pieces that went raw: slower than a plain copy here, or a failure. */
+    if (st.slower)
+        ibp_ledger_raw(plan.tag, IBP_RAW_DISABLED, st.slower);
+    if (st.raw > planned_raw + st.slower)
+        ibp_ledger_raw(plan.tag, IBP_RAW_ERROR, st.raw - planned_raw - st.slower);
     IBP_TRACE("copy %p <- %p (%zu bytes): %zu compressed as %zu, %zu raw", dst, src, n, st.compressed_orig,
               st.compressed_sent, st.raw);
     return 1;
