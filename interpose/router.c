@@ -36,6 +36,24 @@ static IbpshimCallKind memcpy_kind(enum cudaMemcpyKind kind, int async)
     }
 }
 
+static void report_shadow_bytes(void *tag, int64_t delta)
+{
+    ibp_ledger_shadow(tag, delta);
+}
+
+static void report_evicted(void *tag, uint64_t bytes)
+{
+    ibp_ledger_evicted(tag, bytes);
+}
+
+static void report_blocks(void *tag, uint64_t invalidated, uint64_t recompressed)
+{
+    if (invalidated)
+        ibp_ledger_invalidated(tag, invalidated);
+    if (recompressed)
+        ibp_ledger_recompressed(tag, recompressed);
+}
+
 void ibp_router_start(const IbpConfig *cfg)
 {
     if (!cfg->shim.enabled)
@@ -58,6 +76,9 @@ void ibp_router_start(const IbpConfig *cfg)
         .block_bytes = cfg->transfer.block_bytes,
         .min_run = IBP_ROUTER_MIN_RUN,
         .ops = *ibp_devmem_ops(),
+        .on_shadow_bytes = report_shadow_bytes,
+        .on_evicted = report_evicted,
+        .on_blocks = report_blocks,
     };
     if (cfg->transfer.path == IBP_TRANSFER_PATH_ZEROCOPY)
         IBP_WARN("[transfer] path = zerocopy is not available yet; compressed runs go by DMA");

@@ -45,6 +45,7 @@ struct IbpPolicyRegion {
     uint64_t last_compress_ns;
     uint64_t last_write_ns;
     uint64_t seen_invalidations;
+    uint64_t seen_recompressions;
     unsigned churn;
     int churn_counted;
 
@@ -164,17 +165,34 @@ int ibp_policy_on_alloc(void *ptr, size_t size, uint32_t region_flags, uint64_t 
     return 1;
 }
 
-/* Takes the shadow away from planners, waits for transfers that read it and frees it. */
-static void drop_shadow(IbpPolicyRegion *pr)
+/* Takes the shadow away from planners, waits for transfers that read it and frees it; an
+ * eviction is reported as such.  Returns the pinned bytes released. */
+static size_t drop_shadow_as(IbpPolicyRegion *pr, int evicted)
 {
     pthread_rwlock_wrlock(&pr->lock);
     IbpShadow *sh = pr->shadow;
     pr->shadow = NULL;
     pthread_rwlock_unlock(&pr->lock);
+    size_t bytes = 0;
     if (sh) {
-        atomic_fetch_sub(&eng.shadow_bytes, atomic_exchange(&pr->slab_bytes, 0));
+        bytes = atomic_exchange(&pr->slab_bytes, 0);
+        atomic_fetch_sub(&eng.shadow_bytes, bytes);
+        if (evicted) {
+            atomic_fetch_add(&eng.regions_evicted, 1);
+            atomic_fetch_add(&eng.bytes_evicted, bytes);
+            if (eng.p.on_evicted)
+                eng.p.on_evicted(pr->tag, bytes);
+        } else if (eng.p.on_shadow_bytes) {
+            eng.p.on_shadow_bytes(pr->tag, -(int64_t)bytes);
+        }
         ibp_shadow_destroy(&sh);
     }
+    return bytes;
+}
+
+static void drop_shadow(IbpPolicyRegion *pr)
+{
+    drop_shadow_as(pr, 0);
 }
 
 void *ibp_policy_on_free(void *ptr)
@@ -469,14 +487,11 @@ static void enforce_budget(uint64_t keep)
             continue;
         IbpPolicyRegion *pr = ibp_region_data(r);
         if (pr && ibp_region_set_state(r, IBP_REGION_COMPRESSED, IBP_REGION_RAW)) {
-            const size_t bytes = atomic_load(&pr->slab_bytes);
-            drop_shadow(pr);
+            const size_t bytes = drop_shadow_as(pr, 1);
             if (ibp_region_tracker(r))
                 ibp_tracker_disarm(ibp_region_tracker(r));
             atomic_store(&pr->why, IBP_COPY_BUDGET);
             atomic_store(&pr->copies, 0);
-            atomic_fetch_add(&eng.regions_evicted, 1);
-            atomic_fetch_add(&eng.bytes_evicted, bytes);
             IBP_INFO("shadow of region %llu evicted (%zu bytes) to stay within max_shadow_bytes",
                      (unsigned long long)l->e[i].id, bytes);
         }
@@ -559,12 +574,15 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr)
     IbpShadowStats st;
     ibp_shadow_stats(sh, &st);
     atomic_store(&pr->slab_bytes, st.slab_bytes);
+    if (eng.p.on_shadow_bytes)
+        eng.p.on_shadow_bytes(pr->tag, (int64_t)st.slab_bytes);
     const uint64_t held = atomic_fetch_add(&eng.shadow_bytes, st.slab_bytes) + st.slab_bytes;
     uint64_t peak = atomic_load(&eng.shadow_bytes_peak);
     while (held > peak && !atomic_compare_exchange_weak(&eng.shadow_bytes_peak, &peak, held))
         ;
     pr->last_compress_ns = now_ns();
     pr->seen_invalidations = st.invalidations;
+    pr->seen_recompressions = st.recompressions;
     pr->churn_counted = 0;
     atomic_store(&pr->why, IBP_COPY_COMPRESSED);
     ibp_region_set_state(region, IBP_REGION_COMPRESSING, IBP_REGION_COMPRESSED);
@@ -576,11 +594,9 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr)
     enforce_budget(ibp_region_id(region));
     if (eng.p.max_shadow_bytes && atomic_load(&eng.shadow_bytes) > eng.p.max_shadow_bytes &&
         ibp_region_set_state(region, IBP_REGION_COMPRESSED, IBP_REGION_RAW)) {
-        drop_shadow(pr);
+        drop_shadow_as(pr, 1);
         ibp_tracker_disarm(tracker);
         atomic_store(&pr->why, IBP_COPY_BUDGET);
-        atomic_fetch_add(&eng.regions_evicted, 1);
-        atomic_fetch_add(&eng.bytes_evicted, st.slab_bytes);
         return 0;
     }
     return 1;
@@ -602,6 +618,10 @@ static void maintain_region(IbpRegion *region)
     ibp_shadow_stats(sh, &st);
     const uint64_t now = now_ns();
     int churned = 0, rebuild = 0;
+    if (eng.p.on_blocks && (st.invalidations > pr->seen_invalidations || st.recompressions > pr->seen_recompressions))
+        eng.p.on_blocks(pr->tag, st.invalidations - pr->seen_invalidations,
+                        st.recompressions - pr->seen_recompressions);
+    pr->seen_recompressions = st.recompressions;
     if (st.invalidations > pr->seen_invalidations) {
         if (!pr->churn_counted && now - pr->last_compress_ns <= eng.p.churn_window_ns) {
             pr->churn++;

@@ -29,6 +29,11 @@ typedef struct IbpPolicyParams {
     size_t min_run;              /* compressed runs shorter than this go raw */
     int manual;                  /* no compressor thread: ibp_policy_run_pending() does the work */
     IbpShadowOps ops;            /* pinned memory and fences */
+    /* Events for the transfer report, each with the region's tag; any may be NULL.  Called from
+     * the compressor thread or the copying thread, never with a policy lock a copy needs. */
+    void (*on_shadow_bytes)(void *tag, int64_t delta);   /* pinned bytes held by the region's shadow */
+    void (*on_evicted)(void *tag, uint64_t bytes);       /* a shadow dropped to respect the budget */
+    void (*on_blocks)(void *tag, uint64_t invalidated, uint64_t recompressed);
 } IbpPolicyParams;
 
 /* Why a copy (or part of it) goes raw. */

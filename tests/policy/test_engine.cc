@@ -113,6 +113,32 @@ int copy_and_check(const uint8_t *src, size_t n, IbpCopyWhy *why = nullptr, Fenc
     return 1;
 }
 
+TEST(Engine, BudgetEvictsLeastRecentlyUsed)
+{
+    if (!std::getenv("ENGINE_TEST_BUDGET"))
+        GTEST_SKIP() << "runs in the policy_engine_budget registration (ENGINE_TEST_BUDGET set)";
+    start_engine();
+    Region a(2 * kMiB, 11), b(2 * kMiB, 12);
+    ASSERT_EQ(ibp_policy_on_alloc(a.mem, a.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    ASSERT_EQ(ibp_policy_on_alloc(b.mem, b.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    copy_and_check(a.mem, a.size);
+    copy_and_check(a.mem, a.size);
+    ibp_policy_run_pending();
+    EXPECT_EQ(copy_and_check(a.mem, a.size), 1);
+    // b becomes hot after a was last used: compressing b must evict a.
+    copy_and_check(b.mem, b.size);
+    copy_and_check(b.mem, b.size);
+    ibp_policy_run_pending();
+    IbpCopyWhy why;
+    EXPECT_EQ(copy_and_check(b.mem, b.size, &why), 1);
+    EXPECT_EQ(copy_and_check(a.mem, a.size, &why), 0);
+    EXPECT_EQ(why, IBP_COPY_BUDGET);
+    IbpPolicyStats st;
+    ibp_policy_stats(&st);
+    EXPECT_GE(st.regions_evicted, 1u);
+    EXPECT_LE(st.shadow_bytes, strtoull(std::getenv("ENGINE_TEST_BUDGET"), nullptr, 10));
+}
+
 TEST(Engine, SmallCopiesAndUnknownPointersGoRaw)
 {
     start_engine();
