@@ -28,21 +28,62 @@ __device__ __forceinline__ uint64_t load_le(const uint8_t *p, uint32_t n)
     return v;
 }
 
-// n (<= 64) bits of a little-endian bit stream starting at bit `pos`.
-__device__ __forceinline__ uint64_t read_bits(const uint8_t *s, uint64_t pos, uint32_t n)
+// A little-endian word of w bytes at an address aligned to w.
+__device__ __forceinline__ uint64_t load_word(const uint8_t *p, uint32_t w)
+{
+    switch (w) {
+    case 2: return *(const uint16_t *)p;
+    case 4: return *(const uint32_t *)p;
+    default: return *(const uint64_t *)p;
+    }
+}
+
+// Sequential reader of a little-endian bit stream of `len` bytes at an 8-byte aligned address:
+// a 128-bit window refilled with one 8-byte load per 64 bits consumed.
+struct BitReader {
+    const uint8_t *base;
+    uint64_t len;
+    uint64_t q;    // index of the 8-byte word in lo
+    uint64_t lo, hi;
+    uint32_t off;  // bits of lo already consumed
+};
+
+__device__ __forceinline__ uint64_t br_load(const BitReader &r, uint64_t q)
+{
+    const uint64_t at = q * 8;
+    if (at + 8 <= r.len)
+        return *(const uint64_t *)(r.base + at);
+    uint64_t v = 0;
+    for (uint64_t i = at; i < r.len; i++)
+        v |= (uint64_t)r.base[i] << (8 * (i - at));
+    return v;
+}
+
+__device__ __forceinline__ void br_init(BitReader &r, const uint8_t *base, uint64_t len, uint64_t bitpos)
+{
+    r.base = base;
+    r.len = len;
+    r.q = bitpos >> 6;
+    r.off = (uint32_t)(bitpos & 63);
+    r.lo = br_load(r, r.q);
+    r.hi = br_load(r, r.q + 1);
+}
+
+__device__ __forceinline__ uint64_t br_read(BitReader &r, uint32_t n)
 {
     if (!n)
         return 0;
-    const uint8_t *p = s + (pos >> 3);
-    const uint32_t sh = (uint32_t)(pos & 7);
-    uint64_t lo = 0;
-    const uint32_t need = (sh + n + 7) / 8;  // at most 9 bytes
-    for (uint32_t i = 0; i < need && i < 8; i++)
-        lo |= (uint64_t)p[i] << (8 * i);
-    uint64_t v = lo >> sh;
-    if (need == 9)
-        v |= (uint64_t)p[8] << (64 - sh);
-    return n == 64 ? v : v & ((1ull << n) - 1);
+    uint64_t v = r.off ? (r.lo >> r.off) | (r.hi << (64 - r.off)) : r.lo;
+    if (n < 64)
+        v &= (1ull << n) - 1;
+    r.off += n;
+    if (r.off >= 64) {
+        r.off -= 64;
+        r.lo = r.hi;
+        r.q++;
+        r.hi = br_load(r, r.q + 1);
+    }
+    return v;
 }
 
 __device__ __forceinline__ uint64_t word_mask(uint32_t w)
@@ -201,27 +242,35 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) ibp_k_decode(IbpDecode
         };
         auto row_packed = [&](uint32_t row) -> bool { return (rowflags[row / 8] >> (row % 8)) & 1; };
 
+        // Selectors of packed rows are stored back to back, so a chunk reads them sequentially
+        // from the selector of its first word in a packed row on.
+        const uint32_t row0 = j0 / p.r;
+        const uint64_t sel0 = j0 < j1 ? ((uint64_t)packed_before(row0) * p.r +
+                                         (row_packed(row0) ? j0 - row0 * p.r : 0)) * p.sb
+                                      : 0;
+        const uint64_t sel_len = h.tail_off - h.sel_off;
+        const uint64_t payload_len = h.sel_off - h.payload_off;
+
         // Pass 1: field sizes of the chunk.
         uint64_t bits = 0;
         if (j0 < j1) {
-            uint32_t row = j0 / p.r;
+            BitReader sr;
+            br_init(sr, sel, sel_len, sel0);
+            uint32_t row = row0;
             uint32_t row_end = (row + 1) * p.r;
             bool packed = row_packed(row);
-            uint64_t selpos = packed ? ((uint64_t)packed_before(row) * p.r + (j0 - row * p.r)) * p.sb : 0;
             uint32_t col = (uint32_t)((h.col_phase + (uint64_t)j0) % p.c);
             for (uint32_t j = j0; j < j1; j++) {
                 if (j == row_end) {
                     row++;
                     row_end += p.r;
                     packed = row_packed(row);
-                    selpos = packed ? (uint64_t)packed_before(row) * p.r * p.sb : 0;
                 }
                 uint32_t size = 8 * w;
                 if (packed) {
-                    const uint32_t s = (uint32_t)read_bits(sel, selpos, p.sb);
-                    selpos += p.sb;
+                    const uint32_t s = (uint32_t)br_read(sr, p.sb);
                     if (s) {
-                        const uint64_t m = load_le(p.masks + (size_t)((s - 1) * p.c + col) * 2 * w, w);
+                        const uint64_t m = load_word(p.masks + (size_t)((s - 1) * p.c + col) * 2 * w, w);
                         size = 8 * w - __popcll(m);
                     }
                 }
@@ -235,33 +284,28 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) ibp_k_decode(IbpDecode
         // Pass 2: unpack (predictor columns still hold differences).
         bool any_pred = false;
         if (j0 < j1) {
-            uint32_t row = j0 / p.r;
+            BitReader sr, pr;
+            br_init(sr, sel, sel_len, sel0);
+            br_init(pr, payload, payload_len, bitpos);
+            uint32_t row = row0;
             uint32_t row_end = (row + 1) * p.r;
             bool packed = row_packed(row);
-            uint64_t selpos = packed ? ((uint64_t)packed_before(row) * p.r + (j0 - row * p.r)) * p.sb : 0;
             uint32_t col = (uint32_t)((h.col_phase + (uint64_t)j0) % p.c);
             for (uint32_t j = j0; j < j1; j++) {
                 if (j == row_end) {
                     row++;
                     row_end += p.r;
                     packed = row_packed(row);
-                    selpos = packed ? (uint64_t)packed_before(row) * p.r * p.sb : 0;
                 }
                 uint64_t x;
-                uint32_t s = 0;
-                if (packed) {
-                    s = (uint32_t)read_bits(sel, selpos, p.sb);
-                    selpos += p.sb;
-                }
+                const uint32_t s = packed ? (uint32_t)br_read(sr, p.sb) : 0;
                 if (s) {
                     const uint8_t *e = p.masks + (size_t)((s - 1) * p.c + col) * 2 * w;
-                    const uint64_t m = load_le(e, w), v = load_le(e + w, w);
+                    const uint64_t m = load_word(e, w), v = load_word(e + w, w);
                     const uint32_t vb = 8 * w - __popcll(m);
-                    x = v | deposit(~m & word_mask(w), read_bits(payload, bitpos, vb));
-                    bitpos += vb;
+                    x = v | deposit(~m & word_mask(w), br_read(pr, vb));
                 } else {
-                    x = read_bits(payload, bitpos, 8 * w);
-                    bitpos += 8 * w;
+                    x = br_read(pr, 8 * w);
                 }
                 const uint8_t xf = p.xform[col];
                 if (xf & IBP_XF_ZIGZAG)
