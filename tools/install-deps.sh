@@ -5,7 +5,7 @@
 set -eu
 
 pkgs="gcc g++ meson ninja-build pkg-config python3 git binutils libinih-dev uthash-dev libunwind-dev \
-libgtest-dev libjansson-dev"
+libgtest-dev libjansson-dev python3-jsonschema"
 
 missing=""
 for p in $pkgs; do
