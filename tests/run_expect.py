@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: MIT
 # ibpshim: runs a command and checks its exit status and what it printed.
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -14,10 +15,16 @@ def main():
     ap.add_argument("--stdout", action="append", default=[], help="regex that must match stdout")
     ap.add_argument("--once", action="append", default=[], help="regex that must match stderr exactly once")
     ap.add_argument("--not-stderr", action="append", default=[], help="regex that must not match stderr")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="set for the command only (LD_PRELOAD here would also load into this script)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
-    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    env = dict(os.environ)
+    for item in args.env:
+        key, _, value = item.partition("=")
+        env[key] = value
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env)
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr)
     failures = []
