@@ -14,6 +14,7 @@
 #include "kernels/driver.h"
 #include "kernels/module.h"
 #include "kernels/staging.h"
+#include "report/ledger.h"
 
 #define IBP_STAGE_ALIGN 256u
 /* Runs between two timed runs once the path has been measured. */
@@ -28,6 +29,7 @@ typedef struct IbpSpeed {
     CUevent ev[3];
     int pending;            /* ev[] recorded around a run not read yet */
     size_t pending_wire, pending_orig;
+    void *pending_tag;      /* report entry of the timed run */
     double dma_ns_per_byte; /* 0 until measured */
     double dec_ns_per_byte;
     unsigned runs;
@@ -67,6 +69,7 @@ static void speed_collect(const IbpDriver *drv, IbpSpeed *sp)
         sp->dec_ns_per_byte = sp->dec_ns_per_byte ? 0.75 * sp->dec_ns_per_byte + 0.25 * dec : dec;
         IBP_DEBUG("measured compressed path: DMA %.1f GB/s, decode %.1f GB/s of output",
                   1.0 / sp->dma_ns_per_byte, 1.0 / sp->dec_ns_per_byte);
+        ibp_ledger_decoded(sp->pending_tag, sp->pending_orig, (uint64_t)(dec_ms * 1e6));
     }
     sp->pending = 0;
 }
@@ -92,7 +95,8 @@ static int speed_allows(const IbpDriver *drv, CUcontext ctx, size_t wire, size_t
     return ok;
 }
 
-static void speed_mark(const IbpDriver *drv, CUcontext ctx, int which, CUstream stream, size_t wire, size_t orig)
+static void speed_mark(const IbpDriver *drv, CUcontext ctx, int which, CUstream stream, size_t wire, size_t orig,
+                       void *tag)
 {
     pthread_mutex_lock(&speed_lock);
     IbpSpeed *sp = speed_for(drv, ctx);
@@ -100,6 +104,7 @@ static void speed_mark(const IbpDriver *drv, CUcontext ctx, int which, CUstream 
         sp->pending = 1;
         sp->pending_wire = wire;
         sp->pending_orig = orig;
+        sp->pending_tag = tag;
     }
     pthread_mutex_unlock(&speed_lock);
 }
@@ -127,6 +132,7 @@ typedef struct IbpLaunch {
     const uint64_t *host_offsets;
     size_t block_size;
     int force;              /* send compressed even where measured slower ([transfer] path = dma) */
+    void *tag;              /* the region's report entry */
 } IbpLaunch;
 
 /* Decodes blocks [first, first + count) of the staged run (run_base = device address of block
@@ -186,12 +192,12 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     IBP_CU_CHECK_GOTO(res, drv->cuMemHostGetDevicePointer(&l.offsets, offsets_host, 0), fail);
     l.offsets -= (CUdeviceptr)first * sizeof(uint64_t); /* index by absolute block number */
     if (timed)
-        speed_mark(drv, ctx, 0, l.stream, 0, 0);
+        speed_mark(drv, ctx, 0, l.stream, 0, 0, NULL);
     IBP_CU_CHECK_GOTO(res, drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, l.stream), fail);
     IBP_CU_CHECK_GOTO(res, drv->cuMemcpyHtoDAsync(run, p->run, p->run_len, l.stream), fail);
     *sent += blob_len + p->run_len;
     if (timed)
-        speed_mark(drv, ctx, 1, l.stream, 0, 0);
+        speed_mark(drv, ctx, 1, l.stream, 0, 0, NULL);
     const CUdeviceptr dst = (CUdeviceptr)(uintptr_t)dst_piece;
     if (!head_clipped && !tail_clipped) {
         err = launch_decode(&l, run, first, first, p->nblocks, dst, skip, p->len);
@@ -218,7 +224,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
                                 (uint64_t)(mid_last - mid_first + 1) * bs);
     }
     if (timed && !err)
-        speed_mark(drv, ctx, 2, l.stream, blob_len + p->run_len, p->len);
+        speed_mark(drv, ctx, 2, l.stream, blob_len + p->run_len, p->len, base->tag);
     ibp_staging_release(stage, l.stream);
     return err;
 fail:
@@ -236,7 +242,7 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
     memset(stats, 0, sizeof(*stats));
     int gpu_ok = drv && ibp_module_get(ctx, &mod) == 0;
     IbpLaunch l = {.drv = drv, .mod = mod, .stream = cu_stream,
-                   .block_size = ibp_shadow_block_size(plan->shadow), .force = force};
+                   .block_size = ibp_shadow_block_size(plan->shadow), .force = force, .tag = plan->tag};
     cudaError_t ret = cudaSuccess;
     const uintptr_t copy_off = (uintptr_t)src - plan->region_base;
     int any_compressed = 0;

@@ -54,6 +54,11 @@ static void report_blocks(void *tag, uint64_t invalidated, uint64_t recompressed
         ibp_ledger_recompressed(tag, recompressed);
 }
 
+static void report_tracking_ns(void *tag, uint64_t ns)
+{
+    ibp_ledger_tracking_ns(tag, ns);
+}
+
 void ibp_router_start(const IbpConfig *cfg)
 {
     if (!cfg->shim.enabled)
@@ -79,6 +84,7 @@ void ibp_router_start(const IbpConfig *cfg)
         .on_shadow_bytes = report_shadow_bytes,
         .on_evicted = report_evicted,
         .on_blocks = report_blocks,
+        .on_tracking_ns = report_tracking_ns,
     };
     if (cfg->transfer.path == IBP_TRANSFER_PATH_ZEROCOPY)
         IBP_WARN("[transfer] path = zerocopy is not available yet; compressed runs go by DMA");

@@ -291,8 +291,11 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
     }
     d2h_apply(pr, sh, 1);
     const uintptr_t base = ibp_region_base(region);
+    const uint64_t t0 = eng.p.on_tracking_ns ? now_ns() : 0;
     const int np = ibp_shadow_plan(sh, ibp_region_tracker(region), (uintptr_t)src - base, n, eng.p.min_run,
                                    plan->pieces, IBP_POLICY_MAX_PIECES);
+    if (eng.p.on_tracking_ns)
+        eng.p.on_tracking_ns(pr->tag, now_ns() - t0);
     if (np < 0) {
         pthread_rwlock_unlock(&pr->lock);
         plan->why = np == -ENOSPC ? IBP_COPY_STALE : IBP_COPY_ERROR;

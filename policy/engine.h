@@ -34,6 +34,7 @@ typedef struct IbpPolicyParams {
     void (*on_shadow_bytes)(void *tag, int64_t delta);   /* pinned bytes held by the region's shadow */
     void (*on_evicted)(void *tag, uint64_t bytes);       /* a shadow dropped to respect the budget */
     void (*on_blocks)(void *tag, uint64_t invalidated, uint64_t recompressed);
+    void (*on_tracking_ns)(void *tag, uint64_t ns);       /* time a copy spent asking the tracker */
 } IbpPolicyParams;
 
 /* Why a copy (or part of it) goes raw. */
