@@ -13,10 +13,6 @@ namespace {
 
 constexpr int kThreads = IBP_DECODE_THREADS;
 constexpr int kWarps = kThreads / 32;
-// A block is cut into segments of whole warp steps; each warp decodes whole segments with one
-// bit offset from a CTA scan, 32 consecutive words per step (coalesced reads and stores).
-constexpr uint32_t kMaxSegments = 2048;
-constexpr uint32_t kMinSegmentWords = 256;
 
 struct Plan {
     uint32_t w, k, c, r, sb;
@@ -42,28 +38,52 @@ __device__ __forceinline__ uint64_t load_word(const uint8_t *p, uint32_t w)
     }
 }
 
-__device__ __forceinline__ uint64_t load_qword(const uint8_t *base, uint64_t len, uint64_t q)
+// Sequential reader of a little-endian bit stream of `len` bytes at an 8-byte aligned address:
+// a 128-bit window refilled with one 8-byte load per 64 bits consumed.
+struct BitReader {
+    const uint8_t *base;
+    uint64_t len;
+    uint64_t q;    // index of the 8-byte word in lo
+    uint64_t lo, hi;
+    uint32_t off;  // bits of lo already consumed
+};
+
+__device__ __forceinline__ uint64_t br_load(const BitReader &r, uint64_t q)
 {
     const uint64_t at = q * 8;
-    if (at + 8 <= len)
-        return *(const uint64_t *)(base + at);
+    if (at + 8 <= r.len)
+        return *(const uint64_t *)(r.base + at);
     uint64_t v = 0;
-    for (uint64_t i = at; i < len; i++)
-        v |= (uint64_t)base[i] << (8 * (i - at));
+    for (uint64_t i = at; i < r.len; i++)
+        v |= (uint64_t)r.base[i] << (8 * (i - at));
     return v;
 }
 
-// n (<= 64) bits at bit `pos` of a stream of len bytes at an 8-byte aligned address.
-__device__ __forceinline__ uint64_t read_at(const uint8_t *base, uint64_t len, uint64_t pos, uint32_t n)
+__device__ __forceinline__ void br_init(BitReader &r, const uint8_t *base, uint64_t len, uint64_t bitpos)
+{
+    r.base = base;
+    r.len = len;
+    r.q = bitpos >> 6;
+    r.off = (uint32_t)(bitpos & 63);
+    r.lo = br_load(r, r.q);
+    r.hi = br_load(r, r.q + 1);
+}
+
+__device__ __forceinline__ uint64_t br_read(BitReader &r, uint32_t n)
 {
     if (!n)
         return 0;
-    const uint64_t q = pos >> 6;
-    const uint32_t off = (uint32_t)(pos & 63);
-    uint64_t v = load_qword(base, len, q) >> off;
-    if (off + n > 64)
-        v |= load_qword(base, len, q + 1) << (64 - off);
-    return n < 64 ? v & ((1ull << n) - 1) : v;
+    uint64_t v = r.off ? (r.lo >> r.off) | (r.hi << (64 - r.off)) : r.lo;
+    if (n < 64)
+        v &= (1ull << n) - 1;
+    r.off += n;
+    if (r.off >= 64) {
+        r.off -= 64;
+        r.lo = r.hi;
+        r.q++;
+        r.hi = br_load(r, r.q + 1);
+    }
+    return v;
 }
 
 __device__ __forceinline__ uint64_t word_mask(uint32_t w)
@@ -152,7 +172,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) ibp_k_decode(IbpDecode
     __shared__ uint32_t flag_prefix[kThreads];
     __shared__ uint64_t warp_sums64[kWarps];
     __shared__ uint32_t warp_sums32[kWarps];
-    __shared__ uint64_t seg_off[kMaxSegments];
 
     const uint8_t *plan_blob = (const uint8_t *)a.plan;
     IbpPlanHeader ph;
@@ -205,6 +224,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) ibp_k_decode(IbpDecode
         flag_prefix[threadIdx.x] = acc;
         __syncthreads();
 
+        // Word chunk of this thread.
+        const uint32_t chunk = (nwords + kThreads - 1) / kThreads;
+        const uint32_t j0 = min(nwords, threadIdx.x * chunk);
+        const uint32_t j1 = min(nwords, j0 + chunk);
+
         // Selector index of word j: R * (packed rows before its row) + position in its row.
         auto packed_before = [&](uint32_t row) -> uint32_t {
             const uint32_t fw = row / 32;
@@ -218,101 +242,78 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) ibp_k_decode(IbpDecode
         };
         auto row_packed = [&](uint32_t row) -> bool { return (rowflags[row / 8] >> (row % 8)) & 1; };
 
+        // Selectors of packed rows are stored back to back, so a chunk reads them sequentially
+        // from the selector of its first word in a packed row on.
+        const uint32_t row0 = j0 / p.r;
+        const uint64_t sel0 = j0 < j1 ? ((uint64_t)packed_before(row0) * p.r +
+                                         (row_packed(row0) ? j0 - row0 * p.r : 0)) * p.sb
+                                      : 0;
         const uint64_t sel_len = h.tail_off - h.sel_off;
         const uint64_t payload_len = h.sel_off - h.payload_off;
-        uint32_t seg_words = (nwords + kMaxSegments - 1) / kMaxSegments;
-        seg_words = seg_words < kMinSegmentWords ? kMinSegmentWords : (seg_words + 31) / 32 * 32;
-        const uint32_t nseg = (nwords + seg_words - 1) / seg_words;
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        const uint32_t step_col = 32 % p.c;
 
-        // The field of word j: its selector (0 for raw rows and unmatched words) and bit size.
-        auto word_field = [&](uint32_t j, uint32_t col, uint32_t &s) -> uint32_t {
-            const uint32_t row = j / p.r;
-            s = 0;
-            if (row_packed(row)) {
-                const uint64_t idx = (uint64_t)packed_before(row) * p.r + (j - row * p.r);
-                s = (uint32_t)read_at(sel, sel_len, idx * p.sb, p.sb);
-            }
-            if (!s)
-                return 8 * w;
-            return 8 * w - __popcll(load_word(p.masks + (size_t)((s - 1) * p.c + col) * 2 * w, w));
-        };
-
-        // Pass 1: bits of each segment.
-        for (uint32_t seg = warp; seg < nseg; seg += kWarps) {
-            const uint32_t j_start = seg * seg_words;
-            const uint32_t j_end = min(nwords, j_start + seg_words);
-            uint32_t col = (uint32_t)((h.col_phase + (uint64_t)j_start + lane) % p.c);
-            uint64_t bits = 0;
-            for (uint32_t j = j_start + lane; j < j_end; j += 32) {
-                uint32_t s;
-                bits += word_field(j, col, s);
-                col += step_col;
-                if (col >= p.c)
-                    col -= p.c;
-            }
-            for (int o = 16; o > 0; o >>= 1)
-                bits += __shfl_xor_sync(0xffffffffu, bits, o);
-            if (lane == 0)
-                seg_off[seg] = bits;
-        }
-        __syncthreads();
-        // Segment sizes to bit offsets: each thread owns a run of consecutive segments.
-        {
-            const uint32_t per = (nseg + kThreads - 1) / kThreads;
-            const uint32_t s0 = min(nseg, threadIdx.x * per), s1 = min(nseg, s0 + per);
-            uint64_t mine = 0;
-            for (uint32_t k = s0; k < s1; k++)
-                mine += seg_off[k];
-            uint64_t run = block_exclusive_scan<uint64_t>(mine, warp_sums64, nullptr);
-            for (uint32_t k = s0; k < s1; k++) {
-                const uint64_t size = seg_off[k];
-                seg_off[k] = run;
-                run += size;
-            }
-        }
-        __syncthreads();
-
-        // Pass 2: unpack 32 consecutive words per warp step (predictor columns still hold
-        // differences).
-        bool any_pred = false;
-        for (uint32_t seg = warp; seg < nseg; seg += kWarps) {
-            const uint32_t j_start = seg * seg_words;
-            const uint32_t j_end = min(nwords, j_start + seg_words);
-            uint32_t col = (uint32_t)((h.col_phase + (uint64_t)j_start + lane) % p.c);
-            uint64_t pos = seg_off[seg];
-            for (uint32_t jb = j_start; jb < j_end; jb += 32) {
-                const uint32_t j = jb + lane;
-                const bool valid = j < j_end;
-                uint32_t s = 0;
-                const uint32_t size = valid ? word_field(j, col, s) : 0;
-                uint32_t incl = size;
-                for (int o = 1; o < 32; o <<= 1) {
-                    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-                    if (lane >= o)
-                        incl += y;
+        // Pass 1: field sizes of the chunk.
+        uint64_t bits = 0;
+        if (j0 < j1) {
+            BitReader sr;
+            br_init(sr, sel, sel_len, sel0);
+            uint32_t row = row0;
+            uint32_t row_end = (row + 1) * p.r;
+            bool packed = row_packed(row);
+            uint32_t col = (uint32_t)((h.col_phase + (uint64_t)j0) % p.c);
+            for (uint32_t j = j0; j < j1; j++) {
+                if (j == row_end) {
+                    row++;
+                    row_end += p.r;
+                    packed = row_packed(row);
                 }
-                if (valid) {
-                    const uint64_t f = read_at(payload, payload_len, pos + incl - size, size);
-                    uint64_t x;
+                uint32_t size = 8 * w;
+                if (packed) {
+                    const uint32_t s = (uint32_t)br_read(sr, p.sb);
                     if (s) {
-                        const uint8_t *e = p.masks + (size_t)((s - 1) * p.c + col) * 2 * w;
-                        const uint64_t m = load_word(e, w), v = load_word(e + w, w);
-                        x = v | deposit(~m & word_mask(w), f);
-                    } else {
-                        x = f;
+                        const uint64_t m = load_word(p.masks + (size_t)((s - 1) * p.c + col) * 2 * w, w);
+                        size = 8 * w - __popcll(m);
                     }
-                    const uint8_t xf = p.xform[col];
-                    if (xf & IBP_XF_ZIGZAG)
-                        x = unzigzag(x, w);
-                    any_pred |= (xf & IBP_XF_PRED_MASK) != 0;
-                    store_word(dst, origin + (int64_t)j * w, x, w, a.len);
                 }
-                pos += __shfl_sync(0xffffffffu, incl, 31);
-                col += step_col;
-                if (col >= p.c)
-                    col -= p.c;
+                bits += size;
+                if (++col == p.c)
+                    col = 0;
+            }
+        }
+        uint64_t bitpos = block_exclusive_scan<uint64_t>(bits, warp_sums64, nullptr);
+
+        // Pass 2: unpack (predictor columns still hold differences).
+        bool any_pred = false;
+        if (j0 < j1) {
+            BitReader sr, pr;
+            br_init(sr, sel, sel_len, sel0);
+            br_init(pr, payload, payload_len, bitpos);
+            uint32_t row = row0;
+            uint32_t row_end = (row + 1) * p.r;
+            bool packed = row_packed(row);
+            uint32_t col = (uint32_t)((h.col_phase + (uint64_t)j0) % p.c);
+            for (uint32_t j = j0; j < j1; j++) {
+                if (j == row_end) {
+                    row++;
+                    row_end += p.r;
+                    packed = row_packed(row);
+                }
+                uint64_t x;
+                const uint32_t s = packed ? (uint32_t)br_read(sr, p.sb) : 0;
+                if (s) {
+                    const uint8_t *e = p.masks + (size_t)((s - 1) * p.c + col) * 2 * w;
+                    const uint64_t m = load_word(e, w), v = load_word(e + w, w);
+                    const uint32_t vb = 8 * w - __popcll(m);
+                    x = v | deposit(~m & word_mask(w), br_read(pr, vb));
+                } else {
+                    x = br_read(pr, 8 * w);
+                }
+                const uint8_t xf = p.xform[col];
+                if (xf & IBP_XF_ZIGZAG)
+                    x = unzigzag(x, w);
+                any_pred |= (xf & IBP_XF_PRED_MASK) != 0;
+                store_word(dst, origin + (int64_t)j * w, x, w, a.len);
+                if (++col == p.c)
+                    col = 0;
             }
         }
         // Tail bytes (the region's last block only).
