@@ -21,6 +21,7 @@
 #define IBP_ROUTER_MIN_RUN ((size_t)2 << 20)
 
 static atomic_int compress_on;
+static atomic_int copies_on = 1; /* ibpshim_set_enabled() */
 static uint64_t min_bytes = UINT64_MAX;
 static int force_compressed; /* [transfer] path = dma: no speed gate */
 
@@ -326,7 +327,13 @@ static int may_compress(const void *src, size_t n, enum cudaMemcpyKind kind)
 {
     (void)src;
     return atomic_load_explicit(&compress_on, memory_order_relaxed) && n >= min_bytes &&
-           (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDefault);
+           (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDefault) &&
+           atomic_load_explicit(&copies_on, memory_order_relaxed);
+}
+
+__attribute__((visibility("default"))) int ibpshim_set_enabled(int on)
+{
+    return atomic_exchange(&copies_on, on ? 1 : 0);
 }
 
 cudaError_t ibp_route_memcpy(IbpStreamApi api, void *dst, const void *src, size_t count,

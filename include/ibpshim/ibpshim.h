@@ -62,6 +62,11 @@ typedef struct IbpshimTransferTotals {
 /* Fills *out.  Returns 0, or -ENOMEM.  Thread-safety: any thread. */
 int ibpshim_transfer_totals(IbpshimTransferTotals *out);
 
+/* Turns the compressed path on (1) or off (0) for copies from now on and returns the previous
+ * setting; allocations stay registered either way, so turning it back on resumes where it was.
+ * Lets a program compare both paths in one process.  Thread-safety: any thread. */
+int ibpshim_set_enabled(int on);
+
 /* Writes a transfer report now (text to the log, JSON to [report] path).  Returns 0 or a
  * negative errno (-ENODEV when reporting is off). */
 int ibpshim_report_now(void);

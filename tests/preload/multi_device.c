@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: one pinned region copied to every visible device from one process; each device gets
+ * its own kernels and staging, the region one shadow, and every byte must arrive everywhere. */
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/preload/preload_check.h"
+
+typedef int (*TotalsFn)(IbpshimTransferTotals *out);
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2) {
+        printf("multi_device: fewer than two CUDA devices, skipped\n");
+        return 77;
+    }
+    if (ndev > 8)
+        ndev = 8;
+    const TotalsFn totals = (TotalsFn)dlsym(RTLD_DEFAULT, "ibpshim_transfer_totals");
+    CHECK(totals != NULL, "libibpshim.so is not preloaded");
+    const size_t n = (6u << 20) + 4; /* float weights, compressible */
+    float *host = NULL;
+    CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocPortable));
+    for (size_t i = 0; i < n / 4; i++)
+        host[i] = (float)((int)(i % 1000) - 500) * 1e-4f;
+    void *dev[8];
+    uint8_t *back = malloc(n);
+    CHECK(back != NULL, "malloc");
+    for (int d = 0; d < ndev; d++) {
+        CHECK_CUDA(cudaSetDevice(d));
+        CHECK_CUDA(cudaMalloc(&dev[d], n));
+    }
+    IbpshimTransferTotals t;
+    for (int round = 0; round < 60; round++) {
+        const int d = round % ndev;
+        CHECK_CUDA(cudaSetDevice(d));
+        CHECK_CUDA(cudaMemset(dev[d], 0, n));
+        CHECK_CUDA(cudaMemcpyAsync(dev[d], host, n, cudaMemcpyHostToDevice, 0));
+        CHECK_CUDA(cudaMemcpy(back, dev[d], n, cudaMemcpyDeviceToHost));
+        CHECK(memcmp(back, host, n) == 0, "round %d: device %d received different bytes", round, d);
+        if (round == 30)
+            host[12345] += 1.0f; /* a write in the middle: stale for every device */
+        usleep(10000);
+    }
+    CHECK(totals(&t) == 0, "totals");
+    CHECK(t.compressed_in > 0, "no copy went compressed");
+    for (int d = 0; d < ndev; d++) {
+        CHECK_CUDA(cudaSetDevice(d));
+        CHECK_CUDA(cudaFree(dev[d]));
+    }
+    CHECK_CUDA(cudaFreeHost(host));
+    free(back);
+    printf("multi_device: ok (%d devices, %llu bytes through the compressed path)\n", ndev,
+           (unsigned long long)t.compressed_in);
+    return 0;
+}
