@@ -10,12 +10,17 @@
 #   --logs DIR  where full logs go (default $OUT when set, else ./device-logs)
 #   --data DIR  the real tensors (default ../shared/data); the decode benchmark tiles them
 #   --bench-bytes N  size of the tiles the decode benchmark times (default 512 MiB)
+#   --no-bench  skip the decode benchmark and the hook benchmark
+#   --e2e       run examples/torch_e2e.py without the shim, under it (path auto and dma) and with
+#               PyTorch's cudaHostRegister pinned allocator
 set -uo pipefail
 
 debs=""
 build=build-device
 data=../shared/data
 bench_bytes=$((512 << 20))
+bench=1
+e2e=0
 logs=${OUT:-./device-logs}
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -24,6 +29,8 @@ while [ $# -gt 0 ]; do
         --logs) logs=$2; shift 2 ;;
         --data) data=$2; shift 2 ;;
         --bench-bytes) bench_bytes=$2; shift 2 ;;
+        --no-bench) bench=0; shift ;;
+        --e2e) e2e=1; shift ;;
         *) echo "device-check: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -72,8 +79,9 @@ for suite in unit preload apps gpu; do
     row "meson test --suite $suite" "$summary"
 done
 cat "$logs"/test-*.log > "$logs/tests.log" && rm -f "$logs"/test-*.log
+[ "$bench" = 1 ] || bench_bytes=0
 "$build/tests/gpu/gpu_decode_check" "$bench_bytes" > "$logs/decode.log" 2>&1
-row "decode check + benchmark" "$(tail -1 "$logs/decode.log")"
+row "decode check" "$(tail -1 "$logs/decode.log")"
 row "kernel selftest" "$(grep -h -E '^device [0-9]+:' "$build/meson-logs/testlog.txt" | head -1)"
 
 lib=$(pwd)/$build/libibpshim.so
@@ -105,6 +113,36 @@ else
     row "PyTorch" "not available"
 fi
 
+if [ "$e2e" = 1 ]; then
+    : > "$logs/e2e.log"
+    for mode in plain auto dma register; do
+        case $mode in
+            plain) env_args="" ;;
+            auto) env_args="LD_PRELOAD=$lib IBPSHIM_POLICY_COMPRESSOR_THREADS=8" ;;
+            dma) env_args="LD_PRELOAD=$lib IBPSHIM_POLICY_COMPRESSOR_THREADS=8 IBPSHIM_TRANSFER_PATH=dma" ;;
+            register) env_args="LD_PRELOAD=$lib IBPSHIM_POLICY_COMPRESSOR_THREADS=8
+                PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register:True" ;;
+        esac
+        echo "== $mode" >> "$logs/e2e.log"
+        # shellcheck disable=SC2086
+        env $env_args $py examples/torch_e2e.py --out "$logs/e2e-$mode.json" >> "$logs/e2e.log" 2>&1
+        row "torch_e2e $mode" "$($py - "$logs/e2e-$mode.json" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("no result (%s)" % e); sys.exit()
+w, t = r["weight_offload"], r["totals"]
+print("identical=%s offload %.1f GB/s on, %.1f off (x%.3f) transient %.1f ms/step sent %.0f%% of %.1f GiB" % (
+    r["all_identical"], w["gbps_on"], w["gbps_off"], w["speedup"], r["transient"]["mean_step_s"] * 1e3,
+    100.0 * t["sent"] / max(t["requested"], 1), t["requested"] / 2**30))
+PY
+)"
+    done
+    cat "$logs"/e2e-*.json >> "$logs/e2e.log" 2>/dev/null && rm -f "$logs"/e2e-*.json
+fi
+
+[ "$bench" = 1 ] || { printf '%s\n' "${rows[@]}" | tee "$logs/summary.txt"; exit 0; }
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 > "$logs/hookbench.txt" 2>&1
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --json >> "$logs/hookbench.txt" 2>&1
 row "hook overhead (200k calls)" "$(grep 'added by the hook' "$logs/hookbench.txt" | sed 's/^ *//')"
