@@ -13,6 +13,8 @@
 #   --no-bench  skip the decode benchmark and the hook benchmark
 #   --e2e       run examples/torch_e2e.py without the shim, under it (path auto and dma) and with
 #               PyTorch's cudaHostRegister pinned allocator
+#   --e2e-modes "M..."  which of plain, auto, dma, register to run (default all four)
+#   --no-tests  skip the meson suites and the PyTorch pass-through check
 set -uo pipefail
 
 debs=""
@@ -21,6 +23,8 @@ data=../shared/data
 bench_bytes=$((512 << 20))
 bench=1
 e2e=0
+tests=1
+e2e_modes="plain auto dma register"
 logs=${OUT:-./device-logs}
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -31,6 +35,8 @@ while [ $# -gt 0 ]; do
         --bench-bytes) bench_bytes=$2; shift 2 ;;
         --no-bench) bench=0; shift ;;
         --e2e) e2e=1; shift ;;
+        --e2e-modes) e2e_modes=$2; shift 2 ;;
+        --no-tests) tests=0; shift ;;
         *) echo "device-check: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -73,20 +79,25 @@ else
 fi
 
 export IBPSHIM_TEST_DATA=$(cd "$data" 2>/dev/null && pwd)
-for suite in unit preload apps gpu; do
+lib=$(pwd)/$build/libibpshim.so
+py=${PYTHON:-python3}
+suites="unit preload apps gpu"
+[ "$tests" = 1 ] || suites=""
+for suite in $suites; do
     meson test -C "$build" --suite "$suite" --print-errorlogs > "$logs/test-$suite.log" 2>&1
     summary=$(grep -E '^(Ok|Fail|Skipped|Timeout):' "$logs/test-$suite.log" | tr -s ' ' | tr '\n' ' ')
     row "meson test --suite $suite" "$summary"
 done
-cat "$logs"/test-*.log > "$logs/tests.log" && rm -f "$logs"/test-*.log
-[ "$bench" = 1 ] || bench_bytes=0
-"$build/tests/gpu/gpu_decode_check" "$bench_bytes" > "$logs/decode.log" 2>&1
-row "decode check" "$(tail -1 "$logs/decode.log")"
-row "kernel selftest" "$(grep -h -E '^device [0-9]+:' "$build/meson-logs/testlog.txt" | head -1)"
+# The decode check runs with the suites; its timing part only with the benchmarks.
+if [ -n "$suites" ]; then
+    cat "$logs"/test-*.log > "$logs/tests.log" && rm -f "$logs"/test-*.log
+    [ "$bench" = 1 ] || bench_bytes=0
+    "$build/tests/gpu/gpu_decode_check" "$bench_bytes" > "$logs/decode.log" 2>&1
+    row "decode check" "$(tail -1 "$logs/decode.log")"
+fi
+[ -z "$suites" ] || row "kernel selftest" "$(grep -h -E '^device [0-9]+:' "$build/meson-logs/testlog.txt" | head -1)"
 
-lib=$(pwd)/$build/libibpshim.so
-py=${PYTHON:-python3}
-if $py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if [ "$tests" = 1 ] && $py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     $py examples/torch_passthrough.py > "$logs/torch-plain.json" 2> "$logs/torch.log"
     IBPSHIM_LOG_LEVEL=info LD_PRELOAD=$lib $py examples/torch_passthrough.py \
         > "$logs/torch-shim.json" 2>> "$logs/torch.log"
@@ -115,7 +126,7 @@ fi
 
 if [ "$e2e" = 1 ]; then
     : > "$logs/e2e.log"
-    for mode in plain auto dma register; do
+    for mode in $e2e_modes; do
         case $mode in
             plain) env_args="" ;;
             auto) env_args="LD_PRELOAD=$lib IBPSHIM_POLICY_COMPRESSOR_THREADS=8" ;;
