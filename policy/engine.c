@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "ibpshim/codec.h"
+#include "policy/mapping.h"
 
 /* Device-to-host copies still landing in a region, kept until a plan has seen them land. */
 #define IBP_POLICY_D2H_MAX 16
@@ -160,6 +161,16 @@ int ibp_policy_on_alloc(void *ptr, size_t size, uint32_t region_flags, uint64_t 
         return (int)id;
     }
     ibp_region_attach_data(region, pr, policy_region_fini);
+    /* Application memory registered with cudaHostRegister may be a mapping that another process
+     * or a second mapping writes without our page tables noticing: such regions stay raw. */
+    char why[256] = "";
+    if ((region_flags & IBP_REGION_REGISTERED) && !eng.p.track_shared &&
+        ibp_mapping_private_anon((uintptr_t)ptr, size, why, sizeof(why)) != 1) {
+        atomic_store(&pr->why, IBP_COPY_UNTRACKABLE);
+        ibp_region_set_state(region, IBP_REGION_RAW, IBP_REGION_UNTRACKED);
+        IBP_INFO("region %lld (%p + %zu) is a %s: never compressed (set [policy] track_shared = true to allow)",
+                 (long long)id, ptr, size, why[0] ? why : "mapping the tracker cannot cover");
+    }
     ibp_region_put(&region);
     IBP_DEBUG("region %lld: %p + %zu registered", (long long)id, ptr, size);
     return 1;

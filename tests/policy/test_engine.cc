@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -259,6 +260,44 @@ TEST(Engine, ContentThatOutgrowsThePlanIsRebuilt)
     ibp_policy_run_pending(); // recompression fails for every block: rebuild
     ibp_policy_run_pending(); // the rebuild
     EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 1);
+}
+
+TEST(Engine, SharedAndFileMappingsAreNeverCompressed)
+{
+    start_engine();
+    const size_t n = 2 * kMiB;
+    // Shared memory: another process (or a second mapping) could write it unseen.
+    auto *shared = static_cast<uint8_t *>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(shared, MAP_FAILED);
+    memset(shared, 0, n);
+    ASSERT_EQ(ibp_policy_on_alloc(shared, n, IBP_REGION_REGISTERED, 0, nullptr), 1);
+    // A private mapping of a file: pages not yet copied show the file's later changes.
+    FILE *f = tmpfile();
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(ftruncate(fileno(f), (off_t)n), 0);
+    auto *file = static_cast<uint8_t *>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE, fileno(f), 0));
+    ASSERT_NE(file, MAP_FAILED);
+    ASSERT_EQ(ibp_policy_on_alloc(file, n, IBP_REGION_REGISTERED, 0, nullptr), 1);
+    // Private anonymous memory registered the same way is fine.
+    Region ok(n, 13);
+    ASSERT_EQ(ibp_policy_on_alloc(ok.mem, ok.size, IBP_REGION_REGISTERED, 0, nullptr), 1);
+    for (int i = 0; i < 3; i++) {
+        copy_and_check(shared, n);
+        copy_and_check(file, n);
+        copy_and_check(ok.mem, ok.size);
+    }
+    ibp_policy_run_pending();
+    IbpCopyWhy why;
+    EXPECT_EQ(copy_and_check(shared, n, &why), 0);
+    EXPECT_EQ(why, IBP_COPY_UNTRACKABLE);
+    EXPECT_EQ(copy_and_check(file, n, &why), 0);
+    EXPECT_EQ(why, IBP_COPY_UNTRACKABLE);
+    EXPECT_EQ(copy_and_check(ok.mem, ok.size, &why), 1);
+    ibp_policy_on_free(shared);
+    ibp_policy_on_free(file);
+    munmap(shared, n);
+    munmap(file, n);
+    fclose(f);
 }
 
 TEST(Engine, RandomDataIsLeftRaw)
