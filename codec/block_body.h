@@ -6,8 +6,10 @@
  *   IBP_KW(name)      the name of an instantiated function (suffix per level and word size)
  * and, from block_ref.c or block_bmi2.c,
  *   IBP_KATTR         function attributes of the level (e.g. target("bmi2"))
- *   IBP_PEXT(p, i, x) gather the variant bits of x for mask entry i
- *   IBP_PDEP(p, i, f) scatter f into the variant bits of mask entry i */
+ *   IBP_PEXT(p, i, x) gather the variant bits of x for mask entry i (not with IBP_OWN_CODER)
+ *   IBP_PDEP(p, i, f) scatter f into the variant bits of mask entry i
+ *   IBP_OWN_CODER     (optional) the level brings its own block encoder and decoder
+ *                     (block_fast.h) and takes only the cost and the checked row decoder here */
 
 /* Transforms the n words of one row starting at word j0 (column col), picks each word's mask
  * set and returns the row's packed size in bits (selectors included). */
@@ -82,6 +84,7 @@ IBP_KATTR static uint64_t IBP_KW(ibp_block_cost)(const IbpCodecPlan *p, const ui
     return comp < raw_len ? comp : raw_len;
 }
 
+#ifndef IBP_OWN_CODER
 IBP_KATTR static int IBP_KW(ibp_block_encode)(const IbpCodecPlan *p, const uint8_t *src, uint32_t len,
                                               uint32_t phase, uint8_t *dst, size_t cap, size_t *comp_len)
 {
@@ -173,6 +176,42 @@ IBP_KATTR static int IBP_KW(ibp_block_encode)(const IbpCodecPlan *p, const uint8
     return 0;
 }
 
+#endif
+
+/* Decodes words [j, row_end) of one row (its first word in column col) with a bounds check on
+ * every read; the fallback of every level for rows near the end of a stream or of limit. */
+IBP_KATTR static inline int IBP_KW(ibp_row_decode_checked)(const IbpCodecPlan *p, IbpBitReader *pr,
+                                                           IbpBitReader *sr, int packed, uint32_t j,
+                                                           uint32_t row_end, uint32_t col, uint8_t *dst,
+                                                           uint32_t limit)
+{
+    const uint32_t w = IBP_W;
+    for (; j < row_end; j++) {
+        uint64_t x;
+        if (packed) {
+            const uint32_t s = (uint32_t)ibp_br_read(sr, p->sel_bits);
+            if (s > p->nsets)
+                return -EBADMSG;
+            const uint32_t idx = s * p->columns + col;
+            const uint64_t f = ibp_br_read(pr, p->vbits[idx]);
+            x = p->dvalue[idx] | IBP_PDEP(p, idx, f);
+        } else {
+            x = ibp_br_read(pr, w * 8u);
+        }
+        if (p->any_xform)
+            x = ibp_unxform(p, x, col, j, dst, w);
+        const size_t at = (size_t)j * w;
+        if (at + w <= limit)
+            ibp_store_word(dst + at, x, w);
+        else
+            memcpy(dst + at, &x, limit - at);
+        if (++col == p->columns)
+            col = 0;
+    }
+    return pr->err || sr->err ? -EBADMSG : 0;
+}
+
+#ifndef IBP_OWN_CODER
 IBP_KATTR static int IBP_KW(ibp_block_decode)(const IbpCodecPlan *p, const uint8_t *blk, size_t blk_len,
                                               uint32_t orig_len, uint8_t *dst, uint32_t limit)
 {
@@ -184,29 +223,15 @@ IBP_KATTR static int IBP_KW(ibp_block_decode)(const IbpCodecPlan *p, const uint8
     const uint32_t wbits = w * 8u;
     IbpBlockHeader h;
 
-    if (limit > orig_len)
-        return -EINVAL;
-    if (blk_len < IBP_BLOCK_HEADER_SIZE)
-        return -EBADMSG;
-    memcpy(&h, blk, sizeof(h));
-    if (h.orig_len != orig_len || h.comp_len > blk_len || h.comp_len < IBP_BLOCK_HEADER_SIZE ||
-        (h.comp_len & (IBP_ALIGN - 1u)))
-        return -EBADMSG;
+    int rc = ibp_block_open(blk, blk_len, orig_len, limit, w, r_len, c_count, &h);
+    if (rc <= 0)
+        return rc;
     if (h.flags == IBP_BLOCK_RAW) {
-        if ((uint64_t)IBP_BLOCK_HEADER_SIZE + orig_len > h.comp_len)
-            return -EBADMSG;
         memcpy(dst, blk + IBP_BLOCK_HEADER_SIZE, limit);
         return 0;
     }
 
     const uint32_t nwords = orig_len / w;
-    const uint32_t tail = orig_len % w;
-    const uint32_t nrows = (nwords + r_len - 1u) / r_len;
-    if (h.flags != 0 || h.col_phase >= c_count || h.rowflag_off != IBP_BLOCK_HEADER_SIZE ||
-        (uint64_t)h.rowflag_off + (nrows + 7u) / 8u > h.payload_off || h.payload_off > h.sel_off ||
-        h.sel_off > h.tail_off || (uint64_t)h.tail_off + tail > h.comp_len)
-        return -EBADMSG;
-
     const uint8_t *const rowflags = blk + h.rowflag_off;
     IbpBitReader pr;
     IbpBitReader sr;
@@ -228,50 +253,31 @@ IBP_KATTR static int IBP_KW(ibp_block_decode)(const IbpCodecPlan *p, const uint8
          * reach) is left in both streams, the row is read without per-field checks. */
         const int fast =
             pr.end - pr.pos >= (uint64_t)n * wbits + 72u && sr.end - sr.pos >= (uint64_t)n * sb + 72u;
-        if (fast) {
-            uint64_t ppos = pr.pos;
-            uint64_t spos = sr.pos;
-            for (; j < row_end; j++) {
-                uint64_t x;
-                if (packed) {
-                    const uint32_t s = (uint32_t)ibp_peek(sbase, spos, sb, 1);
-                    spos += sb;
-                    if (s > k_count)
-                        return -EBADMSG;
-                    const uint32_t idx = s * c_count + col;
-                    const uint32_t nb = p->vbits[idx];
-                    const uint64_t f = ibp_peek(pbase, ppos, nb, w);
-                    ppos += nb;
-                    x = p->dvalue[idx] | IBP_PDEP(p, idx, f);
-                } else {
-                    x = ibp_peek(pbase, ppos, wbits, w);
-                    ppos += wbits;
-                }
-                if (p->any_xform)
-                    x = ibp_unxform(p, x, col, j, dst, w);
-                const size_t at = (size_t)j * w;
-                if (at + w <= limit)
-                    ibp_store_word(dst + at, x, w);
-                else
-                    memcpy(dst + at, &x, limit - at);
-                if (++col == c_count)
-                    col = 0;
-            }
-            pr.pos = ppos;
-            sr.pos = spos;
+        if (!fast) {
+            rc = IBP_KW(ibp_row_decode_checked)(p, &pr, &sr, packed, j, row_end, col, dst, limit);
+            if (rc)
+                return rc;
+            j = row_end;
+            col = (uint32_t)((col + (uint64_t)n) % c_count);
             continue;
         }
+        uint64_t ppos = pr.pos;
+        uint64_t spos = sr.pos;
         for (; j < row_end; j++) {
             uint64_t x;
             if (packed) {
-                const uint32_t s = (uint32_t)ibp_br_read(&sr, sb);
+                const uint32_t s = (uint32_t)ibp_peek(sbase, spos, sb, 1);
+                spos += sb;
                 if (s > k_count)
                     return -EBADMSG;
                 const uint32_t idx = s * c_count + col;
-                const uint64_t f = ibp_br_read(&pr, p->vbits[idx]);
+                const uint32_t nb = p->vbits[idx];
+                const uint64_t f = ibp_peek(pbase, ppos, nb, w);
+                ppos += nb;
                 x = p->dvalue[idx] | IBP_PDEP(p, idx, f);
             } else {
-                x = ibp_br_read(&pr, wbits);
+                x = ibp_peek(pbase, ppos, wbits, w);
+                ppos += wbits;
             }
             if (p->any_xform)
                 x = ibp_unxform(p, x, col, j, dst, w);
@@ -283,10 +289,11 @@ IBP_KATTR static int IBP_KW(ibp_block_decode)(const IbpCodecPlan *p, const uint8
             if (++col == c_count)
                 col = 0;
         }
-        if (pr.err || sr.err)
-            return -EBADMSG;
+        pr.pos = ppos;
+        sr.pos = spos;
     }
     if (limit > (uint64_t)nwords * w)
         memcpy(dst + (size_t)nwords * w, blk + h.tail_off, limit - (size_t)nwords * w);
     return 0;
 }
+#endif

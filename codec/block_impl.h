@@ -42,6 +42,7 @@ static uint64_t IBP_KFN(ibp_block_cost)(const IbpCodecPlan *p, const uint8_t *sr
     }
 }
 
+#ifndef IBP_OWN_CODER
 static int IBP_KFN(ibp_block_encode)(const IbpCodecPlan *p, const uint8_t *src, uint32_t len, uint32_t phase,
                                      uint8_t *dst, size_t cap, size_t *comp_len)
 {
@@ -67,3 +68,4 @@ static int IBP_KFN(ibp_block_decode)(const IbpCodecPlan *p, const uint8_t *blk, 
         return IBP_PASTE(IBP_KFN(ibp_block_decode), _w8)(p, blk, blk_len, orig_len, dst, limit);
     }
 }
+#endif

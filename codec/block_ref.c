@@ -9,11 +9,8 @@ static inline uint64_t ibp_ref_pext(const IbpCodecPlan *p, uint32_t idx, uint64_
     const IbpBitRun *run = p->runs + p->run_first[idx];
     const uint32_t count = p->nruns[idx];
     uint64_t out = 0;
-    uint32_t pos = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        out |= ((x >> run[i].shift) & ibp_low_mask(run[i].len)) << pos;
-        pos += run[i].len;
-    }
+    for (uint32_t i = 0; i < count; i++)
+        out |= (x & run[i].bits) >> run[i].gap;
     return out;
 }
 
@@ -22,10 +19,8 @@ static inline uint64_t ibp_ref_pdep(const IbpCodecPlan *p, uint32_t idx, uint64_
     const IbpBitRun *run = p->runs + p->run_first[idx];
     const uint32_t count = p->nruns[idx];
     uint64_t out = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        out |= (f & ibp_low_mask(run[i].len)) << run[i].shift;
-        f = run[i].len < 64u ? f >> run[i].len : 0;
-    }
+    for (uint32_t i = 0; i < count; i++)
+        out |= (f << run[i].gap) & run[i].bits;
     return out;
 }
 

@@ -3,6 +3,7 @@
 #ifndef IBP_CODEC_INTERNAL_H
 #define IBP_CODEC_INTERNAL_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -18,11 +19,30 @@
 extern "C" {
 #endif
 
-/* A contiguous run of variant bits: pext/pdep without BMI2 move one run at a time. */
+/* A contiguous run of variant bits: pext/pdep without BMI2 move one run at a time.  The run
+ * sits at bits `bits` of the word and at those bits shifted down by gap (the invariant bits
+ * below it) in the packed field, so each run is one shift and one and, independent of the others. */
 typedef struct IbpBitRun {
-    uint8_t shift;
-    uint8_t len;
+    uint64_t bits;
+    uint32_t gap;
 } IbpBitRun;
+
+/* One table entry of the pext/pdep kernels: all a word of one column with one selector needs,
+ * side by side, so a word costs one table lookup instead of four. */
+typedef struct IbpDecEntry {
+    uint64_t vmask;
+    uint64_t dvalue;
+    uint32_t vbits;
+    uint32_t xform; /* the column's transform byte */
+} IbpDecEntry;
+
+/* A column's mask sets for the encoder, padded to IBP_MAX_SETS with copies of set 1: the first
+ * matching set wins, and a copy of set 1 matches only where set 1 does, so the padding never
+ * changes the choice and the selection runs a fixed number of compares. */
+typedef struct IbpEncEntry {
+    uint64_t mask[IBP_MAX_SETS];
+    uint64_t value[IBP_MAX_SETS];
+} IbpEncEntry;
 
 struct IbpCodecPlan {
     uint32_t word_size;
@@ -43,6 +63,12 @@ struct IbpCodecPlan {
     uint32_t *run_first; /* [(K+1)*C] index of the first run in runs */
     uint8_t *nruns;      /* [(K+1)*C] */
     IbpBitRun *runs;
+    /* The same as vmask/dvalue/vbits/xform, interleaved, column-major over every selector value
+     * the selector width can hold ((1 << sel_bits) * C entries, index (c << sel_bits) + s): a
+     * selector above K (corrupt data) reads an empty entry instead of past the table, and is
+     * rejected once per row. */
+    IbpDecEntry *dtab;
+    IbpEncEntry *etab; /* [C] */
     void *blob;
     size_t blob_len;
     double sample_ratio;
@@ -63,6 +89,10 @@ typedef struct IbpCodecKernels {
 
 const IbpCodecKernels *ibp_codec_kernels(void);
 const IbpCodecKernels *ibp_codec_kernels_reference(void);
+
+/* Every level this CPU can run, the reference first, whether or not dispatch would pick it (so
+ * tests compare each with the reference): fills up to cap entries, returns how many there are. */
+size_t ibp_codec_kernels_levels(const IbpCodecKernels **levels, size_t cap);
 
 extern const IbpCodecKernels ibp_codec_kernels_ref;
 extern const IbpCodecKernels ibp_codec_kernels_bmi2;
@@ -169,6 +199,28 @@ static inline uint64_t ibp_bw_finish(IbpBitWriter *w)
     return bits;
 }
 
+/* Branch-free payload writer: after every field the accumulator goes out with one 64-bit store
+ * and the pointer moves over its whole bytes, so at most 7 bits stay pending (already stored)
+ * and a field of up to 57 bits always fits.  Writes the same stream as IbpBitWriter, with more
+ * (overlapping) stores and no final flush.  Stores reach 16 bytes past the stream's end (the
+ * 8-byte-word writer in block_fast.h stores two words), which ibp_codec_bound_for leaves free. */
+typedef struct IbpFastWriter {
+    uint8_t *p;
+    uint64_t acc;
+    uint32_t n;
+} IbpFastWriter;
+
+static inline void ibp_fw_put(IbpFastWriter *fw, uint64_t v, uint32_t nb)
+{
+    fw->acc |= v << fw->n;
+    fw->n += nb;
+    ibp_store64(fw->p, fw->acc);
+    const uint32_t whole = fw->n & ~7u; /* at most 7 + 57 bits: below 64 */
+    fw->p += whole >> 3;
+    fw->acc >>= whole;
+    fw->n &= 7u;
+}
+
 /* Bounds-checked little-endian bit reader.  A read past the end sets err and yields 0, so a
  * corrupt block costs a check per row, not per read. */
 typedef struct IbpBitReader {
@@ -231,6 +283,33 @@ static inline uint64_t ibp_peek(const uint8_t *base, uint64_t pos, uint32_t nb, 
     if (word_size == 8u && sh + nb > 64u)
         v |= (uint64_t)base[byte + 8u] << (64u - sh);
     return v & ibp_low_mask(nb);
+}
+
+/* Reads and checks a block's header against the block's expected original length and the plan's
+ * shape (W, R, C).  Returns -EINVAL for a limit beyond orig_len, -EBADMSG for a corrupt header
+ * (FORMAT.md lists what is rejected), else 1 with *h filled: the block is RAW or its sections lie
+ * in order inside it. */
+static inline int ibp_block_open(const uint8_t *blk, size_t blk_len, uint32_t orig_len, uint32_t limit,
+                                 uint32_t word_size, uint32_t row_words, uint32_t columns, IbpBlockHeader *h)
+{
+    if (limit > orig_len)
+        return -EINVAL;
+    if (blk_len < IBP_BLOCK_HEADER_SIZE)
+        return -EBADMSG;
+    memcpy(h, blk, sizeof(*h));
+    if (h->orig_len != orig_len || h->comp_len > blk_len || h->comp_len < IBP_BLOCK_HEADER_SIZE ||
+        (h->comp_len & (IBP_ALIGN - 1u)))
+        return -EBADMSG;
+    if (h->flags == IBP_BLOCK_RAW)
+        return (uint64_t)IBP_BLOCK_HEADER_SIZE + orig_len > h->comp_len ? -EBADMSG : 1;
+    const uint32_t nwords = orig_len / word_size;
+    const uint32_t tail = orig_len % word_size;
+    const uint32_t nrows = (nwords + row_words - 1u) / row_words;
+    if (h->flags != 0 || h->col_phase >= columns || h->rowflag_off != IBP_BLOCK_HEADER_SIZE ||
+        (uint64_t)h->rowflag_off + (nrows + 7u) / 8u > h->payload_off || h->payload_off > h->sel_off ||
+        h->sel_off > h->tail_off || (uint64_t)h->tail_off + tail > h->comp_len)
+        return -EBADMSG;
+    return 1;
 }
 
 /* Undoes a column's transform; the predictor reads word j - C, already written to dst. */

@@ -15,6 +15,26 @@ static int ibp_valid_shape(uint32_t word_size, uint32_t columns, uint32_t row_wo
            (block_size & (block_size - 1u)) == 0;
 }
 
+/* Counts the runs of contiguous set bits of v and, when out is not NULL, stores them. */
+static uint32_t ibp_plan_bit_runs(uint64_t v, IbpBitRun *out)
+{
+    uint32_t n = 0;
+    uint32_t packed = 0; /* bits of v below the current run */
+    while (v) {
+        const uint32_t s = (uint32_t)__builtin_ctzll(v);
+        const uint64_t shifted = v >> s;
+        const uint32_t len = ~shifted ? (uint32_t)__builtin_ctzll(~shifted) : 64u;
+        if (out) {
+            out[n].bits = ibp_low_mask(len) << s;
+            out[n].gap = s - packed;
+        }
+        n++;
+        packed += len;
+        v = s + len >= 64u ? 0 : (v >> (s + len)) << (s + len);
+    }
+    return n;
+}
+
 /* Serialises the plan: header, C transform bytes, then K*C {mask, value} pairs of W bytes. */
 static int ibp_plan_make_blob(IbpCodecPlan *p)
 {
@@ -77,9 +97,11 @@ int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_word
     p->vbits = calloc(dentries, 1);
     p->run_first = calloc(dentries, sizeof(uint32_t));
     p->nruns = calloc(dentries, 1);
+    p->dtab = calloc((size_t)columns << p->sel_bits, sizeof(IbpDecEntry));
+    p->etab = calloc(columns, sizeof(IbpEncEntry));
     rc = -ENOMEM;
     if (!p->xform || !p->mask || !p->value || !p->dvalue || !p->vmask || !p->vbits || !p->run_first ||
-        !p->nruns)
+        !p->nruns || !p->dtab || !p->etab)
         goto fail;
     rc = -EINVAL;
     for (uint32_t c = 0; c < columns; c++) {
@@ -89,25 +111,33 @@ int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_word
         p->xform[c] = xf;
         p->any_xform |= xf != 0;
     }
-    uint32_t total_runs = 0;
     for (uint32_t i = 0; i < entries; i++) {
         if (mask[i] & ~wmask || value[i] & ~mask[i])
             goto fail;
         p->mask[i] = mask[i];
         p->value[i] = value[i];
     }
+    for (uint32_t i = 0; i < (columns << p->sel_bits); i++)
+        p->dtab[i].xform = p->xform[i >> p->sel_bits];
+    for (uint32_t c = 0; c < columns; c++) {
+        for (uint32_t k = 0; k < IBP_MAX_SETS; k++) {
+            const uint32_t from = (k < nsets ? k : 0u) * columns + c;
+            p->etab[c].mask[k] = mask[from];
+            p->etab[c].value[k] = value[from];
+        }
+    }
+    uint32_t total_runs = 0;
     for (uint32_t i = 0; i < dentries; i++) {
         const uint64_t inv = i < columns ? 0 : mask[i - columns];
         p->dvalue[i] = i < columns ? 0 : value[i - columns];
         p->vmask[i] = ~inv & wmask;
         p->vbits[i] = (uint8_t)__builtin_popcountll(p->vmask[i]);
-        for (uint64_t v = p->vmask[i]; v;) {
-            const uint32_t s = (uint32_t)__builtin_ctzll(v);
-            const uint64_t shifted = v >> s;
-            const uint32_t len = ~shifted ? (uint32_t)__builtin_ctzll(~shifted) : 64u;
-            total_runs++;
-            v = s + len >= 64u ? 0 : (v >> (s + len)) << (s + len);
-        }
+        IbpDecEntry *const e = p->dtab + ((size_t)(i % columns) << p->sel_bits) + i / columns;
+        e->vmask = p->vmask[i];
+        e->dvalue = p->dvalue[i];
+        e->vbits = p->vbits[i];
+        p->nruns[i] = (uint8_t)ibp_plan_bit_runs(p->vmask[i], NULL);
+        total_runs += p->nruns[i];
     }
     p->runs = calloc(total_runs ? total_runs : 1u, sizeof(IbpBitRun));
     rc = -ENOMEM;
@@ -116,16 +146,7 @@ int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_word
     uint32_t used = 0;
     for (uint32_t i = 0; i < dentries; i++) {
         p->run_first[i] = used;
-        for (uint64_t v = p->vmask[i]; v;) {
-            const uint32_t s = (uint32_t)__builtin_ctzll(v);
-            const uint64_t shifted = v >> s;
-            const uint32_t len = ~shifted ? (uint32_t)__builtin_ctzll(~shifted) : 64u;
-            p->runs[used].shift = (uint8_t)s;
-            p->runs[used].len = (uint8_t)len;
-            used++;
-            p->nruns[i]++;
-            v = s + len >= 64u ? 0 : (v >> (s + len)) << (s + len);
-        }
+        used += ibp_plan_bit_runs(p->vmask[i], p->runs + used);
     }
     rc = ibp_plan_make_blob(p);
     if (rc)
@@ -151,6 +172,8 @@ void ibp_codec_plan_destroy(IbpCodecPlan **plan)
     free(p->run_first);
     free(p->nruns);
     free(p->runs);
+    free(p->dtab);
+    free(p->etab);
     free(p->blob);
     free(p);
     *plan = NULL;
