@@ -61,6 +61,23 @@ const IbpCodecKernels *ibp_codec_kernels_reference(void)
     return &ibp_codec_kernels_ref;
 }
 
+size_t ibp_codec_kernels_levels(const IbpCodecKernels **levels, size_t cap)
+{
+    size_t n = 0;
+    if (n < cap)
+        levels[n] = &ibp_codec_kernels_ref;
+    n++;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt") &&
+        __builtin_cpu_supports("sse4.2")) {
+        if (n < cap)
+            levels[n] = &ibp_codec_kernels_bmi2;
+        n++;
+    }
+#endif
+    return n;
+}
+
 void ibp_codec_force_reference(int on)
 {
     pthread_once(&ibp_dispatch_once, ibp_dispatch_init);

@@ -271,6 +271,104 @@ TEST(Codec, RandomPlansSimdEqualsReference)
     }
 }
 
+// Every kernel level the CPU runs, called directly (dispatch picks only one): each must encode to
+// the reference's bytes and cost, decode any prefix to the reference's bytes, and fail on a
+// corrupt block exactly when the reference fails.  Plans cover each word size with one column
+// and no transform, several columns, transforms, and 1 to 3 mask sets.
+TEST(Codec, EveryLevelEqualsReferenceBlockByBlock)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    ASSERT_LE(nlevels, 8u);
+    const IbpCodecKernels *ref = ibp_codec_kernels_reference();
+    ASSERT_EQ(levels[0], ref);
+    std::mt19937_64 rng(77);
+    const uint32_t sizes[] = {2, 4, 8};
+    for (int iter = 0; iter < 90; iter++) {
+        const uint32_t w = sizes[iter % 3];
+        const uint32_t c_count = iter % 2 ? 1 : 1 + (uint32_t)(rng() % 19);
+        const uint32_t r_len = iter % 5 == 0 ? 1 + (uint32_t)(rng() % 40) : 1 + (uint32_t)(rng() % 2000);
+        const uint32_t nsets = 1 + (uint32_t)((iter / 3) % IBP_MAX_SETS);
+        std::vector<uint8_t> xform(c_count, 0);
+        if (iter % 4 == 3)
+            for (auto &x : xform) {
+                static const uint8_t preds[] = {IBP_XF_PRED_NONE, IBP_XF_PRED_DELTA, IBP_XF_PRED_XOR};
+                x = (uint8_t)((rng() % 2 ? IBP_XF_ZIGZAG : 0u) | preds[rng() % 3]);
+            }
+        const Dist d = kAllDists[rng() % 10];
+        const uint32_t bs = 16384;
+        // Block lengths: full, odd (a tail of bytes), tiny.
+        const size_t lens[] = {bs, bs - 1 - (size_t)(rng() % 3000), 1 + (size_t)(rng() % 40)};
+        const std::vector<uint8_t> data = make_data(d, bs + 1, (uint32_t)iter + 1000);
+        std::vector<uint64_t> mask(nsets * c_count), value(nsets * c_count);
+        const uint64_t wmask = ibp_fmt_word_mask(w);
+        for (size_t i = 0; i < mask.size(); i++) {
+            const uint32_t inv = (uint32_t)(rng() % (w * 8 + 1));
+            mask[i] = inv ? (wmask & ~(inv >= 64 ? 0 : (wmask >> inv))) : 0;
+            value[i] = ibp_load_word(data.data() + (size_t)(rng() % (bs / w)) * w, w) & mask[i];
+        }
+        IbpCodecPlan *plan = nullptr;
+        ASSERT_EQ(ibp_codec_plan_build(w, c_count, r_len, nsets, bs, xform.data(), mask.data(), value.data(),
+                                       &plan),
+                  0);
+        for (const size_t len : lens) {
+            const uint32_t phase = (uint32_t)(rng() % c_count);
+            // Unaligned source and block buffers: one byte in.
+            std::vector<uint8_t> src(len + 1);
+            std::memcpy(src.data() + 1, data.data(), len);
+            const size_t cap = ibp_codec_bound_for(plan, len);
+            std::vector<uint8_t> want(cap + 1);
+            size_t want_len = 0;
+            ASSERT_EQ(
+                ref->encode(plan, src.data() + 1, (uint32_t)len, phase, want.data() + 1, cap, &want_len), 0);
+            const uint64_t want_cost = ref->cost(plan, src.data() + 1, (uint32_t)len, phase);
+            EXPECT_EQ(want_cost, want_len);
+            for (size_t l = 0; l < nlevels; l++) {
+                const IbpCodecKernels *k = levels[l];
+                SCOPED_TRACE(std::string(k->name) + " iter " + std::to_string(iter) + " len " +
+                             std::to_string(len));
+                std::vector<uint8_t> got(cap + 1, 0xa5);
+                size_t got_len = 0;
+                ASSERT_EQ(
+                    k->encode(plan, src.data() + 1, (uint32_t)len, phase, got.data() + 1, cap, &got_len), 0);
+                ASSERT_EQ(got_len, want_len);
+                ASSERT_EQ(std::memcmp(got.data() + 1, want.data() + 1, want_len), 0);
+                EXPECT_EQ(k->cost(plan, src.data() + 1, (uint32_t)len, phase), want_cost);
+                const size_t limits[] = {len, 0, 1, (size_t)(rng() % (len + 1)), len - (len > 5 ? 5 : 0)};
+                for (const size_t limit : limits) {
+                    std::vector<uint8_t> out(len + 2, 0x5a);
+                    ASSERT_EQ(k->decode(plan, want.data() + 1, want_len, (uint32_t)len, out.data() + 1,
+                                        (uint32_t)limit),
+                              0)
+                        << "limit " << limit;
+                    ASSERT_EQ(std::memcmp(out.data() + 1, data.data(), limit), 0) << "limit " << limit;
+                    ASSERT_EQ(out[0], 0x5a);
+                    ASSERT_EQ(out[limit + 1], 0x5a) << "wrote past limit " << limit;
+                }
+                // Corrupt copies in exactly-sized buffers: same verdict as the reference, same
+                // bytes when both accept.
+                for (int c = 0; c < 12; c++) {
+                    std::vector<uint8_t> bad(want.begin() + 1, want.begin() + 1 + (long)want_len);
+                    bad[(size_t)(rng() % bad.size())] ^= (uint8_t)(1u + rng() % 255);
+                    const size_t keep = c % 3 == 0 ? (size_t)(rng() % (bad.size() + 1)) : bad.size();
+                    const std::vector<uint8_t> exact(bad.begin(), bad.begin() + (long)keep);
+                    std::vector<uint8_t> a(len), b(len);
+                    const int ra =
+                        ref->decode(plan, exact.data(), exact.size(), (uint32_t)len, a.data(), (uint32_t)len);
+                    const int rb =
+                        k->decode(plan, exact.data(), exact.size(), (uint32_t)len, b.data(), (uint32_t)len);
+                    ASSERT_EQ(ra, rb) << "corruption " << c;
+                    if (ra == 0) {
+                        ASSERT_EQ(a, b) << "corruption " << c;
+                    }
+                }
+            }
+        }
+        ibp_codec_plan_destroy(&plan);
+    }
+}
+
 TEST(Codec, RandomAccessSubRanges)
 {
     std::mt19937_64 rng(7);
