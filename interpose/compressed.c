@@ -131,7 +131,7 @@ typedef struct IbpLaunch {
     CUdeviceptr offsets;    /* device address of the shadow's offset table */
     const uint64_t *host_offsets;
     size_t block_size;
-    int force;              /* send compressed even where measured slower ([transfer] path = dma) */
+    IbpSendOptions opts;
     void *tag;              /* the region's report entry */
 } IbpLaunch;
 
@@ -151,7 +151,8 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
         .block_size = (uint32_t)l->block_size,
     };
     void *params[] = {&args};
-    const unsigned grid = count < 65535u ? count : 65535u;
+    const unsigned cap = l->opts.max_grid && l->opts.max_grid < 65535u ? l->opts.max_grid : 65535u;
+    const unsigned grid = count < cap ? count : cap;
     return ibp_kernel_launch(l->mod, IBP_KERNEL_DECODE, grid, IBP_DECODE_THREADS, 0, l->stream, params);
 }
 
@@ -176,8 +177,23 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
                              (p->off + p->len) % bs != 0;
     const size_t scratch = (head_clipped || tail_clipped) ? 2 * bs : 0;
     const size_t need = align_up(blob_len) + align_up(p->run_len) + scratch;
+    if (base->opts.zerocopy && !scratch) {
+        /* The kernel reads the run, its offsets and the plan through their mapped addresses. */
+        IbpLaunch l = *base;
+        CUdeviceptr run_dev, blob_dev;
+        void *run_host = (void *)p->run, *blob_host = (void *)blob, *offsets_host = (void *)p->offsets;
+        if (drv->cuMemHostGetDevicePointer(&run_dev, run_host, 0) != CUDA_SUCCESS ||
+            drv->cuMemHostGetDevicePointer(&blob_dev, blob_host, 0) != CUDA_SUCCESS ||
+            drv->cuMemHostGetDevicePointer(&l.offsets, offsets_host, 0) != CUDA_SUCCESS)
+            return -EIO;
+        l.plan = blob_dev;
+        l.offsets -= (CUdeviceptr)first * sizeof(uint64_t);
+        *sent += p->run_len;
+        return launch_decode(&l, run_dev, first, first, p->nblocks, (CUdeviceptr)(uintptr_t)dst_piece, skip,
+                             p->len);
+    }
     int timed = 0;
-    if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, &timed) && !base->force)
+    if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, &timed) && !base->opts.force)
         return -ETIME;
     IbpStagingBuf *stage = NULL;
     int err = ibp_staging_acquire(ctx, need, &stage);
@@ -233,8 +249,8 @@ fail:
 }
 
 cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const void *src, size_t n,
-                          cudaStream_t stream, CUcontext ctx, CUstream cu_stream, int synchronous, int force,
-                          IbpSendStats *stats)
+                          cudaStream_t stream, CUcontext ctx, CUstream cu_stream, int synchronous,
+                          const IbpSendOptions *opts, IbpSendStats *stats)
 {
     (void)n;
     const IbpDriver *drv = ibp_driver_get();
@@ -242,7 +258,7 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
     memset(stats, 0, sizeof(*stats));
     int gpu_ok = drv && ibp_module_get(ctx, &mod) == 0;
     IbpLaunch l = {.drv = drv, .mod = mod, .stream = cu_stream,
-                   .block_size = ibp_shadow_block_size(plan->shadow), .force = force, .tag = plan->tag};
+                   .block_size = ibp_shadow_block_size(plan->shadow), .opts = *opts, .tag = plan->tag};
     cudaError_t ret = cudaSuccess;
     const uintptr_t copy_off = (uintptr_t)src - plan->region_base;
     int any_compressed = 0;

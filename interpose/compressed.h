@@ -17,13 +17,19 @@ typedef struct IbpSendStats {
     size_t slower;            /* of those, compressed runs the measured speeds sent raw */
 } IbpSendStats;
 
+typedef struct IbpSendOptions {
+    int force;          /* send compressed even where measured slower ([transfer] path = dma/zerocopy) */
+    int zerocopy;       /* the kernel reads runs through their mapped addresses: no staging, no DMA */
+    unsigned max_grid;  /* at most this many CTAs per decode launch ([transfer] max_sms); 0 = no bound */
+} IbpSendOptions;
+
 /* Enqueues every piece of `plan` for the copy [src, src + n) -> dst on `stream` (the
  * application's handle) and ends the plan.  A compressed piece goes raw when it cannot be
- * enqueued, or (unless `force`) when the compressed path measured on this context would be
+ * enqueued, or (unless opts->force) when the compressed path measured on this context would be
  * slower than a plain copy.  Returns what the application should see: cudaSuccess, or the
  * error of a raw copy. */
 cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const void *src, size_t n,
-                          cudaStream_t stream, CUcontext ctx, CUstream cu_stream, int synchronous, int force,
-                          IbpSendStats *stats);
+                          cudaStream_t stream, CUcontext ctx, CUstream cu_stream, int synchronous,
+                          const IbpSendOptions *opts, IbpSendStats *stats);
 
 #endif /* IBP_INTERPOSE_COMPRESSED_H */

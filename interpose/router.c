@@ -23,7 +23,7 @@
 static atomic_int compress_on;
 static atomic_int copies_on = 1; /* ibpshim_set_enabled() */
 static uint64_t min_bytes = UINT64_MAX;
-static int force_compressed; /* [transfer] path = dma: no speed gate */
+static IbpSendOptions send_opts; /* from [transfer] */
 
 static IbpshimCallKind memcpy_kind(enum cudaMemcpyKind kind, int async)
 {
@@ -88,9 +88,9 @@ void ibp_router_start(const IbpConfig *cfg)
         .on_blocks = report_blocks,
         .on_tracking_ns = report_tracking_ns,
     };
-    if (cfg->transfer.path == IBP_TRANSFER_PATH_ZEROCOPY)
-        IBP_WARN("[transfer] path = zerocopy is not available yet; compressed runs go by DMA");
-    force_compressed = cfg->transfer.path != IBP_TRANSFER_PATH_AUTO;
+    send_opts.force = cfg->transfer.path != IBP_TRANSFER_PATH_AUTO;
+    send_opts.zerocopy = cfg->transfer.path == IBP_TRANSFER_PATH_ZEROCOPY;
+    send_opts.max_grid = cfg->transfer.max_sms > 0 ? (unsigned)cfg->transfer.max_sms : 0u;
     ibp_staging_configure(cfg->transfer.staging_bytes,
                           cfg->transfer.staging_exhausted == IBP_STAGING_EXHAUSTED_WAIT);
     if (ibp_policy_start(&p) == 0) {
@@ -279,7 +279,7 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
         }
     }
     IbpSendStats st;
-    *ret = ibp_send_plan(api, &plan, dst, src, n, stream, ctx, cu_stream, synchronous, force_compressed, &st);
+    *ret = ibp_send_plan(api, &plan, dst, src, n, stream, ctx, cu_stream, synchronous, &send_opts, &st);
     ibp_ledger_copy(plan.tag, n);
     ibp_ledger_compressed(plan.tag, st.compressed_orig, st.compressed_sent);
     size_t planned_raw = 0;
