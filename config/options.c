@@ -117,14 +117,15 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
 
     OPT_ENUM("transfer", "path", transfer.path, "auto", transfer_paths,
              "How compressed data reaches the GPU: dma stages it in device memory, zerocopy lets the decode "
-             "kernel read the pinned shadow directly, auto picks by measurement."),
+             "kernel read the pinned shadow directly, auto uses dma where measured faster than a plain copy "
+             "and sends the rest raw."),
     OPT_SIZE("transfer", "staging_bytes", transfer.staging_bytes, "256MiB", MIB, TIB,
              "Device staging buffer per context for the dma path."),
     OPT_SIZE("transfer", "block_bytes", transfer.block_bytes, "0", 0, GIB,
              "Compression block size, the unit of random access and staleness; 0 = codec default. "
              "At most staging_bytes."),
     OPT_INT("transfer", "max_sms", transfer.max_sms, "0", 0, 4096,
-            "Most streaming multiprocessors a decode kernel may occupy; 0 = no limit."),
+            "Most streaming multiprocessors a decode kernel may occupy (one block of threads each); 0 = no limit."),
     OPT_ENUM("transfer", "staging_exhausted", transfer.staging_exhausted, "wait", staging_policies,
              "When the staging buffer is full: wait for earlier decodes to free it, or send the copy raw."),
 
