@@ -18,7 +18,7 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     echo "== GPU found: $(nvidia-smi -L | head -1)"
     echo "== running $app under the shim against the real CUDA runtime"
     LD_LIBRARY_PATH=$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-        "$build/tools/ibp-run" -- "$app"
+        "$build/tools/ibp-run" --log-level info -- "$app"
     if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
         echo "== PyTorch under the shim"
         "$build/tools/ibp-run" --log-level info -- python3 examples/torch_passthrough.py --mib 16
@@ -28,5 +28,5 @@ else
     echo "== Running the same program against the fake CUDA runtime in $build/tests/fakecuda (its"
     echo "== decode kernel is the CPU codec), with the compressed path forced, to show what the shim"
     echo "== would send; nothing here touches a GPU and no time is saved."
-    LD_LIBRARY_PATH=$build/tests/fakecuda IBPSHIM_TRANSFER_PATH=dma "$build/tools/ibp-run" -- "$app"
+    LD_LIBRARY_PATH=$build/tests/fakecuda IBPSHIM_TRANSFER_PATH=dma "$build/tools/ibp-run" --log-level info -- "$app"
 fi
