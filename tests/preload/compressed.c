@@ -67,7 +67,7 @@ static void wait_compressed(const TotalsFn totals, const uint8_t *host, size_t n
     CHECK(0, "the region never went compressed");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -81,7 +81,8 @@ int main(void)
         printf("%s: the shim was built without decode kernels, skipped\n", "compressed");
         return 77;
     }
-    const size_t n = (6u << 20) + 1000; /* not a multiple of the block size or the word size */
+    /* Not a multiple of the block size or the word size; argv[1] (MiB) for larger runs. */
+    const size_t n = (argc > 1 ? strtoul(argv[1], NULL, 10) << 20 : 6u << 20) + 1000;
     uint8_t *host = NULL;
     CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
     CHECK_CUDA(cudaMalloc(&dev_buf, n));
