@@ -271,14 +271,20 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
         why = IBP_RAW_CAPTURING;
         goto raw;
     }
-    if (kind == cudaMemcpyDefault) {
-        unsigned int mem_type = 0;
-        if (drv->cuPointerGetAttribute(&mem_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)dst) !=
-                CUDA_SUCCESS ||
-            mem_type != CU_MEMORYTYPE_DEVICE) {
-            why = IBP_RAW_NOT_PINNED;
-            goto raw;
-        }
+    /* The decode kernel writes dst itself: it must be device memory holding all n bytes.  Anything
+     * else goes to the real call, which answers exactly as it would without the shim (a kernel
+     * writing out of bounds would instead break the whole context). */
+    unsigned int mem_type = 0;
+    CUdeviceptr range_start = 0;
+    size_t range_size = 0;
+    const CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst;
+    if (drv->cuPointerGetAttribute(&mem_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d) != CUDA_SUCCESS ||
+        mem_type != CU_MEMORYTYPE_DEVICE ||
+        drv->cuPointerGetAttribute(&range_start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, d) != CUDA_SUCCESS ||
+        drv->cuPointerGetAttribute(&range_size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, d) != CUDA_SUCCESS ||
+        d < range_start || n > range_size - (d - range_start)) {
+        why = kind == cudaMemcpyDefault ? IBP_RAW_NOT_PINNED : IBP_RAW_ERROR;
+        goto raw;
     }
     IbpSendStats st;
     *ret = ibp_send_plan(api, &plan, dst, src, n, stream, ctx, cu_stream, synchronous, &send_opts, &st);
