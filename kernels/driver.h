@@ -18,6 +18,7 @@
     X(cuDeviceGet, 2000)                                                                  \
     X(cuDeviceGetCount, 2000)                                                        \
     X(cuDeviceGetAttribute, 2000)                                                \
+    X(cuDeviceGetName, 2000)                                                                    \
     X(cuDevicePrimaryCtxRetain, 7000)                                        \
     X(cuDevicePrimaryCtxRelease, 11000)                                      \
     X(cuCtxGetCurrent, 4000)                                                          \

@@ -154,6 +154,11 @@ PY
 fi
 
 [ "$bench" = 1 ] || { printf '%s\n' "${rows[@]}" | tee "$logs/summary.txt"; exit 0; }
+for f in "$data"/*.bin; do
+    [ -f "$f" ] || continue
+    "$build/tools/ibp-bench" "$f" --size "$bench_bytes" >> "$logs/decode.log" 2>&1
+    row "ibp-bench $(basename "$f" .bin)" "$(tail -5 "$logs/decode.log" | grep pipelined | tr -s ' ')"
+done
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 > "$logs/hookbench.txt" 2>&1
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --json >> "$logs/hookbench.txt" 2>&1
 row "hook overhead (200k calls)" "$(grep 'added by the hook' "$logs/hookbench.txt" | sed 's/^ *//')"

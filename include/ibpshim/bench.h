@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: measuring the compressed path on a GPU (the API behind the ibp-bench tool). */
+#ifndef IBPSHIM_BENCH_H
+#define IBPSHIM_BENCH_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct IbpshimBenchOptions {
+    size_t size;  /* tile the data up to at least this many bytes (0: the data as it is) */
+    int iters;    /* timed repetitions per path, after two warm-ups; the median is reported (0: 9) */
+    int device;   /* CUDA device ordinal */
+} IbpshimBenchOptions;
+
+/* GB/s are original bytes per second. */
+typedef struct IbpshimBenchResult {
+    size_t bytes;            /* original bytes timed */
+    size_t compressed;       /* compressed run plus plan */
+    double ratio;            /* compressed / bytes */
+    double raw_gbps;         /* plain pinned host-to-device copy */
+    double dma_decode_gbps;  /* DMA of the run, then the decode kernel, on one stream */
+    double pipelined_gbps;   /* DMA of 8 MiB chunks overlapped with their decodes on two streams */
+    double zerocopy_gbps;    /* the kernel reading the pinned run through its mapped address */
+    double decode_gbps;      /* decode only, device to device */
+    int verified;            /* 1 when every decoded byte matched the input */
+    char device_name[96];
+} IbpshimBenchResult;
+
+/* Plans and encodes data (shape-blind, as the shim would), then times each path on `device`.
+ * Returns 0, -ENODEV (no driver or GPU), -ENOTSUP (built without kernels), -ENOMEM, -EIO (a
+ * driver call failed) or a codec error.  Takes a few seconds per GiB.  Thread-safety: one call at
+ * a time per process. */
+int ibpshim_bench(const void *data, size_t len, const IbpshimBenchOptions *opts, IbpshimBenchResult *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IBPSHIM_BENCH_H */

@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: measuring the compressed path on a GPU (the API behind the ibp-bench tool). */
+#include "ibpshim/bench.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ibpshim/codec.h"
+#include "kernels/decode_abi.h"
+#include "kernels/driver.h"
+#include "kernels/module.h"
+
+#define BENCH_CHUNK ((size_t)8 << 20)
+#define BENCH_MAX_ITERS 64
+
+typedef struct Bench {
+    const IbpDriver *drv;
+    const IbpModule *mod;
+    size_t total, run_len, blob_len, block_size;
+    uint32_t nblocks;
+    uint8_t *src;         /* pinned original bytes */
+    uint8_t *run;         /* pinned compressed blocks, back to back */
+    uint64_t *offsets;    /* pinned, nblocks + 1 */
+    CUdeviceptr d_run, d_plan, d_out, d_offsets;
+    CUstream s_copy, s_dec;
+    CUevent t0, t1;
+} Bench;
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int decode(const Bench *b, CUdeviceptr comp, uint32_t first, uint32_t count, uint64_t len, CUstream s)
+{
+    IbpDecodeArgs a = {.comp = comp, .offsets = b->d_offsets + (CUdeviceptr)first * 8, .plan = b->d_plan,
+                       .dst = b->d_out + (CUdeviceptr)first * b->block_size, .len = len, .skip = 0,
+                       .nblocks = count, .block_size = (uint32_t)b->block_size};
+    void *params[] = {&a};
+    return ibp_kernel_launch(b->mod, IBP_KERNEL_DECODE, count < 65535u ? count : 65535u, IBP_DECODE_THREADS, 0, s,
+                             params);
+}
+
+static uint64_t span(const Bench *b, uint32_t first, uint32_t end)
+{
+    const uint64_t hi = (uint64_t)end * b->block_size;
+    return (hi < b->total ? hi : b->total) - (uint64_t)first * b->block_size;
+}
+
+/* One run of `path`: 0 raw, 1 DMA + decode, 2 pipelined, 3 zero-copy, 4 decode only. */
+static int run_path(const Bench *b, int path, CUdeviceptr zc_run)
+{
+    const IbpDriver *drv = b->drv;
+    switch (path) {
+    case 0:
+        return drv->cuMemcpyHtoDAsync(b->d_out, b->src, b->total, b->s_copy) == CUDA_SUCCESS ? 0 : -EIO;
+    case 1:
+        if (drv->cuMemcpyHtoDAsync(b->d_run, b->run, b->run_len, b->s_copy) != CUDA_SUCCESS)
+            return -EIO;
+        return decode(b, b->d_run, 0, b->nblocks, b->total, b->s_copy);
+    case 2: {
+        CUevent ev[2];
+        for (int k = 0; k < 2; k++)
+            if (drv->cuEventCreate(&ev[k], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+                return -EIO;
+        int err = 0;
+        uint32_t s = 0;
+        while (!err && s < b->nblocks) {
+            uint32_t e = s + 1;
+            while (e < b->nblocks && b->offsets[e + 1] - b->offsets[s] <= BENCH_CHUNK)
+                e++;
+            if (drv->cuMemcpyHtoDAsync(b->d_run + b->offsets[s], b->run + b->offsets[s], b->offsets[e] - b->offsets[s],
+                                       b->s_copy) != CUDA_SUCCESS ||
+                drv->cuEventRecord(ev[0], b->s_copy) != CUDA_SUCCESS ||
+                drv->cuStreamWaitEvent(b->s_dec, ev[0], 0) != CUDA_SUCCESS)
+                err = -EIO;
+            else
+                err = decode(b, b->d_run + b->offsets[s], s, e - s, span(b, s, e), b->s_dec);
+            s = e;
+        }
+        /* The copy stream's clock stops when the last decode is done. */
+        if (!err && (drv->cuEventRecord(ev[1], b->s_dec) != CUDA_SUCCESS ||
+                     drv->cuStreamWaitEvent(b->s_copy, ev[1], 0) != CUDA_SUCCESS))
+            err = -EIO;
+        drv->cuStreamSynchronize(b->s_copy);
+        drv->cuEventDestroy(ev[0]);
+        drv->cuEventDestroy(ev[1]);
+        return err;
+    }
+    case 3:
+        return decode(b, zc_run, 0, b->nblocks, b->total, b->s_copy);
+    default:
+        return decode(b, b->d_run, 0, b->nblocks, b->total, b->s_copy);
+    }
+}
+
+static double time_path(const Bench *b, int path, int iters, CUdeviceptr zc_run)
+{
+    double ms[BENCH_MAX_ITERS];
+    for (int i = -2; i < iters; i++) {
+        float t = 0;
+        if (b->drv->cuEventRecord(b->t0, b->s_copy) != CUDA_SUCCESS || run_path(b, path, zc_run) ||
+            b->drv->cuEventRecord(b->t1, b->s_copy) != CUDA_SUCCESS ||
+            b->drv->cuEventSynchronize(b->t1) != CUDA_SUCCESS ||
+            b->drv->cuEventElapsedTime(&t, b->t0, b->t1) != CUDA_SUCCESS)
+            return 0;
+        if (i >= 0)
+            ms[i] = t;
+    }
+    qsort(ms, (size_t)iters, sizeof(ms[0]), cmp_double);
+    const double med = ms[iters / 2];
+    return med > 0 ? (double)b->total / (med * 1e6) : 0;
+}
+
+static int encode(Bench *b, IbpCodecPlan *plan)
+{
+    const size_t bound = ibp_codec_block_bound(plan, b->block_size);
+    uint8_t *tmp = aligned_alloc(16, (bound + 15) & ~(size_t)15);
+    if (!tmp)
+        return -ENOMEM;
+    size_t at = 0;
+    int err = 0;
+    for (uint32_t i = 0; i < b->nblocks && !err; i++) {
+        const size_t off = (size_t)i * b->block_size;
+        size_t comp = 0;
+        err = ibp_codec_block_encode(plan, b->src + off, b->total - off < b->block_size ? b->total - off : b->block_size,
+                                     off, tmp, bound, &comp);
+        b->offsets[i] = at;
+        memcpy(b->run + at, tmp, comp);
+        at += comp;
+    }
+    b->offsets[b->nblocks] = at;
+    b->run_len = at;
+    free(tmp);
+    return err;
+}
+
+__attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_t len,
+                                                         const IbpshimBenchOptions *opts, IbpshimBenchResult *out)
+{
+    Bench b = {0};
+    memset(out, 0, sizeof(*out));
+    if (!data || !len || !opts)
+        return -EINVAL;
+    b.drv = ibp_driver_get();
+    if (!b.drv)
+        return -ENODEV;
+    if (!ibp_kernels_built())
+        return -ENOTSUP;
+    const IbpDriver *drv = b.drv;
+    const int iters = opts->iters > 0 ? (opts->iters < BENCH_MAX_ITERS ? opts->iters : BENCH_MAX_ITERS) : 9;
+    const size_t reps = opts->size > len ? (opts->size + len - 1) / len : 1;
+    b.total = reps * len;
+    CUdevice dev;
+    CUcontext ctx = NULL;
+    IbpCodecPlan *plan = NULL;
+    int err = -EIO, pushed = 0;
+    if (drv->cuDeviceGet(&dev, opts->device) != CUDA_SUCCESS || drv->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS) {
+        ctx = NULL;
+        err = -ENODEV;
+        goto out;
+    }
+    if (drv->cuCtxPushCurrent(ctx) != CUDA_SUCCESS)
+        goto out;
+    pushed = 1;
+    if (ibp_module_get(ctx, &b.mod))
+        goto out;
+    drv->cuDeviceGetName(out->device_name, (int)sizeof(out->device_name), dev);
+    const unsigned host_flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
+    if (drv->cuMemHostAlloc((void **)&b.src, b.total, host_flags) != CUDA_SUCCESS) {
+        b.src = NULL;
+        err = -ENOMEM;
+        goto out;
+    }
+    for (size_t r = 0; r < reps; r++)
+        memcpy(b.src + r * len, data, len);
+    err = ibp_codec_plan_create(b.src, b.total, NULL, &plan);
+    if (err)
+        goto out;
+    err = -ENOMEM;
+    b.block_size = ibp_codec_plan_block_size(plan);
+    b.nblocks = (uint32_t)((b.total + b.block_size - 1) / b.block_size);
+    const size_t run_cap = (size_t)b.nblocks * ((b.block_size + 64 + 15) & ~(size_t)15);
+    if (drv->cuMemHostAlloc((void **)&b.run, run_cap, host_flags) != CUDA_SUCCESS) {
+        b.run = NULL;
+        goto out;
+    }
+    if (drv->cuMemHostAlloc((void **)&b.offsets, ((size_t)b.nblocks + 1) * 8, host_flags) != CUDA_SUCCESS) {
+        b.offsets = NULL;
+        goto out;
+    }
+    err = encode(&b, plan);
+    if (err)
+        goto out;
+    err = -EIO;
+    const void *blob = ibp_codec_plan_blob(plan, &b.blob_len);
+    CUdeviceptr zc_run;
+    if (drv->cuMemAlloc(&b.d_run, b.run_len + 16) != CUDA_SUCCESS || drv->cuMemAlloc(&b.d_plan, b.blob_len) != CUDA_SUCCESS ||
+        drv->cuMemAlloc(&b.d_out, b.total) != CUDA_SUCCESS ||
+        drv->cuMemHostGetDevicePointer(&b.d_offsets, b.offsets, 0) != CUDA_SUCCESS ||
+        drv->cuMemHostGetDevicePointer(&zc_run, b.run, 0) != CUDA_SUCCESS ||
+        drv->cuMemcpyHtoD(b.d_plan, blob, b.blob_len) != CUDA_SUCCESS ||
+        drv->cuStreamCreate(&b.s_copy, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        drv->cuStreamCreate(&b.s_dec, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        drv->cuEventCreate(&b.t0, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
+        drv->cuEventCreate(&b.t1, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+        goto out;
+    /* Verify the decode once, output poisoned first. */
+    uint8_t *check = malloc(b.total);
+    if (!check) {
+        err = -ENOMEM;
+        goto out;
+    }
+    drv->cuMemsetD8(b.d_out, 0xa5, b.total);
+    if (run_path(&b, 1, zc_run) == 0 && drv->cuStreamSynchronize(b.s_copy) == CUDA_SUCCESS &&
+        drv->cuMemcpyDtoH(check, b.d_out, b.total) == CUDA_SUCCESS)
+        out->verified = memcmp(check, b.src, b.total) == 0;
+    free(check);
+    out->bytes = b.total;
+    out->compressed = b.run_len + b.blob_len;
+    out->ratio = (double)out->compressed / (double)b.total;
+    out->raw_gbps = time_path(&b, 0, iters, zc_run);
+    out->dma_decode_gbps = time_path(&b, 1, iters, zc_run);
+    out->pipelined_gbps = time_path(&b, 2, iters, zc_run);
+    out->zerocopy_gbps = time_path(&b, 3, iters, zc_run);
+    out->decode_gbps = time_path(&b, 4, iters, zc_run);
+    err = 0;
+out:
+    if (b.t0)
+        drv->cuEventDestroy(b.t0);
+    if (b.t1)
+        drv->cuEventDestroy(b.t1);
+    if (b.s_copy)
+        drv->cuStreamDestroy(b.s_copy);
+    if (b.s_dec)
+        drv->cuStreamDestroy(b.s_dec);
+    if (b.d_run)
+        drv->cuMemFree(b.d_run);
+    if (b.d_plan)
+        drv->cuMemFree(b.d_plan);
+    if (b.d_out)
+        drv->cuMemFree(b.d_out);
+    if (b.src)
+        drv->cuMemFreeHost(b.src);
+    if (b.run)
+        drv->cuMemFreeHost(b.run);
+    if (b.offsets)
+        drv->cuMemFreeHost(b.offsets);
+    ibp_codec_plan_destroy(&plan);
+    if (pushed)
+        drv->cuCtxPopCurrent(&ctx);
+    if (ctx)
+        drv->cuDevicePrimaryCtxRelease(dev);
+    return err;
+}
