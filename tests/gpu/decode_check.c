@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * ibpshim: the decode kernel against the CPU codec on real tensors and random data of every word
- * size, whole runs and clipped ranges, output poisoned first and every byte checked; then
- * decode-only and staged (DMA + decode) throughput next to a plain pinned copy (suite gpu). */
+ * size, whole runs and clipped ranges, output poisoned first and every byte checked; then, given
+ * a size, the library's bench (ibpshim_bench) on each real tensor tiled to it (suite gpu). */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "ibpshim/bench.h"
 #include "ibpshim/codec.h"
 #include "kernels/decode_abi.h"
 #include "kernels/driver.h"
@@ -127,69 +128,7 @@ static void check_range(const char *name, const uint8_t *data, const Encoded *e,
         }
 }
 
-static double elapsed_ms(CUevent a, CUevent b)
-{
-    float ms = 0;
-    CHECK_CU(drv->cuEventElapsedTime(&ms, a, b));
-    return ms;
-}
-
-static int cmp_double(const void *x, const void *y)
-{
-    const double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-/* Median of 9 timed repetitions of decode-only, staged DMA + decode, and a plain copy. */
-static void bench(const char *name, const uint8_t *data, size_t len, const Encoded *e, CUdeviceptr d_run,
-                  CUdeviceptr d_plan, CUdeviceptr d_out)
-{
-    CUdeviceptr d_offsets;
-    CHECK_CU(drv->cuMemHostGetDevicePointer(&d_offsets, e->offsets, 0));
-    uint8_t *src_pinned = pinned(len);
-    memcpy(src_pinned, data, len);
-    IbpDecodeArgs a = {.comp = d_run, .offsets = d_offsets, .plan = d_plan, .dst = d_out, .len = len, .skip = 0,
-                       .nblocks = e->nblocks, .block_size = (uint32_t)e->block_size};
-    void *params[] = {&a};
-    CUevent t0, t1;
-    CHECK_CU(drv->cuEventCreate(&t0, CU_EVENT_DEFAULT));
-    CHECK_CU(drv->cuEventCreate(&t1, CU_EVENT_DEFAULT));
-    double dec[9], staged[9], raw[9];
-    for (int rep = -2; rep < 9; rep++) {
-        CHECK_CU(drv->cuEventRecord(t0, NULL));
-        ibp_kernel_launch(mod, IBP_KERNEL_DECODE, e->nblocks, IBP_DECODE_THREADS, 0, NULL, params);
-        CHECK_CU(drv->cuEventRecord(t1, NULL));
-        CHECK_CU(drv->cuEventSynchronize(t1));
-        if (rep >= 0)
-            dec[rep] = elapsed_ms(t0, t1);
-        CHECK_CU(drv->cuEventRecord(t0, NULL));
-        CHECK_CU(drv->cuMemcpyHtoDAsync(d_run, e->run, e->run_len, NULL));
-        ibp_kernel_launch(mod, IBP_KERNEL_DECODE, e->nblocks, IBP_DECODE_THREADS, 0, NULL, params);
-        CHECK_CU(drv->cuEventRecord(t1, NULL));
-        CHECK_CU(drv->cuEventSynchronize(t1));
-        if (rep >= 0)
-            staged[rep] = elapsed_ms(t0, t1);
-        CHECK_CU(drv->cuEventRecord(t0, NULL));
-        CHECK_CU(drv->cuMemcpyHtoDAsync(d_out, src_pinned, len, NULL));
-        CHECK_CU(drv->cuEventRecord(t1, NULL));
-        CHECK_CU(drv->cuEventSynchronize(t1));
-        if (rep >= 0)
-            raw[rep] = elapsed_ms(t0, t1);
-    }
-    qsort(dec, 9, sizeof(double), cmp_double);
-    qsort(staged, 9, sizeof(double), cmp_double);
-    qsort(raw, 9, sizeof(double), cmp_double);
-    const double gb = (double)len / 1e9;
-    printf("%-36s %8.1f MiB ratio %.4f | decode-only %7.1f GB/s | DMA+decode %6.1f GB/s | raw pinned %6.1f GB/s"
-           " | speedup %.3f (ideal %.3f)\n",
-           name, (double)len / 1048576.0, (double)e->run_len / (double)len, gb / (dec[4] / 1e3),
-           gb / (staged[4] / 1e3), gb / (raw[4] / 1e3), raw[4] / staged[4], (double)len / (double)e->run_len);
-    drv->cuEventDestroy(t0);
-    drv->cuEventDestroy(t1);
-    drv->cuMemFreeHost(src_pinned);
-}
-
-static void run_case(const char *name, const uint8_t *data, size_t len, size_t block_size, int do_bench)
+static void run_case(const char *name, const uint8_t *data, size_t len, size_t block_size)
 {
     Encoded e;
     if (encode(data, len, block_size, &e)) {
@@ -223,8 +162,6 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
         }
         check_range(name, data, &e, d_run, d_plan, d_out, host_out, first, count, skip, l, (size_t)(seed % 7));
     }
-    if (do_bench && !failures)
-        bench(name, data, len, &e, d_run, d_plan, d_out);
     free(host_out);
     drv->cuMemFree(d_run);
     drv->cuMemFree(d_plan);
@@ -249,15 +186,21 @@ static uint8_t *read_file(const char *path, size_t *len)
     return buf;
 }
 
-/* Tiles a tensor to at least `target` bytes so timings cover several times the L2. */
-static uint8_t *tile(const uint8_t *src, size_t len, size_t target, size_t *out_len)
+/* Times the compressed paths on the tensor tiled to `bytes` through the library's bench. */
+static void bench(const char *name, const uint8_t *data, size_t len, size_t bytes)
 {
-    const size_t reps = (target + len - 1) / len;
-    uint8_t *buf = malloc(reps * len);
-    for (size_t i = 0; i < reps; i++)
-        memcpy(buf + i * len, src, len);
-    *out_len = reps * len;
-    return buf;
+    IbpshimBenchOptions opts = {.size = bytes, .iters = 9, .device = 0};
+    IbpshimBenchResult r;
+    const int err = ibpshim_bench(data, len, &opts, &r);
+    if (err || !r.verified) {
+        fprintf(stderr, "%s: bench failed (%d, verified %d)\n", name, err, r.verified);
+        failures++;
+        return;
+    }
+    printf("%-36s %8.1f MiB ratio %.4f | decode-only %7.1f GB/s | DMA+decode %6.1f GB/s | pipelined %6.1f GB/s"
+           " | zero-copy %6.1f GB/s | raw pinned %6.1f GB/s | speedup %.3f (ideal %.3f)\n",
+           name, (double)r.bytes / 1048576.0, r.ratio, r.decode_gbps, r.dma_decode_gbps, r.pipelined_gbps,
+           r.zerocopy_gbps, r.raw_gbps, r.raw_gbps > 0 ? r.pipelined_gbps / r.raw_gbps : 0, 1.0 / r.ratio);
 }
 
 int main(int argc, char **argv)
@@ -303,7 +246,7 @@ int main(int argc, char **argv)
             }
             char name[64];
             snprintf(name, sizeof(name), "random kind %d, %zu bytes", kind, n);
-            run_case(name, buf, n, 65536, 0);
+            run_case(name, buf, n, 65536);
         }
         free(buf);
     }
@@ -320,13 +263,9 @@ int main(int argc, char **argv)
         if (!data)
             continue;
         found++;
-        run_case(files[i], data, len, 0, 0);
-        if (bench_bytes) {
-            size_t tl;
-            uint8_t *t = tile(data, len, bench_bytes, &tl);
-            run_case(files[i], t, tl, 0, 1);
-            free(t);
-        }
+        run_case(files[i], data, len, 0);
+        if (bench_bytes && !failures)
+            bench(files[i], data, len, bench_bytes);
         free(data);
     }
     if (!found)
