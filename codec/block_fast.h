@@ -287,16 +287,13 @@ IBP_KATTR static int IBP_KW(ibp_block_encode_fast)(const IbpCodecPlan *p, const 
     const uint32_t c_count = p->columns;
     const uint32_t sb = p->sel_bits;
     const uint32_t nwords = len / w;
-    const uint32_t tail = len % w;
     const uint32_t nrows = (nwords + r_len - 1u) / r_len;
     const uint32_t rf_len = ibp_fmt_round16((nrows + 7u) / 8u);
     const uint32_t payload_off = IBP_BLOCK_HEADER_SIZE + rf_len;
     const uint32_t sel_max = ibp_fmt_round16((uint32_t)(((uint64_t)nwords * sb + 7u) / 8u));
-    const uint32_t raw_len = ibp_fmt_round16(IBP_BLOCK_HEADER_SIZE + len);
     uint64_t t[IBP_MAX_ROW_WORDS];
     IbpFastWriter pw;
     IbpBitWriter sw;
-    IbpBlockHeader h;
 
     if (cap < ibp_codec_bound_for(p, len) || phase >= c_count)
         return -EINVAL;
@@ -325,39 +322,6 @@ IBP_KATTR static int IBP_KW(ibp_block_encode_fast)(const IbpCodecPlan *p, const 
     }
 
     const uint64_t pbits = (uint64_t)(pw.p - (dst + payload_off)) * 8u + pw.n;
-    const uint64_t sbits = ibp_bw_finish(&sw);
-    const uint32_t pbytes = (uint32_t)((pbits + 7u) / 8u);
-    const uint32_t sbytes = (uint32_t)((sbits + 7u) / 8u);
-    const uint32_t sel_off = payload_off + ibp_fmt_round16(pbytes);
-    const uint32_t tail_off = sel_off + ibp_fmt_round16(sbytes);
-    const uint32_t comp = ibp_fmt_round16(tail_off + tail);
-
-    if (comp >= raw_len) {
-        memset(&h, 0, sizeof(h));
-        h.orig_len = len;
-        h.comp_len = raw_len;
-        h.flags = IBP_BLOCK_RAW;
-        memcpy(dst, &h, sizeof(h));
-        memcpy(dst + IBP_BLOCK_HEADER_SIZE, src, len);
-        memset(dst + IBP_BLOCK_HEADER_SIZE + len, 0, raw_len - IBP_BLOCK_HEADER_SIZE - len);
-        *comp_len = raw_len;
-        return 0;
-    }
-    memset(dst + payload_off + pbytes, 0, sel_off - payload_off - pbytes);
-    memmove(dst + sel_off, sel_scratch, sbytes);
-    memset(dst + sel_off + sbytes, 0, tail_off - sel_off - sbytes);
-    memcpy(dst + tail_off, src + (size_t)nwords * w, tail);
-    memset(dst + tail_off + tail, 0, comp - tail_off - tail);
-
-    h.orig_len = len;
-    h.comp_len = comp;
-    h.flags = 0;
-    h.col_phase = phase;
-    h.rowflag_off = IBP_BLOCK_HEADER_SIZE;
-    h.payload_off = payload_off;
-    h.sel_off = sel_off;
-    h.tail_off = tail_off;
-    memcpy(dst, &h, sizeof(h));
-    *comp_len = comp;
-    return 0;
+    return ibp_block_finish(dst, src, len, w, phase, payload_off, pbits, ibp_bw_finish(&sw), sel_scratch,
+                            comp_len);
 }

@@ -328,6 +328,54 @@ static inline uint64_t ibp_unxform(const IbpCodecPlan *p, uint64_t x, uint32_t c
     return x;
 }
 
+/* Lays out an encoded block once its payload (pbits bits at payload_off) and selectors (sbits
+ * bits at sel_scratch) are written: moves the selectors after the payload, copies the tail,
+ * zeroes the padding and writes the header; stores the block raw instead when that is not
+ * larger.  Shared by every encoder level, so they cannot disagree on the layout. */
+static inline int ibp_block_finish(uint8_t *dst, const uint8_t *src, uint32_t len, uint32_t w, uint32_t phase,
+                                   uint32_t payload_off, uint64_t pbits, uint64_t sbits,
+                                   const uint8_t *sel_scratch, size_t *comp_len)
+{
+    const uint32_t nwords = len / w;
+    const uint32_t tail = len % w;
+    const uint32_t raw_len = ibp_fmt_round16(IBP_BLOCK_HEADER_SIZE + len);
+    const uint32_t pbytes = (uint32_t)((pbits + 7u) / 8u);
+    const uint32_t sbytes = (uint32_t)((sbits + 7u) / 8u);
+    const uint32_t sel_off = payload_off + ibp_fmt_round16(pbytes);
+    const uint32_t tail_off = sel_off + ibp_fmt_round16(sbytes);
+    const uint32_t comp = ibp_fmt_round16(tail_off + tail);
+    IbpBlockHeader h;
+
+    if (comp >= raw_len) {
+        memset(&h, 0, sizeof(h));
+        h.orig_len = len;
+        h.comp_len = raw_len;
+        h.flags = IBP_BLOCK_RAW;
+        memcpy(dst, &h, sizeof(h));
+        memcpy(dst + IBP_BLOCK_HEADER_SIZE, src, len);
+        memset(dst + IBP_BLOCK_HEADER_SIZE + len, 0, raw_len - IBP_BLOCK_HEADER_SIZE - len);
+        *comp_len = raw_len;
+        return 0;
+    }
+    memset(dst + payload_off + pbytes, 0, sel_off - payload_off - pbytes);
+    memmove(dst + sel_off, sel_scratch, sbytes);
+    memset(dst + sel_off + sbytes, 0, tail_off - sel_off - sbytes);
+    memcpy(dst + tail_off, src + (size_t)nwords * w, tail);
+    memset(dst + tail_off + tail, 0, comp - tail_off - tail);
+
+    h.orig_len = len;
+    h.comp_len = comp;
+    h.flags = 0;
+    h.col_phase = phase;
+    h.rowflag_off = IBP_BLOCK_HEADER_SIZE;
+    h.payload_off = payload_off;
+    h.sel_off = sel_off;
+    h.tail_off = tail_off;
+    memcpy(dst, &h, sizeof(h));
+    *comp_len = comp;
+    return 0;
+}
+
 #ifdef __cplusplus
 }
 #endif
