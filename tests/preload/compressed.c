@@ -13,9 +13,6 @@
 
 #include "tests/preload/preload_check.h"
 
-typedef int (*TotalsFn)(IbpshimTransferTotals *out);
-typedef int (*BuiltFn)(void);
-
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 
 static uint64_t next(void)
@@ -53,7 +50,7 @@ static void round_trip(const uint8_t *host, size_t off, size_t len, cudaStream_t
               back[i], host[off + i]);
 }
 
-static void wait_compressed(const TotalsFn totals, const uint8_t *host, size_t n, cudaStream_t s)
+static void wait_compressed(const PreloadTotalsFn totals, const uint8_t *host, size_t n, cudaStream_t s)
 {
     IbpshimTransferTotals t0, t1;
     for (int tries = 0; tries < 200; tries++) {
@@ -69,18 +66,7 @@ static void wait_compressed(const TotalsFn totals, const uint8_t *host, size_t n
 
 int main(int argc, char **argv)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("compressed: no CUDA device, skipped\n");
-        return 77;
-    }
-    const TotalsFn totals = (TotalsFn)dlsym(RTLD_DEFAULT, "ibpshim_transfer_totals");
-    CHECK(totals != NULL, "libibpshim.so is not preloaded");
-    const BuiltFn built = (BuiltFn)dlsym(RTLD_DEFAULT, "ibpshim_compression_built");
-    if (!built || !built()) {
-        printf("%s: the shim was built without decode kernels, skipped\n", "compressed");
-        return 77;
-    }
+    const PreloadTotalsFn totals = preload_compression_or_skip("compressed", 1);
     /* Not a multiple of the block size or the word size; argv[1] (MiB) for larger runs. */
     const size_t n = (argc > 1 ? strtoul(argv[1], NULL, 10) << 20 : 6u << 20) + 1000;
     uint8_t *host = NULL;

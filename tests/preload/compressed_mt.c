@@ -10,9 +10,6 @@
 
 #include "tests/preload/preload_check.h"
 
-typedef int (*TotalsFn)(IbpshimTransferTotals *out);
-typedef int (*BuiltFn)(void);
-
 #define THREADS 4
 #define ROUNDS 25
 
@@ -82,7 +79,7 @@ static void *writer(void *arg)
     return NULL;
 }
 
-static void wait_compressed(TotalsFn totals)
+static void wait_compressed(PreloadTotalsFn totals)
 {
     void *dev = NULL;
     CHECK_CUDA(cudaMalloc(&dev, size));
@@ -112,18 +109,7 @@ static void run_threads(void)
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("compressed_mt: no CUDA device, skipped\n");
-        return 77;
-    }
-    const TotalsFn totals = (TotalsFn)dlsym(RTLD_DEFAULT, "ibpshim_transfer_totals");
-    CHECK(totals != NULL, "libibpshim.so is not preloaded");
-    const BuiltFn built = (BuiltFn)dlsym(RTLD_DEFAULT, "ibpshim_compression_built");
-    if (!built || !built()) {
-        printf("compressed_mt: the shim was built without decode kernels, skipped\n");
-        return 77;
-    }
+    const PreloadTotalsFn totals = preload_compression_or_skip("compressed_mt", 1);
     CHECK_CUDA(cudaHostAlloc((void **)&host, size, cudaHostAllocDefault));
     fill(host, size, 1);
     wait_compressed(totals);

@@ -6,23 +6,9 @@
 
 #include "tests/preload/preload_check.h"
 
-typedef int (*TotalsFn)(IbpshimTransferTotals *out);
-typedef int (*BuiltFn)(void);
-
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("ledger_counts: no CUDA device, skipped\n");
-        return 77;
-    }
-    const TotalsFn totals = (TotalsFn)dlsym(RTLD_DEFAULT, "ibpshim_transfer_totals");
-    CHECK(totals != NULL, "libibpshim.so is not preloaded");
-    const BuiltFn built = (BuiltFn)dlsym(RTLD_DEFAULT, "ibpshim_compression_built");
-    if (!built || !built()) {
-        printf("%s: the shim was built without decode kernels, skipped\n", "ledger_counts");
-        return 77;
-    }
+    const PreloadTotalsFn totals = preload_compression_or_skip("ledger_counts", 1);
     const size_t big = 4u << 20, half = 2u << 20, tiny = 4096;
     uint8_t *pinned = NULL, *pageable = malloc(half);
     void *dev = NULL;

@@ -7,25 +7,13 @@
 
 #include "tests/preload/preload_check.h"
 
-typedef int (*TotalsFn)(IbpshimTransferTotals *out);
-typedef int (*BuiltFn)(void);
-
 int main(void)
 {
+    const PreloadTotalsFn totals = preload_compression_or_skip("multi_device", 2);
     int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2) {
-        printf("multi_device: fewer than two CUDA devices, skipped\n");
-        return 77;
-    }
+    CHECK_CUDA(cudaGetDeviceCount(&ndev));
     if (ndev > 8)
         ndev = 8;
-    const TotalsFn totals = (TotalsFn)dlsym(RTLD_DEFAULT, "ibpshim_transfer_totals");
-    CHECK(totals != NULL, "libibpshim.so is not preloaded");
-    const BuiltFn built = (BuiltFn)dlsym(RTLD_DEFAULT, "ibpshim_compression_built");
-    if (!built || !built()) {
-        printf("%s: the shim was built without decode kernels, skipped\n", "multi_device");
-        return 77;
-    }
     const size_t n = (6u << 20) + 4; /* float weights, compressible */
     float *host = NULL;
     CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocPortable));

@@ -41,4 +41,27 @@ static inline void preload_counts(IbpshimCallCount counts[IBPSHIM_CALL_KIND_COUN
     CHECK(fn(counts, IBPSHIM_CALL_KIND_COUNT) == IBPSHIM_CALL_KIND_COUNT, "short counter snapshot");
 }
 
+typedef int (*PreloadTotalsFn)(IbpshimTransferTotals *out);
+typedef int (*PreloadBuiltFn)(void);
+
+/* For programs that need the compressed path: exits 77 (skipped) with a message when there are
+ * fewer than min_devices devices or the shim was built without kernels, exits 1 when the shim is
+ * not preloaded, and returns ibpshim_transfer_totals. */
+static inline PreloadTotalsFn preload_compression_or_skip(const char *name, int min_devices)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < min_devices) {
+        printf("%s: fewer than %d CUDA device(s), skipped\n", name, min_devices);
+        exit(77);
+    }
+    const PreloadTotalsFn totals = (PreloadTotalsFn)dlsym(RTLD_DEFAULT, "ibpshim_transfer_totals");
+    CHECK(totals != NULL, "libibpshim.so is not preloaded");
+    const PreloadBuiltFn built = (PreloadBuiltFn)dlsym(RTLD_DEFAULT, "ibpshim_compression_built");
+    if (!built || !built()) {
+        printf("%s: the shim was built without decode kernels, skipped\n", name);
+        exit(77);
+    }
+    return totals;
+}
+
 #endif /* IBP_TESTS_PRELOAD_PRELOAD_CHECK_H */
