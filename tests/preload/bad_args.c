@@ -7,7 +7,6 @@
 
 #include "tests/preload/preload_check.h"
 
-typedef int (*TotalsFn)(IbpshimTransferTotals *out);
 
 int main(void)
 {
@@ -17,7 +16,7 @@ int main(void)
         return 77;
     }
     /* Also run without the shim, so both answers can be compared. */
-    const TotalsFn totals = (TotalsFn)dlsym(RTLD_DEFAULT, "ibpshim_transfer_totals");
+    const PreloadTotalsFn totals = (PreloadTotalsFn)dlsym(RTLD_DEFAULT, "ibpshim_transfer_totals");
     const size_t n = 4u << 20;
     float *host = NULL;
     void *dev = NULL;
