@@ -7,7 +7,6 @@
 
 #include "tests/preload/preload_check.h"
 
-
 int main(void)
 {
     int ndev = 0;
