@@ -17,10 +17,6 @@
 #include "report/ledger.h"
 
 #define IBP_STAGE_ALIGN 256u
-/* Compressed bytes per pipelined chunk: large enough for near-peak DMA, small enough that the
- * first decode starts early. */
-#define IBP_PIPE_CHUNK ((size_t)8 << 20)
-#define IBP_PIPE_CONTEXTS 16
 /* Runs between two timed runs once the path has been measured. */
 #define IBP_PROBE_EVERY 64u
 #define IBP_SPEED_CONTEXTS 16
@@ -160,92 +156,6 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
     return ibp_kernel_launch(l->mod, IBP_KERNEL_DECODE, grid, IBP_DECODE_THREADS, 0, l->stream, params);
 }
 
-/* Two non-blocking streams per context for pipelined runs: one copies chunks in, the other
- * decodes them; events order both after the caller's earlier work and the caller after them. */
-typedef struct IbpPipeStreams {
-    CUcontext ctx;
-    CUstream copy, decode;
-} IbpPipeStreams;
-
-static pthread_mutex_t pipe_lock = PTHREAD_MUTEX_INITIALIZER;
-static IbpPipeStreams pipes[IBP_PIPE_CONTEXTS];
-
-static const IbpPipeStreams *pipe_streams(const IbpDriver *drv, CUcontext ctx)
-{
-    const IbpPipeStreams *found = NULL;
-    pthread_mutex_lock(&pipe_lock);
-    for (int i = 0; i < IBP_PIPE_CONTEXTS && !found; i++) {
-        if (pipes[i].ctx == ctx) {
-            found = &pipes[i];
-        } else if (!pipes[i].ctx) {
-            if (drv->cuStreamCreate(&pipes[i].copy, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
-                drv->cuStreamCreate(&pipes[i].decode, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS) {
-                pipes[i].ctx = ctx;
-                found = &pipes[i];
-            }
-            break;
-        }
-    }
-    pthread_mutex_unlock(&pipe_lock);
-    return found;
-}
-
-/* Makes `waiter` wait for everything enqueued on `on` so far.  Returns 0 or -EIO. */
-static int join(const IbpDriver *drv, CUcontext ctx, CUstream on, CUstream waiter)
-{
-    void *fence = ibp_devmem_fence_record(ctx, on);
-    if (!fence)
-        return -EIO;
-    const CUresult res = drv->cuStreamWaitEvent(waiter, ibp_devmem_fence_event(fence), 0);
-    ibp_devmem_fence_release(fence);
-    return res == CUDA_SUCCESS ? 0 : -EIO;
-}
-
-/* Copies the staged run in chunks on the copy stream and decodes each chunk on the decode stream
- * as soon as it has landed, so DMA and decode overlap; the caller's stream waits for the last
- * decode.  Blocks [first, first + p->nblocks) of the piece, no scratch needed. */
-static int pipelined(const IbpLaunch *l, const IbpPipeStreams *ps, CUcontext ctx, const IbpPiece *p,
-                     CUdeviceptr run, CUdeviceptr dst, uint64_t skip, const void *blob, size_t blob_len)
-{
-    const IbpDriver *drv = l->drv;
-    IbpLaunch dl = *l;
-    dl.stream = ps->decode;
-    const uint32_t first = p->first_block;
-    const uint64_t *offs = l->host_offsets;
-    const uint64_t piece_start = (uint64_t)first * l->block_size + skip; /* run byte at dst[0] */
-    if (join(drv, ctx, l->stream, ps->copy) || join(drv, ctx, l->stream, ps->decode))
-        return -EIO;
-    int err = drv->cuMemcpyHtoDAsync(l->plan, blob, blob_len, ps->copy) == CUDA_SUCCESS ? 0 : -EIO;
-    uint32_t b = first;
-    const uint32_t end = first + p->nblocks;
-    while (!err && b < end) {
-        uint32_t e = b + 1;
-        while (e < end && offs[e + 1] - offs[b] <= IBP_PIPE_CHUNK)
-            e++;
-        const CUdeviceptr at = run + (offs[b] - offs[first]);
-        if (drv->cuMemcpyHtoDAsync(at, (const uint8_t *)p->run + (offs[b] - offs[first]), offs[e] - offs[b],
-                                   ps->copy) != CUDA_SUCCESS ||
-            join(drv, ctx, ps->copy, ps->decode)) {
-            err = -EIO;
-            break;
-        }
-        /* Original bytes of blocks [b, e) that the piece wants, and where they land in dst. */
-        const uint64_t lo = (uint64_t)b * l->block_size > piece_start ? (uint64_t)b * l->block_size : piece_start;
-        const uint64_t hi_block = (uint64_t)e * l->block_size;
-        const uint64_t hi = hi_block < piece_start + p->len ? hi_block : piece_start + p->len;
-        err = launch_decode(&dl, run, first, b, e - b, dst + (lo - piece_start), lo - (uint64_t)b * l->block_size,
-                            hi - lo);
-        b = e;
-    }
-    /* Also on failure: whatever was enqueued must finish before the caller's next work (a raw copy
-     * of the same piece) can run, or a late decode could overwrite it. */
-    if (join(drv, ctx, ps->decode, l->stream)) {
-        drv->cuStreamSynchronize(ps->decode);
-        drv->cuStreamSynchronize(ps->copy);
-    }
-    return err;
-}
-
 /* One compressed piece: stage the plan blob and the run, then decode.  Plans with predictor
  * columns decode clipped edge blocks whole into scratch space first, since undoing a predictor
  * needs the words before the clip. */
@@ -297,16 +207,6 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     void *offsets_host = (void *)p->offsets;
     IBP_CU_CHECK_GOTO(res, drv->cuMemHostGetDevicePointer(&l.offsets, offsets_host, 0), fail);
     l.offsets -= (CUdeviceptr)first * sizeof(uint64_t); /* index by absolute block number */
-    if (base->opts.pipeline && !scratch && !timed && p->run_len > 2 * IBP_PIPE_CHUNK) {
-        const IbpPipeStreams *ps = pipe_streams(drv, ctx);
-        if (ps) {
-            err = pipelined(&l, ps, ctx, p, run, (CUdeviceptr)(uintptr_t)dst_piece, skip, blob, blob_len);
-            if (!err)
-                *sent += blob_len + p->run_len;
-            ibp_staging_release(stage, l.stream);
-            return err;
-        }
-    }
     if (timed)
         speed_mark(drv, ctx, 0, l.stream, 0, 0, NULL);
     IBP_CU_CHECK_GOTO(res, drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, l.stream), fail);

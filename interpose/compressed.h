@@ -21,8 +21,6 @@ typedef struct IbpSendOptions {
     int force;          /* send compressed even where measured slower ([transfer] path = dma/zerocopy) */
     int zerocopy;       /* the kernel reads runs through their mapped addresses: no staging, no DMA */
     unsigned max_grid;  /* at most this many CTAs per decode launch ([transfer] max_sms); 0 = no bound */
-    int pipeline;       /* overlap the DMA of a run's next chunk with the decode of the last on two
-                         * internal streams joined to the caller's by events */
 } IbpSendOptions;
 
 /* Enqueues every piece of `plan` for the copy [src, src + n) -> dst on `stream` (the

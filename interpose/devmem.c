@@ -157,8 +157,3 @@ void ibp_devmem_fence_release(void *fence)
     fence_free = f;
     pthread_mutex_unlock(&fence_lock);
 }
-
-CUevent ibp_devmem_fence_event(void *fence)
-{
-    return ((IbpFence *)fence)->ev;
-}

@@ -18,8 +18,4 @@ const IbpShadowOps *ibp_devmem_ops(void);
 void *ibp_devmem_fence_record(CUcontext ctx, CUstream stream);
 void ibp_devmem_fence_release(void *fence);
 
-/* The event behind a fence.  A stream that waited on it (cuStreamWaitEvent) keeps that wait
- * after the fence is released and re-recorded. */
-CUevent ibp_devmem_fence_event(void *fence);
-
 #endif /* IBP_INTERPOSE_DEVMEM_H */

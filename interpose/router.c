@@ -91,8 +91,6 @@ void ibp_router_start(const IbpConfig *cfg)
     send_opts.force = cfg->transfer.path != IBP_TRANSFER_PATH_AUTO;
     send_opts.zerocopy = cfg->transfer.path == IBP_TRANSFER_PATH_ZEROCOPY;
     send_opts.max_grid = cfg->transfer.max_sms > 0 ? (unsigned)cfg->transfer.max_sms : 0u;
-    /* Pipelining is not yet measured on a GPU: only the forced DMA path uses it. */
-    send_opts.pipeline = cfg->transfer.path == IBP_TRANSFER_PATH_DMA;
     ibp_staging_configure(cfg->transfer.staging_bytes,
                           cfg->transfer.staging_exhausted == IBP_STAGING_EXHAUSTED_WAIT);
     if (ibp_policy_start(&p) == 0) {
