@@ -19,6 +19,6 @@ typedef struct IbpDecodeArgs {
     uint32_t block_size;
 } IbpDecodeArgs;
 
-#define IBP_DECODE_THREADS 512
+#define IBP_DECODE_THREADS 256
 
 #endif /* IBP_KERNELS_DECODE_ABI_H */

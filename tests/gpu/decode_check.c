@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/format.h"
 #include "common/log.h"
 #include "ibpshim/bench.h"
 #include "ibpshim/codec.h"
@@ -37,6 +38,7 @@ typedef struct Encoded {
     uint32_t nblocks;
     size_t block_size;
     int has_pred;
+    unsigned columns;
 } Encoded;
 
 static void *pinned(size_t n)
@@ -46,11 +48,13 @@ static void *pinned(size_t n)
     return p;
 }
 
-static int encode(const uint8_t *data, size_t len, size_t block_size, Encoded *e)
+/* Encodes data with plan (taken over), or with the planner's choice when plan is NULL. */
+static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPlan *plan, Encoded *e)
 {
     IbpCodecPlanOptions opts = {.block_size = block_size};
     memset(e, 0, sizeof(*e));
-    if (ibp_codec_plan_create(data, len, &opts, &e->plan))
+    e->plan = plan;
+    if (!plan && ibp_codec_plan_create(data, len, &opts, &e->plan))
         return -1;
     e->block_size = ibp_codec_plan_block_size(e->plan);
     e->nblocks = (uint32_t)((len + e->block_size - 1) / e->block_size);
@@ -75,6 +79,7 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, Encoded *e
     IbpCodecPlanInfo info;
     ibp_codec_plan_info(e->plan, &info);
     e->has_pred = info.xf_delta + info.xf_xor > 0;
+    e->columns = info.columns;
     return 0;
 }
 
@@ -88,7 +93,7 @@ static void release(Encoded *e)
 /* Decodes blocks [first, first + count) with clip (skip, len) and checks against data. */
 static void check_range(const char *name, const uint8_t *data, const Encoded *e, CUdeviceptr d_run,
                         CUdeviceptr d_plan, CUdeviceptr d_out, uint8_t *host_out, uint32_t first, uint32_t count,
-                        uint64_t skip, uint64_t len, size_t dst_misalign)
+                        uint64_t skip, uint64_t len, size_t dst_misalign, unsigned grid)
 {
     CUdeviceptr d_offsets;
     CHECK_CU(drv->cuMemHostGetDevicePointer(&d_offsets, e->offsets, 0));
@@ -97,7 +102,7 @@ static void check_range(const char *name, const uint8_t *data, const Encoded *e,
                        .plan = d_plan, .dst = d_out + dst_misalign, .len = len, .skip = skip,
                        .nblocks = count, .block_size = (uint32_t)e->block_size};
     void *params[] = {&a};
-    if (ibp_kernel_launch(mod, IBP_KERNEL_DECODE, count, IBP_DECODE_THREADS, 0, NULL, params)) {
+    if (ibp_kernel_launch(mod, IBP_KERNEL_DECODE, grid, IBP_DECODE_THREADS, 0, NULL, params)) {
         fprintf(stderr, "%s: launch failed\n", name);
         failures++;
         return;
@@ -128,10 +133,10 @@ static void check_range(const char *name, const uint8_t *data, const Encoded *e,
         }
 }
 
-static void run_case(const char *name, const uint8_t *data, size_t len, size_t block_size)
+static void run_case(const char *name, const uint8_t *data, size_t len, size_t block_size, IbpCodecPlan *plan)
 {
     Encoded e;
-    if (encode(data, len, block_size, &e)) {
+    if (encode(data, len, block_size, plan, &e)) {
         fprintf(stderr, "%s: CPU encode failed\n", name);
         failures++;
         return;
@@ -145,9 +150,14 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
     CHECK_CU(drv->cuMemcpyHtoD(d_run, e.run, e.run_len));
     CHECK_CU(drv->cuMemcpyHtoD(d_plan, blob, blob_len));
     uint8_t *host_out = malloc(len + 64);
-    /* Whole run, then clipped ranges (predictor plans only clip whole blocks: the router sends
-     * their clipped edge blocks through scratch space). */
-    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0);
+    /* Whole run (also with fewer CTAs than blocks, as max_sms does), then clipped ranges.  The
+     * kernel undoes predictors of periods up to 32 words in registers, so it clips those blocks
+     * itself; longer periods only clip whole blocks (the router sends their clipped edge blocks
+     * through scratch space). */
+    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, e.nblocks);
+    if (e.nblocks > 3)
+        check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 3);
+    const int clip_blocks = !e.has_pred || e.columns <= 32;
     uint64_t seed = len * 2654435761u;
     for (int k = 0; k < 12 && !failures; k++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -156,17 +166,108 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
         const size_t span_end = (size_t)(first + count) * e.block_size < len ? (size_t)(first + count) * e.block_size : len;
         const size_t span = span_end - (size_t)first * e.block_size;
         uint64_t skip = 0, l = span;
-        if (!e.has_pred) {
+        if (clip_blocks) {
             skip = (seed >> 5) % (span < e.block_size ? span : e.block_size);
             l = 1 + (seed >> 11) % (span - skip);
         }
-        check_range(name, data, &e, d_run, d_plan, d_out, host_out, first, count, skip, l, (size_t)(seed % 7));
+        check_range(name, data, &e, d_run, d_plan, d_out, host_out, first, count, skip, l, (size_t)(seed % 7),
+                    count);
     }
     free(host_out);
     drv->cuMemFree(d_run);
     drv->cuMemFree(d_plan);
     drv->cuMemFree(d_out);
     release(&e);
+}
+
+
+/* A plan the planner would not necessarily pick: W-byte words, C columns with the transform
+ * xf(c), K mask sets whose set k keeps the low 6 + 5k bits of every column variant (high bits
+ * zero), rows of R words.  Built as a blob, as the router would receive it. */
+static IbpCodecPlan *synthetic_plan(unsigned w, unsigned c, unsigned r, unsigned k, unsigned block_size,
+                                    uint8_t (*xf)(unsigned col))
+{
+    const uint32_t xform_off = 32, mask_off = xform_off + ((c + 15) & ~15u);
+    const uint32_t blob_len = mask_off + ((k * c * 2 * w + 15) & ~15u);
+    uint8_t *blob = calloc(1, blob_len);
+    IbpPlanHeader h = {.magic = IBP_PLAN_MAGIC, .version = IBP_FORMAT_VERSION, .word_size = (uint8_t)w,
+                       .nsets = (uint8_t)k, .columns = c, .row_words = r, .block_size = block_size,
+                       .blob_len = blob_len, .xform_off = xform_off, .mask_off = mask_off};
+    memcpy(blob, &h, sizeof(h));
+    for (unsigned col = 0; col < c; col++)
+        blob[xform_off + col] = xf(col);
+    for (unsigned set = 0; set < k; set++)
+        for (unsigned col = 0; col < c; col++) {
+            const uint64_t full = w == 8 ? ~0ull : (1ull << (8 * w)) - 1;
+            const uint64_t mask = full & ~((1ull << (6 + 5 * set)) - 1);
+            memcpy(blob + mask_off + ((size_t)set * c + col) * 2 * w, &mask, w);
+        }
+    IbpCodecPlan *plan = NULL;
+    if (ibp_codec_plan_from_blob(blob, blob_len, &plan)) {
+        fprintf(stderr, "synthetic plan W=%u C=%u R=%u K=%u rejected\n", w, c, r, k);
+        failures++;
+    }
+    free(blob);
+    return plan;
+}
+
+static uint8_t xf_mixed(unsigned col)
+{
+    static const uint8_t kinds[] = {IBP_XF_PRED_DELTA, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG, 0,
+                                    IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG, IBP_XF_ZIGZAG};
+    return kinds[col % 5];
+}
+
+static uint8_t xf_none(unsigned col)
+{
+    (void)col;
+    return 0;
+}
+
+/* Tables whose columns grow slowly row by row (what delta and xor predict), with noise so that
+ * some words match no mask set and some rows go raw. */
+static void synthetic_cases(void)
+{
+    static const struct {
+        unsigned w, c, r, k, block_size;
+        uint8_t (*xf)(unsigned);
+        size_t len;
+    } cases[] = {
+        {4, 40, 1024, 1, 65536, xf_mixed, (3u << 20) + 6},  /* period > 32: predictors by column */
+        {8, 33, 7, 3, 16384, xf_mixed, 300001},             /* short rows, period just above a warp */
+        {2, 24, 100, 2, 65536, xf_mixed, (1u << 20) + 1},   /* period < 32, rows not a warp multiple */
+        {4, 3, 1024, 3, 262144, xf_mixed, 5u << 20},         /* movielens-like */
+        {2, 32, 33, 1, 4096, xf_mixed, 100003},             /* period exactly a warp */
+        {4, 1000, 64, 2, 65536, xf_none, (2u << 20) + 2},    /* long period, no predictor */
+    };
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const unsigned w = cases[ci].w, c = cases[ci].c;
+        const size_t len = cases[ci].len;
+        uint8_t *buf = malloc(len);
+        uint64_t x = 0x9e3779b97f4a7c15ull * (ci + 1);
+        const size_t nwords = len / w;
+        for (size_t j = 0; j < nwords; j++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            const uint64_t row = j / c, col = j % c;
+            uint64_t v = row * (col + 1) + (x & 7);
+            if ((x >> 20) % 97 == 0)
+                v = x;                       /* matches no set */
+            if ((row / 300) % 11 == 5)
+                v = x >> 3;                  /* a stretch of rows that packs badly */
+            memcpy(buf + j * w, &v, w);
+        }
+        for (size_t i = nwords * w; i < len; i++)
+            buf[i] = (uint8_t)(i * 31);
+        char name[96];
+        snprintf(name, sizeof(name), "synthetic W=%u C=%u R=%u K=%u, %zu bytes", w, c, cases[ci].r, cases[ci].k,
+                 len);
+        IbpCodecPlan *plan = synthetic_plan(w, c, cases[ci].r, cases[ci].k, cases[ci].block_size, cases[ci].xf);
+        if (plan)
+            run_case(name, buf, len, cases[ci].block_size, plan);
+        free(buf);
+    }
 }
 
 static uint8_t *read_file(const char *path, size_t *len)
@@ -246,10 +347,11 @@ int main(int argc, char **argv)
             }
             char name[64];
             snprintf(name, sizeof(name), "random kind %d, %zu bytes", kind, n);
-            run_case(name, buf, n, 65536);
+            run_case(name, buf, n, 65536, NULL);
         }
         free(buf);
     }
+    synthetic_cases();
     const char *dir = getenv("IBPSHIM_TEST_DATA");
     static const char *const files[] = {"ocr_rec_linear85_f32_120x6625.bin", "ocr_det_all_f32.bin",
                                         "ocr_rec_all_bf16.bin", "fashion_mnist_5000x784_u8.bin",
@@ -263,7 +365,7 @@ int main(int argc, char **argv)
         if (!data)
             continue;
         found++;
-        run_case(files[i], data, len, 0);
+        run_case(files[i], data, len, 0, NULL);
         if (bench_bytes && !failures)
             bench(files[i], data, len, bench_bytes);
         free(data);
