@@ -131,6 +131,9 @@ typedef struct IbpLaunch {
     CUdeviceptr offsets;    /* device address of the shadow's offset table */
     const uint64_t *host_offsets;
     size_t block_size;
+    unsigned word_size;     /* of the plan */
+    int has_pred;           /* the plan has predictor columns */
+    CUdeviceptr index;      /* segment index scratch for the run (0: decode a block per CTA) */
     IbpSendOptions opts;
     void *tag;              /* the region's report entry */
 } IbpLaunch;
@@ -140,6 +143,7 @@ typedef struct IbpLaunch {
 static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_first, uint32_t first,
                          uint32_t count, CUdeviceptr dst, uint64_t skip, uint64_t len)
 {
+    const uint64_t index_at = ibp_decode_index_bytes(l->word_size, (uint32_t)l->block_size, first - run_first);
     IbpDecodeArgs args = {
         .comp = run_base + (l->host_offsets[first] - l->host_offsets[run_first]),
         .offsets = l->offsets + (CUdeviceptr)first * sizeof(uint64_t),
@@ -147,13 +151,11 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
         .dst = dst,
         .len = len,
         .skip = skip,
+        .index = l->index ? l->index + index_at : 0,
         .nblocks = count,
         .block_size = (uint32_t)l->block_size,
     };
-    void *params[] = {&args};
-    const unsigned cap = l->opts.max_grid && l->opts.max_grid < 65535u ? l->opts.max_grid : 65535u;
-    const unsigned grid = count < cap ? count : cap;
-    return ibp_kernel_launch(l->mod, IBP_KERNEL_DECODE, grid, IBP_DECODE_THREADS, 0, l->stream, params);
+    return ibp_decode_launch(l->mod, &args, l->word_size, l->has_pred, l->opts.max_grid, l->stream);
 }
 
 /* One compressed piece: stage the plan blob and the run, then decode.  Plans with predictor
@@ -176,10 +178,14 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     const int tail_clipped = has_pred && end_in_last < bs && (last != first || !head_clipped) &&
                              (p->off + p->len) % bs != 0;
     const size_t scratch = (head_clipped || tail_clipped) ? 2 * bs : 0;
-    const size_t need = align_up(blob_len) + align_up(p->run_len) + scratch;
+    const size_t index_len = has_pred ? 0 : (size_t)ibp_decode_index_bytes(info.word_size, (uint32_t)bs, p->nblocks);
+    const size_t need = align_up(blob_len) + align_up(p->run_len) + scratch + index_len;
     if (base->opts.zerocopy && !scratch) {
         /* The kernel reads the run, its offsets and the plan through their mapped addresses. */
         IbpLaunch l = *base;
+        l.word_size = info.word_size;
+        l.has_pred = has_pred;
+        l.index = 0;
         CUdeviceptr run_dev, blob_dev;
         void *run_host = (void *)p->run, *blob_host = (void *)blob, *offsets_host = (void *)p->offsets;
         if (drv->cuMemHostGetDevicePointer(&run_dev, run_host, 0) != CUDA_SUCCESS ||
@@ -203,6 +209,9 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     l.plan = stage->ptr;
     const CUdeviceptr run = stage->ptr + align_up(blob_len);
     const CUdeviceptr scr = run + align_up(p->run_len);
+    l.word_size = info.word_size;
+    l.has_pred = has_pred;
+    l.index = index_len ? scr + scratch : 0;
     CUresult res;
     void *offsets_host = (void *)p->offsets;
     IBP_CU_CHECK_GOTO(res, drv->cuMemHostGetDevicePointer(&l.offsets, offsets_host, 0), fail);

@@ -137,12 +137,91 @@ struct Plan {
     const uint8_t *masks;  // k*c entries {mask, value}, w bytes each
 };
 
+// A mask set entry prepared for decoding: the word is value | sum over runs r of
+// ((field << shift[r]) & run[r]), each run a stretch of variant bits; entries with more runs than
+// fit use the bit-by-run loop over vmask.
+constexpr int kRuns = 4;
+constexpr uint32_t kTableEntries = 96;
+
+template <int W> struct Entry {
+    using U = typename WordT<W>::U;
+    U value;
+    U vmask;
+    U run[kRuns];
+    uint8_t shift[kRuns];
+    uint8_t nruns;  // kRuns + 1: use the loop
+    uint8_t vbits;
+};
+
+template <int W> struct Table {
+    Entry<W> e[kTableEntries];
+};
+
+union TableAny {
+    Table<2> t2;
+    Table<4> t4;
+    Table<8> t8;
+};
+
 struct Shared {
     uint32_t seg_sel[kWarps];
     uint32_t seg_bits[kWarps];
     uint64_t last[kWarps][32];  // per warp and column residue: the segment's last predicted value
     uint64_t warp_sums[kWarps];
+    uint64_t edge[2];           // words straddling the start and the end of dst, before the carry
 };
+
+// Fills the entry table when the plan's k*c entries fit; returns whether they do.
+template <int W> __device__ bool table_build(const Plan &p, Table<W> &t)
+{
+    using U = typename WordT<W>::U;
+    const uint32_t n = p.k * p.c;
+    if (n > kTableEntries)
+        return false;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const uint8_t *src = p.masks + (size_t)i * 2 * W;
+        Entry<W> &e = t.e[i];
+        const U vmask = ~ld_word<W>(src) & word_mask<W>();
+        e.value = ld_word<W>(src + W);
+        e.vmask = vmask;
+        e.vbits = (uint8_t)popc(vmask);
+        for (int r = 0; r < kRuns; r++) {
+            e.run[r] = 0;
+            e.shift[r] = 0;
+        }
+        U rest = vmask;
+        uint32_t src_bit = 0, nr = 0;
+        while (rest && nr <= kRuns) {
+            const uint32_t pos = (uint32_t)__ffsll((long long)(uint64_t)rest) - 1;
+            const U above = ~(rest >> pos);
+            const uint32_t len = above ? (uint32_t)__ffsll((long long)(uint64_t)above) - 1 : 8 * W - pos;
+            const U run = low_bits<U>(len) << pos;
+            if (nr < kRuns) {
+                e.run[nr] = run;
+                e.shift[nr] = (uint8_t)(pos - src_bit);
+            }
+            nr++;
+            src_bit += len;
+            rest &= ~run;
+        }
+        e.nruns = (uint8_t)nr;
+    }
+    return true;
+}
+
+template <int W>
+__device__ __forceinline__ typename WordT<W>::U table_deposit(const Entry<W> &e, typename WordT<W>::U f)
+{
+    using U = typename WordT<W>::U;
+    if (e.nruns > kRuns)
+        return e.value | deposit<U>(e.vmask, f);
+    U x = e.value;
+#pragma unroll
+    for (int r = 0; r < kRuns; r++)
+        if (r < e.nruns)
+            x |= (f << e.shift[r]) & e.run[r];
+    return x;
+}
 
 // Per-lane position of word j = 32 * g + lane inside its row and column period, advanced one
 // group (32 words) at a time without divisions.
@@ -186,9 +265,28 @@ struct Block {
     uint32_t nwords;
 };
 
-// The selector of the lane's word (0 for raw rows and words past the segment), the field size,
-// and the warp's selectors consumed; selbase advances past them.
-template <int W>
+__device__ __forceinline__ Block block_view(const IbpBlockHeader &h, const uint8_t *blk, uint32_t w)
+{
+    Block b;
+    b.rowflags = blk + h.rowflag_off;
+    b.sel = (const uint32_t *)(blk + h.sel_off);
+    b.payload = blk + h.payload_off;
+    b.payload_words = (h.sel_off - h.payload_off) / 4;
+    b.nwords = h.orig_len / w;
+    return b;
+}
+
+__device__ __forceinline__ Steps plan_steps(const Plan &p)
+{
+    Steps st;
+    st.row_q = 32 / p.r;
+    st.row_r = 32 % p.r;
+    st.col_r = 32 % p.c;
+    return st;
+}
+
+// The selector of the lane's word (0 for raw rows and words past the range); selbase advances
+// past the warp's selectors.
 __device__ __forceinline__ uint32_t word_selector(const Plan &p, const Block &b, const LanePos &lp, bool valid,
                                                   uint32_t &selbase)
 {
@@ -238,12 +336,152 @@ template <typename T> __device__ __forceinline__ T warp_sum(T v)
     return v;
 }
 
+// Packed words (selectors) among words [j0, j1) of a block, summed over the warp.
+__device__ uint32_t range_packed(const Plan &p, const Block &b, uint32_t j0, uint32_t j1)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    uint32_t n = 0;
+    if (j0 < j1) {
+        const uint32_t r0 = j0 / p.r, r1 = (j1 - 1) / p.r;
+        for (uint32_t r = r0 + lane; r <= r1; r += 32) {
+            if ((b.rowflags[r >> 3] >> (r & 7)) & 1)
+                n += min(j1, (r + 1) * p.r) - max(j0, r * p.r);
+        }
+    }
+    return warp_sum(n);
+}
+
+// Payload bits of words [j0, j1) (j0 a multiple of 32) whose first selector is selbase.
+template <int W>
+__device__ uint32_t range_bits(const Plan &p, const Table<W> *t, const Block &b, const IbpBlockHeader &h,
+                               uint32_t j0, uint32_t j1, uint32_t selbase)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const Steps st = plan_steps(p);
+    LanePos lp;
+    pos_init(lp, j0 + lane, p.r, p.c, h.col_phase);
+    uint32_t bits = 0;
+    for (uint32_t j = j0; j < j1; j += 32) {
+        const bool valid = j + lane < j1;
+        const uint32_t s = word_selector(p, b, lp, valid, selbase);
+        uint32_t size = valid ? 8 * W : 0;
+        if (s)
+            size = t ? t->e[(s - 1) * p.c + lp.col].vbits
+                     : 8 * W - popc(ld_word<W>(mask_entry<W>(p, s, lp.col)));
+        bits += size;
+        pos_next(lp, st, p.r, p.c);
+    }
+    return warp_sum(bits);
+}
+
+// Where decoded words go: dst, the block's byte 0 at dst + origin, and only bytes in [0, len).
+struct Out {
+    uint8_t *dst;
+    int64_t origin;
+    uint64_t len;
+    bool fast;  // the whole block lands inside dst at an address aligned to W
+};
+
+// State of the in-register undo of predictors with a period of at most 32 words.
+template <int W> struct Pred {
+    typename WordT<W>::U prev;  // the previous group's words (the carries of the strided scans)
+    uint32_t lane_mod_c;
+    uint64_t *edge;             // where words straddling dst's ends keep their whole value
+};
+
+// Decodes words [j0, j1) (j0 a multiple of 32) whose first selector and payload bit are selbase
+// and bitbase.  With PRED, predictor columns (period <= 32) are undone relative to j0.
+template <int W, bool PRED>
+__device__ void decode_range(const Plan &p, const Table<W> *t, const Block &b, const IbpBlockHeader &h,
+                             uint32_t j0, uint32_t j1, uint32_t selbase, uint32_t bitbase, const Out &out,
+                             Pred<W> *pr)
+{
+    using U = typename WordT<W>::U;
+    const uint32_t lane = threadIdx.x & 31;
+    const Steps st = plan_steps(p);
+    LanePos lp;
+    pos_init(lp, j0 + lane, p.r, p.c, h.col_phase);
+    for (uint32_t j = j0; j < j1; j += 32 * kBatch) {
+        uint32_t s[kBatch], size[kBatch], o[kBatch], col[kBatch];
+        U f[kBatch];
+        bool valid[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; u++) {
+            valid[u] = j + 32 * u + lane < j1;
+            s[u] = word_selector(p, b, lp, valid[u], selbase);
+            col[u] = lp.col;
+            size[u] = valid[u] ? 8 * W : 0;
+            if (s[u])
+                size[u] = t ? t->e[(s[u] - 1) * p.c + lp.col].vbits
+                            : 8 * W - popc(ld_word<W>(mask_entry<W>(p, s[u], lp.col)));
+            uint32_t incl = size[u];
+#pragma unroll
+            for (int q = 1; q < 32; q <<= 1) {
+                const uint32_t y = __shfl_up_sync(kFull, incl, q);
+                if (lane >= (uint32_t)q)
+                    incl += y;
+            }
+            o[u] = bitbase + incl - size[u];
+            bitbase += __shfl_sync(kFull, incl, 31);
+            pos_next(lp, st, p.r, p.c);
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; u++)
+            f[u] = valid[u] ? load_field<W>(b, o[u], size[u]) : 0;
+#pragma unroll
+        for (int u = 0; u < kBatch; u++) {
+            if (j + 32 * u >= j1)
+                break;
+            U x = f[u];
+            if (s[u]) {
+                if (t) {
+                    x = table_deposit<W>(t->e[(s[u] - 1) * p.c + col[u]], f[u]);
+                } else {
+                    const uint8_t *e = mask_entry<W>(p, s[u], col[u]);
+                    x = ld_word<W>(e + W) | deposit<U>(~ld_word<W>(e) & word_mask<W>(), f[u]);
+                }
+            }
+            const uint8_t xf = valid[u] ? p.xform[col[u]] : 0;
+            if (xf & IBP_XF_ZIGZAG)
+                x = unzigzag<W>(x);
+            const uint32_t jw = j + 32 * u + lane;
+            const int64_t at = out.origin + (int64_t)jw * W;
+            if constexpr (PRED) {
+                const uint32_t pred = xf & IBP_XF_PRED_MASK;
+                for (uint32_t q = p.c; q < 32; q <<= 1) {
+                    const U y = shfl_up(x, q);
+                    if (lane >= q)
+                        x = pred_op(pred, x, y);
+                }
+                const U c = shfl_idx(pr->prev, 32 - p.c + pr->lane_mod_c);
+                x = pred_op(pred, x, c) & word_mask<W>();
+                pr->prev = x;
+                if (valid[u] && !out.fast && at < (int64_t)out.len && at + W > 0 &&
+                    (at < 0 || at + W > (int64_t)out.len))
+                    pr->edge[at < 0 ? 0 : 1] = x;
+            }
+            if (valid[u]) {
+                if (out.fast) {
+                    if constexpr (W == 2)
+                        *(uint16_t *)(out.dst + at) = (uint16_t)x;
+                    else if constexpr (W == 4)
+                        *(uint32_t *)(out.dst + at) = (uint32_t)x;
+                    else
+                        *(uint64_t *)(out.dst + at) = x;
+                } else {
+                    store_clipped<W>(out.dst, at, x, out.len);
+                }
+            }
+        }
+    }
+}
+
 // Undoes predictor columns of any period in place, one column at a time (a CTA scan per column).
 // Only words inside dst are scanned: the router sends clipped blocks of such plans through a
 // whole-block scratch buffer.
 template <int W>
-__device__ void undo_predictors_by_column(const Plan &p, uint32_t col_phase, uint32_t nwords, uint8_t *dst,
-                                          int64_t origin, uint64_t len, Shared &sh)
+__device__ void undo_predictors_by_column(const Plan &p, uint32_t col_phase, uint32_t nwords, const Out &out,
+                                          Shared &sh)
 {
     using U = typename WordT<W>::U;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -258,8 +496,8 @@ __device__ void undo_predictors_by_column(const Plan &p, uint32_t col_phase, uin
             const uint32_t i = base + threadIdx.x;
             const uint32_t j = c0 + i * p.c;
             const bool in = i < rows_c && j < nwords;
-            const int64_t at = origin + (int64_t)j * W;
-            U x = in ? load_clipped<W>(dst, at, len) : 0;
+            const int64_t at = out.origin + (int64_t)j * W;
+            U x = in ? load_clipped<W>(out.dst, at, out.len) : 0;
             for (int o = 1; o < 32; o <<= 1) {
                 const U y = shfl_up(x, o);
                 if (lane >= o)
@@ -277,73 +515,42 @@ __device__ void undo_predictors_by_column(const Plan &p, uint32_t col_phase, uin
             x = pred_op(pred, x, before) & word_mask<W>();
             __syncthreads();
             if (in)
-                store_clipped<W>(dst, at, x, len);
+                store_clipped<W>(out.dst, at, x, out.len);
             carry = last & word_mask<W>();
         }
         __syncthreads();
     }
 }
 
+__device__ __forceinline__ bool plan_has_pred(const Plan &p)
+{
+    bool any = false;
+    for (uint32_t c = threadIdx.x & 31; c < p.c; c += 32)
+        any |= (p.xform[c] & IBP_XF_PRED_MASK) != 0;
+    return __any_sync(kFull, any);
+}
+
+// One CTA decodes a whole block: warps take contiguous segments of 32-word groups.
 template <int W>
-__device__ void decode_packed(const Plan &p, const IbpBlockHeader &h, const uint8_t *blk, uint8_t *dst,
-                              int64_t origin, uint64_t len, Shared &sh)
+__device__ void decode_block_cta(const Plan &p, const Table<W> *t, const IbpBlockHeader &h, const uint8_t *blk,
+                                 const Out &out, Shared &sh)
 {
     using U = typename WordT<W>::U;
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-
-    Block b;
-    b.rowflags = blk + h.rowflag_off;
-    b.sel = (const uint32_t *)(blk + h.sel_off);
-    b.payload = blk + h.payload_off;
-    b.payload_words = (h.sel_off - h.payload_off) / 4;
-    b.nwords = h.orig_len / W;
-
+    const Block b = block_view(h, blk, W);
     const uint32_t ngroups = (b.nwords + 31) / 32;
     const uint32_t g0 = (uint32_t)((uint64_t)warp * ngroups / kWarps);
     const uint32_t g1 = (uint32_t)((uint64_t)(warp + 1) * ngroups / kWarps);
     const uint32_t j0 = g0 * 32, j1 = min(b.nwords, g1 * 32);
 
-    Steps st;
-    st.row_q = 32 / p.r;
-    st.row_r = 32 % p.r;
-    st.col_r = 32 % p.c;
-
-    // Phase 0: packed words of the segment (the selectors it consumes).
-    uint32_t npacked = 0;
-    if (j0 < j1) {
-        const uint32_t r0 = j0 / p.r, r1 = (j1 - 1) / p.r;
-        for (uint32_t r = r0 + lane; r <= r1; r += 32) {
-            if ((b.rowflags[r >> 3] >> (r & 7)) & 1) {
-                const uint32_t lo = max(j0, r * p.r), hi = min(j1, (r + 1) * p.r);
-                npacked += hi - lo;
-            }
-        }
-        npacked = warp_sum(npacked);
-    }
+    const uint32_t npacked = range_packed(p, b, j0, j1);
     if (lane == 0)
         sh.seg_sel[warp] = npacked;
     __syncthreads();
-    uint32_t selbase0 = 0;
+    uint32_t selbase = 0;
     for (uint32_t q = 0; q < warp; q++)
-        selbase0 += sh.seg_sel[q];
-
-    // Phase 1: payload bits of the segment.
-    uint32_t bits = 0;
-    {
-        LanePos lp;
-        pos_init(lp, j0 + lane, p.r, p.c, h.col_phase);
-        uint32_t selbase = selbase0;
-        for (uint32_t g = g0; g < g1; g++) {
-            const bool valid = g * 32 + lane < j1;
-            const uint32_t s = word_selector<W>(p, b, lp, valid, selbase);
-            uint32_t size = valid ? 8 * W : 0;
-            if (s)
-                size = 8 * W - popc(ld_word<W>(mask_entry<W>(p, s, lp.col)));
-            bits += size;
-            pos_next(lp, st, p.r, p.c);
-        }
-        bits = warp_sum(bits);
-    }
+        selbase += sh.seg_sel[q];
+    const uint32_t bits = range_bits<W>(p, t, b, h, j0, j1, selbase);
     if (lane == 0)
         sh.seg_bits[warp] = bits;
     __syncthreads();
@@ -351,115 +558,39 @@ __device__ void decode_packed(const Plan &p, const IbpBlockHeader &h, const uint
     for (uint32_t q = 0; q < warp; q++)
         bitbase += sh.seg_bits[q];
 
-    // Phase 2: decode.
-    const bool fast = origin >= 0 && (uint64_t)origin + (uint64_t)b.nwords * W <= len &&
-                      ((uintptr_t)(dst + origin) % W) == 0;
-    bool any_pred = false;
-    for (uint32_t c = lane; c < p.c; c += 32)
-        any_pred |= (p.xform[c] & IBP_XF_PRED_MASK) != 0;
-    any_pred = __any_sync(kFull, any_pred);
-    const bool regpred = any_pred && p.c <= 32;
-    const uint32_t lane_mod_c = lane % p.c;
-    U prev = 0;  // the previous group's words after predictors (carry of the strided scans)
-    {
-        LanePos lp;
-        pos_init(lp, j0 + lane, p.r, p.c, h.col_phase);
-        uint32_t selbase = selbase0;
-        for (uint32_t g = g0; g < g1; g += kBatch) {
-            uint32_t s[kBatch], size[kBatch], o[kBatch], col[kBatch];
-            U m[kBatch], v[kBatch], f[kBatch];
-            bool valid[kBatch];
-#pragma unroll
-            for (int u = 0; u < kBatch; u++) {
-                valid[u] = g + u < g1 && (g + u) * 32 + lane < j1;
-                s[u] = word_selector<W>(p, b, lp, valid[u], selbase);
-                col[u] = lp.col;
-                size[u] = valid[u] ? 8 * W : 0;
-                m[u] = 0;
-                v[u] = 0;
-                if (s[u]) {
-                    const uint8_t *e = mask_entry<W>(p, s[u], lp.col);
-                    m[u] = ld_word<W>(e);
-                    v[u] = ld_word<W>(e + W);
-                    size[u] = 8 * W - popc(m[u]);
-                }
-                uint32_t incl = size[u];
-#pragma unroll
-                for (int q = 1; q < 32; q <<= 1) {
-                    const uint32_t y = __shfl_up_sync(kFull, incl, q);
-                    if (lane >= (uint32_t)q)
-                        incl += y;
-                }
-                o[u] = bitbase + incl - size[u];
-                bitbase += __shfl_sync(kFull, incl, 31);
-                if (u + 1 < kBatch)
-                    pos_next(lp, st, p.r, p.c);
-            }
-#pragma unroll
-            for (int u = 0; u < kBatch; u++)
-                f[u] = valid[u] ? load_field<W>(b, o[u], size[u]) : 0;
-#pragma unroll
-            for (int u = 0; u < kBatch; u++) {
-                if (g + u >= g1)
-                    break;
-                U x = s[u] ? (v[u] | deposit<U>(~m[u] & word_mask<W>(), f[u])) : f[u];
-                const uint8_t xf = valid[u] ? p.xform[col[u]] : 0;
-                if (xf & IBP_XF_ZIGZAG)
-                    x = unzigzag<W>(x);
-                if (regpred) {
-                    const uint32_t pred = xf & IBP_XF_PRED_MASK;
-                    for (uint32_t q = p.c; q < 32; q <<= 1) {
-                        const U y = shfl_up(x, q);
-                        if (lane >= q)
-                            x = pred_op(pred, x, y);
-                    }
-                    const U c = shfl_idx(prev, 32 - p.c + lane_mod_c);
-                    x = pred_op(pred, x, c) & word_mask<W>();
-                    prev = x;
-                }
-                if (valid[u]) {
-                    const int64_t at = origin + (int64_t)((g + u) * 32 + lane) * W;
-                    if (fast) {
-                        if constexpr (W == 2)
-                            *(uint16_t *)(dst + at) = (uint16_t)x;
-                        else if constexpr (W == 4)
-                            *(uint32_t *)(dst + at) = (uint32_t)x;
-                        else
-                            *(uint64_t *)(dst + at) = x;
-                    } else {
-                        store_clipped<W>(dst, at, x, len);
-                    }
-                }
-            }
-            pos_next(lp, st, p.r, p.c);
+    const bool any_pred = plan_has_pred(p);
+    if (!any_pred || p.c > 32) {
+        decode_range<W, false>(p, t, b, h, j0, j1, selbase, bitbase, out, nullptr);
+        if (any_pred) {
+            __syncthreads();
+            undo_predictors_by_column<W>(p, h.col_phase, b.nwords, out, sh);
         }
-    }
-    if (!any_pred)
-        return;
-    __syncthreads();
-    if (!regpred) {
-        undo_predictors_by_column<W>(p, h.col_phase, b.nwords, dst, origin, len, sh);
         return;
     }
+    Pred<W> pr;
+    pr.prev = 0;
+    pr.lane_mod_c = lane % p.c;
+    pr.edge = sh.edge;
+    decode_range<W, true>(p, t, b, h, j0, j1, selbase, bitbase, out, &pr);
     // Join the segments: the carry into segment w of the column residue r (j mod C) is the
     // predictor sum of every earlier segment's last value of that residue.
     const uint32_t e = g1 * 32;  // the last group of a non-final segment is whole
     if (lane >= 32 - p.c)
-        sh.last[warp][(e + lane - (32 - p.c)) % p.c] = j0 < j1 ? (uint64_t)prev : 0;
+        sh.last[warp][(e + lane - (32 - p.c)) % p.c] = j0 < j1 ? (uint64_t)pr.prev : 0;
     __syncthreads();
     if (warp == 0 || j0 >= j1)
         return;
     U k = 0;
-    uint32_t kpred = 0;
     if (lane < p.c) {
         const uint32_t col = (uint32_t)(((uint64_t)h.col_phase + lane) % p.c);
-        kpred = p.xform[col] & IBP_XF_PRED_MASK;
+        const uint32_t kpred = p.xform[col] & IBP_XF_PRED_MASK;
         for (uint32_t q = 0; q < warp; q++)
             k = pred_op(kpred, k, (U)sh.last[q][lane]);
         k &= word_mask<W>();
     }
     if (!__any_sync(kFull, k != 0))
         return;
+    const Steps st = plan_steps(p);
     LanePos lp;
     pos_init(lp, j0 + lane, p.r, p.c, h.col_phase);
     for (uint32_t g = g0; g < g1; g++) {
@@ -467,52 +598,53 @@ __device__ void decode_packed(const Plan &p, const IbpBlockHeader &h, const uint
         const U kr = shfl_idx(k, lp.res);
         const uint32_t pred = p.xform[lp.col] & IBP_XF_PRED_MASK;
         if (j < j1 && pred && kr) {
-            const int64_t at = origin + (int64_t)j * W;
-            if (fast) {
+            const int64_t at = out.origin + (int64_t)j * W;
+            if (out.fast) {
                 if constexpr (W == 2) {
-                    uint16_t *q = (uint16_t *)(dst + at);
+                    uint16_t *q = (uint16_t *)(out.dst + at);
                     *q = (uint16_t)(pred_op(pred, (U)*q, kr) & word_mask<W>());
                 } else if constexpr (W == 4) {
-                    uint32_t *q = (uint32_t *)(dst + at);
+                    uint32_t *q = (uint32_t *)(out.dst + at);
                     *q = (uint32_t)pred_op(pred, (U)*q, kr);
                 } else {
-                    uint64_t *q = (uint64_t *)(dst + at);
+                    uint64_t *q = (uint64_t *)(out.dst + at);
                     *q = pred_op(pred, (U)*q, kr);
                 }
-            } else {
-                const U x = pred_op(pred, load_clipped<W>(dst, at, len), kr) & word_mask<W>();
-                store_clipped<W>(dst, at, x, len);
+            } else if (at < (int64_t)out.len && at + W > 0) {
+                // A word straddling an end of dst kept its whole value: the carry of a delta
+                // runs through the bytes that are not written.
+                const bool edge = at < 0 || at + W > (int64_t)out.len;
+                const U x0 = edge ? (U)sh.edge[at < 0 ? 0 : 1] : load_clipped<W>(out.dst, at, out.len);
+                store_clipped<W>(out.dst, at, pred_op(pred, x0, kr) & word_mask<W>(), out.len);
             }
         }
         pos_next(lp, st, p.r, p.c);
     }
 }
 
-__device__ void copy_raw(const uint8_t *src, uint32_t n, uint8_t *dst, int64_t origin, uint64_t len)
+__device__ void copy_raw(const uint8_t *src, uint32_t n, uint8_t *dst, int64_t origin, uint64_t len,
+                         uint32_t tid, uint32_t nthreads)
 {
-    if (origin >= 0 && (uint64_t)origin + n <= len && ((uintptr_t)(dst + origin) % 16) == 0) {
+    if (origin >= 0 && (uint64_t)origin + n <= len && ((uintptr_t)(dst + origin) % 16) == 0 &&
+        ((uintptr_t)src % 16) == 0) {
         const uint4 *s = (const uint4 *)src;
         uint4 *d = (uint4 *)(dst + origin);
-        for (uint32_t i = threadIdx.x; i < n / 16; i += kThreads)
+        for (uint32_t i = tid; i < n / 16; i += nthreads)
             d[i] = __ldg(s + i);
-        for (uint32_t i = n / 16 * 16 + threadIdx.x; i < n; i += kThreads)
+        for (uint32_t i = n / 16 * 16 + tid; i < n; i += nthreads)
             dst[origin + i] = src[i];
         return;
     }
-    for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+    for (uint32_t i = tid; i < n; i += nthreads) {
         const int64_t at = origin + i;
         if (at >= 0 && (uint64_t)at < len)
             dst[at] = src[i];
     }
 }
 
-} // namespace
-
-extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_decode(IbpDecodeArgs a)
+__device__ __forceinline__ Plan load_plan(uint64_t plan_addr)
 {
-    __shared__ Shared sh;
-
-    const uint8_t *plan_blob = (const uint8_t *)a.plan;
+    const uint8_t *plan_blob = (const uint8_t *)plan_addr;
     IbpPlanHeader ph;
     memcpy(&ph, plan_blob, sizeof(ph));
     Plan p;
@@ -523,32 +655,196 @@ extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_decode(IbpDecodeArg
     p.sb = p.k > 1 ? 2 : 1;
     p.xform = plan_blob + ph.xform_off;
     p.masks = plan_blob + ph.mask_off;
-    const uint64_t *offs = (const uint64_t *)a.offsets;
-    const uint64_t base_off = offs[0];
-    uint8_t *const dst = (uint8_t *)a.dst;
+    return p;
+}
 
+__device__ __forceinline__ void copy_tail(const IbpBlockHeader &h, const uint8_t *blk, uint32_t w, const Out &out,
+                                          uint32_t tid, uint32_t nthreads)
+{
+    const uint32_t nw = h.orig_len / w;
+    for (uint32_t i = tid; i < h.orig_len % w; i += nthreads) {
+        const int64_t at = out.origin + (int64_t)nw * w + i;
+        if (at >= 0 && (uint64_t)at < out.len)
+            out.dst[at] = blk[h.tail_off + i];
+    }
+}
+
+__device__ __forceinline__ Out out_for(const IbpDecodeArgs &a, uint32_t bi, const IbpBlockHeader &h, uint32_t w)
+{
+    Out out;
+    out.dst = (uint8_t *)a.dst;
+    out.origin = (int64_t)bi * a.block_size - (int64_t)a.skip;
+    out.len = a.len;
+    out.fast = out.origin >= 0 && (uint64_t)out.origin + (uint64_t)(h.orig_len / w) * w <= a.len &&
+               ((uintptr_t)(out.dst + out.origin) % w) == 0;
+    return out;
+}
+
+template <int W> __device__ void decode_blocks_cta(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, Shared &sh)
+{
+    const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
+    __syncthreads();
+    const uint64_t *offs = (const uint64_t *)a.offsets;
     for (uint32_t bi = blockIdx.x; bi < a.nblocks; bi += gridDim.x) {
-        const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - base_off);
+        const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
         IbpBlockHeader h;
         memcpy(&h, blk, sizeof(h));
-        // Where this block's byte 0 lands in dst.
-        const int64_t origin = (int64_t)bi * a.block_size - (int64_t)a.skip;
+        const Out out = out_for(a, bi, h, W);
         if (h.flags & IBP_BLOCK_RAW) {
-            copy_raw(blk + IBP_BLOCK_HEADER_SIZE, h.orig_len, dst, origin, a.len);
+            copy_raw(blk + IBP_BLOCK_HEADER_SIZE, h.orig_len, out.dst, out.origin, out.len, threadIdx.x, kThreads);
         } else {
-            switch (p.w) {
-            case 2: decode_packed<2>(p, h, blk, dst, origin, a.len, sh); break;
-            case 4: decode_packed<4>(p, h, blk, dst, origin, a.len, sh); break;
-            default: decode_packed<8>(p, h, blk, dst, origin, a.len, sh); break;
-            }
-            // Tail bytes (the region's last block only).
-            const uint32_t nw = h.orig_len / p.w;
-            for (uint32_t i = threadIdx.x; i < h.orig_len % p.w; i += kThreads) {
-                const int64_t at = origin + (int64_t)nw * p.w + i;
-                if (at >= 0 && (uint64_t)at < a.len)
-                    dst[at] = blk[h.tail_off + i];
-            }
+            decode_block_cta<W>(p, t, h, blk, out, sh);
+            copy_tail(h, blk, W, out, threadIdx.x, kThreads);
         }
         __syncthreads();
+    }
+}
+
+// The segment index: for block b and segment s (words [s * IBP_DECODE_SEG_WORDS, ...)), the
+// selector index and payload bit of the segment's first word.
+struct SegIndex {
+    uint32_t sel, bit;
+};
+
+// Exclusive scan in place of one field of n index entries, by the whole CTA.
+template <bool BIT> __device__ void index_scan(SegIndex *ix, uint32_t n, Shared &sh)
+{
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    uint32_t carry = 0;
+    for (uint32_t base = 0; base < n; base += kThreads) {
+        const uint32_t i = base + threadIdx.x;
+        const uint32_t v = i < n ? (BIT ? ix[i].bit : ix[i].sel) : 0;
+        uint32_t x = v;
+        for (int o = 1; o < 32; o <<= 1) {
+            const uint32_t y = __shfl_up_sync(kFull, x, o);
+            if (lane >= (uint32_t)o)
+                x += y;
+        }
+        if (lane == 31)
+            sh.seg_bits[warp] = x;
+        __syncthreads();
+        uint32_t before = carry, total = carry;
+        for (int q = 0; q < kWarps; q++) {
+            if (q < (int)warp)
+                before += sh.seg_bits[q];
+            total += sh.seg_bits[q];
+        }
+        if (i < n) {
+            if (BIT)
+                ix[i].bit = before + x - v;
+            else
+                ix[i].sel = before + x - v;
+        }
+        carry = total;
+        __syncthreads();
+    }
+}
+
+template <int W> __device__ void index_blocks(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, Shared &sh)
+{
+    const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
+    __syncthreads();
+    const uint32_t warp = threadIdx.x >> 5;
+    const uint64_t *offs = (const uint64_t *)a.offsets;
+    const uint32_t nseg = ibp_decode_segments(W, a.block_size);
+    for (uint32_t bi = blockIdx.x; bi < a.nblocks; bi += gridDim.x) {
+        const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
+        IbpBlockHeader h;
+        memcpy(&h, blk, sizeof(h));
+        if (h.flags & IBP_BLOCK_RAW)
+            continue;
+        const Block b = block_view(h, blk, W);
+        SegIndex *ix = (SegIndex *)a.index + (size_t)bi * nseg;
+        const uint32_t n = (b.nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
+        for (uint32_t s = warp; s < n; s += kWarps) {
+            const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
+            const uint32_t np = range_packed(p, b, j0, j1);
+            if ((threadIdx.x & 31) == 0)
+                ix[s].sel = np;
+        }
+        __syncthreads();
+        index_scan<false>(ix, n, sh);
+        for (uint32_t s = warp; s < n; s += kWarps) {
+            const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
+            const uint32_t bits = range_bits<W>(p, t, b, h, j0, j1, ix[s].sel);
+            if ((threadIdx.x & 31) == 0)
+                ix[s].bit = bits;
+        }
+        __syncthreads();
+        index_scan<true>(ix, n, sh);
+    }
+}
+
+// One warp per segment of IBP_DECODE_SEG_WORDS words, placed by the index; plans without
+// predictor columns only.
+template <int W> __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl)
+{
+    const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
+    __syncthreads();
+    const uint32_t lane = threadIdx.x & 31;
+    const uint64_t *offs = (const uint64_t *)a.offsets;
+    const uint32_t nseg = ibp_decode_segments(W, a.block_size);
+    const uint64_t total = (uint64_t)a.nblocks * nseg;
+    for (uint64_t gs = (uint64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total;
+         gs += (uint64_t)gridDim.x * kWarps) {
+        const uint32_t bi = (uint32_t)(gs / nseg), s = (uint32_t)(gs % nseg);
+        const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
+        IbpBlockHeader h;
+        memcpy(&h, blk, sizeof(h));
+        const Out out = out_for(a, bi, h, W);
+        const uint32_t seg_bytes = IBP_DECODE_SEG_WORDS * W;
+        if (h.flags & IBP_BLOCK_RAW) {
+            const uint32_t at = s * seg_bytes;
+            if (at < h.orig_len)
+                copy_raw(blk + IBP_BLOCK_HEADER_SIZE + at, min(seg_bytes, h.orig_len - at), out.dst,
+                         out.origin + at, out.len, lane, 32);
+            continue;
+        }
+        const Block b = block_view(h, blk, W);
+        const uint32_t n = (b.nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
+        if (s < n) {
+            const SegIndex ix = ((const SegIndex *)a.index)[(size_t)bi * nseg + s];
+            const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
+            decode_range<W, false>(p, t, b, h, j0, j1, ix.sel, ix.bit, out, nullptr);
+        }
+        if (s == (n ? n - 1 : 0))
+            copy_tail(h, blk, W, out, lane, 32);
+    }
+}
+
+} // namespace
+
+extern "C" __global__ void __launch_bounds__(kThreads, 3) ibp_k_decode(IbpDecodeArgs a)
+{
+    __shared__ Shared sh;
+    __shared__ TableAny tbl;
+    const Plan p = load_plan(a.plan);
+    switch (p.w) {
+    case 2: decode_blocks_cta<2>(a, p, tbl.t2, sh); break;
+    case 4: decode_blocks_cta<4>(a, p, tbl.t4, sh); break;
+    default: decode_blocks_cta<8>(a, p, tbl.t8, sh); break;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2) ibp_k_index(IbpDecodeArgs a)
+{
+    __shared__ Shared sh;
+    __shared__ TableAny tbl;
+    const Plan p = load_plan(a.plan);
+    switch (p.w) {
+    case 2: index_blocks<2>(a, p, tbl.t2, sh); break;
+    case 4: index_blocks<4>(a, p, tbl.t4, sh); break;
+    default: index_blocks<8>(a, p, tbl.t8, sh); break;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_decode_seg(IbpDecodeArgs a)
+{
+    __shared__ TableAny tbl;
+    const Plan p = load_plan(a.plan);
+    switch (p.w) {
+    case 2: decode_segments<2>(a, p, tbl.t2); break;
+    case 4: decode_segments<4>(a, p, tbl.t4); break;
+    default: decode_segments<8>(a, p, tbl.t8); break;
     }
 }

@@ -1,13 +1,19 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: the argument block of the decode kernel, shared by the CUDA kernel, the router that
- * launches it and the CPU implementation the fake driver runs in tests. */
+ * ibpshim: the argument block of the decode kernels, shared by the CUDA kernels, the launchers
+ * and the CPU implementation the fake driver runs in tests. */
 #ifndef IBP_KERNELS_DECODE_ABI_H
 #define IBP_KERNELS_DECODE_ABI_H
 
 #include <stdint.h>
 
+#if defined(__CUDACC__)
+#define IBP_DECODE_HD __host__ __device__
+#else
+#define IBP_DECODE_HD
+#endif
+
 /* One launch decodes a run of consecutive blocks of one region into [dst, dst + len).  Passed
- * by value as the kernel's only parameter. */
+ * by value as the kernels' only parameter. */
 typedef struct IbpDecodeArgs {
     uint64_t comp;     /* device address of the run's first block (staging buffer or mapped shadow) */
     uint64_t offsets;  /* device address of the run's nblocks + 1 block offsets (relative to offsets[0]) */
@@ -15,10 +21,26 @@ typedef struct IbpDecodeArgs {
     uint64_t dst;      /* device address receiving original bytes [skip, skip + len) of the run */
     uint64_t len;
     uint64_t skip;     /* original bytes of the run's first block that precede dst */
+    uint64_t index;    /* device scratch of ibp_decode_index_bytes() for ibp_k_index/ibp_k_decode_seg */
     uint32_t nblocks;
     uint32_t block_size;
 } IbpDecodeArgs;
 
+/* Threads per CTA of every decode kernel. */
 #define IBP_DECODE_THREADS 256
+
+/* ibp_k_decode_seg gives each warp a segment of this many words of a block; ibp_k_index first
+ * writes every segment's first selector and payload bit (two uint32_t) to the index scratch. */
+#define IBP_DECODE_SEG_WORDS 512u
+
+static inline IBP_DECODE_HD uint32_t ibp_decode_segments(uint32_t word_size, uint32_t block_size)
+{
+    return (block_size / word_size + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
+}
+
+static inline IBP_DECODE_HD uint64_t ibp_decode_index_bytes(uint32_t word_size, uint32_t block_size, uint32_t nblocks)
+{
+    return (uint64_t)nblocks * ibp_decode_segments(word_size, block_size) * 8u;
+}
 
 #endif /* IBP_KERNELS_DECODE_ABI_H */

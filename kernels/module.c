@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "common/log.h"
+#include "kernels/decode_abi.h"
 #include "kernels/driver.h"
 #include "kernels/fatbins.h"
 
@@ -123,6 +124,29 @@ int ibp_kernel_launch(const IbpModule *mod, IbpKernelId kernel, unsigned grid, u
     return 0;
 fail:
     return -EIO;
+}
+
+static unsigned grid_cap(uint64_t want, unsigned max_ctas)
+{
+    const uint64_t cap = max_ctas && max_ctas < 65535u ? max_ctas : 65535u;
+    return (unsigned)(want < cap ? (want ? want : 1) : cap);
+}
+
+int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned word_size, int has_pred,
+                      unsigned max_ctas, CUstream stream)
+{
+    IbpDecodeArgs args = *a;
+    void *params[] = {&args};
+    if (has_pred || !args.index)
+        return ibp_kernel_launch(mod, IBP_KERNEL_DECODE, grid_cap(args.nblocks, max_ctas), IBP_DECODE_THREADS, 0,
+                                 stream, params);
+    const unsigned warps = IBP_DECODE_THREADS / 32;
+    const uint64_t segs = (uint64_t)args.nblocks * ibp_decode_segments(word_size, args.block_size);
+    if (ibp_kernel_launch(mod, IBP_KERNEL_INDEX, grid_cap(args.nblocks, max_ctas), IBP_DECODE_THREADS, 0, stream,
+                          params))
+        return -EIO;
+    return ibp_kernel_launch(mod, IBP_KERNEL_DECODE_SEG, grid_cap((segs + warps - 1) / warps, max_ctas),
+                             IBP_DECODE_THREADS, 0, stream, params);
 }
 
 int ibp_kernels_selftest(int ordinal, uint32_t n, char *why, size_t why_len)

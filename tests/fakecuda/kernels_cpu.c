@@ -2,6 +2,7 @@
  * ibpshim: CPU implementations of the project's CUDA kernels, looked up by name by the fake driver. */
 #include "tests/fakecuda/internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,55 +30,200 @@ static CUresult k_selftest(const FakecudaGrid *grid, void *const *params)
     return CUDA_SUCCESS;
 }
 
-/* ibp_k_decode(IbpDecodeArgs a): the CPU codec decodes each block of the run and the bytes
- * [a.skip, a.skip + a.len) of the run land at a.dst, exactly what the CUDA kernel writes. */
-static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
+/* Field sizes as the format defines them: the index entry (first selector, first payload bit) of
+ * every IBP_DECODE_SEG_WORDS-word segment of a packed block, into sel[] and bit[] (nseg each).
+ * Returns -1 when the block's sections are inconsistent. */
+static int index_block(const IbpPlanHeader *ph, const uint8_t *blob, const uint8_t *blk, size_t comp_len,
+                       uint32_t nseg, uint32_t *sel, uint32_t *bit)
 {
-    (void)grid;
+    IbpBlockHeader h;
+    memcpy(&h, blk, sizeof(h));
+    const uint32_t w = ph->word_size, c = ph->columns, r = ph->row_words, sb = ph->nsets > 1 ? 2 : 1;
+    const uint32_t nwords = h.orig_len / w;
+    if (h.tail_off > comp_len || h.sel_off > h.tail_off || h.rowflag_off + (nwords / r + 8) / 8 > comp_len ||
+        (nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS > nseg)
+        return -1;
+    const uint8_t *flags = blk + h.rowflag_off, *selectors = blk + h.sel_off;
+    uint64_t selidx = 0, bits = 0;
+    for (uint32_t j = 0; j < nwords; j++) {
+        if (j % IBP_DECODE_SEG_WORDS == 0) {
+            sel[j / IBP_DECODE_SEG_WORDS] = (uint32_t)selidx;
+            bit[j / IBP_DECODE_SEG_WORDS] = (uint32_t)bits;
+        }
+        const uint32_t row = j / r, col = (uint32_t)(((uint64_t)h.col_phase + j) % c);
+        uint32_t s = 0;
+        if ((flags[row / 8] >> (row % 8)) & 1) {
+            const uint64_t pos = selidx++ * sb;
+            if (h.sel_off + pos / 8 >= h.tail_off)
+                return -1;
+            s = (selectors[pos / 8] >> (pos % 8)) & (sb == 1 ? 1u : 3u);
+        }
+        uint32_t size = 8 * w;
+        if (s) {
+            uint64_t mask = 0;
+            memcpy(&mask, blob + ph->mask_off + ((size_t)(s - 1) * c + col) * 2 * w, w);
+            size -= (uint32_t)__builtin_popcountll(mask);
+        }
+        bits += size;
+    }
+    return 0;
+}
+
+typedef struct Run {
     IbpDecodeArgs a;
-    memcpy(&a, params[0], sizeof(a));
-    const IbpPlanHeader *ph = fakecuda_mem_access((uintptr_t)a.plan, sizeof(IbpPlanHeader), false);
-    if (!ph)
+    const IbpPlanHeader *ph;
+    const void *blob;
+    const uint64_t *offs;
+    uint8_t *dst;
+} Run;
+
+static CUresult run_open(void *const *params, Run *r)
+{
+    memcpy(&r->a, params[0], sizeof(r->a));
+    r->ph = fakecuda_mem_access((uintptr_t)r->a.plan, sizeof(IbpPlanHeader), false);
+    if (!r->ph)
         return CUDA_ERROR_ILLEGAL_ADDRESS;
-    const void *blob = fakecuda_mem_access((uintptr_t)a.plan, ph->blob_len, false);
-    const uint64_t *offs = fakecuda_mem_access((uintptr_t)a.offsets, ((size_t)a.nblocks + 1) * 8, false);
-    uint8_t *dst = a.len ? fakecuda_mem_access((uintptr_t)a.dst, a.len, false) : NULL;
-    if (!blob || !offs || (a.len && !dst))
+    r->blob = fakecuda_mem_access((uintptr_t)r->a.plan, r->ph->blob_len, false);
+    r->offs = fakecuda_mem_access((uintptr_t)r->a.offsets, ((size_t)r->a.nblocks + 1) * 8, false);
+    r->dst = r->a.len ? fakecuda_mem_access((uintptr_t)r->a.dst, r->a.len, false) : NULL;
+    if (!r->blob || !r->offs || (r->a.len && !r->dst))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    return CUDA_SUCCESS;
+}
+
+static const uint8_t *run_block(const Run *r, uint32_t b, size_t *comp_len)
+{
+    *comp_len = r->offs[b + 1] - r->offs[b];
+    const uint8_t *blk = fakecuda_mem_access((uintptr_t)(r->a.comp + (r->offs[b] - r->offs[0])), *comp_len, false);
+    return blk && *comp_len >= sizeof(IbpBlockHeader) ? blk : NULL;
+}
+
+/* The index scratch of a run, or NULL when it is not device memory of the right size. */
+static uint32_t *run_index(const Run *r, uint32_t *nseg)
+{
+    *nseg = ibp_decode_segments(r->ph->word_size, r->a.block_size);
+    const uint64_t n = ibp_decode_index_bytes(r->ph->word_size, r->a.block_size, r->a.nblocks);
+    return n ? fakecuda_mem_access((uintptr_t)r->a.index, n, false) : NULL;
+}
+
+/* ibp_k_decode(IbpDecodeArgs a): the CPU codec decodes each block of the run and the bytes
+ * [a.skip, a.skip + a.len) of the run land at a.dst, exactly what the CUDA kernel writes.
+ * ibp_k_decode_seg does the same after checking that ibp_k_index left the index of every block
+ * in a.index, as its CUDA version reads it. */
+static CUresult decode_run(void *const *params, bool check_index)
+{
+    Run r;
+    CUresult res = run_open(params, &r);
+    if (res != CUDA_SUCCESS)
+        return res;
+    const IbpDecodeArgs a = r.a;
+    uint32_t nseg = 0, *index = NULL;
+    if (check_index && !(index = run_index(&r, &nseg)))
         return CUDA_ERROR_ILLEGAL_ADDRESS;
     IbpCodecPlan *plan = NULL;
-    if (ibp_codec_plan_from_blob(blob, ph->blob_len, &plan))
+    if (ibp_codec_plan_from_blob(r.blob, r.ph->blob_len, &plan))
         return CUDA_ERROR_INVALID_VALUE;
     uint8_t *tmp = malloc(a.block_size ? a.block_size : 1);
-    CUresult res = tmp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    uint32_t *want = check_index ? malloc((size_t)nseg * 2 * sizeof(uint32_t)) : NULL;
+    res = tmp && (!check_index || want) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     for (uint32_t b = 0; b < a.nblocks && res == CUDA_SUCCESS; b++) {
-        const size_t comp_len = offs[b + 1] - offs[b];
-        const uint8_t *blk = fakecuda_mem_access((uintptr_t)(a.comp + (offs[b] - offs[0])), comp_len, false);
-        IbpBlockHeader h;
-        if (!blk || comp_len < sizeof(h)) {
+        size_t comp_len = 0;
+        const uint8_t *blk = run_block(&r, b, &comp_len);
+        if (!blk) {
             res = CUDA_ERROR_ILLEGAL_ADDRESS;
             break;
         }
+        IbpBlockHeader h;
         memcpy(&h, blk, sizeof(h));
         if (h.orig_len > a.block_size ||
             ibp_codec_block_decode(plan, blk, comp_len, h.orig_len, tmp, h.orig_len)) {
             res = CUDA_ERROR_INVALID_VALUE;
             break;
         }
+        if (check_index && !(h.flags & IBP_BLOCK_RAW)) {
+            const uint32_t used = (h.orig_len / r.ph->word_size + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
+            const uint32_t *got = index + (size_t)b * nseg * 2;
+            if (index_block(r.ph, r.blob, blk, comp_len, nseg, want, want + nseg)) {
+                res = CUDA_ERROR_INVALID_VALUE;
+                break;
+            }
+            for (uint32_t s = 0; s < used; s++)
+                if (got[2 * s] != want[s] || got[2 * s + 1] != want[nseg + s]) {
+                    fprintf(stderr, "fakecuda: ibp_k_decode_seg: block %u segment %u: index (%u, %u), expected "
+                            "(%u, %u)\n", b, s, got[2 * s], got[2 * s + 1], want[s], want[nseg + s]);
+                    res = CUDA_ERROR_INVALID_VALUE;
+                    break;
+                }
+        }
         /* Block b covers run bytes [b * block_size, b * block_size + orig_len). */
         const uint64_t start = (uint64_t)b * a.block_size;
         const uint64_t lo = start > a.skip ? start : a.skip;
         const uint64_t end = start + h.orig_len < a.skip + a.len ? start + h.orig_len : a.skip + a.len;
-        if (end > lo)
-            memcpy(dst + (lo - a.skip), tmp + (lo - start), end - lo);
+        if (res == CUDA_SUCCESS && end > lo)
+            memcpy(r.dst + (lo - a.skip), tmp + (lo - start), end - lo);
     }
+    free(want);
     free(tmp);
     ibp_codec_plan_destroy(&plan);
+    return res;
+}
+
+static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    return decode_run(params, false);
+}
+
+static CUresult k_decode_seg(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    return decode_run(params, true);
+}
+
+/* ibp_k_index(IbpDecodeArgs a): writes the segment index of every packed block of the run. */
+static CUresult k_index(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    Run r;
+    CUresult res = run_open(params, &r);
+    if (res != CUDA_SUCCESS)
+        return res;
+    uint32_t nseg = 0, *index = run_index(&r, &nseg);
+    if (!index)
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    uint32_t *tmp = malloc((size_t)nseg * 2 * sizeof(uint32_t));
+    if (!tmp)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (uint32_t b = 0; b < r.a.nblocks && res == CUDA_SUCCESS; b++) {
+        size_t comp_len = 0;
+        const uint8_t *blk = run_block(&r, b, &comp_len);
+        if (!blk) {
+            res = CUDA_ERROR_ILLEGAL_ADDRESS;
+            break;
+        }
+        IbpBlockHeader h;
+        memcpy(&h, blk, sizeof(h));
+        if (h.flags & IBP_BLOCK_RAW)
+            continue;
+        if (index_block(r.ph, r.blob, blk, comp_len, nseg, tmp, tmp + nseg)) {
+            res = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        const uint32_t used = (h.orig_len / r.ph->word_size + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
+        for (uint32_t s = 0; s < used; s++) {
+            index[((size_t)b * nseg + s) * 2] = tmp[s];
+            index[((size_t)b * nseg + s) * 2 + 1] = tmp[nseg + s];
+        }
+    }
+    free(tmp);
     return res;
 }
 
 const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_selftest, k_selftest, sizeof(CUdeviceptr), sizeof(uint32_t), sizeof(uint32_t)),
     FAKECUDA_KERNEL(ibp_k_decode, k_decode, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_index, k_index, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_seg, k_decode_seg, sizeof(IbpDecodeArgs)),
 };
 
 const size_t fakecuda_kernel_count = sizeof(fakecuda_kernels) / sizeof(fakecuda_kernels[0]);
