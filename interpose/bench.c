@@ -12,7 +12,7 @@
 #include "kernels/driver.h"
 #include "kernels/module.h"
 
-#define BENCH_CHUNK ((size_t)8 << 20)
+#define BENCH_EVENTS 64
 #define BENCH_MAX_ITERS 64
 
 typedef struct Bench {
@@ -26,8 +26,11 @@ typedef struct Bench {
     unsigned word_size;
     int has_pred;
     CUdeviceptr d_run, d_plan, d_out, d_offsets, d_index;
-    CUstream s_copy, s_dec;
+    CUstream s_copy, s_copy2, s_dec;
     CUevent t0, t1;
+    CUevent ev[BENCH_EVENTS + 2];
+    size_t chunk;
+    int copy_streams;
 } Bench;
 
 static int cmp_double(const void *a, const void *b)
@@ -63,32 +66,34 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run)
             return -EIO;
         return decode(b, b->d_run, 0, b->nblocks, b->total, b->s_copy);
     case 2: {
-        CUevent ev[2];
-        for (int k = 0; k < 2; k++)
-            if (drv->cuEventCreate(&ev[k], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
-                return -EIO;
+        /* Chunks of about b->chunk compressed bytes: each chunk's DMA on one of the copy streams
+         * (alternating, so one copy's start-up hides behind the other's transfer), its decode on
+         * s_dec once its DMA is done; s_copy, which carries the clock, waits for the last decode. */
+        CUevent start = b->ev[BENCH_EVENTS], done = b->ev[BENCH_EVENTS + 1];
+        if (drv->cuEventRecord(start, b->s_copy) != CUDA_SUCCESS ||
+            drv->cuStreamWaitEvent(b->s_copy2, start, 0) != CUDA_SUCCESS ||
+            drv->cuStreamWaitEvent(b->s_dec, start, 0) != CUDA_SUCCESS)
+            return -EIO;
         int err = 0;
-        uint32_t s = 0;
+        uint32_t s = 0, k = 0;
         while (!err && s < b->nblocks) {
             uint32_t e = s + 1;
-            while (e < b->nblocks && b->offsets[e + 1] - b->offsets[s] <= BENCH_CHUNK)
+            while (e < b->nblocks && b->offsets[e + 1] - b->offsets[s] <= b->chunk)
                 e++;
+            const CUstream cs = (k & 1) && b->copy_streams > 1 ? b->s_copy2 : b->s_copy;
+            const CUevent ev = b->ev[k % BENCH_EVENTS];
             if (drv->cuMemcpyHtoDAsync(b->d_run + b->offsets[s], b->run + b->offsets[s], b->offsets[e] - b->offsets[s],
-                                       b->s_copy) != CUDA_SUCCESS ||
-                drv->cuEventRecord(ev[0], b->s_copy) != CUDA_SUCCESS ||
-                drv->cuStreamWaitEvent(b->s_dec, ev[0], 0) != CUDA_SUCCESS)
+                                       cs) != CUDA_SUCCESS ||
+                drv->cuEventRecord(ev, cs) != CUDA_SUCCESS || drv->cuStreamWaitEvent(b->s_dec, ev, 0) != CUDA_SUCCESS)
                 err = -EIO;
             else
                 err = decode(b, b->d_run + b->offsets[s], s, e - s, span(b, s, e), b->s_dec);
             s = e;
+            k++;
         }
-        /* The copy stream's clock stops when the last decode is done. */
-        if (!err && (drv->cuEventRecord(ev[1], b->s_dec) != CUDA_SUCCESS ||
-                     drv->cuStreamWaitEvent(b->s_copy, ev[1], 0) != CUDA_SUCCESS))
+        if (!err && (drv->cuEventRecord(done, b->s_dec) != CUDA_SUCCESS ||
+                     drv->cuStreamWaitEvent(b->s_copy, done, 0) != CUDA_SUCCESS))
             err = -EIO;
-        drv->cuStreamSynchronize(b->s_copy);
-        drv->cuEventDestroy(ev[0]);
-        drv->cuEventDestroy(ev[1]);
         return err;
     }
     case 3:
@@ -212,9 +217,22 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
         drv->cuMemcpyHtoD(b.d_plan, blob, b.blob_len) != CUDA_SUCCESS ||
         drv->cuStreamCreate(&b.s_copy, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
         drv->cuStreamCreate(&b.s_dec, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        drv->cuStreamCreate(&b.s_copy2, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
         drv->cuEventCreate(&b.t0, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
         drv->cuEventCreate(&b.t1, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
         goto out;
+    for (int k = 0; k < BENCH_EVENTS + 2; k++)
+        if (drv->cuEventCreate(&b.ev[k], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+            b.ev[k] = NULL;
+            goto out;
+        }
+    b.copy_streams = opts->copy_streams == 1 ? 1 : 2;
+    b.chunk = opts->chunk;
+    if (!b.chunk) {
+        b.chunk = b.run_len / 8;
+        b.chunk = b.chunk < ((size_t)4 << 20) ? (size_t)4 << 20 : b.chunk > ((size_t)64 << 20) ? (size_t)64 << 20 : b.chunk;
+    }
+    out->chunk = b.chunk;
     /* Verify the decode once, output poisoned first. */
     uint8_t *check = malloc(b.total);
     if (!check) {
@@ -247,6 +265,11 @@ out:
         drv->cuStreamDestroy(b.s_copy);
     if (b.s_dec)
         drv->cuStreamDestroy(b.s_dec);
+    if (b.s_copy2)
+        drv->cuStreamDestroy(b.s_copy2);
+    for (int k = 0; k < BENCH_EVENTS + 2; k++)
+        if (b.ev[k])
+            drv->cuEventDestroy(b.ev[k]);
     if (b.d_run)
         drv->cuMemFree(b.d_run);
     if (b.d_plan)

@@ -21,7 +21,7 @@ constexpr int kThreads = IBP_DECODE_THREADS;
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFull = 0xffffffffu;
 // Groups whose fields are placed before any of them is loaded: independent loads in flight.
-constexpr int kBatch = 2;
+constexpr int kBatch = 4;
 
 template <int W> struct WordT;
 template <> struct WordT<2> { using U = uint32_t; };

@@ -13,6 +13,8 @@ typedef struct IbpshimBenchOptions {
     size_t size;  /* tile the data up to at least this many bytes (0: the data as it is) */
     int iters;    /* timed repetitions per path, after two warm-ups; the median is reported (0: 9) */
     int device;   /* CUDA device ordinal */
+    size_t chunk; /* compressed bytes per pipelined chunk (0: an eighth of the run, 4 to 64 MiB) */
+    int copy_streams; /* streams the pipelined chunks' DMAs alternate over, 1 or 2 (0: 2) */
 } IbpshimBenchOptions;
 
 /* GB/s are original bytes per second. */
@@ -22,10 +24,11 @@ typedef struct IbpshimBenchResult {
     double ratio;            /* compressed / bytes */
     double raw_gbps;         /* plain pinned host-to-device copy */
     double dma_decode_gbps;  /* DMA of the run, then the decode kernel, on one stream */
-    double pipelined_gbps;   /* DMA of 8 MiB chunks overlapped with their decodes on two streams */
+    double pipelined_gbps;   /* DMA of chunks overlapped with their decodes (options chunk, copy_streams) */
     double zerocopy_gbps;    /* the kernel reading the pinned run through its mapped address */
     double decode_gbps;      /* decode only, device to device */
     int verified;            /* 1 when every decoded byte matched the input */
+    size_t chunk;            /* the pipelined chunk size used */
     char device_name[96];
 } IbpshimBenchResult;
 
