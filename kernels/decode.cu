@@ -805,6 +805,12 @@ template <int W> __device__ void decode_segments(const IbpDecodeArgs &a, const P
         if (s < n) {
             const SegIndex ix = ((const SegIndex *)a.index)[(size_t)bi * nseg + s];
             const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
+            // The segment's payload (at most W bytes a word) into L2 at once, one line a lane, so
+            // the group loads that follow do not each wait for DRAM.
+            const uint32_t first = ix.bit / 8 / 128 * 128, seg_end = (ix.bit / 8) + (j1 - j0) * W;
+            const uint32_t at = first + lane * 128, payload_len = b.payload_words * 4;
+            if (at < seg_end && at < payload_len)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(b.payload + at));
             decode_range<W, false>(p, t, b, h, j0, j1, ix.sel, ix.bit, out, nullptr);
         }
         if (s == (n ? n - 1 : 0))
@@ -814,7 +820,7 @@ template <int W> __device__ void decode_segments(const IbpDecodeArgs &a, const P
 
 } // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads, 3) ibp_k_decode(IbpDecodeArgs a)
+extern "C" __global__ void __launch_bounds__(kThreads, 2) ibp_k_decode(IbpDecodeArgs a)
 {
     __shared__ Shared sh;
     __shared__ TableAny tbl;
