@@ -212,7 +212,7 @@ def environment(shim):
     if torch.cuda.is_available():
         dev = torch.cuda.get_device_name(0)
     return {"shim": shim.describe(), "env": env, "torch": torch.__version__,
-            "python": platform.python_version(), "device": dev, "host": platform.node(),
+            "python": platform.python_version(), "device": dev, "host": platform.node(), "pid": os.getpid(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
