@@ -106,7 +106,7 @@ def wait_compressed(shim, step, seconds, pause=0.25):
     """Runs step() until the shim reports bytes through the compressed path or `seconds` pass.
     Returns (compressed_seen, steps_run, seconds_waited)."""
     t0 = time.perf_counter()
-    if not shim.present:
+    if not shim.present or not shim.compression_built():
         step()
         return False, 1, time.perf_counter() - t0
     start = shim.totals()["compressed_in"]
@@ -119,6 +119,25 @@ def wait_compressed(shim, step, seconds, pause=0.25):
         if time.perf_counter() - t0 >= seconds:
             return False, n, time.perf_counter() - t0
         time.sleep(pause)
+
+
+def warm_up(shim, step, seconds, pause=0.25):
+    """Runs step() until the compressed path carries the same bytes (within 1%) in two steps in a row,
+    i.e. the background compressor has caught up, or until `seconds` pass in all."""
+    t0 = time.perf_counter()
+    seen, n, _ = wait_compressed(shim, step, seconds, pause)
+    steady, per_step = False, []
+    while seen and time.perf_counter() - t0 < seconds:
+        before = shim.totals()["compressed_in"]
+        step()
+        n += 1
+        per_step.append(shim.totals()["compressed_in"] - before)
+        if len(per_step) >= 2 and abs(per_step[-1] - per_step[-2]) <= 0.01 * max(per_step[-2:]):
+            steady = True
+            break
+        time.sleep(pause)
+    return {"compressed_seen": seen, "steady": steady, "steps": n, "seconds": time.perf_counter() - t0,
+            "compressed_bytes_per_step": per_step}
 
 
 def ab_order(blocks):

@@ -75,7 +75,8 @@ def parse_args(argv=None):
     ap.add_argument("--seq", type=int, help="tokens per sequence (default 128, quick 64)")
     ap.add_argument("--blocks", type=int, help="timed blocks per side, alternating (default 6, quick 4)")
     ap.add_argument("--iters", type=int, help="timed steps per block (default 5, quick 4)")
-    ap.add_argument("--warmup-timeout", type=float, help="seconds to wait for the first compressed copies")
+    ap.add_argument("--warmup-timeout", type=float,
+                    help="seconds to wait for the shim to compress the weights (default 90, quick 40)")
     ap.add_argument("--json", metavar="PATH", help="write the result here")
     args = ap.parse_args(argv)
     prof = PROFILES["quick" if args.quick else "full"]
@@ -377,8 +378,7 @@ def main(argv=None):
         ref = model.step(ids, pos, pe)
         deterministic = ibp.same(model.step(ids, pos, pe), ref)
 
-    seen, warm_steps, warm_s = ibp.wait_compressed(shim, lambda: model.step(ids, pos, pe),
-                                                   args.warmup_timeout)
+    warm = ibp.warm_up(shim, lambda: model.step(ids, pos, pe), args.warmup_timeout)
     for _ in range(3):  # let path = auto take its measurements
         warm_logits = model.step(ids, pos, pe)
     checks = {"warmup": ibp.same(warm_logits, ref)}
@@ -416,7 +416,7 @@ def main(argv=None):
                   "offloaded_bytes": model.bytes_per_step, "layer_bytes": length * 2,
                   "resident_bytes": model.resident_bytes(), "dtype": "bfloat16"},
         "args": vars(args), "quick": args.quick, "tokens_per_step": tokens, "setup_s": setup_s,
-        "compressed_seen": seen, "warmup_steps": warm_steps, "warmup_s": warm_s,
+        "compressed_seen": warm["compressed_seen"], "warmup": warm,
         "tokens_per_s_on": tokens / s["step_s_on"], "tokens_per_s_off": tokens / s["step_s_off"],
         "copy_only": {"step_s_on": c["step_s_on"], "step_s_off": c["step_s_off"], "speedup": c["speedup"],
                       "gbps_on": model.bytes_per_step / c["step_s_on"] / 1e9,

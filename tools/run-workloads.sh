@@ -81,6 +81,13 @@ if [ -n "$table" ] && [ ! -f "$table" ]; then
     echo "run-workloads: --table $table: no such file" >&2
     exit 2
 fi
+if [ -n "$weights" ] && [ ! -e "$weights" ]; then
+    echo "run-workloads: --weights $weights: no such file or folder" >&2
+    exit 2
+fi
+# The workloads run from the repository root.
+case "$table" in ""|/*) ;; *) table=$(pwd)/$table ;; esac
+case "$weights" in ""|/*) ;; *) weights=$(pwd)/$weights ;; esac
 py=${PYTHON:-python3}
 if ! $py -c 'import torch' 2>/dev/null; then
     echo "run-workloads: $py cannot import torch" >&2
