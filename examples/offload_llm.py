@@ -12,10 +12,10 @@ two GPU buffers on a copy stream; events order each copy after the compute that 
 and each compute after its copy.
 
 Weights: seeded random init (--init random: PyTorch's default Linear init, uniform within
-1/sqrt(fan_in); --init trained-like: normal with a per-layer, per-matrix std around 0.02, closer to
-the exponent spread of trained checkpoints), or a checkpoint given with --weights (a safetensors or
-PyTorch state dict with Llama parameter names, or a folder with config.json and such files).  Every
-result says which.
+1/sqrt(fan_in); --init trained-like: normal, with a std drawn per layer and matrix in [0.01, 0.04]
+around the usual 0.02, like trained weights in scale though not necessarily in how well they
+compress), or a checkpoint given with --weights (a safetensors or PyTorch state dict with Llama
+parameter names, or a folder with config.json and such files).  Every result says which.
 
 The same steps are timed with the compressed path on and off (ibpshim_set_enabled) in alternating
 blocks after a warm-up that lets the shim compress the weights; medians are reported.  The logits of
@@ -168,6 +168,9 @@ def config_from_checkpoint(path, sd, args):
                           attention_bias="layers.0.self_attn.q_proj.bias" in sd,
                           mlp_bias="layers.0.mlp.gate_proj.bias" in sd,
                           tie_word_embeddings="lm_head.weight" not in sd)
+    # Biases a config.json may not mention (Qwen2-style checkpoints have them on q, k, v).
+    cfg.attention_bias = cfg.attention_bias or "layers.0.self_attn.q_proj.bias" in sd
+    cfg.mlp_bias = cfg.mlp_bias or "layers.0.mlp.gate_proj.bias" in sd
     if args.layers is not None:
         if args.layers > n:
             raise UsageError("%s has %d layers, fewer than --layers %d" % (path, n, args.layers))
@@ -192,7 +195,8 @@ def synthetic_config(args):
 # ---- the model --------------------------------------------------------------------------------------
 
 def layer_layout(cfg):
-    """[(name, shape, numel, offset)] of a decoder layer's parameters in its flat buffer, and its length."""
+    """A decoder layer's parameters as (name, shape, numel), the length of the flat buffer that holds them,
+    and their offsets in it."""
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
     with torch.device("meta"):
         layer = LlamaDecoderLayer(cfg, 0)
