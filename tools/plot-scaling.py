@@ -31,6 +31,7 @@ Examples:
   for s in 1M 4M 16M 64M 256M 1G 4G 8G; do
       build/tools/ibp-bench ../shared/data/ocr_rec_all_bf16.bin --size $s --json; done > bench.jsonl
   tools/plot-scaling.py bench.jsonl results/ -o plots
+  tools/plot-scaling.py chunks.jsonl --x chunk --y pipelined_gbps --group file --logx --name chunks
   tools/plot-scaling.py results/ --x table.bytes --y gbps_on,gbps_off --group label --logx --name table"""
 import argparse
 import json
