@@ -7,7 +7,6 @@
 # is compared with a copy made with the compressed path switched off (ibpshim_set_enabled(0)) in
 # the same process; the weight loop is timed with the path on and off in the same process.
 import argparse
-import ctypes
 import json
 import os
 import sys
@@ -16,68 +15,15 @@ import time
 
 import torch
 
-
-class Shim:
-    """The shim's run-time switch and totals, or no-ops when the shim is not preloaded."""
-
-    class Totals(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_uint64) for name in
-                    ("copies", "requested", "sent", "compressed_in", "compressed_out")]
-
-    def __init__(self):
-        lib = ctypes.CDLL(None)
-        self.set_enabled = getattr(lib, "ibpshim_set_enabled", None)
-        self.totals_fn = getattr(lib, "ibpshim_transfer_totals", None)
-        if self.set_enabled:
-            self.set_enabled.argtypes = [ctypes.c_int]
-            self.set_enabled.restype = ctypes.c_int
-
-    @property
-    def present(self):
-        return self.set_enabled is not None
-
-    def enable(self, on):
-        return self.set_enabled(1 if on else 0) if self.set_enabled else None
-
-    def totals(self):
-        t = Shim.Totals()
-        if self.totals_fn:
-            self.totals_fn(ctypes.byref(t))
-        return {name: getattr(t, name) for name, _ in Shim.Totals._fields_}
-
-
-def bits(t):
-    """A tensor's bytes as integers, so comparisons are bitwise (NaN, -0.0)."""
-    return t.contiguous().view(torch.uint8)
+from _ibpshim import Shim, bits, same, wait_compressed
 
 
 def plain_copy(shim, host):
     """The oracle: the same host bytes copied with the compressed path off."""
-    prev = shim.enable(False)
-    ref = host.to("cuda", non_blocking=True)
-    torch.cuda.synchronize()
-    if prev is not None:
-        shim.enable(prev)
+    with shim.path(False):
+        ref = host.to("cuda", non_blocking=True)
+        torch.cuda.synchronize()
     return ref
-
-
-def same(a, b):
-    return torch.equal(bits(a), bits(b))
-
-
-def wait_compressed(shim, step, seconds):
-    """Runs step() until the shim reports compressed copies or time runs out."""
-    if not shim.present:
-        step()
-        return False
-    deadline = time.time() + seconds
-    start = shim.totals()["compressed_in"]
-    while time.time() < deadline:
-        step()
-        if shim.totals()["compressed_in"] > start:
-            return True
-        time.sleep(0.25)
-    return False
 
 
 def timed(step, iters):
@@ -110,14 +56,12 @@ def weight_offload(shim, gib, iters, res):
                 b.copy_(w, non_blocking=True)
         stream.synchronize()
 
-    compressed = wait_compressed(shim, step, 60.0)
+    compressed = wait_compressed(shim, step, 60.0)[0]
     step()
     ok = all(same(b, r) for b, r in zip(bufs, refs))
     on = timed(step, iters)
-    prev = shim.enable(False)
-    off = timed(step, iters)
-    if prev is not None:
-        shim.enable(prev)
+    with shim.path(False):
+        off = timed(step, iters)
     step()
     ok = ok and all(same(b, r) for b, r in zip(bufs, refs))
     total = sum(w.numel() * w.element_size() for w in weights)
