@@ -265,7 +265,6 @@ class Gpu:
         self.S = torch.cuda.Stream()   # nvCOMP's stream: decodes, serial paths
         self.C = torch.cuda.Stream()   # copies of the pipelined path
         self.sptr = int(self.S.cuda_stream)
-        self.blocks = []
         if args.allocator == "torch":
             # nvCOMP's scratch memory from PyTorch's caching allocator, on the stream nvCOMP names,
             # so that no cudaMalloc/cudaFree lands inside a timed decode.
@@ -351,7 +350,7 @@ class Tile:
         with torch.cuda.stream(gpu.S):
             self.dev = self.host.to("cuda", non_blocking=True)
         gpu.S.synchronize()
-        # Copies of everything a timed loop touches, enough of them to exceed L2 twice over.
+        # Copies of everything a timed loop touches, enough of them to exceed L2 three times over.
         self.rot = max(2, math.ceil(3 * gpu.l2 / self.nbytes))
         with torch.cuda.stream(gpu.S):
             self.outs = [torch.empty(self.nbytes, dtype=torch.uint8, device="cuda") for _ in range(self.rot)]
@@ -369,7 +368,7 @@ def bench_raw(gpu, tile, args):
                 b.record()
 
     ms, _ = gpu.timed(launch, args.iters, args.warmup)
-    return tile.nbytes / (ms * 1e6)
+    return gbps(tile.nbytes, ms)
 
 
 def gbps(nbytes, ms):
