@@ -171,11 +171,13 @@ def candidates(nv, codec, dtype):
         if flt and size in (2, 4):
             out.append({"data_type": flt})
     elif codec == "LZ4":
+        # LZ4 takes element types up to 4 bytes ("Illegal data type" for 8).
+        lz4_type = typestr("u", min(size, 4))
         modes = [nv.NVCOMP_BITSHUFFLE_MSB_FIRST, nv.NVCOMP_BITSHUFFLE_LSB_FIRST]
         if size > 1:
             modes.insert(0, nv.NVCOMP_BITSHUFFLE_NONE)
         for mode in modes:
-            out.append({"data_type": unsigned, "bitshuffle_mode": mode})
+            out.append({"data_type": lz4_type, "bitshuffle_mode": mode})
     elif codec == "GDeflate":
         for level in (0, 2, 4, 5):
             out.append({"algorithm_type": level})
