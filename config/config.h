@@ -72,6 +72,7 @@ typedef struct IbpConfig {
         uint64_t block_bytes; /* 0 = codec default */
         int max_sms;          /* 0 = no limit */
         IbpStagingExhausted staging_exhausted;
+        uint64_t pipeline_chunk; /* 0 = no pipelining */
     } transfer;
     struct {
         char path[IBP_CONFIG_STRING_MAX]; /* "" = no JSON file */
@@ -116,7 +117,7 @@ typedef struct IbpConfigOption {
     const char *help;
 } IbpConfigOption;
 
-#define IBP_CONFIG_OPTION_COUNT 24
+#define IBP_CONFIG_OPTION_COUNT 25
 
 /* The table, IBP_CONFIG_OPTION_COUNT rows grouped by section in file order. */
 const IbpConfigOption *ibp_config_options(void);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: enqueueing a planned host-to-device copy: compressed runs (DMA + decode kernel) and
- * raw pieces, in order, on the caller's stream. */
+ * ibpshim: enqueueing a planned host-to-device copy: compressed runs (DMA + decode kernel, long
+ * runs pipelined on internal streams) and raw pieces, in the caller's stream order. */
 #include "interpose/compressed.h"
 
 #include <errno.h>
@@ -20,23 +20,52 @@
 /* Runs between two timed runs once the path has been measured. */
 #define IBP_PROBE_EVERY 64u
 #define IBP_SPEED_CONTEXTS 16
+/* Pipelined runs: a few pairs of internal streams per context, picked by the caller's stream, so
+ * copies enqueued on different streams do not queue behind each other's earlier work; and two
+ * chunk slots per run, one landing while the other decodes. */
+#define IBP_PIPE_CONTEXTS 16
+#define IBP_PIPE_PAIRS 4
+#define IBP_PIPE_SLOTS 2
+
+/* A timed run's events: recorded (state PROBE_RECORDED) and read back once they completed.
+ * Serial runs: ev[0] before the DMA, ev[1] after it, ev[2] after the decode, all on the caller's
+ * stream.  Pipelined runs: ev[0] on the copy stream once the caller's earlier work is done, ev[1]
+ * there after the first IBP_PIPE_SLOTS chunks (DMA that no decode held up), ev[2] on the decode
+ * stream before the last chunk's decode, ev[3] on the caller's stream after the join. */
+enum { PROBE_IDLE = 0, PROBE_RESERVED, PROBE_RECORDED };
+
+typedef struct IbpProbe {
+    CUevent ev[4];
+    int state;
+    size_t dma_bytes; /* bytes moved between ev[0] and ev[1] */
+    size_t dec_bytes; /* original bytes decoded in the decode interval */
+    size_t orig;      /* pipelined: original bytes of the whole run */
+    void *tag;        /* report entry of the timed run */
+    unsigned runs;
+} IbpProbe;
 
 /* What the compressed path costs on each context, measured on real runs with timing events:
- * DMA and decode nanoseconds per byte.  A run goes compressed only while the measured cost of
- * moving its compressed bytes and decoding them beats moving the original bytes. */
+ * DMA nanoseconds per byte moved, decode nanoseconds per byte written, and for pipelined runs the
+ * whole run's nanoseconds per original byte.  A run goes compressed only while the measured cost
+ * of the path it would take beats moving the original bytes. */
 typedef struct IbpSpeed {
     CUcontext ctx;
-    CUevent ev[3];
-    int pending;            /* ev[] recorded around a run not read yet */
-    size_t pending_wire, pending_orig;
-    void *pending_tag;      /* report entry of the timed run */
+    IbpProbe serial, pipe;
     double dma_ns_per_byte; /* 0 until measured */
     double dec_ns_per_byte;
-    unsigned runs;
+    double pipe_ns_per_byte;
 } IbpSpeed;
 
 static pthread_mutex_t speed_lock = PTHREAD_MUTEX_INITIALIZER;
 static IbpSpeed speeds[IBP_SPEED_CONTEXTS];
+
+static int probe_init(const IbpDriver *drv, IbpProbe *pr)
+{
+    for (int k = 0; k < 4; k++)
+        if (!pr->ev[k] && drv->cuEventCreate(&pr->ev[k], CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+            return -EIO;
+    return 0;
+}
 
 static IbpSpeed *speed_for(const IbpDriver *drv, CUcontext ctx)
 {
@@ -44,9 +73,8 @@ static IbpSpeed *speed_for(const IbpDriver *drv, CUcontext ctx)
         if (speeds[i].ctx == ctx)
             return &speeds[i];
         if (!speeds[i].ctx) {
-            for (int k = 0; k < 3; k++)
-                if (drv->cuEventCreate(&speeds[i].ev[k], CU_EVENT_DEFAULT) != CUDA_SUCCESS)
-                    return NULL;
+            if (probe_init(drv, &speeds[i].serial) || probe_init(drv, &speeds[i].pipe))
+                return NULL;
             speeds[i].ctx = ctx;
             return &speeds[i];
         }
@@ -54,58 +82,109 @@ static IbpSpeed *speed_for(const IbpDriver *drv, CUcontext ctx)
     return NULL;
 }
 
-/* Folds a finished timed run into the averages.  Called with speed_lock held. */
-static void speed_collect(const IbpDriver *drv, IbpSpeed *sp)
+static double ewma(double old, double sample)
 {
-    if (!sp->pending || drv->cuEventQuery(sp->ev[2]) != CUDA_SUCCESS)
-        return;
-    float dma_ms = 0, dec_ms = 0;
-    if (drv->cuEventElapsedTime(&dma_ms, sp->ev[0], sp->ev[1]) == CUDA_SUCCESS &&
-        drv->cuEventElapsedTime(&dec_ms, sp->ev[1], sp->ev[2]) == CUDA_SUCCESS && sp->pending_wire &&
-        sp->pending_orig) {
-        const double dma = dma_ms * 1e6 / (double)sp->pending_wire;
-        const double dec = dec_ms * 1e6 / (double)sp->pending_orig;
-        sp->dma_ns_per_byte = sp->dma_ns_per_byte ? 0.75 * sp->dma_ns_per_byte + 0.25 * dma : dma;
-        sp->dec_ns_per_byte = sp->dec_ns_per_byte ? 0.75 * sp->dec_ns_per_byte + 0.25 * dec : dec;
-        IBP_DEBUG("measured compressed path: DMA %.1f GB/s, decode %.1f GB/s of output",
-                  1.0 / sp->dma_ns_per_byte, 1.0 / sp->dec_ns_per_byte);
-        ibp_ledger_decoded(sp->pending_tag, sp->pending_orig, (uint64_t)(dec_ms * 1e6));
-    }
-    sp->pending = 0;
+    return old ? 0.75 * old + 0.25 * sample : sample;
 }
 
-/* 1 when the run should go compressed; *timed = 1 when this run is to be timed. */
-static int speed_allows(const IbpDriver *drv, CUcontext ctx, size_t wire, size_t orig, int *timed)
+/* Milliseconds between two completed events, or -1. */
+static double elapsed_ms(const IbpDriver *drv, CUevent a, CUevent b)
+{
+    float ms = 0;
+    return drv->cuEventElapsedTime(&ms, a, b) == CUDA_SUCCESS ? (double)ms : -1.0;
+}
+
+/* Folds a finished timed run into the averages.  Called with speed_lock held. */
+static void speed_collect(const IbpDriver *drv, IbpSpeed *sp, IbpProbe *pr, int pipelined)
+{
+    const int last = pipelined ? 3 : 2;
+    if (pr->state != PROBE_RECORDED || drv->cuEventQuery(pr->ev[last]) != CUDA_SUCCESS)
+        return;
+    const double dma_ms = elapsed_ms(drv, pr->ev[0], pr->ev[1]);
+    const double dec_ms = elapsed_ms(drv, pr->ev[last - 1], pr->ev[last]);
+    const double all_ms = pipelined ? elapsed_ms(drv, pr->ev[0], pr->ev[3]) : 0.0;
+    if (dma_ms >= 0 && dec_ms >= 0 && all_ms >= 0 && pr->dma_bytes && pr->dec_bytes) {
+        sp->dma_ns_per_byte = ewma(sp->dma_ns_per_byte, dma_ms * 1e6 / (double)pr->dma_bytes);
+        sp->dec_ns_per_byte = ewma(sp->dec_ns_per_byte, dec_ms * 1e6 / (double)pr->dec_bytes);
+        if (pipelined && pr->orig) {
+            sp->pipe_ns_per_byte = ewma(sp->pipe_ns_per_byte, all_ms * 1e6 / (double)pr->orig);
+            IBP_DEBUG("measured pipelined path: %.1f GB/s of output (DMA %.1f GB/s, decode %.1f GB/s)",
+                      1.0 / sp->pipe_ns_per_byte, 1.0 / sp->dma_ns_per_byte, 1.0 / sp->dec_ns_per_byte);
+        } else {
+            IBP_DEBUG("measured compressed path: DMA %.1f GB/s, decode %.1f GB/s of output",
+                      1.0 / sp->dma_ns_per_byte, 1.0 / sp->dec_ns_per_byte);
+        }
+        ibp_ledger_decoded(pr->tag, pr->dec_bytes, (uint64_t)(dec_ms * 1e6));
+    }
+    pr->state = PROBE_IDLE;
+}
+
+/* 1 when the run should go compressed; *timed = 1 when this run is to be timed (the caller then
+ * records the probe's events, or calls speed_unreserve() when it cannot). */
+static int speed_allows(const IbpDriver *drv, CUcontext ctx, size_t wire, size_t orig, int pipelined,
+                        int *timed)
 {
     *timed = 0;
     pthread_mutex_lock(&speed_lock);
     IbpSpeed *sp = speed_for(drv, ctx);
     int ok = 1;
     if (sp) {
-        speed_collect(drv, sp);
-        const unsigned n = sp->runs++;
-        if (!sp->pending && (!sp->dma_ns_per_byte || n % IBP_PROBE_EVERY == 0)) {
+        speed_collect(drv, sp, &sp->serial, 0);
+        speed_collect(drv, sp, &sp->pipe, 1);
+        IbpProbe *pr = pipelined ? &sp->pipe : &sp->serial;
+        const unsigned n = pr->runs++;
+        const int measured =
+            sp->dma_ns_per_byte > 0 && (pipelined ? sp->pipe_ns_per_byte > 0 : sp->dec_ns_per_byte > 0);
+        if (pr->state == PROBE_IDLE && (!measured || n % IBP_PROBE_EVERY == 0)) {
             *timed = 1; /* measure; an unmeasured path gets the benefit of the doubt */
-        } else if (sp->dma_ns_per_byte) {
-            const double compressed = (double)wire * sp->dma_ns_per_byte + (double)orig * sp->dec_ns_per_byte;
-            ok = compressed < 0.97 * (double)orig * sp->dma_ns_per_byte;
+            pr->state = PROBE_RESERVED;
+        } else if (measured) {
+            const double raw = (double)orig * sp->dma_ns_per_byte;
+            const double compressed =
+                pipelined ? (double)orig * sp->pipe_ns_per_byte
+                          : (double)wire * sp->dma_ns_per_byte + (double)orig * sp->dec_ns_per_byte;
+            ok = compressed < 0.97 * raw;
         }
     }
     pthread_mutex_unlock(&speed_lock);
     return ok;
 }
 
-static void speed_mark(const IbpDriver *drv, CUcontext ctx, int which, CUstream stream, size_t wire, size_t orig,
-                       void *tag)
+/* Records event `which` of the context's probe on `stream`.  Returns 0 or -EIO. */
+static int speed_mark(const IbpDriver *drv, CUcontext ctx, int pipelined, int which, CUstream stream)
 {
     pthread_mutex_lock(&speed_lock);
     IbpSpeed *sp = speed_for(drv, ctx);
-    if (sp && drv->cuEventRecord(sp->ev[which], stream) == CUDA_SUCCESS && which == 2) {
-        sp->pending = 1;
-        sp->pending_wire = wire;
-        sp->pending_orig = orig;
-        sp->pending_tag = tag;
+    const int ok =
+        sp && drv->cuEventRecord((pipelined ? &sp->pipe : &sp->serial)->ev[which], stream) == CUDA_SUCCESS;
+    pthread_mutex_unlock(&speed_lock);
+    return ok ? 0 : -EIO;
+}
+
+/* The timed run's events are all recorded: read them once they complete. */
+static void speed_recorded(const IbpDriver *drv, CUcontext ctx, int pipelined, size_t dma_bytes,
+                           size_t dec_bytes, size_t orig, void *tag)
+{
+    pthread_mutex_lock(&speed_lock);
+    IbpSpeed *sp = speed_for(drv, ctx);
+    if (sp) {
+        IbpProbe *pr = pipelined ? &sp->pipe : &sp->serial;
+        pr->dma_bytes = dma_bytes;
+        pr->dec_bytes = dec_bytes;
+        pr->orig = orig;
+        pr->tag = tag;
+        pr->state = PROBE_RECORDED;
     }
+    pthread_mutex_unlock(&speed_lock);
+}
+
+/* A timed run that did not record all its events: its probe is free for the next run. */
+static void speed_unreserve(const IbpDriver *drv, CUcontext ctx, int pipelined)
+{
+    pthread_mutex_lock(&speed_lock);
+    IbpSpeed *sp = speed_for(drv, ctx);
+    if (sp)
+        (pipelined ? &sp->pipe : &sp->serial)->state = PROBE_IDLE;
     pthread_mutex_unlock(&speed_lock);
 }
 
@@ -158,9 +237,233 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
     return ibp_decode_launch(l->mod, &args, l->word_size, l->has_pred, l->opts.max_grid, l->stream);
 }
 
-/* One compressed piece: stage the plan blob and the run, then decode.  Plans with predictor
- * columns decode clipped edge blocks whole into scratch space first, since undoing a predictor
+/* Which blocks of a compressed piece are needed and how.  Plans with predictor columns decode a
+ * clipped edge block whole into scratch space and copy the bytes wanted, since undoing a predictor
  * needs the words before the clip. */
+typedef struct IbpGeom {
+    uint32_t first, last; /* blocks of the piece */
+    uint64_t start;       /* original byte of the region at dst[0] */
+    uint64_t len;
+    int head_clipped, tail_clipped;
+} IbpGeom;
+
+static void piece_geom(const IbpPiece *p, size_t bs, int has_pred, IbpGeom *g)
+{
+    g->first = p->first_block;
+    g->last = p->first_block + p->nblocks - 1;
+    g->start = p->off;
+    g->len = p->len;
+    const uint64_t skip = p->off - (uint64_t)g->first * bs;
+    const uint64_t end_in_last = p->off + p->len - (uint64_t)g->last * bs; /* bytes of the last block used */
+    g->head_clipped = has_pred && skip > 0;
+    g->tail_clipped = has_pred && end_in_last < bs && (g->last != g->first || !g->head_clipped) &&
+                      (p->off + p->len) % bs != 0;
+}
+
+/* Enqueues on l->stream the decodes that write what the piece wants of blocks [b, e) into dst (the
+ * piece's destination); the compressed bytes of block run_first are at run_base.  scr: 2 blocks of
+ * scratch when the piece has clipped edges. */
+static int decode_blocks(const IbpLaunch *l, const IbpGeom *g, CUdeviceptr run_base, uint32_t run_first,
+                         uint32_t b, uint32_t e, CUdeviceptr dst, CUdeviceptr scr)
+{
+    const IbpDriver *drv = l->drv;
+    const uint64_t bs = l->block_size;
+    uint32_t lo = b, hi = e;
+    int err = 0;
+    if (g->head_clipped && b == g->first) {
+        const uint64_t skip = g->start - (uint64_t)g->first * bs;
+        const uint64_t take = g->len < bs - skip ? g->len : bs - skip;
+        err = launch_decode(l, run_base, run_first, g->first, 1, scr, 0, bs);
+        if (!err && drv->cuMemcpyDtoDAsync(dst, scr + skip, take, l->stream) != CUDA_SUCCESS)
+            err = -EIO;
+        lo++;
+    }
+    if (!err && g->tail_clipped && e == g->last + 1 && g->last >= lo) {
+        const uint64_t at = (uint64_t)g->last * bs;
+        err = launch_decode(l, run_base, run_first, g->last, 1, scr + bs, 0, bs);
+        if (!err && drv->cuMemcpyDtoDAsync(dst + (at - g->start), scr + bs, g->start + g->len - at,
+                                           l->stream) != CUDA_SUCCESS)
+            err = -EIO;
+        hi--;
+    }
+    if (!err && hi > lo) {
+        const uint64_t from = (uint64_t)lo * bs > g->start ? (uint64_t)lo * bs : g->start;
+        const uint64_t to = (uint64_t)hi * bs < g->start + g->len ? (uint64_t)hi * bs : g->start + g->len;
+        err = launch_decode(l, run_base, run_first, lo, hi - lo, dst + (from - g->start),
+                            from - (uint64_t)lo * bs, to - from);
+    }
+    return err;
+}
+
+/* ---- Pipelined runs ---- */
+
+typedef struct IbpPipe {
+    CUstream copy, decode;
+} IbpPipe;
+
+typedef struct IbpPipeSet {
+    CUcontext ctx;
+    IbpPipe pair[IBP_PIPE_PAIRS];
+} IbpPipeSet;
+
+static pthread_mutex_t pipe_lock = PTHREAD_MUTEX_INITIALIZER;
+static IbpPipeSet pipes[IBP_PIPE_CONTEXTS];
+
+/* The pair of internal streams that runs copied on `caller` use in `ctx` (current), created on
+ * first use as non-blocking streams (no implicit ordering with the legacy stream); NULL when they
+ * cannot be created, and the run goes DMA, then decode.  Never called for a capturing stream. */
+static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream caller)
+{
+    const unsigned k =
+        (unsigned)(((uint64_t)(uintptr_t)caller * 0x9e3779b97f4a7c15ull) >> 32) % IBP_PIPE_PAIRS;
+    const IbpPipe *found = NULL;
+    pthread_mutex_lock(&pipe_lock);
+    for (int i = 0; i < IBP_PIPE_CONTEXTS; i++) {
+        IbpPipeSet *set = &pipes[i];
+        if (set->ctx && set->ctx != ctx)
+            continue;
+        set->ctx = ctx;
+        IbpPipe *pp = &set->pair[k];
+        if (!pp->copy && drv->cuStreamCreate(&pp->copy, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+            pp->copy = NULL;
+        if (pp->copy && !pp->decode &&
+            drv->cuStreamCreate(&pp->decode, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+            pp->decode = NULL;
+        if (pp->copy && pp->decode)
+            found = pp;
+        else
+            IBP_DEBUG("internal streams for pipelined copies could not be created: DMA, then decode");
+        break;
+    }
+    pthread_mutex_unlock(&pipe_lock);
+    return found;
+}
+
+/* Blocks [b, e) of the run whose compressed bytes fit `chunk` (at least one block). */
+static uint32_t chunk_end(const uint64_t *offs, uint32_t b, uint32_t end, size_t chunk)
+{
+    uint32_t e = b + 1;
+    while (e < end && offs[e + 1] - offs[b] <= chunk)
+        e++;
+    return e;
+}
+
+/* Copies the piece's run in chunks on the pair's copy stream into IBP_PIPE_SLOTS staging slots
+ * and decodes each chunk on the decode stream once it landed, so the DMA of a chunk overlaps the
+ * decode of the one before; a slot is written again only after the decode that read it (device
+ * waits on events, no host synchronisation).  Both internal streams first wait for the caller's
+ * earlier work and the caller's stream then waits for them, also when something failed half-way,
+ * so a raw copy of the piece enqueued after a failure is never overwritten by a late decode.  When
+ * no join can be enqueued, the internal streams are synchronised on the host before returning.
+ * Returns 0, -EBUSY (no staging) or -EIO. */
+static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ctx, const IbpPiece *p,
+                          const IbpGeom *g, const void *blob, size_t blob_len, CUdeviceptr dst, int timed)
+{
+    const IbpDriver *drv = base->drv;
+    const uint64_t *offs = base->host_offsets;
+    const uint32_t end = g->last + 1;
+    const size_t chunk = base->opts.pipeline_chunk;
+    size_t slot_len = 0;
+    uint32_t nchunks = 0, chunk_blocks = 0;
+    for (uint32_t b = g->first; b < end; nchunks++) {
+        const uint32_t e = chunk_end(offs, b, end, chunk);
+        if (offs[e] - offs[b] > slot_len)
+            slot_len = offs[e] - offs[b];
+        if (e - b > chunk_blocks)
+            chunk_blocks = e - b;
+        b = e;
+    }
+    const size_t scratch = (g->head_clipped || g->tail_clipped) ? 2 * base->block_size : 0;
+    const size_t slot_stride = align_up(slot_len);
+    /* One segment index serves every chunk: their decodes run in order on the decode stream. */
+    const size_t index_len =
+        base->has_pred ? 0 : (size_t)ibp_decode_index_bytes(base->word_size, (uint32_t)base->block_size, chunk_blocks);
+    IbpStagingBuf *stage = NULL;
+    int err = ibp_staging_acquire(ctx, align_up(blob_len) + scratch + IBP_PIPE_SLOTS * slot_stride + index_len,
+                                  &stage);
+    if (err) {
+        if (timed)
+            speed_unreserve(drv, ctx, 1);
+        return err;
+    }
+    IbpLaunch l = *base;
+    l.plan = stage->ptr;
+    l.stream = pp->decode;
+    const CUdeviceptr scr = stage->ptr + align_up(blob_len);
+    const CUdeviceptr slots = scr + scratch;
+    l.index = index_len ? slots + IBP_PIPE_SLOTS * slot_stride : 0;
+    void *decoded[IBP_PIPE_SLOTS] = {NULL};
+    size_t dma_sample = blob_len, dec_sample = 0;
+    int marked = 0; /* probe events recorded so far */
+    if (ibp_devmem_stream_join(ctx, base->stream, pp->copy) ||
+        ibp_devmem_stream_join(ctx, base->stream, pp->decode))
+        err = -EIO;
+    if (!err && timed && !speed_mark(drv, ctx, 1, 0, pp->copy))
+        marked = 1;
+    if (!err && drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, pp->copy) != CUDA_SUCCESS)
+        err = -EIO;
+    uint32_t k = 0;
+    for (uint32_t b = g->first; !err && b < end; k++) {
+        const uint32_t e = chunk_end(offs, b, end, chunk);
+        const unsigned s = k % IBP_PIPE_SLOTS;
+        const CUdeviceptr slot = slots + s * slot_stride;
+        /* The slot's last reader must be done before the copy stream writes it again. */
+        if (decoded[s]) {
+            const CUresult res = drv->cuStreamWaitEvent(pp->copy, ibp_devmem_fence_event(decoded[s]), 0);
+            ibp_devmem_fence_release(decoded[s]);
+            decoded[s] = NULL;
+            if (res != CUDA_SUCCESS) {
+                err = -EIO;
+                break;
+            }
+        }
+        const uint8_t *src = (const uint8_t *)p->run + (offs[b] - offs[g->first]);
+        if (drv->cuMemcpyHtoDAsync(slot, src, offs[e] - offs[b], pp->copy) != CUDA_SUCCESS) {
+            err = -EIO;
+            break;
+        }
+        if (k < IBP_PIPE_SLOTS)
+            dma_sample += offs[e] - offs[b];
+        if (timed && marked == 1 && (k + 1 == IBP_PIPE_SLOTS || e == end) &&
+            !speed_mark(drv, ctx, 1, 1, pp->copy))
+            marked = 2;
+        if (ibp_devmem_stream_join(ctx, pp->copy, pp->decode)) {
+            err = -EIO;
+            break;
+        }
+        if (timed && marked == 2 && e == end && !speed_mark(drv, ctx, 1, 2, pp->decode)) {
+            const uint64_t lo =
+                (uint64_t)b * base->block_size > g->start ? (uint64_t)b * base->block_size : g->start;
+            dec_sample = g->start + g->len - lo; /* what the last chunk's decode writes */
+            marked = 3;
+        }
+        err = decode_blocks(&l, g, slot, b, b, e, dst, scr);
+        if (!err && k + IBP_PIPE_SLOTS < nchunks && !(decoded[s] = ibp_devmem_fence_record(ctx, pp->decode)))
+            err = -EIO;
+        b = e;
+    }
+    for (unsigned s = 0; s < IBP_PIPE_SLOTS; s++)
+        ibp_devmem_fence_release(decoded[s]);
+    /* The caller's stream waits for the decodes; after a failure also for the copies, which may
+     * still read the shadow or write the staging buffer. */
+    if (ibp_devmem_stream_join(ctx, pp->decode, base->stream) ||
+        (err && ibp_devmem_stream_join(ctx, pp->copy, base->stream))) {
+        drv->cuStreamSynchronize(pp->decode);
+        drv->cuStreamSynchronize(pp->copy);
+        err = -EIO;
+    }
+    if (timed) {
+        if (!err && marked == 3 && !speed_mark(drv, ctx, 1, 3, base->stream))
+            speed_recorded(drv, ctx, 1, dma_sample, dec_sample, p->len, base->tag);
+        else
+            speed_unreserve(drv, ctx, 1);
+    }
+    ibp_staging_release(stage, base->stream);
+    return err;
+}
+
+/* One compressed piece: stage the plan blob and the run, then decode; runs longer than a chunk
+ * go pipelined where internal streams are available. */
 static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p, uint8_t *dst_piece,
                     CUcontext ctx, size_t *sent)
 {
@@ -169,92 +472,74 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     const void *blob = ibp_shadow_plan_blob(shadow, &blob_len);
     IbpCodecPlanInfo info;
     ibp_codec_plan_info(ibp_shadow_codec_plan(shadow), &info);
-    const int has_pred = info.xf_delta + info.xf_xor > 0;
     const size_t bs = base->block_size;
-    const uint32_t first = p->first_block, last = p->first_block + p->nblocks - 1;
-    const uint64_t skip = p->off - (uint64_t)first * bs;
-    const uint64_t end_in_last = p->off + p->len - (uint64_t)last * bs; /* bytes of the last block used */
-    const int head_clipped = has_pred && skip > 0;
-    const int tail_clipped = has_pred && end_in_last < bs && (last != first || !head_clipped) &&
-                             (p->off + p->len) % bs != 0;
-    const size_t scratch = (head_clipped || tail_clipped) ? 2 * bs : 0;
-    const size_t index_len = has_pred ? 0 : (size_t)ibp_decode_index_bytes(info.word_size, (uint32_t)bs, p->nblocks);
-    const size_t need = align_up(blob_len) + align_up(p->run_len) + scratch + index_len;
+    IbpGeom g;
+    piece_geom(p, bs, info.xf_delta + info.xf_xor > 0, &g);
+    const uint64_t skip = p->off - (uint64_t)g.first * bs;
+    const size_t scratch = (g.head_clipped || g.tail_clipped) ? 2 * bs : 0;
+    const CUdeviceptr dst = (CUdeviceptr)(uintptr_t)dst_piece;
+    IbpLaunch l = *base;
+    l.word_size = info.word_size;
+    l.has_pred = info.xf_delta + info.xf_xor > 0;
+    l.index = 0;
+    void *offsets_host = (void *)p->offsets;
+    if (drv->cuMemHostGetDevicePointer(&l.offsets, offsets_host, 0) != CUDA_SUCCESS)
+        return -EIO;
+    l.offsets -= (CUdeviceptr)g.first * sizeof(uint64_t); /* index by absolute block number */
     if (base->opts.zerocopy && !scratch) {
         /* The kernel reads the run, its offsets and the plan through their mapped addresses. */
-        IbpLaunch l = *base;
-        l.word_size = info.word_size;
-        l.has_pred = has_pred;
-        l.index = 0;
         CUdeviceptr run_dev, blob_dev;
-        void *run_host = (void *)p->run, *blob_host = (void *)blob, *offsets_host = (void *)p->offsets;
+        void *run_host = (void *)p->run, *blob_host = (void *)blob;
         if (drv->cuMemHostGetDevicePointer(&run_dev, run_host, 0) != CUDA_SUCCESS ||
-            drv->cuMemHostGetDevicePointer(&blob_dev, blob_host, 0) != CUDA_SUCCESS ||
-            drv->cuMemHostGetDevicePointer(&l.offsets, offsets_host, 0) != CUDA_SUCCESS)
+            drv->cuMemHostGetDevicePointer(&blob_dev, blob_host, 0) != CUDA_SUCCESS)
             return -EIO;
         l.plan = blob_dev;
-        l.offsets -= (CUdeviceptr)first * sizeof(uint64_t);
         *sent += p->run_len;
-        return launch_decode(&l, run_dev, first, first, p->nblocks, (CUdeviceptr)(uintptr_t)dst_piece, skip,
-                             p->len);
+        return launch_decode(&l, run_dev, g.first, g.first, p->nblocks, dst, skip, p->len);
     }
+    const IbpPipe *pp = base->opts.pipeline_chunk && p->run_len > base->opts.pipeline_chunk
+                            ? pipe_for(drv, ctx, base->stream)
+                            : NULL;
     int timed = 0;
-    if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, &timed) && !base->opts.force)
+    if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, pp != NULL, &timed) && !base->opts.force)
         return -ETIME;
-    IbpStagingBuf *stage = NULL;
-    int err = ibp_staging_acquire(ctx, need, &stage);
-    if (err)
+    if (pp) {
+        const int err = send_pipelined(&l, pp, ctx, p, &g, blob, blob_len, dst, timed);
+        if (!err)
+            *sent += blob_len + p->run_len;
         return err;
-    IbpLaunch l = *base;
+    }
+    const size_t index_len =
+        l.has_pred ? 0 : (size_t)ibp_decode_index_bytes(l.word_size, (uint32_t)bs, p->nblocks);
+    IbpStagingBuf *stage = NULL;
+    int err = ibp_staging_acquire(ctx, align_up(blob_len) + align_up(p->run_len) + scratch + index_len, &stage);
+    if (err) {
+        if (timed)
+            speed_unreserve(drv, ctx, 0);
+        return err;
+    }
     l.plan = stage->ptr;
     const CUdeviceptr run = stage->ptr + align_up(blob_len);
     const CUdeviceptr scr = run + align_up(p->run_len);
-    l.word_size = info.word_size;
-    l.has_pred = has_pred;
     l.index = index_len ? scr + scratch : 0;
-    CUresult res;
-    void *offsets_host = (void *)p->offsets;
-    IBP_CU_CHECK_GOTO(res, drv->cuMemHostGetDevicePointer(&l.offsets, offsets_host, 0), fail);
-    l.offsets -= (CUdeviceptr)first * sizeof(uint64_t); /* index by absolute block number */
-    if (timed)
-        speed_mark(drv, ctx, 0, l.stream, 0, 0, NULL);
-    IBP_CU_CHECK_GOTO(res, drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, l.stream), fail);
-    IBP_CU_CHECK_GOTO(res, drv->cuMemcpyHtoDAsync(run, p->run, p->run_len, l.stream), fail);
-    *sent += blob_len + p->run_len;
-    if (timed)
-        speed_mark(drv, ctx, 1, l.stream, 0, 0, NULL);
-    const CUdeviceptr dst = (CUdeviceptr)(uintptr_t)dst_piece;
-    if (!head_clipped && !tail_clipped) {
-        err = launch_decode(&l, run, first, first, p->nblocks, dst, skip, p->len);
+    int marked = timed && !speed_mark(drv, ctx, 0, 0, l.stream);
+    if (drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, l.stream) != CUDA_SUCCESS ||
+        drv->cuMemcpyHtoDAsync(run, p->run, p->run_len, l.stream) != CUDA_SUCCESS) {
+        err = -EIO;
     } else {
-        uint32_t mid_first = first, mid_last = last;
-        uint64_t done = 0;
-        if (head_clipped) {
-            const uint64_t take = p->len < bs - skip ? p->len : bs - skip;
-            err = launch_decode(&l, run, first, first, 1, scr, 0, bs);
-            if (!err && drv->cuMemcpyDtoDAsync(dst, scr + skip, take, l.stream) != CUDA_SUCCESS)
-                err = -EIO;
-            done = take;
-            mid_first++;
-        }
-        if (!err && tail_clipped && last >= mid_first) {
-            err = launch_decode(&l, run, first, last, 1, scr + bs, 0, bs);
-            const uint64_t at = (uint64_t)last * bs - p->off;
-            if (!err && drv->cuMemcpyDtoDAsync(dst + at, scr + bs, end_in_last, l.stream) != CUDA_SUCCESS)
-                err = -EIO;
-            mid_last--;
-        }
-        if (!err && mid_last + 1 > mid_first && mid_last >= mid_first)
-            err = launch_decode(&l, run, first, mid_first, mid_last - mid_first + 1, dst + done, 0,
-                                (uint64_t)(mid_last - mid_first + 1) * bs);
+        marked = marked && !speed_mark(drv, ctx, 0, 1, l.stream);
+        err = decode_blocks(&l, &g, run, g.first, g.first, g.last + 1, dst, scr);
     }
-    if (timed && !err)
-        speed_mark(drv, ctx, 2, l.stream, blob_len + p->run_len, p->len, base->tag);
+    if (timed) {
+        if (!err && marked && !speed_mark(drv, ctx, 0, 2, l.stream))
+            speed_recorded(drv, ctx, 0, blob_len + p->run_len, p->len, 0, base->tag);
+        else
+            speed_unreserve(drv, ctx, 0);
+    }
+    if (!err)
+        *sent += blob_len + p->run_len;
     ibp_staging_release(stage, l.stream);
     return err;
-fail:
-    ibp_staging_release(stage, l.stream);
-    return -EIO;
 }
 
 cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const void *src, size_t n,
@@ -270,7 +555,7 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
                    .block_size = ibp_shadow_block_size(plan->shadow), .opts = *opts, .tag = plan->tag};
     cudaError_t ret = cudaSuccess;
     const uintptr_t copy_off = (uintptr_t)src - plan->region_base;
-    int any_compressed = 0;
+    int shadow_read = 0;
     for (int i = 0; i < plan->npieces && ret == cudaSuccess; i++) {
         const IbpPiece *p = &plan->pieces[i];
         uint8_t *dst_piece = (uint8_t *)dst + (p->off - copy_off);
@@ -278,10 +563,11 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
             l.host_offsets = p->offsets - p->first_block;
             size_t sent = 0;
             const int err = send_run(&l, plan->shadow, p, dst_piece, ctx, &sent);
+            /* Work that reads the shadow may be queued, also when it failed half-way. */
+            shadow_read |= err != -ETIME;
             if (!err) {
                 stats->compressed_orig += p->len;
                 stats->compressed_sent += sent;
-                any_compressed = 1;
                 continue;
             }
             if (err == -ETIME) {
@@ -296,7 +582,7 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
         stats->raw += p->len;
     }
     void *fence = NULL;
-    if (any_compressed) {
+    if (shadow_read) {
         fence = ibp_devmem_fence_record(ctx, cu_stream);
         if (!fence)
             drv->cuStreamSynchronize(cu_stream); /* without a fence, the shadow must be free now */

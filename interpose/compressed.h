@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: enqueueing a planned host-to-device copy: compressed runs (DMA + decode kernel) and
- * raw pieces, in order, on the caller's stream. */
+ * ibpshim: enqueueing a planned host-to-device copy: compressed runs (DMA + decode kernel, long
+ * runs pipelined on internal streams) and raw pieces, in the caller's stream order. */
 #ifndef IBP_INTERPOSE_COMPRESSED_H
 #define IBP_INTERPOSE_COMPRESSED_H
 
@@ -21,6 +21,9 @@ typedef struct IbpSendOptions {
     int force;          /* send compressed even where measured slower ([transfer] path = dma/zerocopy) */
     int zerocopy;       /* the kernel reads runs through their mapped addresses: no staging, no DMA */
     unsigned max_grid;  /* at most this many CTAs per decode launch ([transfer] max_sms); 0 = no bound */
+    /* Runs longer than this go in chunks of about this many compressed bytes, the DMA of one
+     * overlapping the decode of the last ([transfer] pipeline_chunk); 0 = DMA, then decode. */
+    size_t pipeline_chunk;
 } IbpSendOptions;
 
 /* Enqueues every piece of `plan` for the copy [src, src + n) -> dst on `stream` (the

@@ -157,3 +157,19 @@ void ibp_devmem_fence_release(void *fence)
     fence_free = f;
     pthread_mutex_unlock(&fence_lock);
 }
+
+CUevent ibp_devmem_fence_event(void *fence)
+{
+    return ((IbpFence *)fence)->ev;
+}
+
+int ibp_devmem_stream_join(CUcontext ctx, CUstream on, CUstream waiter)
+{
+    void *fence = ibp_devmem_fence_record(ctx, on);
+    if (!fence)
+        return -EIO;
+    /* The wait keeps the record it was given even when the fence is recorded again later. */
+    const CUresult res = ibp_driver_get()->cuStreamWaitEvent(waiter, ibp_devmem_fence_event(fence), 0);
+    ibp_devmem_fence_release(fence);
+    return res == CUDA_SUCCESS ? 0 : -EIO;
+}

@@ -18,4 +18,12 @@ const IbpShadowOps *ibp_devmem_ops(void);
 void *ibp_devmem_fence_record(CUcontext ctx, CUstream stream);
 void ibp_devmem_fence_release(void *fence);
 
+/* The event behind a fence, to make a stream wait for it (cuStreamWaitEvent): the wait keeps the
+ * record it was given after the fence is released and recorded again. */
+CUevent ibp_devmem_fence_event(void *fence);
+
+/* Makes `waiter` wait (on the device) for everything enqueued on `on` so far, through a pooled
+ * fence.  Returns 0, or -EIO when no event could be recorded or waited on. */
+int ibp_devmem_stream_join(CUcontext ctx, CUstream on, CUstream waiter);
+
 #endif /* IBP_INTERPOSE_DEVMEM_H */

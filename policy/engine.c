@@ -616,6 +616,19 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr)
     return 1;
 }
 
+/* 1 when every stale block of the shadow has been re-encoded since its last write and found too
+ * big for its slot (only a new plan makes it valid again), and those blocks cost copies of the
+ * region at least half of what they would send compressed were the blocks valid: counted by the
+ * runs a copy would use, since a few misfits spread out leave only runs shorter than min_run. */
+static int misfits_cost_half(IbpShadow *sh)
+{
+    IbpShadowStats st;
+    ibp_shadow_stats(sh, &st);
+    if (!st.stale || st.misfit < st.stale)
+        return 0;
+    return 2 * ibp_shadow_run_bytes(sh, eng.p.min_run, 0) <= ibp_shadow_run_bytes(sh, eng.p.min_run, 1);
+}
+
 /* Churn accounting and recompression of a compressed region's stale blocks. */
 static void maintain_region(IbpRegion *region)
 {
@@ -649,14 +662,15 @@ static void maintain_region(IbpRegion *region)
         if (made > 0) {
             pr->last_compress_ns = now_ns();
             pr->churn_counted = 0;
-        } else if (made == 0 && st.stale * 2 >= st.nblocks) {
-            /* New content no longer fits the old plan's slots: plan and build afresh. */
-            rebuild = 1;
+        } else if (made == 0) {
+            /* New content no longer fits the old plan's slots: plan and build afresh, at once when
+             * half the blocks are stale, else once the misfits are known to cost half. */
+            rebuild = st.stale * 2 >= st.nblocks || misfits_cost_half(sh);
         }
     }
     pthread_rwlock_unlock(&pr->lock);
     if (rebuild && ibp_region_set_state(region, IBP_REGION_COMPRESSED, IBP_REGION_HOT)) {
-        IBP_DEBUG("region %llu: %u of %u blocks stale and no longer fit: rebuilding",
+        IBP_DEBUG("region %llu: %u of %u blocks stale and no longer fit their slots: rebuilding",
                   (unsigned long long)ibp_region_id(region), st.stale, st.nblocks);
         drop_shadow(pr);
         return;

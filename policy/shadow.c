@@ -36,6 +36,9 @@ struct IbpShadow {
     /* Bumped every time a block is found written; an encoding is published only if the
      * generation it started from is still current after the validating tracker query. */
     _Atomic uint64_t *gen;
+    /* 1 + the generation whose content was encoded and found not to fit the block's slot, 0 when
+     * none: recompression skips such a block until it is written again. */
+    _Atomic uint64_t *misfit;
     int built;
     double min_ratio;
 
@@ -139,7 +142,8 @@ int ibp_shadow_create(const IbpShadowOps *ops, const void *base, size_t size, Ib
     s->comp_len = calloc(s->nblocks, sizeof(*s->comp_len));
     s->state = calloc(s->nblocks, sizeof(*s->state));
     s->gen = calloc(s->nblocks, sizeof(*s->gen));
-    if (!s->comp_len || !s->state || !s->gen)
+    s->misfit = calloc(s->nblocks, sizeof(*s->misfit));
+    if (!s->comp_len || !s->state || !s->gen || !s->misfit)
         goto nomem;
     pthread_mutex_init(&s->query_lock, NULL);
     pthread_rwlock_init(&s->slab_lock, NULL);
@@ -156,6 +160,7 @@ nomem:
         free(s->comp_len);
         free((void *)s->state);
         free((void *)s->gen);
+        free((void *)s->misfit);
         free(s);
     }
     ibp_codec_plan_destroy(plan);
@@ -207,6 +212,7 @@ void ibp_shadow_destroy(IbpShadow **shadow)
     free(s->comp_len);
     free((void *)s->state);
     free((void *)s->gen);
+    free((void *)s->misfit);
     free(s);
 }
 
@@ -363,10 +369,12 @@ int ibp_shadow_recompress(IbpShadow *s, IbpTracker *tracker, unsigned max_blocks
     for (uint32_t i = 0; i < s->nblocks && tried < max_blocks; i++) {
         if (atomic_load_explicit(&s->state[i], memory_order_acquire) != IBP_BLOCK_STALE)
             continue;
+        const uint64_t g = atomic_load_explicit(&s->gen[i], memory_order_acquire);
+        if (atomic_load_explicit(&s->misfit[i], memory_order_relaxed) == g + 1)
+            continue; /* this content was tried already and does not fit */
         tried++;
         if (!scratch && !(scratch = aligned_alloc(16, (bound + 15) & ~(size_t)15)))
             return made_valid ? made_valid : -ENOMEM;
-        const uint64_t g = atomic_load_explicit(&s->gen[i], memory_order_acquire);
         size_t comp = 0;
         const size_t off = (size_t)i * s->block_size;
         if (ibp_codec_block_encode(s->plan, (const uint8_t *)s->base + off, block_len(s, i), off, scratch, bound,
@@ -375,8 +383,11 @@ int ibp_shadow_recompress(IbpShadow *s, IbpTracker *tracker, unsigned max_blocks
         const size_t slot = s->offsets[i + 1] - s->offsets[i];
         IbpBlockHeader h;
         memcpy(&h, scratch, sizeof(h));
-        if (comp > slot || (h.flags & IBP_BLOCK_RAW))
-            continue; /* stays STALE until the region is rebuilt */
+        if (comp > slot || (h.flags & IBP_BLOCK_RAW)) {
+            /* Stays STALE until it is written again or the region is rebuilt. */
+            atomic_store_explicit(&s->misfit[i], g + 1, memory_order_relaxed);
+            continue;
+        }
         /* The slot is rewritten only while no planner holds the slab and no transfer reads it. */
         if (pthread_rwlock_trywrlock(&s->slab_lock)) {
             free(scratch);
@@ -533,6 +544,9 @@ void ibp_shadow_stats(IbpShadow *s, IbpShadowStats *out)
             break;
         case IBP_BLOCK_STALE:
             out->stale++;
+            if (atomic_load_explicit(&s->misfit[i], memory_order_relaxed) ==
+                atomic_load_explicit(&s->gen[i], memory_order_relaxed) + 1)
+                out->misfit++;
             break;
         case IBP_BLOCK_INCOMPRESSIBLE:
             out->incompressible++;
@@ -545,6 +559,23 @@ void ibp_shadow_stats(IbpShadow *s, IbpShadowStats *out)
     out->invalidations = atomic_load_explicit(&s->invalidations, memory_order_relaxed);
     out->recompressions = atomic_load_explicit(&s->recompressions, memory_order_relaxed);
     out->discarded = atomic_load_explicit(&s->discarded, memory_order_relaxed);
+}
+
+size_t ibp_shadow_run_bytes(IbpShadow *s, size_t min_run, int stale_counts)
+{
+    size_t total = 0, run = 0;
+    for (uint32_t i = 0; i <= s->nblocks; i++) {
+        const uint32_t st = i < s->nblocks ? atomic_load_explicit(&s->state[i], memory_order_relaxed)
+                                           : IBP_BLOCK_EMPTY;
+        if (st == IBP_BLOCK_VALID || (stale_counts && st == IBP_BLOCK_STALE)) {
+            run += block_len(s, i);
+            continue;
+        }
+        if (run >= min_run)
+            total += run;
+        run = 0;
+    }
+    return total;
 }
 
 const IbpCodecPlan *ibp_shadow_codec_plan(const IbpShadow *s)

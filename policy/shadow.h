@@ -71,6 +71,8 @@ typedef struct IbpShadowStats {
     uint32_t nblocks;
     uint32_t valid;
     uint32_t stale;
+    uint32_t misfit;             /* of the stale ones: re-encoded since their last write and too big
+                                  * for their slot, so only a rebuild makes them valid again */
     uint32_t incompressible;
     uint32_t empty;
     size_t slab_bytes;           /* pinned bytes held (slab + offset table) */
@@ -100,9 +102,11 @@ void ibp_shadow_destroy(IbpShadow **shadow);
 int ibp_shadow_build(IbpShadow *shadow, IbpTracker *tracker, unsigned threads, double min_ratio, double *ratio);
 
 /* Re-encodes up to max_blocks STALE blocks in place, publishing those that stayed clean while
- * they were encoded and still fit their slot.  Never blocks a copy for longer than one block's
- * encode: returns -EAGAIN at once when a transfer still reads the slab or a copy is being
- * planned.  Returns the number of blocks made VALID. */
+ * they were encoded and still fit their slot.  A block whose content was found too big for its
+ * slot is a misfit: it is skipped (not encoded again, not counted in max_blocks) until it is
+ * written again.  Never blocks a copy for longer than one block's encode: returns -EAGAIN at
+ * once when a transfer still reads the slab or a copy is being planned.  Returns the number of
+ * blocks made VALID. */
 int ibp_shadow_recompress(IbpShadow *shadow, IbpTracker *tracker, unsigned max_blocks);
 
 /* Plans a copy of [off, off + len) of the region: asks the tracker which pages were written
@@ -123,6 +127,10 @@ void ibp_shadow_plan_end(IbpShadow *shadow, void *fence);
 void ibp_shadow_invalidate(IbpShadow *shadow, size_t off, size_t len);
 
 void ibp_shadow_stats(IbpShadow *shadow, IbpShadowStats *out);
+
+/* Original bytes a copy of the whole region would send compressed now: VALID blocks (and STALE
+ * ones too when stale_counts is 1, i.e. were they recompressed) in runs of at least min_run. */
+size_t ibp_shadow_run_bytes(IbpShadow *shadow, size_t min_run, int stale_counts);
 const IbpCodecPlan *ibp_shadow_codec_plan(const IbpShadow *shadow);
 
 /* The plan blob (what the GPU decoder reads) in pinned memory, for DMA next to the runs.  NULL

@@ -433,6 +433,52 @@ FAKECUDA_EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
+/* ---- failure injection ---- */
+
+static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint fail_armed; /* calls still to fail: the fast path reads only this */
+static char fail_entry[64];
+static unsigned fail_skip;
+static CUresult fail_error;
+static atomic_uint fail_hits;
+
+CUresult fakecuda_injected_failure(const char *entry)
+{
+    if (!atomic_load_explicit(&fail_armed, memory_order_acquire))
+        return CUDA_SUCCESS;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&fail_mu);
+    if (atomic_load(&fail_armed) && !strcmp(entry, fail_entry)) {
+        if (fail_skip) {
+            fail_skip--;
+        } else {
+            atomic_fetch_sub(&fail_armed, 1);
+            atomic_fetch_add(&fail_hits, 1);
+            r = fail_error;
+        }
+    }
+    pthread_mutex_unlock(&fail_mu);
+    if (r != CUDA_SUCCESS)
+        FAKECUDA_TRACE("%s: injected failure %d", entry, (int)r);
+    return r;
+}
+
+FAKECUDA_EXPORT void fakecuda_fail_calls(const char *entry, unsigned skip, unsigned count, int error)
+{
+    fakecuda_env_once();
+    pthread_mutex_lock(&fail_mu);
+    snprintf(fail_entry, sizeof(fail_entry), "%s", entry ? entry : "");
+    fail_skip = skip;
+    fail_error = error ? (CUresult)error : CUDA_ERROR_UNKNOWN;
+    atomic_store(&fail_armed, entry && count ? count : 0);
+    pthread_mutex_unlock(&fail_mu);
+}
+
+FAKECUDA_EXPORT unsigned fakecuda_injected_failures(void)
+{
+    return atomic_load(&fail_hits);
+}
+
 /* ---- counters ---- */
 
 FAKECUDA_EXPORT void fakecuda_stats(FakecudaStats *out)

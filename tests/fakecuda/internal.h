@@ -60,6 +60,11 @@ CUresult fakecuda_current_device(int *device);
 
 bool fakecuda_ctx_valid(CUcontext ctx);
 
+/* Failure injection (fakecuda_fail_calls): returns the error armed for `entry` (a driver entry
+ * point's base name, e.g. "cuLaunchKernel") when this call is one of those to fail, else
+ * CUDA_SUCCESS.  Entry points that call it fail before doing anything. */
+CUresult fakecuda_injected_failure(const char *entry);
+
 /* Statistics, updated with relaxed atomics when work executes. */
 typedef struct FakecudaCounters {
     atomic_ullong h2d_bytes, d2h_bytes, d2d_bytes, h2h_bytes;

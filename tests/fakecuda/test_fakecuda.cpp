@@ -834,6 +834,41 @@ TEST_F(Fake, FreeReallocReusesAddressesSafely)
     EXPECT_EQ(cudaFree(b), cudaSuccess);
 }
 
+// An injected failure refuses exactly the calls it names, does none of their work, and counts.
+TEST(FailureInjection, RefusesTheArmedCallsOnly)
+{
+    ASSERT_EQ(cudaFree(nullptr), cudaSuccess);
+    CUdeviceptr d = 0;
+    ASSERT_EQ(cuMemAlloc_v2(&d, 16), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemsetD8_v2(d, 0, 16), CUDA_SUCCESS);
+    const unsigned before = fakecuda_injected_failures();
+    fakecuda_fail_calls("cuMemcpyHtoDAsync", 1, 1, CUDA_ERROR_LAUNCH_FAILED);
+    const uint8_t a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {9, 10, 11, 12};
+    EXPECT_EQ(cuMemcpyHtoDAsync_v2(d, a, 4, nullptr), CUDA_SUCCESS);
+    EXPECT_EQ(cuMemcpyHtoDAsync_v2(d + 4, b, 4, nullptr), CUDA_ERROR_LAUNCH_FAILED);
+    EXPECT_EQ(cuMemcpyHtoDAsync_v2(d + 8, c, 4, nullptr), CUDA_SUCCESS);
+    EXPECT_EQ(fakecuda_injected_failures(), before + 1);
+    uint8_t out[12];
+    ASSERT_EQ(cuMemcpyDtoH_v2(out, d, 12), CUDA_SUCCESS);
+    const uint8_t want[12] = {1, 2, 3, 4, 0, 0, 0, 0, 9, 10, 11, 12};
+    EXPECT_EQ(memcmp(out, want, 12), 0);
+    // Other entry points are not affected; a stream wait fails once, then works again.
+    CUstream s = nullptr;
+    CUevent ev = nullptr;
+    ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    ASSERT_EQ(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    fakecuda_fail_calls("cuStreamWaitEvent", 0, 1, 0);
+    ASSERT_EQ(cuEventRecord(ev, nullptr), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamWaitEvent(s, ev, 0), CUDA_ERROR_UNKNOWN);
+    EXPECT_EQ(cuStreamWaitEvent(s, ev, 0), CUDA_SUCCESS);
+    EXPECT_EQ(fakecuda_injected_failures(), before + 2);
+    fakecuda_fail_calls("cuLaunchKernel", 0, 0, 0); // disarmed
+    EXPECT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+    EXPECT_EQ(cuEventDestroy_v2(ev), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+    EXPECT_EQ(cuMemFree_v2(d), CUDA_SUCCESS);
+}
+
 TEST(Sticky, IllegalAddressInKernelIsReportedAtSync)
 {
     ASSERT_EQ(cudaFree(nullptr), cudaSuccess);

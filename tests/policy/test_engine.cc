@@ -64,7 +64,8 @@ void start_engine()
     p.churn_limit = 2;
     p.churn_window_ns = 10ull * 1000 * 1000 * 1000;
     p.block_bytes = 64 * 1024;
-    p.min_run = 0;
+    p.min_run =
+        std::getenv("ENGINE_TEST_MIN_RUN") ? strtoull(std::getenv("ENGINE_TEST_MIN_RUN"), nullptr, 10) : 0;
     p.manual = 1;
     p.ops = {t_alloc, t_free, t_done, t_wait, t_release, nullptr};
     const int err = ibp_policy_start(&p);
@@ -259,6 +260,82 @@ TEST(Engine, ContentThatOutgrowsThePlanIsRebuilt)
     std::this_thread::sleep_for(std::chrono::milliseconds(110));
     ibp_policy_run_pending(); // recompression fails for every block: rebuild
     ibp_policy_run_pending(); // the rebuild
+    EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 1);
+}
+
+// Rewrites every 64 KiB block of `blocks` with weights a million times larger: their exponent
+// bits are not the ones the plan's masks keep, so they no longer fit their slots, yet a plan made
+// for both kinds still compresses every block.
+void write_misfits(uint8_t *mem, const std::vector<size_t> &blocks)
+{
+    for (const size_t b : blocks) {
+        fill_gaussian(mem + b * 64 * 1024, 64 * 1024, (uint32_t)(1000 + b));
+        for (size_t i = 0; i < 64 * 1024; i += 4) {
+            float v;
+            memcpy(&v, mem + b * 64 * 1024 + i, 4);
+            v *= 1048576.0f;
+            memcpy(mem + b * 64 * 1024 + i, &v, 4);
+        }
+    }
+}
+
+// A third of the blocks rewritten so that none fits its slot: under half the region is stale,
+// but no run of valid blocks is min_run long any more, so nothing could go compressed again
+// until a rebuild.
+TEST(Engine, MisfitsThatBreakEveryRunAreRebuilt)
+{
+    if (!std::getenv("ENGINE_TEST_MIN_RUN"))
+        GTEST_SKIP() << "runs in the policy_engine_min_run registration (ENGINE_TEST_MIN_RUN set)";
+    start_engine();
+    Region r(2 * kMiB, 11);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    copy_and_check(r.mem, r.size);
+    copy_and_check(r.mem, r.size);
+    ibp_policy_run_pending();
+    IbpCopyWhy why;
+    ASSERT_EQ(copy_and_check(r.mem, r.size, &why), 1);
+    IbpPolicyStats before;
+    ibp_policy_stats(&before);
+    std::vector<size_t> blocks;
+    for (size_t b = 2; b < 32; b += 3)
+        blocks.push_back(b);
+    write_misfits(r.mem, blocks);
+    EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 0);
+    ibp_policy_run_pending(); // sees the writes
+    std::this_thread::sleep_for(std::chrono::milliseconds(110));
+    ibp_policy_run_pending(); // recompression: every stale block is too big for its slot: rebuild
+    ibp_policy_run_pending(); // the rebuild
+    EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 1);
+    IbpPolicyStats after;
+    ibp_policy_stats(&after);
+    EXPECT_EQ(after.regions_compressed, before.regions_compressed + 1);
+}
+
+// One misfit block in the middle leaves long runs on both sides: no rebuild, the rest of the
+// region still goes compressed, and the block is not re-encoded at every tick.
+TEST(Engine, OneMisfitKeepsThePlan)
+{
+    if (!std::getenv("ENGINE_TEST_MIN_RUN"))
+        GTEST_SKIP() << "runs in the policy_engine_min_run registration (ENGINE_TEST_MIN_RUN set)";
+    start_engine();
+    Region r(2 * kMiB, 12);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    copy_and_check(r.mem, r.size);
+    copy_and_check(r.mem, r.size);
+    ibp_policy_run_pending();
+    IbpCopyWhy why;
+    ASSERT_EQ(copy_and_check(r.mem, r.size, &why), 1);
+    IbpPolicyStats before;
+    ibp_policy_stats(&before);
+    write_misfits(r.mem, {16});
+    EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 1);
+    ibp_policy_run_pending();
+    std::this_thread::sleep_for(std::chrono::milliseconds(110));
+    for (int i = 0; i < 3; i++)
+        ibp_policy_run_pending();
+    IbpPolicyStats after;
+    ibp_policy_stats(&after);
+    EXPECT_EQ(after.regions_compressed, before.regions_compressed);
     EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 1);
 }
 

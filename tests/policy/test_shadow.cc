@@ -213,6 +213,52 @@ TEST_P(ShadowTest, ShortRunsGoRawAndRunsAreContiguous)
     ibp_shadow_plan_end(shadow_, nullptr);
 }
 
+// Content that no longer fits its slot is encoded once per write, not at every recompression,
+// and the blocks it strands count against the runs a copy can use.
+TEST_P(ShadowTest, MisfitsWaitForTheirNextWrite)
+{
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, nullptr), 0);
+    const size_t bs = ibp_shadow_block_size(shadow_);
+    const size_t all = ibp_shadow_run_bytes(shadow_, 0, 0);
+    IbpShadowStats st;
+    ibp_shadow_stats(shadow_, &st);
+    EXPECT_EQ(all, st.valid_orig_bytes);
+    std::vector<uint8_t> saved(mem_ + 5 * bs, mem_ + 6 * bs);
+    // Small integers where the plan expects float weights: too big for block 5's slot.
+    for (size_t i = 0; i < bs; i += 4) {
+        const uint32_t v = (uint32_t)(i % 97);
+        memcpy(mem_ + 5 * bs + i, &v, 4);
+    }
+    mem_[9 * bs] ^= 1; // block 9: a small change that still fits
+    expect_exact(0, size_);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100), 1);
+    ibp_shadow_stats(shadow_, &st);
+    EXPECT_EQ(st.stale, 1u);
+    EXPECT_EQ(st.misfit, 1u);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 5), IBP_BLOCK_STALE);
+    // Nothing left to try: no encode, nothing made.
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100), 0);
+    // Runs: the whole region but block 5, split in two; with min_run above block 5's offset the
+    // head run no longer counts.
+    EXPECT_EQ(ibp_shadow_run_bytes(shadow_, 0, 0), all - bs);
+    EXPECT_EQ(ibp_shadow_run_bytes(shadow_, 0, 1), all);
+    EXPECT_EQ(ibp_shadow_run_bytes(shadow_, 6 * bs, 0), all - 6 * bs);
+    // Written again: tried again (and still too big); then the old content back: it fits.
+    mem_[5 * bs + 8] ^= 0x10;
+    expect_exact(0, size_);
+    ibp_shadow_stats(shadow_, &st);
+    EXPECT_EQ(st.misfit, 0u);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100), 0);
+    ibp_shadow_stats(shadow_, &st);
+    EXPECT_EQ(st.misfit, 1u);
+    memcpy(mem_ + 5 * bs, saved.data(), bs);
+    expect_exact(0, size_);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100), 1);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 5), IBP_BLOCK_VALID);
+    EXPECT_EQ(ibp_shadow_run_bytes(shadow_, 0, 0), all);
+    expect_exact(0, size_);
+}
+
 TEST_P(ShadowTest, FencesHoldSlotsUntilDone)
 {
     ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, nullptr), 0);

@@ -50,18 +50,16 @@ static void round_trip(const uint8_t *host, size_t off, size_t len, cudaStream_t
               back[i], host[off + i]);
 }
 
-static void wait_compressed(const PreloadTotalsFn totals, const uint8_t *host, size_t n, cudaStream_t s)
+typedef struct Waiting {
+    const uint8_t *host;
+    size_t n;
+    cudaStream_t s;
+} Waiting;
+
+static void copy_all(void *arg)
 {
-    IbpshimTransferTotals t0, t1;
-    for (int tries = 0; tries < 200; tries++) {
-        totals(&t0);
-        round_trip(host, 0, n, s, "waiting for compression");
-        totals(&t1);
-        if (t1.compressed_in > t0.compressed_in)
-            return;
-        usleep(20000);
-    }
-    CHECK(0, "the region never went compressed");
+    const Waiting *w = arg;
+    round_trip(w->host, 0, w->n, w->s, "waiting for compression");
 }
 
 int main(int argc, char **argv)
@@ -79,7 +77,8 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaStreamCreate(&s));
 
     round_trip(host, 0, n, s, "first copy");
-    wait_compressed(totals, host, n, s);
+    Waiting waiting = {.host = host, .n = n, .s = s};
+    preload_wait_compressed("compressed", "the first compression", totals, copy_all, &waiting);
     IbpshimTransferTotals before, after;
     totals(&before);
 
@@ -114,7 +113,7 @@ int main(int argc, char **argv)
     /* Whole rewrite with new data of the same kind, then copies until it is compressed again. */
     fill_weights(host, n);
     round_trip(host, 0, n, s, "after a rewrite");
-    wait_compressed(totals, host, n, s);
+    preload_wait_compressed("compressed", "compression after the rewrite", totals, copy_all, &waiting);
     /* The synchronous call keeps its meaning. */
     memset(back, 0, n);
     CHECK_CUDA(cudaMemcpy(dev_buf, host, n, cudaMemcpyHostToDevice));

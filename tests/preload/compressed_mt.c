@@ -79,20 +79,16 @@ static void *writer(void *arg)
     return NULL;
 }
 
-static void wait_compressed(PreloadTotalsFn totals)
+static void copy_region(void *dev)
+{
+    CHECK_CUDA(cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice));
+}
+
+static void wait_compressed(PreloadTotalsFn totals, const char *what)
 {
     void *dev = NULL;
     CHECK_CUDA(cudaMalloc(&dev, size));
-    IbpshimTransferTotals a, b;
-    for (int i = 0; i < 200; i++) {
-        totals(&a);
-        CHECK_CUDA(cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice));
-        totals(&b);
-        if (b.compressed_in > a.compressed_in)
-            break;
-        usleep(20000);
-    }
-    CHECK(b.compressed_in > a.compressed_in, "the region never went compressed");
+    preload_wait_compressed("compressed_mt", what, totals, copy_region, dev);
     CHECK_CUDA(cudaFree(dev));
 }
 
@@ -112,14 +108,14 @@ int main(void)
     const PreloadTotalsFn totals = preload_compression_or_skip("compressed_mt", 1);
     CHECK_CUDA(cudaHostAlloc((void **)&host, size, cudaHostAllocDefault));
     fill(host, size, 1);
-    wait_compressed(totals);
+    wait_compressed(totals, "the first region's compression");
     run_threads();
     /* Free it and allocate again: whatever address comes back, nothing of the old shadow may leak
      * into the new region's copies. */
     CHECK_CUDA(cudaFreeHost(host));
     CHECK_CUDA(cudaHostAlloc((void **)&host, size, cudaHostAllocDefault));
     fill(host, size, 99);
-    wait_compressed(totals);
+    wait_compressed(totals, "the second region's compression");
     run_threads();
     IbpshimTransferTotals t;
     totals(&t);

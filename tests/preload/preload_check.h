@@ -6,6 +6,8 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -62,6 +64,52 @@ static inline PreloadTotalsFn preload_compression_or_skip(const char *name, int 
         exit(77);
     }
     return totals;
+}
+
+/* One copy of the region the program waits on (its bytes checked by the callee). */
+typedef void (*PreloadCopyFn)(void *arg);
+
+/* How long preload_wait_compressed() waits: PRELOAD_WAIT_SECONDS, default 100 s.  Compressing a
+ * 40 MiB region took 6 s at most under AddressSanitizer with both cores of the CI machine busy
+ * with other work; the default leaves room for two waits within the 300 s test timeout. */
+static inline double preload_wait_seconds(void)
+{
+    const char *env = getenv("PRELOAD_WAIT_SECONDS");
+    const double s = env ? strtod(env, NULL) : 100.0;
+    return s > 0 ? s : 100.0;
+}
+
+static inline double preload_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Waits for the background compressor: makes one copy (copy(arg)) every 20 ms until one went
+ * through the compressed path, measured on wall time, not on a number of copies, so a slow
+ * machine only makes it slower.  Exits 1 with a message naming `what` when preload_wait_seconds()
+ * pass first (the exit report that follows says why the copies went raw).  Returns the copies
+ * made. */
+static inline unsigned preload_wait_compressed(const char *prog, const char *what, PreloadTotalsFn totals,
+                                               PreloadCopyFn copy, void *arg)
+{
+    const double start = preload_now(), limit = preload_wait_seconds();
+    IbpshimTransferTotals a, b;
+    for (unsigned copies = 1;; copies++) {
+        CHECK(totals(&a) == 0, "totals");
+        copy(arg);
+        CHECK(totals(&b) == 0, "totals");
+        if (b.compressed_in > a.compressed_in)
+            return copies;
+        const double waited = preload_now() - start;
+        if (waited >= limit) {
+            fprintf(stderr, "%s: %s: no copy went through the compressed path in %.1f s (%u copies); the "
+                    "report below says why they went raw\n", prog, what, waited, copies);
+            exit(1);
+        }
+        usleep(20000);
+    }
 }
 
 #endif /* IBP_TESTS_PRELOAD_PRELOAD_CHECK_H */

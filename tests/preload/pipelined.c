@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: compressed runs long enough to be pipelined (DMA of one chunk on an internal stream while
+ * another decodes the chunk before): every byte checked, the chunks counted on the fake CUDA, and
+ * driver calls made to fail half-way, after which the copy must still deliver every byte and
+ * return what the runtime returns. */
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#include "tests/fakecuda/fakecuda.h"
+#include "tests/preload/preload_check.h"
+
+typedef void (*StatsFn)(FakecudaStats *out);
+typedef void (*ResetFn)(void);
+typedef void (*FailFn)(const char *entry, unsigned skip, unsigned count, int error);
+typedef unsigned (*FailuresFn)(void);
+typedef void (*DelayFn)(unsigned us);
+
+/* Test-only calls of the fake driver; all NULL on a GPU. */
+static StatsFn fake_stats;
+static ResetFn fake_reset;
+static FailFn fake_fail;
+static FailuresFn fake_failures;
+static DelayFn fake_delay;
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* "weights": float32 weights (no predictor).  "delta": a noisy counter, which the codec plans
+ * with a delta predictor, so clipped edge blocks decode through scratch space. */
+static void fill(uint8_t *p, size_t n, int delta)
+{
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        if (delta) {
+            const uint32_t v = (uint32_t)(i / 4 * 7 + (next() & 0xff));
+            memcpy(p + i, &v, 4);
+        } else {
+            const double u = ((double)(next() >> 11) + 0.5) / 9007199254740992.0;
+            const float v = (float)(0.15 * (u - 0.5));
+            memcpy(p + i, &v, 4);
+        }
+    }
+    for (size_t i = n & ~(size_t)3; i < n; i++)
+        p[i] = (uint8_t)next();
+}
+
+static void *dev_buf;
+static uint8_t *back;
+
+/* Copies [off, off + len) of host to the device on s, brings it back and compares every byte. */
+static void round_trip(const uint8_t *host, size_t off, size_t len, cudaStream_t s, const char *what)
+{
+    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, len, s));
+    CHECK_CUDA(cudaMemcpyAsync(dev_buf, host + off, len, cudaMemcpyHostToDevice, s));
+    CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, len, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    for (size_t i = 0; i < len; i++)
+        CHECK(back[i] == host[off + i], "%s: byte %zu of [%zu, +%zu) is 0x%02x, expected 0x%02x", what, i,
+              off, len, back[i], host[off + i]);
+}
+
+typedef struct Waiting {
+    const uint8_t *host;
+    size_t n;
+    cudaStream_t s;
+} Waiting;
+
+static void copy_all(void *arg)
+{
+    const Waiting *w = arg;
+    round_trip(w->host, 0, w->n, w->s, "waiting for compression");
+}
+
+/* Bytes delivered through the compressed path by one whole copy. */
+static uint64_t compressed_by(PreloadTotalsFn totals, const uint8_t *host, size_t n, cudaStream_t s,
+                              const char *what)
+{
+    IbpshimTransferTotals a, b;
+    CHECK(totals(&a) == 0, "totals");
+    round_trip(host, 0, n, s, what);
+    CHECK(totals(&b) == 0, "totals");
+    return b.compressed_in - a.compressed_in;
+}
+
+/* Makes `entry` fail once `skip` more calls of it went through, during one whole copy: the copy
+ * must succeed, deliver every byte and not count as compressed; the next one goes compressed. */
+static void copy_with_failure(PreloadTotalsFn totals, const uint8_t *host, size_t n, cudaStream_t s,
+                              const char *entry, unsigned skip, unsigned count)
+{
+    const unsigned before = fake_failures();
+    fake_fail(entry, skip, count, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+    const uint64_t got = compressed_by(totals, host, n, s, entry);
+    fake_fail(entry, 0, 0, 0);
+    CHECK(fake_failures() > before, "%s: the injected failure was never reached", entry);
+    CHECK(got == 0, "%s failed half-way, yet %llu bytes counted as compressed", entry,
+          (unsigned long long)got);
+    CHECK(compressed_by(totals, host, n, s, "after the failure") == n,
+          "%s: the next copy did not go compressed", entry);
+}
+
+int main(int argc, char **argv)
+{
+    const PreloadTotalsFn totals = preload_compression_or_skip("pipelined", 1);
+    const int delta = argc > 1 && !strcmp(argv[1], "delta");
+    const int gate = argc > 1 && !strcmp(argv[1], "gate"); /* [transfer] path = auto: timing only */
+    const char *chunk_env = getenv("IBPSHIM_TRANSFER_PIPELINE_CHUNK");
+    CHECK(chunk_env && !strcmp(chunk_env, "1MiB"), "run with IBPSHIM_TRANSFER_PIPELINE_CHUNK=1MiB");
+    const size_t chunk = 1u << 20;
+    fake_stats = (StatsFn)dlsym(RTLD_DEFAULT, "fakecuda_stats");
+    fake_reset = (ResetFn)dlsym(RTLD_DEFAULT, "fakecuda_reset_stats");
+    fake_fail = (FailFn)dlsym(RTLD_DEFAULT, "fakecuda_fail_calls");
+    fake_failures = (FailuresFn)dlsym(RTLD_DEFAULT, "fakecuda_injected_failures");
+    fake_delay = (DelayFn)dlsym(RTLD_DEFAULT, "fakecuda_set_copy_delay_us");
+    const int fake = fake_stats && fake_reset && fake_fail && fake_failures && fake_delay;
+
+    const size_t n = (24u << 20) + 1000; /* not a multiple of the block size or the word size */
+    uint8_t *host = NULL;
+    CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
+    CHECK_CUDA(cudaMalloc(&dev_buf, n));
+    back = malloc(n);
+    CHECK(back != NULL, "malloc");
+    fill(host, n, delta);
+    cudaStream_t s, nb;
+    CHECK_CUDA(cudaStreamCreate(&s));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+
+    /* The internal streams cannot be created the first time: that run goes DMA, then decode. */
+    const unsigned failures0 = fake ? fake_failures() : 0;
+    if (fake && !gate)
+        fake_fail("cuStreamCreate", 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+    round_trip(host, 0, n, s, "first copy");
+    Waiting waiting = {.host = host, .n = n, .s = s};
+    preload_wait_compressed("pipelined", "the first compression", totals, copy_all, &waiting);
+    if (gate) {
+        for (int k = 0; k < 3; k++)
+            round_trip(host, 0, n, s, "path = auto");
+        printf("pipelined: ok (path = auto)\n");
+        return 0;
+    }
+    if (fake) {
+        fake_fail("cuStreamCreate", 0, 0, 0);
+        CHECK(fake_failures() == failures0 + 1, "the internal streams were never created");
+    }
+
+    /* One whole copy: every byte through the compressed path, in chunks. */
+    IbpshimTransferTotals a, b;
+    FakecudaStats st;
+    if (fake)
+        fake_reset();
+    CHECK(totals(&a) == 0, "totals");
+    round_trip(host, 0, n, s, "whole copy");
+    CHECK(totals(&b) == 0, "totals");
+    CHECK(b.compressed_in - a.compressed_in == n, "%llu of %zu bytes went compressed",
+          (unsigned long long)(b.compressed_in - a.compressed_in), n);
+    const uint64_t sent = b.compressed_out - a.compressed_out;
+    if (fake) {
+        fake_stats(&st);
+        /* Each chunk holds at most `chunk` compressed bytes, so there are at least sent / chunk of
+         * them, each copied and decoded on its own; DMA, then decode would be 2 copies, 1 launch. */
+        CHECK(sent / chunk >= 2, "only %llu compressed bytes: too few for chunks of %zu",
+              (unsigned long long)sent, chunk);
+        CHECK(st.h2d_calls >= 1 + sent / chunk && st.kernel_launches >= sent / chunk,
+              "%llu H2D copies and %llu decode launches for %llu compressed bytes in chunks of %zu",
+              (unsigned long long)st.h2d_calls, (unsigned long long)st.kernel_launches,
+              (unsigned long long)sent, chunk);
+    }
+
+    /* Partial copies at odd offsets (clipped edge blocks), on a blocking and a non-blocking stream
+     * and synchronously on the legacy default stream. */
+    for (int k = 0; k < 16; k++) {
+        const size_t off = next() % (n / 2);
+        const size_t len = (4u << 20) + next() % (n - off - (4u << 20));
+        round_trip(host, off, len, k % 2 ? nb : s, "partial copy");
+    }
+    memset(back, 0, n);
+    CHECK_CUDA(cudaMemcpy(dev_buf, host, n, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(back, dev_buf, n, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(back, host, n) == 0, "synchronous copy differs");
+
+    if (fake) {
+        /* Slow copies, so work still queued on the internal streams would show. */
+        fake_delay(2000);
+        copy_with_failure(totals, host, n, s, "cuLaunchKernel", 2, 1);
+        copy_with_failure(totals, host, n, s, "cuMemcpyHtoDAsync", 3, 1);
+        copy_with_failure(totals, host, n, s, "cuEventRecord", 4, 1);
+        /* Every wait from the fourth on fails, the final join too: the shim synchronises the
+         * internal streams on the host before the raw copy. */
+        copy_with_failure(totals, host, n, s, "cuStreamWaitEvent", 3, 1u << 20);
+        fake_delay(0);
+    }
+
+    CHECK(totals(&b) == 0, "totals");
+    CHECK(b.sent < b.requested, "sent %llu bytes for %llu requested", (unsigned long long)b.sent,
+          (unsigned long long)b.requested);
+    printf("pipelined: ok (%s, %llu copies, %llu bytes through the compressed path as %llu)\n",
+           delta ? "delta" : "weights", (unsigned long long)b.copies, (unsigned long long)b.compressed_in,
+           (unsigned long long)b.compressed_out);
+    CHECK_CUDA(cudaStreamDestroy(s));
+    CHECK_CUDA(cudaStreamDestroy(nb));
+    CHECK_CUDA(cudaFree(dev_buf));
+    CHECK_CUDA(cudaFreeHost(host));
+    free(back);
+    return 0;
+}
