@@ -21,7 +21,7 @@ constexpr int kThreads = IBP_DECODE_THREADS;
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFull = 0xffffffffu;
 // Groups whose fields are placed before any of them is loaded: independent loads in flight.
-constexpr int kBatch = 4;
+constexpr int kBatch = 2;
 
 template <int W> struct WordT;
 template <> struct WordT<2> { using U = uint32_t; };
@@ -701,77 +701,54 @@ template <int W> __device__ void decode_blocks_cta(const IbpDecodeArgs &a, const
 }
 
 // The segment index: for block b and segment s (words [s * IBP_DECODE_SEG_WORDS, ...)), the
-// selector index and payload bit of the segment's first word.
+// selector index of the segment's first word and the payload bits of the segment.
 struct SegIndex {
     uint32_t sel, bit;
 };
 
-// Exclusive scan in place of one field of n index entries, by the whole CTA.
-template <bool BIT> __device__ void index_scan(SegIndex *ix, uint32_t n, Shared &sh)
+// Packed words (selectors) before word j0 of a block: R per packed row before j0's row, plus the
+// words of its row before j0 when that row is packed; a popcount over the row flags.
+__device__ uint32_t packed_before(const Plan &p, const Block &b, uint32_t j0)
 {
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    uint32_t carry = 0;
-    for (uint32_t base = 0; base < n; base += kThreads) {
-        const uint32_t i = base + threadIdx.x;
-        const uint32_t v = i < n ? (BIT ? ix[i].bit : ix[i].sel) : 0;
-        uint32_t x = v;
-        for (int o = 1; o < 32; o <<= 1) {
-            const uint32_t y = __shfl_up_sync(kFull, x, o);
-            if (lane >= (uint32_t)o)
-                x += y;
-        }
-        if (lane == 31)
-            sh.seg_bits[warp] = x;
-        __syncthreads();
-        uint32_t before = carry, total = carry;
-        for (int q = 0; q < kWarps; q++) {
-            if (q < (int)warp)
-                before += sh.seg_bits[q];
-            total += sh.seg_bits[q];
-        }
-        if (i < n) {
-            if (BIT)
-                ix[i].bit = before + x - v;
-            else
-                ix[i].sel = before + x - v;
-        }
-        carry = total;
-        __syncthreads();
-    }
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t row0 = j0 / p.r;
+    const uint32_t *flags = (const uint32_t *)b.rowflags;  // the section is 16-byte aligned and padded
+    uint32_t rows = 0;
+    for (uint32_t i = lane; i < row0 / 32; i += 32)
+        rows += __popc(__ldg(flags + i));
+    uint32_t n = warp_sum(rows) * p.r;
+    const uint32_t f = __ldg(flags + row0 / 32);
+    n += __popc(f & ((1u << (row0 % 32)) - 1u)) * p.r;
+    if ((f >> (row0 % 32)) & 1)
+        n += j0 - row0 * p.r;
+    return n;
 }
 
-template <int W> __device__ void index_blocks(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, Shared &sh)
+// A warp per segment of every packed block: the segment's first selector and its payload bits.
+template <int W> __device__ void index_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl)
 {
     const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
     __syncthreads();
-    const uint32_t warp = threadIdx.x >> 5;
     const uint64_t *offs = (const uint64_t *)a.offsets;
     const uint32_t nseg = ibp_decode_segments(W, a.block_size);
-    for (uint32_t bi = blockIdx.x; bi < a.nblocks; bi += gridDim.x) {
+    const uint64_t total = (uint64_t)a.nblocks * nseg;
+    for (uint64_t gs = (uint64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total;
+         gs += (uint64_t)gridDim.x * kWarps) {
+        const uint32_t bi = (uint32_t)(gs / nseg), s = (uint32_t)(gs % nseg);
         const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
         IbpBlockHeader h;
         memcpy(&h, blk, sizeof(h));
         if (h.flags & IBP_BLOCK_RAW)
             continue;
         const Block b = block_view(h, blk, W);
-        SegIndex *ix = (SegIndex *)a.index + (size_t)bi * nseg;
-        const uint32_t n = (b.nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
-        for (uint32_t s = warp; s < n; s += kWarps) {
-            const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
-            const uint32_t np = range_packed(p, b, j0, j1);
-            if ((threadIdx.x & 31) == 0)
-                ix[s].sel = np;
-        }
-        __syncthreads();
-        index_scan<false>(ix, n, sh);
-        for (uint32_t s = warp; s < n; s += kWarps) {
-            const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
-            const uint32_t bits = range_bits<W>(p, t, b, h, j0, j1, ix[s].sel);
-            if ((threadIdx.x & 31) == 0)
-                ix[s].bit = bits;
-        }
-        __syncthreads();
-        index_scan<true>(ix, n, sh);
+        const uint32_t j0 = s * IBP_DECODE_SEG_WORDS;
+        if (j0 >= b.nwords)
+            continue;
+        const uint32_t j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
+        const uint32_t sel = packed_before(p, b, j0);
+        const uint32_t bits = range_bits<W>(p, t, b, h, j0, j1, sel);
+        if ((threadIdx.x & 31) == 0)
+            ((SegIndex *)a.index)[gs] = SegIndex{sel, bits};
     }
 }
 
@@ -803,7 +780,12 @@ template <int W> __device__ void decode_segments(const IbpDecodeArgs &a, const P
         const Block b = block_view(h, blk, W);
         const uint32_t n = (b.nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
         if (s < n) {
-            const SegIndex ix = ((const SegIndex *)a.index)[(size_t)bi * nseg + s];
+            // The segment's first payload bit: the bits of the block's earlier segments.
+            const SegIndex *bix = (const SegIndex *)a.index + (size_t)bi * nseg;
+            uint32_t before = 0;
+            for (uint32_t q = lane; q < s; q += 32)
+                before += bix[q].bit;
+            const SegIndex ix = {bix[s].sel, warp_sum(before)};
             const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
             // The segment's payload (at most W bytes a word) into L2 at once, one line a lane, so
             // the group loads that follow do not each wait for DRAM.
@@ -832,19 +814,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, 2) ibp_k_decode(IbpDecode
     }
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 2) ibp_k_index(IbpDecodeArgs a)
+extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_index(IbpDecodeArgs a)
 {
-    __shared__ Shared sh;
     __shared__ TableAny tbl;
     const Plan p = load_plan(a.plan);
     switch (p.w) {
-    case 2: index_blocks<2>(a, p, tbl.t2, sh); break;
-    case 4: index_blocks<4>(a, p, tbl.t4, sh); break;
-    default: index_blocks<8>(a, p, tbl.t8, sh); break;
+    case 2: index_segments<2>(a, p, tbl.t2); break;
+    case 4: index_segments<4>(a, p, tbl.t4); break;
+    default: index_segments<8>(a, p, tbl.t8); break;
     }
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_decode_seg(IbpDecodeArgs a)
+extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_seg(IbpDecodeArgs a)
 {
     __shared__ TableAny tbl;
     const Plan p = load_plan(a.plan);

@@ -30,7 +30,8 @@ typedef struct IbpDecodeArgs {
 #define IBP_DECODE_THREADS 256
 
 /* ibp_k_decode_seg gives each warp a segment of this many words of a block; ibp_k_index first
- * writes every segment's first selector and payload bit (two uint32_t) to the index scratch. */
+ * writes every segment's first selector and its payload bits (two uint32_t) to the index scratch,
+ * a warp per segment, so both kernels spread a few blocks over every SM. */
 #define IBP_DECODE_SEG_WORDS 512u
 
 static inline IBP_DECODE_HD uint32_t ibp_decode_segments(uint32_t word_size, uint32_t block_size)

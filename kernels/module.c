@@ -142,11 +142,10 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
                                  stream, params);
     const unsigned warps = IBP_DECODE_THREADS / 32;
     const uint64_t segs = (uint64_t)args.nblocks * ibp_decode_segments(word_size, args.block_size);
-    if (ibp_kernel_launch(mod, IBP_KERNEL_INDEX, grid_cap(args.nblocks, max_ctas), IBP_DECODE_THREADS, 0, stream,
-                          params))
+    const unsigned grid = grid_cap((segs + warps - 1) / warps, max_ctas);
+    if (ibp_kernel_launch(mod, IBP_KERNEL_INDEX, grid, IBP_DECODE_THREADS, 0, stream, params))
         return -EIO;
-    return ibp_kernel_launch(mod, IBP_KERNEL_DECODE_SEG, grid_cap((segs + warps - 1) / warps, max_ctas),
-                             IBP_DECODE_THREADS, 0, stream, params);
+    return ibp_kernel_launch(mod, IBP_KERNEL_DECODE_SEG, grid, IBP_DECODE_THREADS, 0, stream, params);
 }
 
 int ibp_kernels_selftest(int ordinal, uint32_t n, char *why, size_t why_len)

@@ -30,8 +30,8 @@ static CUresult k_selftest(const FakecudaGrid *grid, void *const *params)
     return CUDA_SUCCESS;
 }
 
-/* Field sizes as the format defines them: the index entry (first selector, first payload bit) of
- * every IBP_DECODE_SEG_WORDS-word segment of a packed block, into sel[] and bit[] (nseg each).
+/* Field sizes as the format defines them: the index entry (first selector, payload bits) of every
+ * IBP_DECODE_SEG_WORDS-word segment of a packed block, into sel[] and bit[] (nseg each).
  * Returns -1 when the block's sections are inconsistent. */
 static int index_block(const IbpPlanHeader *ph, const uint8_t *blob, const uint8_t *blk, size_t comp_len,
                        uint32_t nseg, uint32_t *sel, uint32_t *bit)
@@ -44,11 +44,11 @@ static int index_block(const IbpPlanHeader *ph, const uint8_t *blob, const uint8
         (nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS > nseg)
         return -1;
     const uint8_t *flags = blk + h.rowflag_off, *selectors = blk + h.sel_off;
-    uint64_t selidx = 0, bits = 0;
+    uint64_t selidx = 0;
     for (uint32_t j = 0; j < nwords; j++) {
         if (j % IBP_DECODE_SEG_WORDS == 0) {
             sel[j / IBP_DECODE_SEG_WORDS] = (uint32_t)selidx;
-            bit[j / IBP_DECODE_SEG_WORDS] = (uint32_t)bits;
+            bit[j / IBP_DECODE_SEG_WORDS] = 0;
         }
         const uint32_t row = j / r, col = (uint32_t)(((uint64_t)h.col_phase + j) % c);
         uint32_t s = 0;
@@ -64,7 +64,7 @@ static int index_block(const IbpPlanHeader *ph, const uint8_t *blob, const uint8
             memcpy(&mask, blob + ph->mask_off + ((size_t)(s - 1) * c + col) * 2 * w, w);
             size -= (uint32_t)__builtin_popcountll(mask);
         }
-        bits += size;
+        bit[j / IBP_DECODE_SEG_WORDS] += size;
     }
     return 0;
 }
