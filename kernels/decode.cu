@@ -724,20 +724,31 @@ __device__ uint32_t packed_before(const Plan &p, const Block &b, uint32_t j0)
     return n;
 }
 
+// Segment gs of a run (block-major): its block number, segment within the block, block header
+// and block address.
+__device__ __forceinline__ const uint8_t *segment_block(const IbpDecodeArgs &a, uint64_t gs, uint32_t nseg,
+                                                        uint32_t &bi, uint32_t &s, IbpBlockHeader &h)
+{
+    const uint64_t *offs = (const uint64_t *)a.offsets;
+    bi = (uint32_t)(gs / nseg);
+    s = (uint32_t)(gs % nseg);
+    const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
+    memcpy(&h, blk, sizeof(h));
+    return blk;
+}
+
 // A warp per segment of every packed block: the segment's first selector and its payload bits.
 template <int W> __device__ void index_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl)
 {
     const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
     __syncthreads();
-    const uint64_t *offs = (const uint64_t *)a.offsets;
     const uint32_t nseg = ibp_decode_segments(W, a.block_size);
     const uint64_t total = (uint64_t)a.nblocks * nseg;
     for (uint64_t gs = (uint64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total;
          gs += (uint64_t)gridDim.x * kWarps) {
-        const uint32_t bi = (uint32_t)(gs / nseg), s = (uint32_t)(gs % nseg);
-        const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
+        uint32_t bi, s;
         IbpBlockHeader h;
-        memcpy(&h, blk, sizeof(h));
+        const uint8_t *blk = segment_block(a, gs, nseg, bi, s, h);
         if (h.flags & IBP_BLOCK_RAW)
             continue;
         const Block b = block_view(h, blk, W);
@@ -759,15 +770,13 @@ template <int W> __device__ void decode_segments(const IbpDecodeArgs &a, const P
     const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
     __syncthreads();
     const uint32_t lane = threadIdx.x & 31;
-    const uint64_t *offs = (const uint64_t *)a.offsets;
     const uint32_t nseg = ibp_decode_segments(W, a.block_size);
     const uint64_t total = (uint64_t)a.nblocks * nseg;
     for (uint64_t gs = (uint64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total;
          gs += (uint64_t)gridDim.x * kWarps) {
-        const uint32_t bi = (uint32_t)(gs / nseg), s = (uint32_t)(gs % nseg);
-        const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
+        uint32_t bi, s;
         IbpBlockHeader h;
-        memcpy(&h, blk, sizeof(h));
+        const uint8_t *blk = segment_block(a, gs, nseg, bi, s, h);
         const Out out = out_for(a, bi, h, W);
         const uint32_t seg_bytes = IBP_DECODE_SEG_WORDS * W;
         if (h.flags & IBP_BLOCK_RAW) {

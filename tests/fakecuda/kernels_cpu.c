@@ -91,11 +91,15 @@ static CUresult run_open(void *const *params, Run *r)
     return CUDA_SUCCESS;
 }
 
-static const uint8_t *run_block(const Run *r, uint32_t b, size_t *comp_len)
+/* Block b of the run and its header, or NULL when it is not device memory. */
+static const uint8_t *run_block(const Run *r, uint32_t b, size_t *comp_len, IbpBlockHeader *h)
 {
     *comp_len = r->offs[b + 1] - r->offs[b];
     const uint8_t *blk = fakecuda_mem_access((uintptr_t)(r->a.comp + (r->offs[b] - r->offs[0])), *comp_len, false);
-    return blk && *comp_len >= sizeof(IbpBlockHeader) ? blk : NULL;
+    if (!blk || *comp_len < sizeof(IbpBlockHeader))
+        return NULL;
+    memcpy(h, blk, sizeof(*h));
+    return blk;
 }
 
 /* The index scratch of a run, or NULL when it is not device memory of the right size. */
@@ -128,13 +132,12 @@ static CUresult decode_run(void *const *params, bool check_index)
     res = tmp && (!check_index || want) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     for (uint32_t b = 0; b < a.nblocks && res == CUDA_SUCCESS; b++) {
         size_t comp_len = 0;
-        const uint8_t *blk = run_block(&r, b, &comp_len);
+        IbpBlockHeader h;
+        const uint8_t *blk = run_block(&r, b, &comp_len, &h);
         if (!blk) {
             res = CUDA_ERROR_ILLEGAL_ADDRESS;
             break;
         }
-        IbpBlockHeader h;
-        memcpy(&h, blk, sizeof(h));
         if (h.orig_len > a.block_size ||
             ibp_codec_block_decode(plan, blk, comp_len, h.orig_len, tmp, h.orig_len)) {
             res = CUDA_ERROR_INVALID_VALUE;
@@ -196,13 +199,12 @@ static CUresult k_index(const FakecudaGrid *grid, void *const *params)
         return CUDA_ERROR_OUT_OF_MEMORY;
     for (uint32_t b = 0; b < r.a.nblocks && res == CUDA_SUCCESS; b++) {
         size_t comp_len = 0;
-        const uint8_t *blk = run_block(&r, b, &comp_len);
+        IbpBlockHeader h;
+        const uint8_t *blk = run_block(&r, b, &comp_len, &h);
         if (!blk) {
             res = CUDA_ERROR_ILLEGAL_ADDRESS;
             break;
         }
-        IbpBlockHeader h;
-        memcpy(&h, blk, sizeof(h));
         if (h.flags & IBP_BLOCK_RAW)
             continue;
         if (index_block(r.ph, r.blob, blk, comp_len, nseg, tmp, tmp + nseg)) {
