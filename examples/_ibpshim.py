@@ -239,6 +239,16 @@ def fmt_ratio(x, digits=2):
     return "n/a" if x is None else "%.*f" % (digits, x)
 
 
+def parse_profiled(ap, argv, profiles):
+    """Parses argv and fills every option left unset from profiles["quick"] or profiles["full"]."""
+    args = ap.parse_args(argv)
+    prof = profiles["quick" if args.quick else "full"]
+    for key, val in prof.items():
+        if getattr(args, key) is None:
+            setattr(args, key, val)
+    return args
+
+
 def write_json(path, obj):
     """Writes obj to path (if given); failures are reported, not raised: the summary line is already out."""
     if not path:

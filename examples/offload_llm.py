@@ -78,11 +78,7 @@ def parse_args(argv=None):
     ap.add_argument("--warmup-timeout", type=float,
                     help="seconds to wait for the shim to compress the weights (default 90, quick 40)")
     ap.add_argument("--json", metavar="PATH", help="write the result here")
-    args = ap.parse_args(argv)
-    prof = PROFILES["quick" if args.quick else "full"]
-    for key, val in prof.items():
-        if getattr(args, key) is None:
-            setattr(args, key, val)
+    args = ibp.parse_profiled(ap, argv, PROFILES)
     for key in ("batch", "seq", "blocks", "iters", "hidden", "intermediate", "heads", "kv_heads", "vocab"):
         if getattr(args, key) < 1:
             ap.error("--%s must be at least 1" % key.replace("_", "-"))

@@ -61,11 +61,7 @@ def parse_args(argv=None):
     ap.add_argument("--warmup-timeout", type=float,
                     help="seconds to wait for the shim to compress the table (default 90, quick 40)")
     ap.add_argument("--json", metavar="PATH", help="write the result here")
-    args = ap.parse_args(argv)
-    prof = PROFILES["quick" if args.quick else "full"]
-    for key, val in prof.items():
-        if getattr(args, key) is None:
-            setattr(args, key, val)
+    args = ibp.parse_profiled(ap, argv, PROFILES)
     if args.gib <= 0 or args.slice_mib <= 0 or args.dim < 1:
         ap.error("--gib, --slice-mib and --dim must be positive")
     if args.updates < 0 or args.pause < 0 or args.blocks < 1 or args.iters < 1:

@@ -54,11 +54,7 @@ def parse_args(argv=None):
                     help="skip the child process without the shim; compare the path on and off only")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", metavar="PATH", help="write the result here")
-    args = ap.parse_args(argv)
-    prof = PROFILES["quick" if args.quick else "full"]
-    for key, val in prof.items():
-        if getattr(args, key) is None:
-            setattr(args, key, val)
+    args = ibp.parse_profiled(ap, argv, PROFILES)
     if args.mib <= 0 or args.batches < 2 or args.blocks < 1 or args.iters < 1 or args.warmup < 0:
         ap.error("--mib must be positive, --batches at least 2, --blocks and --iters at least 1")
     return args
