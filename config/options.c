@@ -128,10 +128,11 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
             "Most streaming multiprocessors a decode kernel may occupy (one block of threads each); 0 = no limit."),
     OPT_ENUM("transfer", "staging_exhausted", transfer.staging_exhausted, "wait", staging_policies,
              "When the staging buffer is full: wait for earlier decodes to free it, or send the copy raw."),
-    OPT_SIZE("transfer", "pipeline_chunk", transfer.pipeline_chunk, "8MiB", 0, GIB,
-             "dma path: a compressed run longer than this is copied in chunks of about this many bytes on "
-             "an internal stream while another decodes the chunk before, so a copy costs about the larger of "
-             "DMA and decode instead of their sum; two chunks of staging per copy. 0 = DMA, then decode."),
+    OPT_SIZE("transfer", "pipeline_chunk", transfer.pipeline_chunk, "16MiB", 0, GIB,
+             "dma path: a compressed run of at least 8 times this is copied in chunks of an eighth of the run "
+             "(at least this) on an internal stream while another decodes the chunk before, so a copy costs "
+             "about the larger of DMA and decode instead of their sum; two chunks of staging per copy. "
+             "0 = DMA, then decode."),
 
     OPT_STRING("report", "path", report.path, "",
                "Write the transfer report as JSON to this file as well; empty means no file."),
