@@ -25,8 +25,14 @@ static void retain_primary(void)
 {
     const IbpDriver *drv = ibp_driver_get();
     CUdevice dev;
-    if (drv && drv->cuDeviceGet(&dev, 0) == CUDA_SUCCESS)
-        drv->cuDevicePrimaryCtxRetain(&primary_ctx, dev);
+    CUresult res = drv ? drv->cuDeviceGet(&dev, 0) : CUDA_ERROR_NOT_INITIALIZED;
+    if (res == CUDA_SUCCESS)
+        res = drv->cuDevicePrimaryCtxRetain(&primary_ctx, dev);
+    if (res != CUDA_SUCCESS) {
+        primary_ctx = NULL;
+        IBP_WARN("cannot retain device 0's primary context (%s): pinned shadows need a thread with a "
+                 "current context", drv ? ibp_driver_result_name(res) : "no driver");
+    }
 }
 
 /* Pinned allocations need a current context; portable ones serve every context. */
@@ -37,8 +43,13 @@ static int ensure_context(const IbpDriver *drv, int *pushed)
     if (drv->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur)
         return 0;
     pthread_once(&primary_once, retain_primary);
-    if (!primary_ctx || drv->cuCtxPushCurrent(primary_ctx) != CUDA_SUCCESS)
+    if (!primary_ctx)
         return -ENODEV;
+    const CUresult res = drv->cuCtxPushCurrent(primary_ctx);
+    if (res != CUDA_SUCCESS) {
+        IBP_DEBUG("cuCtxPushCurrent(primary) failed: %s", ibp_driver_result_name(res));
+        return -ENODEV;
+    }
     *pushed = 1;
     return 0;
 }
