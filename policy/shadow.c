@@ -231,27 +231,22 @@ static void *build_worker(void *arg)
 {
     IbpBuildJob *job = arg;
     IbpShadow *s = job->s;
-    uint8_t *scratch = aligned_alloc(16, (job->bound + 15) & ~(size_t)15);
-    if (!scratch) {
-        atomic_store(&job->err, -ENOMEM);
-        return NULL;
-    }
     for (;;) {
         const uint32_t i = atomic_fetch_add(&job->next, 1);
         if (i >= s->nblocks || atomic_load_explicit(&job->err, memory_order_relaxed))
             break;
         const size_t len = block_len(s, i);
         size_t comp = 0;
+        /* Straight into the block's slot: a slot holds the encoder's bound. */
         const int err = ibp_codec_block_encode(s->plan, (const uint8_t *)s->base + (size_t)i * s->block_size, len,
-                                               (size_t)i * s->block_size, scratch, job->bound, &comp);
-        if (err || comp > job->stride) {
-            atomic_store(&job->err, err ? err : -EOVERFLOW);
+                                               (size_t)i * s->block_size, job->staging + (size_t)i * job->stride,
+                                               job->stride, &comp);
+        if (err) {
+            atomic_store(&job->err, err);
             break;
         }
-        memcpy(job->staging + (size_t)i * job->stride, scratch, comp);
         s->comp_len[i] = (uint32_t)comp;
     }
-    free(scratch);
     return NULL;
 }
 
@@ -269,8 +264,8 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
     s->min_ratio = min_ratio;
     uint64_t *snap = malloc((size_t)s->nblocks * sizeof(*snap));
     IbpBuildJob job = {.s = s, .bound = ibp_codec_block_bound(s->plan, s->block_size)};
-    /* A block that does not compress is stored raw: header + data, rounded to 16. */
-    job.stride = (IBP_BLOCK_HEADER_SIZE + s->block_size + 15) & ~(size_t)15;
+    /* The encoder needs its bound of room; what it keeps is at most header + data, rounded to 16. */
+    job.stride = (job.bound + 15) & ~(size_t)15;
     job.staging = malloc((size_t)s->nblocks * job.stride);
     int err = 0;
     if (!snap || !job.staging) {
