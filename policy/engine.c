@@ -21,6 +21,8 @@
 /* How often the compressor looks at compressed regions when nothing wakes it. */
 #define IBP_POLICY_TICK_NS 20000000ull
 #define IBP_POLICY_RECOMPRESS_BATCH 64u
+/* Most hot regions planned side by side in one pass of the compressor. */
+#define IBP_POLICY_PREPLAN_MAX 64
 
 typedef struct IbpPendingD2h {
     size_t off;
@@ -514,21 +516,25 @@ static void enforce_budget(uint64_t keep)
     free(l);
 }
 
-static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr);
+static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCodecPlan **preplan);
 
-static int compress_region(IbpRegion *region)
+/* Compresses a hot region; *preplan (may be NULL), a plan made beforehand, is used and taken. */
+static int compress_region(IbpRegion *region, IbpCodecPlan **preplan)
 {
     IbpPolicyRegion *pr = ibp_region_data(region);
-    if (!pr)
-        return 0;
-    pthread_mutex_lock(&pr->busy);
-    const int done = ibp_region_set_state(region, IBP_REGION_HOT, IBP_REGION_COMPRESSING) &&
-                     compress_region_locked(region, pr);
-    pthread_mutex_unlock(&pr->busy);
+    int done = 0;
+    if (pr) {
+        pthread_mutex_lock(&pr->busy);
+        done = ibp_region_set_state(region, IBP_REGION_HOT, IBP_REGION_COMPRESSING) &&
+               compress_region_locked(region, pr, preplan);
+        pthread_mutex_unlock(&pr->busy);
+    }
+    if (preplan)
+        ibp_codec_plan_destroy(preplan);
     return done;
 }
 
-static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr)
+static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCodecPlan **preplan)
 {
     IbpTracker *tracker = ibp_region_tracker(region);
     if (!tracker) {
@@ -553,7 +559,15 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr)
     IbpCodecPlan *plan = NULL;
     IbpShadow *sh = NULL;
     double ratio = 1.0;
-    int err = ibp_codec_plan_create(base, size, &opts, &plan);
+    int err = 0;
+    if (preplan && *preplan) {
+        /* Planned before tracking was armed: any bytes encode losslessly with any plan, so a write
+         * since then costs ratio at worst, never correctness. */
+        plan = *preplan;
+        *preplan = NULL;
+    } else {
+        err = ibp_codec_plan_create(base, size, &opts, &plan);
+    }
     if (!err)
         err = ibp_shadow_create(&eng.p.ops, base, size, &plan, &sh);
     if (err) {
@@ -697,25 +711,89 @@ static int collect_active(const IbpRegionInfo *info, void *arg)
     return 0;
 }
 
+/* Hot regions planned side by side before their builds (planning is one thread per region, the
+ * build already spreads over compressor_threads). */
+typedef struct IbpPrePlan {
+    IbpRegion *r[IBP_POLICY_PREPLAN_MAX];
+    IbpCodecPlan *plan[IBP_POLICY_PREPLAN_MAX];
+    int n;
+    _Atomic int next;
+} IbpPrePlan;
+
+static void *preplan_worker(void *arg)
+{
+    IbpPrePlan *pp = arg;
+    for (int i; (i = atomic_fetch_add(&pp->next, 1)) < pp->n;) {
+        IbpPolicyRegion *pr = ibp_region_data(pp->r[i]);
+        if (!pr)
+            continue;
+        /* busy keeps a free from returning while the region's bytes are read; a region freed
+         * before is no longer hot. */
+        pthread_mutex_lock(&pr->busy);
+        if (ibp_region_state(pp->r[i]) == IBP_REGION_HOT) {
+            IbpCodecPlanOptions opts = {.block_size = eng.p.block_bytes};
+            if (ibp_codec_plan_create((const void *)ibp_region_base(pp->r[i]), ibp_region_size(pp->r[i]), &opts,
+                                      &pp->plan[i]))
+                pp->plan[i] = NULL;
+        }
+        pthread_mutex_unlock(&pr->busy);
+    }
+    return NULL;
+}
+
+static void preplan(IbpPrePlan *pp)
+{
+    unsigned threads = eng.p.compressor_threads < (unsigned)pp->n ? eng.p.compressor_threads : (unsigned)pp->n;
+    if (threads < 2)
+        return;
+    pthread_t tids[IBP_POLICY_PREPLAN_MAX];
+    unsigned started = 0;
+    for (; started + 1 < threads; started++)
+        if (pthread_create(&tids[started], NULL, preplan_worker, pp))
+            break;
+    preplan_worker(pp);
+    for (unsigned t = 0; t < started; t++)
+        pthread_join(tids[t], NULL);
+}
+
 int ibp_policy_run_pending(void)
 {
     if (!eng.started)
         return 0;
     IbpIdList *l = calloc(1, sizeof(*l));
-    if (!l)
+    IbpPrePlan *pp = calloc(1, sizeof(*pp));
+    if (!l || !pp) {
+        free(l);
+        free(pp);
         return -ENOMEM;
+    }
     ibp_registry_foreach(collect_active, l);
     int compressed = 0;
     for (int i = 0; i < l->n; i++) {
         IbpRegion *r = NULL;
         if (ibp_registry_get(l->ids[i], &r))
             continue;
-        if (ibp_region_state(r) == IBP_REGION_HOT)
-            compressed += compress_region(r);
-        else
+        if (ibp_region_state(r) == IBP_REGION_HOT) {
+            /* As many hot regions a pass as there are compressor threads to plan them: the first
+             * builds start soon, the others wait for the next pass (a tick away at most). */
+            if (pp->n < IBP_POLICY_PREPLAN_MAX && (unsigned)pp->n < eng.p.compressor_threads) {
+                pp->r[pp->n++] = r;
+                continue;
+            }
+            if (pp->n == 0)
+                compressed += compress_region(r, NULL);
+        } else {
             maintain_region(r);
+        }
         ibp_region_put(&r);
     }
+    if (pp->n > 1)
+        preplan(pp);
+    for (int i = 0; i < pp->n; i++) {
+        compressed += compress_region(pp->r[i], &pp->plan[i]);
+        ibp_region_put(&pp->r[i]);
+    }
+    free(pp);
     free(l);
     return compressed;
 }
