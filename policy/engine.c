@@ -601,6 +601,18 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
     }
     IbpShadowStats st;
     ibp_shadow_stats(sh, &st);
+    /* Rewritten while it was being encoded (a transient buffer): counts towards churn, since such a
+     * region never stays compressed long enough to be copied and its rebuilds only cost CPU. */
+    const int rewritten = st.nblocks && st.valid * 2 < st.nblocks;
+    if (rewritten && eng.p.churn_limit && pr->churn + 1 >= eng.p.churn_limit) {
+        pthread_rwlock_unlock(&pr->lock);
+        IBP_INFO("region %llu rewritten while being compressed %u times: no longer tracked",
+                 (unsigned long long)ibp_region_id(region), pr->churn + 1);
+        atomic_fetch_add(&eng.regions_churned, 1);
+        ibp_registry_site_note_churn(ibp_region_site(region));
+        give_up(region, pr, IBP_REGION_COMPRESSING, IBP_COPY_CHURN);
+        return 0;
+    }
     atomic_store(&pr->slab_bytes, st.slab_bytes);
     if (eng.p.on_shadow_bytes)
         eng.p.on_shadow_bytes(pr->tag, (int64_t)st.slab_bytes);
@@ -612,6 +624,10 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
     pr->seen_invalidations = st.invalidations;
     pr->seen_recompressions = st.recompressions;
     pr->churn_counted = 0;
+    if (rewritten) {
+        pr->churn++;
+        pr->churn_counted = 1;
+    }
     atomic_store(&pr->why, IBP_COPY_COMPRESSED);
     ibp_region_set_state(region, IBP_REGION_COMPRESSING, IBP_REGION_COMPRESSED);
     pthread_rwlock_unlock(&pr->lock);

@@ -72,10 +72,10 @@ void start_engine()
     ASSERT_TRUE(err == 0 || err == -EALREADY);
 }
 
-void fill_gaussian(uint8_t *p, size_t n, uint32_t seed)
+void fill_gaussian(uint8_t *p, size_t n, uint32_t seed, float scale = 0.02f)
 {
     std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.f, 0.02f);
+    std::normal_distribution<float> d(0.f, scale);
     for (size_t i = 0; i + 4 <= n; i += 4) {
         const float v = d(rng);
         memcpy(p + i, &v, 4);
@@ -234,6 +234,39 @@ TEST(Engine, ChurningRegionsStopBeingTracked)
         ibp_policy_run_pending(); // stable again: recompress
         copy_and_check(r.mem, r.size, &why);
     }
+    EXPECT_EQ(why, IBP_COPY_CHURN);
+    IbpPolicyStats st;
+    ibp_policy_stats(&st);
+    EXPECT_GE(st.regions_churned, 1u);
+}
+
+TEST(Engine, RegionsRewrittenDuringEveryBuildStopBeingTracked)
+{
+    // A transient batch buffer: the application writes new content all the time, of a scale the
+    // last plan does not fit, so every build finds its blocks stale when it ends and none can be
+    // recompressed.  Without counting that as churn the region would be planned and rebuilt
+    // forever, costing CPU and never a compressed copy.
+    start_engine();
+    Region r(4 * kMiB, 6);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    copy_and_check(r.mem, r.size);
+    copy_and_check(r.mem, r.size);
+    std::atomic<bool> stop{false};
+    std::thread writer([&] {
+        for (uint32_t seed = 1000; !stop.load(); seed++)
+            fill_gaussian(r.mem, r.size, seed, seed % 2 ? 0.02f : 3e4f);
+    });
+    IbpCopyWhy why = IBP_COPY_COLD;
+    for (int pass = 0; pass < 40 && why != IBP_COPY_CHURN; pass++) {
+        ibp_policy_run_pending();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        IbpCopyPlan plan;
+        if (ibp_policy_plan_h2d(r.mem, r.size, &plan))
+            ibp_policy_plan_end(&plan, nullptr);
+        why = plan.why;
+    }
+    stop = true;
+    writer.join();
     EXPECT_EQ(why, IBP_COPY_CHURN);
     IbpPolicyStats st;
     ibp_policy_stats(&st);
