@@ -44,6 +44,18 @@ typedef struct IbpEncEntry {
     uint64_t value[IBP_MAX_SETS];
 } IbpEncEntry;
 
+/* Largest group table a plan builds (gmask and gvalue together); above it (many columns with
+ * 2-byte words and 2-bit selectors) the kernels go word by word. */
+#define IBP_GROUP_TABLE_MAX ((size_t)256 * 1024)
+
+/* Groups the kernels take per selector load: 7 groups of up to 8 selector bits fit the 57 bits a
+ * 64-bit load at a byte boundary always holds. */
+#define IBP_GROUP_RUN 7u
+
+/* Per-lane tables of the vector kernels have this many elements past the last column, so a
+ * 256-bit load at any column stays inside them. */
+#define IBP_LANE_PAD 32u
+
 struct IbpCodecPlan {
     uint32_t word_size;
     uint32_t columns;
@@ -69,6 +81,58 @@ struct IbpCodecPlan {
      * rejected once per row. */
     IbpDecEntry *dtab;
     IbpEncEntry *etab; /* [C] */
+    /* Group table (NULL when larger than IBP_GROUP_TABLE_MAX).  The G = 8 / W consecutive words
+     * of a group as one 64-bit word: gmask holds their variant bits (the words' masks side by
+     * side), gvalue their invariant values, for one starting column and one combination of the G
+     * selectors, index (c << group_sel_bits) | (the G selectors as they lie in the stream).  The
+     * fields of consecutive words follow each other in the payload, so one pdep (decode) or pext
+     * (encode) with gmask moves the whole group, and popcount(gmask) is its payload length. */
+    uint64_t *gmask;
+    uint64_t *gvalue;
+    uint32_t group_sel_bits; /* G * sel_bits */
+    /* gcols[c * (IBP_GROUP_RUN + 1) + q] = ((c + q * G) mod C) << group_sel_bits: the table row of
+     * the q-th group of a run that starts at column c, so no group computes a column. */
+    uint32_t *gcols;
+    /* The reference decoder's table: per (c << sel_bits) + s, ref_stride words: dvalue, vbits,
+     * then max_runs pairs {bits, gap} of vmask's runs, padded with empty runs so that every word
+     * takes the same number of steps (no branch on the data). */
+    uint64_t *rtab;
+    uint32_t max_runs;
+    uint32_t ref_stride;
+    /* Lane tables: element e (W bytes each) describes column e mod C, for e < C + IBP_LANE_PAD, so
+     * a vector load at element c gives the lanes of words starting at column c.  lane_zz,
+     * lane_delta and lane_xor are all ones where the column has that transform, else zero;
+     * lane_mask/lane_value hold mask set k of each column (set 1 repeated past K, as in etab). */
+    uint8_t *lanes; /* one allocation behind the pointers below */
+    uint8_t *lane_zz;
+    uint8_t *lane_delta;
+    uint8_t *lane_xor;
+    uint8_t *lane_mask[IBP_MAX_SETS];
+    uint8_t *lane_value[IBP_MAX_SETS];
+    /* Byte shuffles of the 128-bit prefix scan that undoes predictors when C < 16 / W (see
+     * block_avx2.h): scan_steps shifts by C, 2C, 4C lanes, then the carry from the vector before. */
+    uint32_t scan_steps;
+    uint8_t scan_ctrl[4][16];
+    /* When C >= XL = 16 / W: the predecessors of a vector at word j are bytes [o, o + 16) of the
+     * two vectors at j - pred_dist (pred_dist = XL * ceil(C / XL) words, o = (pred_dist - C) * W);
+     * pred_lo and pred_hi shuffle them into place. */
+    uint32_t pred_dist;
+    uint8_t pred_lo[16];
+    uint8_t pred_hi[16];
+    /* Period-major undo of the transforms (block_avx2.h), 0 where it does not apply: vectors start
+     * at column 0, so lane constants stay in registers.  period = k * C words, k periods per vector
+     * when C is at most half a vector (their chains joined by period_steps shifts, then the carry
+     * from the vector before), else one period over period_vecs (1 or 2) vectors.  period_wide: 256-
+     * bit vectors (else 128).  period_idx: lane indices of the shifts by C, 2C, 4C lanes and of the
+     * carry (index 3), as vpermd dwords (256-bit) or pshufb bytes (128-bit); period_keep: all ones
+     * in the lanes each shift fills. */
+    uint32_t period;
+    uint32_t period_vecs;
+    uint32_t period_steps;
+    uint32_t period_wide;
+    uint32_t xf_kinds; /* bit 0: some column zigzags; bit 1: some delta; bit 2: some xor */
+    uint8_t period_idx[4][32];
+    uint8_t period_keep[3][32];
     void *blob;
     size_t blob_len;
     double sample_ratio;
@@ -96,6 +160,7 @@ size_t ibp_codec_kernels_levels(const IbpCodecKernels **levels, size_t cap);
 
 extern const IbpCodecKernels ibp_codec_kernels_ref;
 extern const IbpCodecKernels ibp_codec_kernels_bmi2;
+extern const IbpCodecKernels ibp_codec_kernels_avx2;
 
 /* Builds a plan from explicit parameters.  xform may be NULL (no transforms); mask/value hold
  * nsets * columns entries, set-major.  Sorts nothing: the encoder takes the first matching set. */

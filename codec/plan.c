@@ -35,6 +35,169 @@ static uint32_t ibp_plan_bit_runs(uint64_t v, IbpBitRun *out)
     return n;
 }
 
+/* Lane `to` takes lane `from`: as dword indices of vpermd (wide) or byte indices of pshufb. */
+static void ibp_plan_lane_index(uint8_t *idx, uint32_t to, uint32_t from, uint32_t w, int wide)
+{
+    if (wide) {
+        for (uint32_t d = 0; d < w / 4u; d++)
+            idx[(to * w / 4u + d) * 4u] = (uint8_t)(from * w / 4u + d);
+    } else {
+        for (uint32_t b = 0; b < w; b++)
+            idx[to * w + b] = (uint8_t)(from * w + b);
+    }
+}
+
+/* The period-major layout of block_avx2.h's transform undo (see IbpCodecPlan.period). */
+static void ibp_plan_periods(IbpCodecPlan *p)
+{
+    const uint32_t w = p->word_size;
+    const uint32_t c_count = p->columns;
+    p->xf_kinds = 0;
+    for (uint32_t c = 0; c < c_count; c++) {
+        const uint32_t xf = p->xform[c];
+        p->xf_kinds |= (xf & IBP_XF_ZIGZAG ? 1u : 0u) |
+                       ((xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? 2u : 0u) |
+                       ((xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_XOR ? 4u : 0u);
+    }
+    /* 2-byte lanes cannot cross the halves of a 256-bit vector, so their k > 1 layout is 128-bit. */
+    const uint32_t wide_lanes = 32u / w;
+    const int wide = w > 2u || c_count > 8u;
+    const uint32_t lanes = wide ? wide_lanes : 16u / w;
+    p->period = 0;
+    if (c_count > 2u * lanes)
+        return;
+    const uint32_t k = c_count <= lanes / 2u ? lanes / c_count : 1u;
+    p->period = k * c_count;
+    p->period_vecs = (c_count + lanes - 1u) / lanes;
+    p->period_wide = (uint32_t)wide;
+    p->period_steps = 0;
+    memset(p->period_idx, 0, sizeof(p->period_idx));
+    memset(p->period_keep, 0, sizeof(p->period_keep));
+    /* Lane i of shift s takes lane i - s; lane i of the carry continues the chain that ended in
+     * the last period of the vector before: lane (k - 1) * C + i mod C. */
+    for (uint32_t shift = c_count; k > 1u && shift < p->period; shift *= 2u) {
+        const uint32_t st = p->period_steps++;
+        for (uint32_t i = 0; i < lanes; i++) {
+            const uint32_t from = i >= shift ? i - shift : 0u;
+            const uint64_t keep = i >= shift ? ibp_fmt_word_mask(w) : 0;
+            memcpy(p->period_keep[st] + (size_t)i * w, &keep, w);
+            ibp_plan_lane_index(p->period_idx[st], i, from, w, wide);
+        }
+    }
+    for (uint32_t i = 0; i < lanes; i++)
+        ibp_plan_lane_index(p->period_idx[3], i, (k - 1u) * c_count + i % c_count, w, wide);
+}
+
+/* Group table, reference table, lane tables and scan shuffles (see IbpCodecPlan), all derived
+ * from the per-word tables already built. */
+static int ibp_plan_vector_tables(IbpCodecPlan *p)
+{
+    const uint32_t w = p->word_size;
+    const uint32_t c_count = p->columns;
+    const uint32_t sb = p->sel_bits;
+    const uint32_t g = 8u / w;
+    const uint32_t wbits = w * 8u;
+
+    p->group_sel_bits = g * sb;
+    const size_t gentries = (size_t)c_count << p->group_sel_bits;
+    if (gentries * 2u * sizeof(uint64_t) <= IBP_GROUP_TABLE_MAX) {
+        p->gmask = malloc(gentries * sizeof(uint64_t));
+        p->gvalue = malloc(gentries * sizeof(uint64_t));
+        p->gcols = malloc((size_t)c_count * (IBP_GROUP_RUN + 1u) * sizeof(uint32_t));
+        if (!p->gmask || !p->gvalue || !p->gcols)
+            return -ENOMEM;
+        for (uint32_t c = 0; c < c_count; c++)
+            for (uint32_t q = 0; q <= IBP_GROUP_RUN; q++)
+                p->gcols[c * (IBP_GROUP_RUN + 1u) + q] = ((c + q * g) % c_count) << p->group_sel_bits;
+        for (size_t e = 0; e < gentries; e++) {
+            const uint32_t c = (uint32_t)(e >> p->group_sel_bits);
+            uint64_t mask = 0;
+            uint64_t value = 0;
+            for (uint32_t i = 0; i < g; i++) {
+                /* A selector above K (corrupt data) takes the empty entry, as in dtab. */
+                const uint32_t s = (uint32_t)(e >> (i * sb)) & ((1u << sb) - 1u);
+                const IbpDecEntry *d = p->dtab + ((size_t)((c + i) % c_count) << sb) + s;
+                mask |= d->vmask << (i * wbits);
+                value |= d->dvalue << (i * wbits);
+            }
+            p->gmask[e] = mask;
+            p->gvalue[e] = value;
+        }
+    }
+
+    uint32_t max_runs = 0;
+    for (uint32_t i = 0; i < (p->nsets + 1u) * c_count; i++)
+        max_runs = p->nruns[i] > max_runs ? p->nruns[i] : max_runs;
+    p->max_runs = max_runs;
+    p->ref_stride = 2u + 2u * max_runs;
+    const size_t rentries = (size_t)c_count << sb;
+    p->rtab = calloc(rentries * p->ref_stride, sizeof(uint64_t));
+    if (!p->rtab)
+        return -ENOMEM;
+    for (uint32_t c = 0; c < c_count; c++) {
+        for (uint32_t s = 0; s <= p->nsets; s++) {
+            const uint32_t idx = s * c_count + c;
+            uint64_t *r = p->rtab + (((size_t)c << sb) + s) * p->ref_stride;
+            r[0] = p->dvalue[idx];
+            r[1] = p->vbits[idx];
+            for (uint32_t k = 0; k < p->nruns[idx]; k++) {
+                r[2u + 2u * k] = p->runs[p->run_first[idx] + k].bits;
+                r[3u + 2u * k] = p->runs[p->run_first[idx] + k].gap;
+            }
+        }
+    }
+
+    const size_t lane_len = (size_t)(c_count + IBP_LANE_PAD) * w;
+    p->lanes = calloc(3u + 2u * IBP_MAX_SETS, lane_len);
+    if (!p->lanes)
+        return -ENOMEM;
+    p->lane_zz = p->lanes;
+    p->lane_delta = p->lanes + lane_len;
+    p->lane_xor = p->lanes + 2u * lane_len;
+    for (uint32_t k = 0; k < IBP_MAX_SETS; k++) {
+        p->lane_mask[k] = p->lanes + (3u + k) * lane_len;
+        p->lane_value[k] = p->lanes + (3u + IBP_MAX_SETS + k) * lane_len;
+    }
+    const uint64_t ones = ibp_fmt_word_mask(w);
+    for (uint32_t e = 0; e < c_count + IBP_LANE_PAD; e++) {
+        const uint32_t c = e % c_count;
+        const uint32_t xf = p->xform[c];
+        const uint64_t zz = xf & IBP_XF_ZIGZAG ? ones : 0;
+        const uint64_t delta = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? ones : 0;
+        const uint64_t xr = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_XOR ? ones : 0;
+        memcpy(p->lane_zz + (size_t)e * w, &zz, w);
+        memcpy(p->lane_delta + (size_t)e * w, &delta, w);
+        memcpy(p->lane_xor + (size_t)e * w, &xr, w);
+        for (uint32_t k = 0; k < IBP_MAX_SETS; k++) {
+            memcpy(p->lane_mask[k] + (size_t)e * w, &p->etab[c].mask[k], w);
+            memcpy(p->lane_value[k] + (size_t)e * w, &p->etab[c].value[k], w);
+        }
+    }
+
+    /* Scan of 16 / W lanes: lane i takes lane i - shift (none below 0: index 0x80 gives 0). */
+    const uint32_t lanes = 16u / w;
+    p->scan_steps = 0;
+    p->pred_dist = (c_count + lanes - 1u) / lanes * lanes;
+    const uint32_t o = (p->pred_dist - c_count) * w;
+    for (uint32_t b = 0; b < 16u; b++) {
+        p->pred_lo[b] = b + o < 16u ? (uint8_t)(b + o) : 0x80u;
+        p->pred_hi[b] = b + o >= 16u ? (uint8_t)(b + o - 16u) : 0x80u;
+    }
+    ibp_plan_periods(p);
+    if (c_count < lanes) {
+        for (uint32_t shift = c_count; shift < lanes; shift *= 2u) {
+            uint8_t *ctrl = p->scan_ctrl[p->scan_steps++];
+            for (uint32_t b = 0; b < 16u; b++)
+                ctrl[b] = b / w >= shift ? (uint8_t)(b - shift * w) : 0x80u;
+        }
+        /* Carry: lane i continues the chain that ended in lane lanes - C + i mod C of the vector
+         * before. */
+        for (uint32_t b = 0; b < 16u; b++)
+            p->scan_ctrl[3][b] = (uint8_t)((lanes - c_count + (b / w) % c_count) * w + b % w);
+    }
+    return 0;
+}
+
 /* Serialises the plan: header, C transform bytes, then K*C {mask, value} pairs of W bytes. */
 static int ibp_plan_make_blob(IbpCodecPlan *p)
 {
@@ -148,6 +311,9 @@ int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_word
         p->run_first[i] = used;
         used += ibp_plan_bit_runs(p->vmask[i], p->runs + used);
     }
+    rc = ibp_plan_vector_tables(p);
+    if (rc)
+        goto fail;
     rc = ibp_plan_make_blob(p);
     if (rc)
         goto fail;
@@ -174,6 +340,11 @@ void ibp_codec_plan_destroy(IbpCodecPlan **plan)
     free(p->runs);
     free(p->dtab);
     free(p->etab);
+    free(p->gmask);
+    free(p->gvalue);
+    free(p->gcols);
+    free(p->rtab);
+    free(p->lanes);
     free(p->blob);
     free(p);
     *plan = NULL;
