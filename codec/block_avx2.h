@@ -7,7 +7,7 @@
  * Against block_fast.h, whose kernels stay the fallback for plans without a group table (see
  * IBP_GROUP_TABLE_MAX):
  * - Groups: the G = 8 / W words of a group go through one pdep (decode) or pext (encode) with the
- *   group's combined mask (gmask), looked up once by the starting column and the G selectors as
+ *   group's combined mask (gtab), looked up once by the starting column and the G selectors as
  *   they lie in the stream.  Consecutive fields are adjacent in the payload, so that is exact.
  * - Transforms in separate vector passes.  The encoder transforms a row into a buffer first (each
  *   word is predicted from the original bytes, so lanes are independent).  The decoder decodes a
@@ -448,10 +448,9 @@ IBP_KW(ibp_ax_row_sb)(const IbpCodecPlan *p, const uint8_t *pbase, uint64_t *ppo
     const uint32_t w = IBP_W;
     const uint32_t c_count = p->columns;
     const uint32_t gsb = IBP_G * sb;
-    const uint64_t gsel = ((uint64_t)1 << gsb) - 1u;
+    const uint64_t gsel2 = (((uint64_t)1 << gsb) - 1u) << 1;
     const uint64_t bad_bits = p->nsets == 2u ? 0x5555555555555555u : 0u;
-    const uint64_t *const gm = p->gmask;
-    const uint64_t *const gv = p->gvalue;
+    const uint64_t *const gt = p->gtab;
     const uint32_t ngroups = n / IBP_G;
     uint64_t ppos = *ppos_io;
     uint64_t spos = *spos_io;
@@ -463,16 +462,17 @@ IBP_KW(ibp_ax_row_sb)(const IbpCodecPlan *p, const uint8_t *pbase, uint64_t *ppo
         spos += (uint64_t)k * gsb;
         sg &= ibp_low_mask(k * gsb);
         bad |= sg & (sg >> 1) & bad_bits;
+        /* Doubled, so that a group's selectors, shifted and masked, index gtab's pairs. */
+        const uint64_t sg2 = sg << 1;
         const uint32_t *const cols = p->gcols + (size_t)col * (IBP_GROUP_RUN + 1u);
 #define IBP_AX_GROUP(q)                                                                                      \
     do {                                                                                                     \
-        const size_t e_ = cols[(q)] | (sg & gsel);                                                           \
-        sg >>= gsb;                                                                                          \
-        const uint64_t m_ = gm[e_];                                                                          \
+        const size_t e_ = cols[(q)] | ((sg2 >> ((q)*gsb)) & gsel2);                                          \
+        const uint64_t m_ = gt[e_];                                                                          \
         const uint32_t v_ = (uint32_t)__builtin_popcountll(m_);                                              \
         const uint64_t f_ = IBP_KW(ibp_ax_group_field)(pbase, ppos, v_);                                     \
         ppos += v_;                                                                                          \
-        ibp_store64(out + (size_t)(q)*8u, _pdep_u64(f_, m_) | gv[e_]);                                       \
+        ibp_store64(out + (size_t)(q)*8u, _pdep_u64(f_, m_) | gt[e_ + 1u]);                                  \
     } while (0)
         if (k == IBP_GROUP_RUN) {
             /* Unrolled: table offsets and stores at constant displacements. */
@@ -485,7 +485,7 @@ IBP_KW(ibp_ax_row_sb)(const IbpCodecPlan *p, const uint8_t *pbase, uint64_t *ppo
         }
 #undef IBP_AX_GROUP
         out += (size_t)k * 8u;
-        col = cols[k] >> gsb;
+        col = cols[k] >> (gsb + 1u);
         g += k;
     }
     /* The row's last n % G words, one by one. */
@@ -549,7 +549,7 @@ IBP_KATTR static int IBP_KW(ibp_ax_block_decode)(const IbpCodecPlan *p, const ui
     /* Copies of the streams' last bytes, zero-padded, for rows near their ends (below). */
     uint8_t tail[IBP_AX_TAIL_BYTES] __attribute__((aligned(16)));
 
-    if (!p->gmask)
+    if (!p->gtab)
         return IBP_KW(ibp_block_decode_fast)(p, blk, blk_len, orig_len, dst, limit);
     int rc = ibp_block_open(blk, blk_len, orig_len, limit, w, r_len, c_count, &h);
     if (rc <= 0)
@@ -738,8 +738,8 @@ IBP_KW(ibp_ax_encode_row)(const IbpCodecPlan *p, const uint8_t *t, uint32_t n, u
     const uint32_t c_count = p->columns;
     const uint32_t sb = p->sel_bits;
     const uint32_t gsb = p->group_sel_bits;
-    const uint32_t gsel = (1u << gsb) - 1u;
-    const uint64_t *const gm = p->gmask;
+    const uint32_t gsel2 = ((1u << gsb) - 1u) << 1;
+    const uint64_t *const gt = p->gtab;
     const IbpBitWriter sw0 = *sw;
     IbpFastWriter lw = *pw;
     uint64_t bits = 0;
@@ -750,16 +750,15 @@ IBP_KW(ibp_ax_encode_row)(const IbpCodecPlan *p, const uint8_t *t, uint32_t n, u
         const uint8_t *const in = t + (size_t)i * w;
         const uint32_t sel = IBP_KW(ibp_ax_select)(p, _mm256_loadu_si256((const __m256i *)in), col, k_count);
         const uint32_t *const cols = p->gcols + (size_t)col * (IBP_GROUP_RUN + 1u);
-        uint32_t gs = sel;
+        const uint64_t sel2 = (uint64_t)sel << 1;
         for (uint32_t q = 0; q < 4u; q++) {
-            const uint64_t m = gm[cols[q] | (gs & gsel)];
-            gs >>= gsb;
+            const uint64_t m = gt[cols[q] | ((sel2 >> (q * gsb)) & gsel2)];
             const uint32_t nb = (uint32_t)__builtin_popcountll(m);
             ibp_fw_put64(&lw, _pext_u64(ibp_load64(in + q * 8u), m), nb);
             bits += nb;
         }
         ibp_bw_put(sw, sel, IBP_YL * sb);
-        col = cols[4] >> gsb;
+        col = cols[4] >> (gsb + 1u);
     }
     for (; i < n; i++) {
         const uint64_t x = ibp_load_word(t + (size_t)i * w, w);
@@ -833,7 +832,7 @@ IBP_KATTR static int IBP_KW(ibp_ax_block_encode)(const IbpCodecPlan *p, const ui
                                                  uint32_t phase, uint8_t *dst, size_t cap, size_t *comp_len)
 {
     uint8_t t[IBP_MAX_ROW_WORDS * 8u] __attribute__((aligned(32)));
-    if (!p->gmask)
+    if (!p->gtab)
         return IBP_KW(ibp_block_encode_fast)(p, src, len, phase, dst, cap, comp_len);
     switch (p->nsets) {
     case 1:
@@ -854,20 +853,19 @@ IBP_KW(ibp_ax_row_cost)(const IbpCodecPlan *p, const uint8_t *t, uint32_t n, uin
     const uint32_t c_count = p->columns;
     const uint32_t sb = p->sel_bits;
     const uint32_t gsb = p->group_sel_bits;
-    const uint32_t gsel = (1u << gsb) - 1u;
-    const uint64_t *const gm = p->gmask;
+    const uint32_t gsel2 = ((1u << gsb) - 1u) << 1;
+    const uint64_t *const gt = p->gtab;
     uint64_t bits = (uint64_t)n * sb;
     uint32_t i = 0;
 
     for (; i + IBP_YL <= n; i += IBP_YL) {
-        uint32_t gs =
-            IBP_KW(ibp_ax_select)(p, _mm256_loadu_si256((const __m256i *)(t + (size_t)i * w)), col, k_count);
+        const uint64_t sel2 = (uint64_t)IBP_KW(ibp_ax_select)(
+                                  p, _mm256_loadu_si256((const __m256i *)(t + (size_t)i * w)), col, k_count)
+                              << 1;
         const uint32_t *const cols = p->gcols + (size_t)col * (IBP_GROUP_RUN + 1u);
-        for (uint32_t q = 0; q < 4u; q++) {
-            bits += (uint64_t)__builtin_popcountll(gm[cols[q] | (gs & gsel)]);
-            gs >>= gsb;
-        }
-        col = cols[4] >> gsb;
+        for (uint32_t q = 0; q < 4u; q++)
+            bits += (uint64_t)__builtin_popcountll(gt[cols[q] | ((sel2 >> (q * gsb)) & gsel2)]);
+        col = cols[4] >> (gsb + 1u);
     }
     for (; i < n; i++) {
         const uint32_t s = IBP_KW(ibp_ax_select1)(p, ibp_load_word(t + (size_t)i * w, w), col);
@@ -920,7 +918,7 @@ IBP_KATTR static uint64_t IBP_KW(ibp_ax_block_cost)(const IbpCodecPlan *p, const
                                                     uint32_t phase)
 {
     uint8_t t[IBP_MAX_ROW_WORDS * 8u] __attribute__((aligned(32)));
-    if (!p->gmask)
+    if (!p->gtab)
         return IBP_KFN(ibp_block_cost)(p, src, len, phase);
     switch (p->nsets) {
     case 1:

@@ -44,8 +44,8 @@ typedef struct IbpEncEntry {
     uint64_t value[IBP_MAX_SETS];
 } IbpEncEntry;
 
-/* Largest group table a plan builds (gmask and gvalue together); above it (many columns with
- * 2-byte words and 2-bit selectors) the kernels go word by word. */
+/* Largest group table a plan builds; above it (many columns with 2-byte words and 2-bit
+ * selectors) the kernels go word by word. */
 #define IBP_GROUP_TABLE_MAX ((size_t)256 * 1024)
 
 /* Groups the kernels take per selector load: 7 groups of up to 8 selector bits fit the 57 bits a
@@ -81,17 +81,17 @@ struct IbpCodecPlan {
      * rejected once per row. */
     IbpDecEntry *dtab;
     IbpEncEntry *etab; /* [C] */
-    /* Group table (NULL when larger than IBP_GROUP_TABLE_MAX).  The G = 8 / W consecutive words
-     * of a group as one 64-bit word: gmask holds their variant bits (the words' masks side by
-     * side), gvalue their invariant values, for one starting column and one combination of the G
-     * selectors, index (c << group_sel_bits) | (the G selectors as they lie in the stream).  The
-     * fields of consecutive words follow each other in the payload, so one pdep (decode) or pext
-     * (encode) with gmask moves the whole group, and popcount(gmask) is its payload length. */
-    uint64_t *gmask;
-    uint64_t *gvalue;
+    /* Group table (NULL when larger than IBP_GROUP_TABLE_MAX).  Entry e describes the G = 8 / W
+     * consecutive words of a group as one 64-bit word, for one starting column and one combination
+     * of the G selectors, e = (c << group_sel_bits) | (the G selectors as they lie in the stream):
+     * gtab[2e] holds their variant bits (the words' masks side by side), gtab[2e + 1] their
+     * invariant values.  The fields of consecutive words follow each other in the payload, so one
+     * pdep (decode) or pext (encode) with gtab[2e] moves the whole group, and its popcount is the
+     * group's payload length.  Mask and value share a cache line. */
+    uint64_t *gtab;
     uint32_t group_sel_bits; /* G * sel_bits */
-    /* gcols[c * (IBP_GROUP_RUN + 1) + q] = ((c + q * G) mod C) << group_sel_bits: the table row of
-     * the q-th group of a run that starts at column c, so no group computes a column. */
+    /* gcols[c * (IBP_GROUP_RUN + 1) + q] = 2 * (((c + q * G) mod C) << group_sel_bits): where in
+     * gtab the q-th group of a run that starts at column c finds its column's entries. */
     uint32_t *gcols;
     /* The reference decoder's table: per (c << sel_bits) + s, ref_stride words: dvalue, vbits,
      * then max_runs pairs {bits, gap} of vmask's runs, padded with empty runs so that every word

@@ -101,14 +101,13 @@ static int ibp_plan_vector_tables(IbpCodecPlan *p)
     p->group_sel_bits = g * sb;
     const size_t gentries = (size_t)c_count << p->group_sel_bits;
     if (gentries * 2u * sizeof(uint64_t) <= IBP_GROUP_TABLE_MAX) {
-        p->gmask = malloc(gentries * sizeof(uint64_t));
-        p->gvalue = malloc(gentries * sizeof(uint64_t));
+        p->gtab = malloc(gentries * 2u * sizeof(uint64_t));
         p->gcols = malloc((size_t)c_count * (IBP_GROUP_RUN + 1u) * sizeof(uint32_t));
-        if (!p->gmask || !p->gvalue || !p->gcols)
+        if (!p->gtab || !p->gcols)
             return -ENOMEM;
         for (uint32_t c = 0; c < c_count; c++)
             for (uint32_t q = 0; q <= IBP_GROUP_RUN; q++)
-                p->gcols[c * (IBP_GROUP_RUN + 1u) + q] = ((c + q * g) % c_count) << p->group_sel_bits;
+                p->gcols[c * (IBP_GROUP_RUN + 1u) + q] = (((c + q * g) % c_count) << p->group_sel_bits) * 2u;
         for (size_t e = 0; e < gentries; e++) {
             const uint32_t c = (uint32_t)(e >> p->group_sel_bits);
             uint64_t mask = 0;
@@ -120,8 +119,8 @@ static int ibp_plan_vector_tables(IbpCodecPlan *p)
                 mask |= d->vmask << (i * wbits);
                 value |= d->dvalue << (i * wbits);
             }
-            p->gmask[e] = mask;
-            p->gvalue[e] = value;
+            p->gtab[2u * e] = mask;
+            p->gtab[2u * e + 1u] = value;
         }
     }
 
@@ -340,8 +339,7 @@ void ibp_codec_plan_destroy(IbpCodecPlan **plan)
     free(p->runs);
     free(p->dtab);
     free(p->etab);
-    free(p->gmask);
-    free(p->gvalue);
+    free(p->gtab);
     free(p->gcols);
     free(p->rtab);
     free(p->lanes);
