@@ -93,12 +93,13 @@ struct IbpCodecPlan {
     /* gcols[c * (IBP_GROUP_RUN + 1) + q] = 2 * (((c + q * G) mod C) << group_sel_bits): where in
      * gtab the q-th group of a run that starts at column c finds its column's entries. */
     uint32_t *gcols;
-    /* The reference decoder's table: per (c << sel_bits) + s, ref_stride words: dvalue, vbits,
-     * then max_runs pairs {bits, gap} of vmask's runs, padded with empty runs so that every word
-     * takes the same number of steps (no branch on the data). */
-    uint64_t *rtab;
-    uint32_t max_runs;
-    uint32_t ref_stride;
+    /* The reference decoder's group table (NULL without gtab, or in plans built for cost only):
+     * entry e (as in gtab) is rgtab[8e .. 8e + 7] = mask, value, then the masks of the six steps
+     * of a shift network that deposits a group's field into its mask, shifts of 32, 16, 8, 4, 2
+     * and 1 bits (see ibp_plan_expand_steps), so pdep costs the same for every mask, with no
+     * branch; rgbits[e] = popcount(mask). */
+    uint64_t *rgtab;
+    uint8_t *rgbits;
     /* Lane tables: element e (W bytes each) describes column e mod C, for e < C + IBP_LANE_PAD, so
      * a vector load at element c gives the lanes of words starting at column c.  lane_zz,
      * lane_delta and lane_xor are all ones where the column has that transform, else zero;
@@ -167,6 +168,12 @@ extern const IbpCodecKernels ibp_codec_kernels_avx2;
 int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
                          uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
                          const uint64_t *value, IbpCodecPlan **out);
+
+/* The same for plans only asked for their cost (the planner's candidates): skips the tables
+ * only decoding needs and that take long to build. */
+int ibp_codec_plan_build_lite(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
+                              uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
+                              const uint64_t *value, IbpCodecPlan **out);
 
 /* Byte size of a block's worst case, as ibp_codec_block_bound() but for internal callers. */
 size_t ibp_codec_bound_for(const IbpCodecPlan *plan, size_t orig_len);

@@ -35,6 +35,29 @@ static uint32_t ibp_plan_bit_runs(uint64_t v, IbpBitRun *out)
     return n;
 }
 
+/* Masks of the shift network that deposits the low popcount(m) bits of a word into the set bits
+ * of m (pdep without the instruction).  A bit of the field bound for set bit p of m must move up
+ * by z(p), the clear bits of m below p; the network moves it by 32, 16, 8, 4, 2, 1 where z(p) has
+ * that bit.  Run backwards, the steps are those of gathering the set bits down (pext): step k
+ * moves down by 2^k the bits whose count of clear bits below (at that stage) is odd in bit k.
+ * steps[5 - k] holds the positions those bits leave in pext, which are the positions they reach
+ * in pdep; bits move in order, so no step overwrites a bit that is still needed. */
+static void ibp_plan_expand_steps(uint64_t m, uint64_t *steps)
+{
+    /* below: bit q set where position q - 1 is clear in m, one mark per clear bit still counted */
+    uint64_t below = ~m << 1;
+    for (uint32_t k = 0; k < 6u; k++) {
+        uint64_t odd = below; /* bit q: odd number of marks at or below q */
+        for (uint32_t s = 1; s < 64u; s *= 2u)
+            odd ^= odd << s;
+        const uint64_t move = odd & m;
+        steps[5u - k] = move;
+        m = (m ^ move) | (move >> (1u << k));
+        /* Marks of an odd prefix are now accounted for in units of 2^k. */
+        below &= ~odd;
+    }
+}
+
 /* Lane `to` takes lane `from`: as dword indices of vpermd (wide) or byte indices of pshufb. */
 static void ibp_plan_lane_index(uint8_t *idx, uint32_t to, uint32_t from, uint32_t w, int wide)
 {
@@ -90,7 +113,7 @@ static void ibp_plan_periods(IbpCodecPlan *p)
 
 /* Group table, reference table, lane tables and scan shuffles (see IbpCodecPlan), all derived
  * from the per-word tables already built. */
-static int ibp_plan_vector_tables(IbpCodecPlan *p)
+static int ibp_plan_vector_tables(IbpCodecPlan *p, int full)
 {
     const uint32_t w = p->word_size;
     const uint32_t c_count = p->columns;
@@ -124,25 +147,17 @@ static int ibp_plan_vector_tables(IbpCodecPlan *p)
         }
     }
 
-    uint32_t max_runs = 0;
-    for (uint32_t i = 0; i < (p->nsets + 1u) * c_count; i++)
-        max_runs = p->nruns[i] > max_runs ? p->nruns[i] : max_runs;
-    p->max_runs = max_runs;
-    p->ref_stride = 2u + 2u * max_runs;
-    const size_t rentries = (size_t)c_count << sb;
-    p->rtab = calloc(rentries * p->ref_stride, sizeof(uint64_t));
-    if (!p->rtab)
-        return -ENOMEM;
-    for (uint32_t c = 0; c < c_count; c++) {
-        for (uint32_t s = 0; s <= p->nsets; s++) {
-            const uint32_t idx = s * c_count + c;
-            uint64_t *r = p->rtab + (((size_t)c << sb) + s) * p->ref_stride;
-            r[0] = p->dvalue[idx];
-            r[1] = p->vbits[idx];
-            for (uint32_t k = 0; k < p->nruns[idx]; k++) {
-                r[2u + 2u * k] = p->runs[p->run_first[idx] + k].bits;
-                r[3u + 2u * k] = p->runs[p->run_first[idx] + k].gap;
-            }
+    if (p->gtab && full) {
+        p->rgtab = malloc(gentries * 8u * sizeof(uint64_t));
+        p->rgbits = malloc(gentries);
+        if (!p->rgtab || !p->rgbits)
+            return -ENOMEM;
+        for (size_t e = 0; e < gentries; e++) {
+            uint64_t *const r = p->rgtab + 8u * e;
+            r[0] = p->gtab[2u * e];
+            r[1] = p->gtab[2u * e + 1u];
+            ibp_plan_expand_steps(r[0], r + 2);
+            p->rgbits[e] = (uint8_t)__builtin_popcountll(r[0]);
         }
     }
 
@@ -230,9 +245,9 @@ static int ibp_plan_make_blob(IbpCodecPlan *p)
     return 0;
 }
 
-int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
-                         uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
-                         const uint64_t *value, IbpCodecPlan **out)
+static int ibp_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
+                          uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
+                          const uint64_t *value, int full, IbpCodecPlan **out)
 {
     IbpCodecPlan *p = NULL;
     int rc = -EINVAL;
@@ -310,7 +325,7 @@ int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_word
         p->run_first[i] = used;
         used += ibp_plan_bit_runs(p->vmask[i], p->runs + used);
     }
-    rc = ibp_plan_vector_tables(p);
+    rc = ibp_plan_vector_tables(p, full);
     if (rc)
         goto fail;
     rc = ibp_plan_make_blob(p);
@@ -321,6 +336,20 @@ int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_word
 fail:
     ibp_codec_plan_destroy(&p);
     return rc;
+}
+
+int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
+                         uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
+                         const uint64_t *value, IbpCodecPlan **out)
+{
+    return ibp_plan_build(word_size, columns, row_words, nsets, block_size, xform, mask, value, 1, out);
+}
+
+int ibp_codec_plan_build_lite(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
+                              uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
+                              const uint64_t *value, IbpCodecPlan **out)
+{
+    return ibp_plan_build(word_size, columns, row_words, nsets, block_size, xform, mask, value, 0, out);
 }
 
 void ibp_codec_plan_destroy(IbpCodecPlan **plan)
@@ -341,7 +370,8 @@ void ibp_codec_plan_destroy(IbpCodecPlan **plan)
     free(p->etab);
     free(p->gtab);
     free(p->gcols);
-    free(p->rtab);
+    free(p->rgtab);
+    free(p->rgbits);
     free(p->lanes);
     free(p->blob);
     free(p);

@@ -556,10 +556,10 @@ static int ibp_plan_trivial(size_t block_size, IbpCodecPlan **out)
 }
 
 /* Fits a plan of the given shape to the words of sample s: transforms (or none), K mask sets,
- * row length. */
+ * row length.  full = 0 builds a plan that is only sized (ibp_codec_plan_build_lite). */
 static int ibp_fit_plan(const IbpSample *s, uint32_t w, uint32_t c_count, const uint8_t *xform,
                         uint32_t nsets, uint32_t r_len, uint32_t block_size, IbpFit *fit, uint8_t *member,
-                        uint8_t *size, IbpMasks *m, IbpCodecPlan **out)
+                        uint8_t *size, IbpMasks *m, int full, IbpCodecPlan **out)
 {
     IbpWords ws;
     int rc = ibp_words_load(s, w, c_count, xform, &ws);
@@ -571,7 +571,9 @@ static int ibp_fit_plan(const IbpSample *s, uint32_t w, uint32_t c_count, const 
         ibp_assign(&ws, m, NULL, size);
         r_len = ibp_pick_rows(&ws, size, ibp_fmt_sel_bits(nsets), &row_bits);
     }
-    rc = ibp_codec_plan_build(w, c_count, r_len, nsets, block_size, xform, m->mask, m->value, out);
+    rc = full
+             ? ibp_codec_plan_build(w, c_count, r_len, nsets, block_size, xform, m->mask, m->value, out)
+             : ibp_codec_plan_build_lite(w, c_count, r_len, nsets, block_size, xform, m->mask, m->value, out);
     ibp_words_free(&ws);
     return rc;
 }
@@ -600,7 +602,7 @@ static int ibp_try(IbpSearch *s, uint32_t w, uint32_t c_count, const uint8_t *xf
 {
     IbpCodecPlan *p = NULL;
     const int rc = ibp_fit_plan(s->fit_s, w, c_count, xform, nsets, 0, s->block_size, s->fit, s->member,
-                                s->size, s->m, &p);
+                                s->size, s->m, 0, &p);
     if (rc)
         return rc;
     *bytes = ibp_exact_bytes(p, s->eval_s, s->len);
@@ -797,7 +799,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     }
     /* 3. The winner refitted on the whole sample. */
     rc = ibp_fit_plan(&all_s, ctx.best_w, ctx.best_c, best_xform, ctx.best_k, ctx.best_r, (uint32_t)bs, &fit,
-                      member, size, &m, &best);
+                      member, size, &m, 1, &best);
     if (rc)
         goto fail;
     best->sample_bytes = all_s.bytes;
