@@ -15,6 +15,7 @@
 #define IBP_PERIOD_MAX 2048u                 /* longest row period searched, bytes */
 #define IBP_PERIOD_PICKS 8u
 #define IBP_FINALISTS 3u
+#define IBP_SET_FINALISTS 3u /* finalists that try more than one mask set */
 
 typedef struct IbpChunk {
     const uint8_t *p;
@@ -160,7 +161,7 @@ typedef struct IbpFit {
     uint8_t *pending;     /* slots * (K+1) * C */
     uint64_t *maj;        /* (K+1) * C */
     uint64_t *prefix;     /* (K+1) * C * 65 */
-    uint32_t *hist;       /* slots * (K+1) * C * 65 */
+    uint32_t *hist;       /* slots * (K+1) * C * (W*8 + 1) */
     /* (K+1) * C * W * 256, when that is at most IBP_FIT_RANK_MAX bytes: for byte q of a word and
      * its value v, the lowest rank (position in the column's bit ranking) of a bit set in v, or
      * 64 for v = 0; a word's agreement length is the least over its bytes. */
@@ -241,25 +242,16 @@ static inline uint32_t ibp_fit_route(const uint8_t *member, int mode, size_t i)
     return member[i];
 }
 
-/* Fits one mask per column to the words of each set (mode and member as IBP_FIT_*; nfit sets,
- * written to mask/value set-major): the bits ranked by how invariant they are, then the prefix of
- * that ranking that saves most (m invariant bits save m bits on every word that agrees on all m).
- * This is the threshold sweep of the paper, done exactly per column.  Returns the bits saved in
- * total; f->hist and f->ncol hold set 1's agreement histogram and word counts afterwards. */
-static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mode, uint32_t nfit, IbpFit *f,
-                              uint64_t *mask, uint64_t *value)
+/* The word loops of ibp_fit_masks, instantiated per word size and mode (ibp_fit_route is then a
+ * load or a constant, and the per-byte loops unroll). */
+static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *ws, const uint8_t *member,
+                                                                uint32_t nfit, IbpFit *f, const uint32_t w,
+                                                                const int mode)
 {
-    const uint32_t w = ws->word_size;
     const uint32_t wbits = w * 8u;
     const uint32_t c_count = ws->columns;
-    const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
+    const size_t sc = (size_t)(nfit + 1u) * c_count;
     const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
-    /* Rank tables where they take less building than the words take looking up. */
-    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 256u <= ws->n * 4u;
-    memset(f->cnt, 0, sc * wbits * sizeof(uint32_t));
-    memset(f->ncol, 0, sc * sizeof(uint32_t));
-    memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
-    memset(f->pending, 0, slots * sc);
     for (size_t i = 0; i < ws->n; i++) {
         const size_t at =
             ((i & (slots - 1u)) * (nfit + 1u) + ibp_fit_route(member, mode, i)) * c_count + ws->col[i];
@@ -278,6 +270,130 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mod
             f->pending[at] = 0;
         }
     }
+}
+
+static inline __attribute__((always_inline)) void ibp_fit_hist_rank(const IbpWords *ws, const uint8_t *member,
+                                                                    uint32_t nfit, IbpFit *f,
+                                                                    const uint32_t w, const int mode)
+{
+    const uint32_t wbits = w * 8u;
+    const uint32_t c_count = ws->columns;
+    const size_t sc = (size_t)(nfit + 1u) * c_count;
+    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    for (size_t i = 0; i < ws->n; i++) {
+        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + ws->col[i];
+        const uint64_t d = ws->w[i] ^ f->maj[at];
+        const uint8_t *t = f->rank + at * w * 256u;
+        uint32_t agree = t[d & 0xffu];
+        for (uint32_t q = 1; q < w; q++) {
+            const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
+            agree = r < agree ? r : agree;
+        }
+        agree = agree < wbits ? agree : wbits;
+        f->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+    }
+}
+
+static inline __attribute__((always_inline)) void ibp_fit_hist_search(const IbpWords *ws,
+                                                                      const uint8_t *member, uint32_t nfit,
+                                                                      IbpFit *f, const uint32_t w,
+                                                                      const int mode)
+{
+    const uint32_t wbits = w * 8u;
+    const uint32_t c_count = ws->columns;
+    const size_t sc = (size_t)(nfit + 1u) * c_count;
+    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    for (size_t i = 0; i < ws->n; i++) {
+        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + ws->col[i];
+        const uint32_t agree = ibp_agree_len(f->prefix + at * 65u, wbits, ws->w[i] ^ f->maj[at]);
+        f->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+    }
+}
+
+/* Runs CALL with w_ and mode_ constants equal to the word size w and the mode in scope, so that
+ * the always-inline word loops it calls are compiled once per combination. */
+#define IBP_FIT_DISPATCH(CALL)                                                                               \
+    do {                                                                                                     \
+        switch (w * 4u + (uint32_t)mode) {                                                                   \
+        case 2u * 4u + IBP_FIT_ALL: {                                                                        \
+            const uint32_t w_ = 2u;                                                                          \
+            const int mode_ = IBP_FIT_ALL;                                                                   \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 2u * 4u + IBP_FIT_FREE: {                                                                       \
+            const uint32_t w_ = 2u;                                                                          \
+            const int mode_ = IBP_FIT_FREE;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 2u * 4u + IBP_FIT_SETS: {                                                                       \
+            const uint32_t w_ = 2u;                                                                          \
+            const int mode_ = IBP_FIT_SETS;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 4u * 4u + IBP_FIT_ALL: {                                                                        \
+            const uint32_t w_ = 4u;                                                                          \
+            const int mode_ = IBP_FIT_ALL;                                                                   \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 4u * 4u + IBP_FIT_FREE: {                                                                       \
+            const uint32_t w_ = 4u;                                                                          \
+            const int mode_ = IBP_FIT_FREE;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 4u * 4u + IBP_FIT_SETS: {                                                                       \
+            const uint32_t w_ = 4u;                                                                          \
+            const int mode_ = IBP_FIT_SETS;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 8u * 4u + IBP_FIT_ALL: {                                                                        \
+            const uint32_t w_ = 8u;                                                                          \
+            const int mode_ = IBP_FIT_ALL;                                                                   \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 8u * 4u + IBP_FIT_FREE: {                                                                       \
+            const uint32_t w_ = 8u;                                                                          \
+            const int mode_ = IBP_FIT_FREE;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        default: {                                                                                           \
+            const uint32_t w_ = 8u;                                                                          \
+            const int mode_ = IBP_FIT_SETS;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        }                                                                                                    \
+    } while (0)
+
+/* Fits one mask per column to the words of each set (mode and member as IBP_FIT_*; nfit sets,
+ * written to mask/value set-major): the bits ranked by how invariant they are, then the prefix of
+ * that ranking that saves most (m invariant bits save m bits on every word that agrees on all m).
+ * This is the threshold sweep of the paper, done exactly per column.  Returns the bits saved in
+ * total; f->hist and f->ncol hold set 1's agreement histogram (W*8 + 1 entries per column) and
+ * word counts afterwards. */
+static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mode, uint32_t nfit, IbpFit *f,
+                              uint64_t *mask, uint64_t *value)
+{
+    const uint32_t w = ws->word_size;
+    const uint32_t wbits = w * 8u;
+    const uint32_t c_count = ws->columns;
+    const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
+    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
+    /* Rank tables where they take less building than the words take looking up. */
+    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 256u <= ws->n * 4u;
+    memset(f->cnt, 0, sc * wbits * sizeof(uint32_t));
+    memset(f->ncol, 0, sc * sizeof(uint32_t));
+    memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
+    memset(f->pending, 0, slots * sc);
+    IBP_FIT_DISPATCH(ibp_fit_count(ws, member, nfit, f, w_, mode_));
     for (size_t at = 0; at < slots * sc; at++) {
         const size_t sc_at = at % sc;
         const uint64_t *a = f->acc + at * w;
@@ -286,7 +402,12 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mod
                 f->cnt[sc_at * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
         f->ncol[sc_at] += f->pending[at];
     }
-    for (size_t at = 0; at < sc; at++) {
+    /* Set 0's words are ignored: its constants only need to be valid. */
+    memset(f->maj, 0, c_count * sizeof(uint64_t));
+    memset(f->prefix, 0, c_count * 65u * sizeof(uint64_t));
+    if (use_rank)
+        memset(f->rank, 64, (size_t)c_count * w * 256u);
+    for (size_t at = c_count; at < sc; at++) {
         const uint32_t *cnt = f->cnt + at * wbits;
         const uint32_t n = f->ncol[at];
         uint8_t order[64];
@@ -323,30 +444,17 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mod
             }
         }
     }
-    memset(f->hist, 0, slots * sc * 65u * sizeof(uint32_t));
-    for (size_t i = 0; i < ws->n; i++) {
-        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + ws->col[i];
-        const uint64_t d = ws->w[i] ^ f->maj[at];
-        uint32_t agree;
-        if (use_rank) {
-            const uint8_t *t = f->rank + at * w * 256u;
-            agree = t[d & 0xffu];
-            for (uint32_t q = 1; q < w; q++) {
-                const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
-                agree = r < agree ? r : agree;
-            }
-            agree = agree < wbits ? agree : wbits;
-        } else {
-            agree = ibp_agree_len(f->prefix + at * 65u, wbits, d);
-        }
-        f->hist[((i & (slots - 1u)) * sc + at) * 65u + agree]++;
-    }
+    memset(f->hist, 0, slots * sc * hs * sizeof(uint32_t));
+    if (use_rank)
+        IBP_FIT_DISPATCH(ibp_fit_hist_rank(ws, member, nfit, f, w_, mode_));
+    else
+        IBP_FIT_DISPATCH(ibp_fit_hist_search(ws, member, nfit, f, w_, mode_));
     for (uint32_t slot = 1; slot < slots; slot++)
-        for (size_t k = 0; k < sc * 65u; k++)
-            f->hist[k] += f->hist[slot * sc * 65u + k];
+        for (size_t k = 0; k < sc * hs; k++)
+            f->hist[k] += f->hist[slot * sc * hs + k];
     uint64_t saved = 0;
     for (size_t at = c_count; at < sc; at++) {
-        const uint32_t *h = f->hist + at * 65u;
+        const uint32_t *h = f->hist + at * hs;
         uint64_t at_least = 0;
         uint64_t best = 0;
         uint32_t best_m = 0;
@@ -386,16 +494,14 @@ static void ibp_masks_sort(IbpMasks *m, uint32_t c_count)
     }
 }
 
-/* Per word of the sample: selector (0 = no set) under masks m; returns the estimated bits of
- * all words with per-word selectors and no row grouping. */
-static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size)
+/* ibp_assign's word loop with K a constant. */
+static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWords *ws, const IbpMasks *m,
+                                                                   const uint8_t *vb, uint8_t *member,
+                                                                   uint8_t *size, const uint32_t k_count)
 {
     const uint32_t wbits = ws->word_size * 8u;
-    const uint32_t sb = ibp_fmt_sel_bits(m->nsets);
+    const uint32_t sb = ibp_fmt_sel_bits(k_count);
     const uint32_t c_count = ws->columns;
-    uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
-    for (uint32_t i = 0; i < m->nsets * c_count; i++)
-        vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
     uint64_t bits = 0;
     for (size_t i = 0; i < ws->n; i++) {
         const uint32_t c = ws->col[i];
@@ -404,7 +510,7 @@ static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *membe
          * and a branch on it mispredicts). */
         uint32_t s = 0;
         uint32_t sz = wbits;
-        for (uint32_t k = m->nsets; k > 0; k--) {
+        for (uint32_t k = k_count; k > 0; k--) {
             const size_t idx = (size_t)(k - 1u) * c_count + c;
             const int hit = (x & m->mask[idx]) == m->value[idx];
             s = hit ? k : s;
@@ -417,6 +523,24 @@ static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *membe
         bits += sz + sb;
     }
     return bits;
+}
+
+/* Per word of the sample: selector (0 = no set) under masks m; returns the estimated bits of
+ * all words with per-word selectors and no row grouping. */
+static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size)
+{
+    const uint32_t wbits = ws->word_size * 8u;
+    uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
+    for (uint32_t i = 0; i < m->nsets * ws->columns; i++)
+        vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
+    switch (m->nsets) {
+    case 1:
+        return ibp_assign_k(ws, m, vb, member, size, 1u);
+    case 2:
+        return ibp_assign_k(ws, m, vb, member, size, 2u);
+    default:
+        return ibp_assign_k(ws, m, vb, member, size, 3u);
+    }
 }
 
 /* Fits K mask sets per column (the clustered variant): set 1 over all words, each further set
@@ -596,7 +720,7 @@ static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, Ibp
         /* Bits per column under this transform: words * W*8 minus what its mask saves. */
         const uint32_t wbits = w * 8u;
         for (uint32_t c = 0; c < c_count; c++) {
-            const uint32_t *h = f->hist + (size_t)(c_count + c) * 65u;
+            const uint32_t *h = f->hist + (size_t)(c_count + c) * (wbits + 1u);
             const uint32_t m = (uint32_t)ibp_popcount(mask[c]);
             uint64_t agree = 0;
             for (uint32_t k = m; k <= wbits; k++)
@@ -703,6 +827,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     uint32_t *prefix = NULL;
     uint8_t *xform = NULL;
     uint8_t *best_xform = NULL;
+    uint8_t *cand_xform = NULL;
     IbpCodecPlan *best = NULL;
     IbpCandidate cand[3 * (IBP_PERIOD_PICKS + 1)];
     uint32_t ncand = 0;
@@ -780,10 +905,11 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     prefix = malloc((max_words + 1u) * sizeof(uint32_t));
     xform = malloc(max_cols);
     best_xform = malloc(max_cols);
+    cand_xform = malloc((size_t)(ncand ? ncand : 1u) * max_cols);
     m.mask = malloc((size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t));
     m.value = malloc((size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t));
     rc = -ENOMEM;
-    if (!member || !size || !prefix || !xform || !best_xform || !m.mask || !m.value)
+    if (!member || !size || !prefix || !xform || !best_xform || !cand_xform || !m.mask || !m.value)
         goto fail;
     for (uint32_t k = 0; k < ncand; k++) {
         rc = ibp_words_load(&screen, cand[k].word_size, cand[k].columns, NULL, &ws);
@@ -807,8 +933,8 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         }
 
     /* 2. For the finalists: transforms, mask sets and row length fitted on one half of the
-     * sample and judged by the encoder's exact size on the other.  Faithful IBP is always
-     * among them. */
+     * sample and judged by the encoder's exact size on the other.  Faithful IBP (one set, no
+     * transform) is always among them. */
     IbpSearch ctx = {
         .fit_s = &fit_s,
         .eval_s = &eval_s,
@@ -835,15 +961,17 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         if (cand[k].columns == 1u)
             seen_single |= bit;
     }
+    /* One set for each finalist, without and with transforms (the better of the two is kept). */
+    uint64_t one_set[3 * (IBP_PERIOD_PICKS + 1)];
     for (uint32_t k = 0; k < ncand; k++) {
+        one_set[k] = UINT64_MAX;
         if (!finalist[k])
             continue;
         const uint32_t w = cand[k].word_size;
         const uint32_t c_count = cand[k].columns;
-        /* One set without and with transforms; the better of the two then tries more sets. */
-        uint64_t plain = 0;
-        memset(xform, 0, c_count);
-        rc = ibp_try(&ctx, w, c_count, xform, 1, &plain);
+        uint8_t *const xf = cand_xform + (size_t)k * max_cols;
+        memset(xf, 0, c_count);
+        rc = ibp_try(&ctx, w, c_count, xf, 1, &one_set[k]);
         if (rc)
             goto fail;
         if (faithful)
@@ -860,10 +988,25 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
             if (rc)
                 goto fail;
         }
-        if (with_xf >= plain)
-            memset(xform, 0, c_count);
+        if (with_xf < one_set[k]) {
+            one_set[k] = with_xf;
+            memcpy(xf, xform, c_count);
+        }
+    }
+    /* More mask sets for the few best of those: sets pay most where one set already fits well,
+     * and fitting them takes several passes each. */
+    for (uint32_t round = 0; round < IBP_SET_FINALISTS && !faithful; round++) {
+        uint32_t pick = ncand;
+        for (uint32_t k = 0; k < ncand; k++)
+            if (one_set[k] != UINT64_MAX && (pick == ncand || one_set[k] < one_set[pick]))
+                pick = k;
+        if (pick == ncand)
+            break;
+        one_set[pick] = UINT64_MAX;
         for (uint32_t nsets = 2; nsets <= IBP_MAX_SETS; nsets++) {
-            rc = ibp_try(&ctx, w, c_count, xform, nsets, &with_xf);
+            uint64_t bytes;
+            rc = ibp_try(&ctx, cand[pick].word_size, cand[pick].columns, cand_xform + (size_t)pick * max_cols,
+                         nsets, &bytes);
             if (rc)
                 goto fail;
         }
@@ -892,6 +1035,7 @@ fail:
     free(prefix);
     free(xform);
     free(best_xform);
+    free(cand_xform);
     free(m.mask);
     free(m.value);
     return rc;
