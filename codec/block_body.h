@@ -196,6 +196,21 @@ IBP_KATTR static inline uint64_t IBP_KW(ibp_ref_field64)(const uint8_t *base, ui
     return (ibp_load64(at) >> sh) | (((uint64_t)at[8] << 1) << (63u - sh));
 }
 
+/* A group's field, nb bits at bit pos.  Fields of more than 57 bits may need a ninth byte; groups
+ * of 2- and 4-byte words seldom take that many, so a branch skips it, while fields of 8-byte
+ * words often do (a branch there would mispredict). */
+IBP_KATTR static inline uint64_t IBP_KW(ibp_ref_group_field)(const uint8_t *base, uint64_t pos, uint32_t nb)
+{
+    if (IBP_W == 8u)
+        return IBP_KW(ibp_ref_field64)(base, pos);
+    const uint8_t *const at = base + (pos >> 3);
+    const uint32_t sh = (uint32_t)(pos & 7u);
+    uint64_t f = ibp_load64(at) >> sh;
+    if (nb + sh > 64u)
+        f |= (uint64_t)at[8] << (64u - sh);
+    return f;
+}
+
 /* pdep of field f into the group entry r of rgtab: mask r[0], value r[1], network steps r[2..7]. */
 IBP_KATTR static inline uint64_t IBP_KW(ibp_ref_deposit)(uint64_t f, const uint64_t *r)
 {
@@ -259,13 +274,23 @@ IBP_KATTR static uint64_t IBP_KW(ibp_ref_row)(const IbpCodecPlan *p, const uint8
         sg &= ibp_low_mask(k * gsb);
         bad |= sg & (sg >> 1) & bad_bits;
         const uint32_t *const cols = p->gcols + (size_t)col * (IBP_GROUP_RUN + 1u);
-        for (uint32_t q = 0; q < k; q++) {
-            const size_t e = (cols[q] >> 1) | (sg & gsel);
-            sg >>= gsb;
-            const uint64_t f = IBP_KW(ibp_ref_field64)(pbase, ppos);
-            ppos += p->rgbits[e];
-            ibp_store64(out + (size_t)q * 8u, IBP_KW(ibp_ref_deposit)(f, p->rgtab + 8u * e));
+#define IBP_REF_GROUP(q)                                                                                     \
+    do {                                                                                                     \
+        const size_t e_ = (cols[(q)] >> 1) | ((sg >> ((q)*gsb)) & gsel);                                     \
+        const uint32_t nb_ = p->rgbits[e_];                                                                  \
+        const uint64_t f_ = IBP_KW(ibp_ref_group_field)(pbase, ppos, nb_);                                   \
+        ppos += nb_;                                                                                         \
+        ibp_store64(out + (size_t)(q)*8u, IBP_KW(ibp_ref_deposit)(f_, p->rgtab + 8u * e_));                  \
+    } while (0)
+        if (k == IBP_GROUP_RUN) {
+#pragma GCC unroll 8
+            for (uint32_t q = 0; q < IBP_GROUP_RUN; q++)
+                IBP_REF_GROUP(q);
+        } else {
+            for (uint32_t q = 0; q < k; q++)
+                IBP_REF_GROUP(q);
         }
+#undef IBP_REF_GROUP
         out += (size_t)k * 8u;
         col = cols[k] >> (gsb + 1u);
         g += k;
@@ -296,6 +321,28 @@ IBP_KATTR static void IBP_KW(ibp_ref_raw_row)(const uint8_t *pbase, uint64_t *pp
     *ppos_io = ppos;
 }
 
+/* One column's chain from word j (step C, up to end) under transform xf, a constant of each
+ * instance. */
+IBP_KATTR static inline __attribute__((always_inline)) void
+IBP_KW(ibp_ref_unxform_column)(uint8_t *dst, uint32_t j, uint32_t end, uint32_t c_count, const uint32_t xf)
+{
+    const uint32_t w = IBP_W;
+    const uint32_t pred = xf & IBP_XF_PRED_MASK;
+    uint64_t prev = j >= c_count ? ibp_load_word(dst + (size_t)(j - c_count) * w, w) : 0;
+    for (; j < end; j += c_count) {
+        uint8_t *const at = dst + (size_t)j * w;
+        uint64_t x = ibp_load_word(at, w);
+        if (xf & IBP_XF_ZIGZAG)
+            x = ibp_fmt_unzigzag(x, w);
+        if (pred == IBP_XF_PRED_DELTA)
+            x += prev;
+        else if (pred == IBP_XF_PRED_XOR)
+            x ^= prev;
+        ibp_store_word(at, x, w);
+        prev = x & ibp_fmt_word_mask(w);
+    }
+}
+
 /* Undoes the transforms of words [j0, end) of a block in place (word j0 in column col; the words
  * before j0 are final), one column at a time: a column's words form a chain, x_j = unzigzag?(t_j)
  * (+ or ^) x_{j-C}, whose last value stays in a register, and columns without a transform are
@@ -303,27 +350,25 @@ IBP_KATTR static void IBP_KW(ibp_ref_raw_row)(const uint8_t *pbase, uint64_t *pp
 IBP_KATTR static void IBP_KW(ibp_ref_unxform_row)(const IbpCodecPlan *p, uint8_t *dst, uint32_t j0,
                                                   uint32_t end, uint32_t col)
 {
-    const uint32_t w = IBP_W;
     const uint32_t c_count = p->columns;
     const uint32_t span = end - j0 < c_count ? end - j0 : c_count;
     for (uint32_t o = 0; o < span; o++, col = col + 1u == c_count ? 0u : col + 1u) {
-        const uint32_t xf = p->xform[col];
-        if (!xf)
-            continue;
-        const uint32_t pred = xf & IBP_XF_PRED_MASK;
-        uint32_t j = j0 + o;
-        uint64_t prev = j >= c_count ? ibp_load_word(dst + (size_t)(j - c_count) * w, w) : 0;
-        for (; j < end; j += c_count) {
-            uint8_t *const at = dst + (size_t)j * w;
-            uint64_t x = ibp_load_word(at, w);
-            if (xf & IBP_XF_ZIGZAG)
-                x = ibp_fmt_unzigzag(x, w);
-            if (pred == IBP_XF_PRED_DELTA)
-                x = (x + prev) & ibp_fmt_word_mask(w);
-            else if (pred == IBP_XF_PRED_XOR)
-                x ^= prev;
-            ibp_store_word(at, x, w);
-            prev = x;
+        const uint32_t j = j0 + o;
+        switch (p->xform[col]) {
+        case 0:
+            break;
+#define IBP_REF_XF_CASE(xf_)                                                                                 \
+    case (xf_):                                                                                              \
+        IBP_KW(ibp_ref_unxform_column)(dst, j, end, c_count, (xf_));                                         \
+        break
+            IBP_REF_XF_CASE(IBP_XF_ZIGZAG);
+            IBP_REF_XF_CASE(IBP_XF_PRED_DELTA);
+            IBP_REF_XF_CASE(IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG);
+            IBP_REF_XF_CASE(IBP_XF_PRED_XOR);
+            IBP_REF_XF_CASE(IBP_XF_PRED_XOR | IBP_XF_ZIGZAG);
+#undef IBP_REF_XF_CASE
+        default:
+            break;
         }
     }
 }
