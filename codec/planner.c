@@ -184,18 +184,22 @@ static void ibp_fit_free(IbpFit *f)
     memset(f, 0, sizeof(*f));
 }
 
+/* Sized for any candidate of at most c_count columns: those with fewer than IBP_FIT_SLOTS columns
+ * keep IBP_FIT_SLOTS copies of their counters, which may take more than one copy of c_count. */
 static int ibp_fit_alloc(IbpFit *f, uint32_t c_count)
 {
     const size_t sc = (size_t)(IBP_MAX_SETS + 1u) * c_count;
-    const size_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    const uint32_t small = c_count < IBP_FIT_SLOTS - 1u ? c_count : IBP_FIT_SLOTS - 1u;
+    const size_t ssc = (size_t)(IBP_MAX_SETS + 1u) * IBP_FIT_SLOTS * small;
+    const size_t slot_sc = ssc > sc ? ssc : sc;
     memset(f, 0, sizeof(*f));
     f->cnt = malloc(sc * 64u * sizeof(uint32_t));
     f->ncol = malloc(sc * sizeof(uint32_t));
-    f->acc = malloc(slots * sc * 8u * sizeof(uint64_t));
-    f->pending = malloc(slots * sc);
+    f->acc = malloc(slot_sc * 8u * sizeof(uint64_t));
+    f->pending = malloc(slot_sc);
     f->maj = malloc(sc * sizeof(uint64_t));
     f->prefix = malloc(sc * 65u * sizeof(uint64_t));
-    f->hist = malloc(slots * sc * 65u * sizeof(uint32_t));
+    f->hist = malloc(slot_sc * 65u * sizeof(uint32_t));
     f->rank_cap = sc * 8u * 256u < IBP_FIT_RANK_MAX ? sc * 8u * 256u : IBP_FIT_RANK_MAX;
     f->rank = malloc(f->rank_cap);
     if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist || !f->rank) {
