@@ -176,16 +176,213 @@ IBP_KATTR static inline int IBP_KW(ibp_row_decode_checked)(const IbpCodecPlan *p
 }
 
 #ifndef IBP_OWN_CODER
+/* The reference decoder works like block_avx2.h's without vector instructions: rows are decoded
+ * into dst group by group (a group is the 8 bytes of G = 8 / W words, deposited with the plan's
+ * shift network instead of pdep), then a pass per transformed column undoes the transforms. */
+
+#define IBP_RG (8u / IBP_W) /* words per group */
+
+#ifndef IBP_REF_TAIL_BYTES
+/* Room for the stream ends of a row of up to 1024 8-byte words; rows near the ends of streams
+ * that need more take the checked path. */
+#define IBP_REF_TAIL_BYTES (8192u + 512u)
+#endif
+
+/* 64 bits of a stream from bit pos; 9 bytes are readable at pos / 8. */
+IBP_KATTR static inline uint64_t IBP_KW(ibp_ref_field64)(const uint8_t *base, uint64_t pos)
+{
+    const uint8_t *const at = base + (pos >> 3);
+    const uint32_t sh = (uint32_t)(pos & 7u);
+    return (ibp_load64(at) >> sh) | (((uint64_t)at[8] << 1) << (63u - sh));
+}
+
+/* A group's field, nb bits at bit pos.  Fields of more than 57 bits may need a ninth byte; groups
+ * of 2- and 4-byte words seldom take that many, so a branch skips it, while fields of 8-byte
+ * words often do (a branch there would mispredict). */
+IBP_KATTR static inline uint64_t IBP_KW(ibp_ref_group_field)(const uint8_t *base, uint64_t pos, uint32_t nb)
+{
+    if (IBP_W == 8u)
+        return IBP_KW(ibp_ref_field64)(base, pos);
+    const uint8_t *const at = base + (pos >> 3);
+    const uint32_t sh = (uint32_t)(pos & 7u);
+    uint64_t f = ibp_load64(at) >> sh;
+    if (nb + sh > 64u)
+        f |= (uint64_t)at[8] << (64u - sh);
+    return f;
+}
+
+/* pdep of field f into the group entry r of rgtab: mask r[0], value r[1], network steps r[2..7]. */
+IBP_KATTR static inline uint64_t IBP_KW(ibp_ref_deposit)(uint64_t f, const uint64_t *r)
+{
+    f ^= (f ^ (f << 32)) & r[2];
+    f ^= (f ^ (f << 16)) & r[3];
+    f ^= (f ^ (f << 8)) & r[4];
+    f ^= (f ^ (f << 4)) & r[5];
+    f ^= (f ^ (f << 2)) & r[6];
+    f ^= (f ^ (f << 1)) & r[7];
+    return (f & r[0]) | r[1];
+}
+
+/* Words [i, n) of a packed row one by one, word i in column col, into out (word 0 of the row);
+ * streams readable as for the checked-free rows below.  Returns nonzero on a selector above K. */
+IBP_KATTR static inline uint64_t IBP_KW(ibp_ref_words)(const IbpCodecPlan *p, const uint8_t *pbase,
+                                                       uint64_t *ppos_io, const uint8_t *sbase,
+                                                       uint64_t *spos_io, uint32_t i, uint32_t n,
+                                                       uint32_t col, uint8_t *out)
+{
+    const uint32_t w = IBP_W;
+    const uint32_t sb = p->sel_bits;
+    uint64_t ppos = *ppos_io;
+    uint64_t spos = *spos_io;
+    for (; i < n; i++) {
+        const uint32_t s = (uint32_t)ibp_peek(sbase, spos, sb, 1);
+        spos += sb;
+        if (s > p->nsets)
+            return 1;
+        const uint32_t idx = s * p->columns + col;
+        const uint32_t nb = p->vbits[idx];
+        const uint64_t f = ibp_peek(pbase, ppos, nb, w);
+        ppos += nb;
+        ibp_store_word(out + (size_t)i * w, p->dvalue[idx] | IBP_PDEP(p, idx, f), w);
+        if (++col == p->columns)
+            col = 0;
+    }
+    *ppos_io = ppos;
+    *spos_io = spos;
+    return 0;
+}
+
+/* One packed row of n words, the first in column col, into out, transformed words (the caller
+ * undoes transforms); both streams hold enough bytes for unchecked loads (see the decoder).
+ * Returns nonzero on a selector above K. */
+IBP_KATTR static uint64_t IBP_KW(ibp_ref_row)(const IbpCodecPlan *p, const uint8_t *pbase, uint64_t *ppos_io,
+                                              const uint8_t *sbase, uint64_t *spos_io, uint32_t n,
+                                              uint32_t col, uint8_t *out)
+{
+    const uint32_t gsb = p->group_sel_bits;
+    const uint64_t gsel = ((uint64_t)1 << gsb) - 1u;
+    const uint64_t bad_bits = p->nsets == 2u ? 0x5555555555555555u : 0u;
+    const uint32_t ngroups = p->rgtab ? n / IBP_RG : 0u;
+    uint64_t ppos = *ppos_io;
+    uint64_t spos = *spos_io;
+    uint64_t bad = 0;
+
+    for (uint32_t g = 0; g < ngroups;) {
+        const uint32_t k = ngroups - g < IBP_GROUP_RUN ? ngroups - g : IBP_GROUP_RUN;
+        uint64_t sg = ibp_load64(sbase + (spos >> 3)) >> (spos & 7u);
+        spos += (uint64_t)k * gsb;
+        sg &= ibp_low_mask(k * gsb);
+        bad |= sg & (sg >> 1) & bad_bits;
+        const uint32_t *const cols = p->gcols + (size_t)col * (IBP_GROUP_RUN + 1u);
+#define IBP_REF_GROUP(q)                                                                                     \
+    do {                                                                                                     \
+        const size_t e_ = (cols[(q)] >> 1) | ((sg >> ((q)*gsb)) & gsel);                                     \
+        const uint32_t nb_ = p->rgbits[e_];                                                                  \
+        const uint64_t f_ = IBP_KW(ibp_ref_group_field)(pbase, ppos, nb_);                                   \
+        ppos += nb_;                                                                                         \
+        ibp_store64(out + (size_t)(q)*8u, IBP_KW(ibp_ref_deposit)(f_, p->rgtab + 8u * e_));                  \
+    } while (0)
+        if (k == IBP_GROUP_RUN) {
+#pragma GCC unroll 8
+            for (uint32_t q = 0; q < IBP_GROUP_RUN; q++)
+                IBP_REF_GROUP(q);
+        } else {
+            for (uint32_t q = 0; q < k; q++)
+                IBP_REF_GROUP(q);
+        }
+#undef IBP_REF_GROUP
+        out += (size_t)k * 8u;
+        col = cols[k] >> (gsb + 1u);
+        g += k;
+    }
+    bad |= IBP_KW(ibp_ref_words)(p, pbase, &ppos, sbase, &spos, 0, n - ngroups * IBP_RG, col, out);
+    *ppos_io = ppos;
+    *spos_io = spos;
+    return bad;
+}
+
+/* One raw row: words whole, 8 bytes at a time. */
+IBP_KATTR static void IBP_KW(ibp_ref_raw_row)(const uint8_t *pbase, uint64_t *ppos_io, uint32_t n,
+                                              uint8_t *out)
+{
+    const uint32_t w = IBP_W;
+    uint64_t ppos = *ppos_io;
+    const uint32_t chunks = n / IBP_RG;
+    for (uint32_t i = 0; i < chunks; i++) {
+        ibp_store64(out, IBP_KW(ibp_ref_field64)(pbase, ppos));
+        ppos += 64u;
+        out += 8;
+    }
+    for (uint32_t i = chunks * IBP_RG; i < n; i++) {
+        ibp_store_word(out, ibp_peek(pbase, ppos, w * 8u, w), w);
+        ppos += w * 8u;
+        out += w;
+    }
+    *ppos_io = ppos;
+}
+
+/* One column's chain from word j (step C, up to end) under transform xf, a constant of each
+ * instance. */
+IBP_KATTR static inline __attribute__((always_inline)) void
+IBP_KW(ibp_ref_unxform_column)(uint8_t *dst, uint32_t j, uint32_t end, uint32_t c_count, const uint32_t xf)
+{
+    const uint32_t w = IBP_W;
+    const uint32_t pred = xf & IBP_XF_PRED_MASK;
+    uint64_t prev = j >= c_count ? ibp_load_word(dst + (size_t)(j - c_count) * w, w) : 0;
+    for (; j < end; j += c_count) {
+        uint8_t *const at = dst + (size_t)j * w;
+        uint64_t x = ibp_load_word(at, w);
+        if (xf & IBP_XF_ZIGZAG)
+            x = ibp_fmt_unzigzag(x, w);
+        if (pred == IBP_XF_PRED_DELTA)
+            x += prev;
+        else if (pred == IBP_XF_PRED_XOR)
+            x ^= prev;
+        ibp_store_word(at, x, w);
+        prev = x & ibp_fmt_word_mask(w);
+    }
+}
+
+/* Undoes the transforms of words [j0, end) of a block in place (word j0 in column col; the words
+ * before j0 are final), one column at a time: a column's words form a chain, x_j = unzigzag?(t_j)
+ * (+ or ^) x_{j-C}, whose last value stays in a register, and columns without a transform are
+ * not touched. */
+IBP_KATTR static void IBP_KW(ibp_ref_unxform_row)(const IbpCodecPlan *p, uint8_t *dst, uint32_t j0,
+                                                  uint32_t end, uint32_t col)
+{
+    const uint32_t c_count = p->columns;
+    const uint32_t span = end - j0 < c_count ? end - j0 : c_count;
+    for (uint32_t o = 0; o < span; o++, col = col + 1u == c_count ? 0u : col + 1u) {
+        const uint32_t j = j0 + o;
+        switch (p->xform[col]) {
+        case 0:
+            break;
+#define IBP_REF_XF_CASE(xf_)                                                                                 \
+    case (xf_):                                                                                              \
+        IBP_KW(ibp_ref_unxform_column)(dst, j, end, c_count, (xf_));                                         \
+        break
+            IBP_REF_XF_CASE(IBP_XF_ZIGZAG);
+            IBP_REF_XF_CASE(IBP_XF_PRED_DELTA);
+            IBP_REF_XF_CASE(IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG);
+            IBP_REF_XF_CASE(IBP_XF_PRED_XOR);
+            IBP_REF_XF_CASE(IBP_XF_PRED_XOR | IBP_XF_ZIGZAG);
+#undef IBP_REF_XF_CASE
+        default:
+            break;
+        }
+    }
+}
+
 IBP_KATTR static int IBP_KW(ibp_block_decode)(const IbpCodecPlan *p, const uint8_t *blk, size_t blk_len,
                                               uint32_t orig_len, uint8_t *dst, uint32_t limit)
 {
     const uint32_t w = IBP_W;
     const uint32_t r_len = p->row_words;
     const uint32_t c_count = p->columns;
-    const uint32_t k_count = p->nsets;
     const uint32_t sb = p->sel_bits;
-    const uint32_t wbits = w * 8u;
     IbpBlockHeader h;
+    /* Copies of the streams' last bytes, zero-padded, for rows near their ends (below). */
+    uint8_t tail[IBP_REF_TAIL_BYTES];
 
     int rc = ibp_block_open(blk, blk_len, orig_len, limit, w, r_len, c_count, &h);
     if (rc <= 0)
@@ -201,63 +398,65 @@ IBP_KATTR static int IBP_KW(ibp_block_decode)(const IbpCodecPlan *p, const uint8
     IbpBitReader sr;
     ibp_br_init(&pr, blk + h.payload_off, h.sel_off - h.payload_off);
     ibp_br_init(&sr, blk + h.sel_off, h.tail_off - h.sel_off);
-
-    const uint32_t need = (uint32_t)(((uint64_t)limit + w - 1u) / w) < nwords
-                              ? (uint32_t)(((uint64_t)limit + w - 1u) / w)
-                              : nwords;
-    const uint8_t *const pbase = pr.base;
-    const uint8_t *const sbase = sr.base;
+    const uint32_t need_words = (uint32_t)(((uint64_t)limit + w - 1u) / w);
+    const uint32_t need = need_words < nwords ? need_words : nwords;
+    const uint32_t whole = limit / w;
     uint32_t col = h.col_phase;
     uint32_t j = 0;
     for (uint32_t r = 0; j < need; r++) {
         const uint32_t row_end = j + r_len < need ? j + r_len : need;
         const uint32_t n = row_end - j;
         const int packed = (rowflags[r / 8u] >> (r % 8u)) & 1;
-        /* A row cannot take more payload than its words whole: when that much (plus a load's
-         * reach) is left in both streams, the row is read without per-field checks. */
-        const int fast =
-            pr.end - pr.pos >= (uint64_t)n * wbits + 72u && sr.end - sr.pos >= (uint64_t)n * sb + 72u;
-        if (!fast) {
+        /* A row takes at most its words whole from the payload and n * sb selector bits; the
+         * unchecked loads reach 72 bits past the last field and 64 past the last selector.  With
+         * that much left in both streams the row decodes in place.  Near the streams' ends it
+         * decodes from copies padded with zeros to that length, and fails when it went past the
+         * real ends, as the checked reader would have. */
+        const uint64_t p_room = (uint64_t)n * w * 8u + 128u;
+        const uint64_t s_room = (uint64_t)n * sb + 128u;
+        const int in_place = pr.end - pr.pos >= p_room && sr.end - sr.pos >= s_room;
+        const size_t p_copy = (size_t)(p_room + 7u) / 8u + 1u;
+        const size_t s_copy = (size_t)(s_room + 7u) / 8u + 1u;
+        if (row_end <= whole && (in_place || p_copy + s_copy <= sizeof(tail))) {
+            /* Positions count from p_at and s_at, the bytes the row starts in. */
+            const size_t p_at = (size_t)(pr.pos >> 3);
+            const size_t s_at = (size_t)(sr.pos >> 3);
+            const uint8_t *pbase = pr.base + p_at;
+            const uint8_t *sbase = sr.base + s_at;
+            uint64_t ppos = pr.pos & 7u;
+            uint64_t spos = sr.pos & 7u;
+            if (!in_place) {
+                const size_t p_have = (size_t)pr.bytes - p_at < p_copy ? (size_t)pr.bytes - p_at : p_copy;
+                const size_t s_have = (size_t)sr.bytes - s_at < s_copy ? (size_t)sr.bytes - s_at : s_copy;
+                memcpy(tail, pbase, p_have);
+                memset(tail + p_have, 0, p_copy - p_have);
+                memcpy(tail + p_copy, sbase, s_have);
+                memset(tail + p_copy + s_have, 0, s_copy - s_have);
+                pbase = tail;
+                sbase = tail + p_copy;
+            }
+            if (!packed)
+                IBP_KW(ibp_ref_raw_row)(pbase, &ppos, n, dst + (size_t)j * w);
+            else if (IBP_KW(ibp_ref_row)(p, pbase, &ppos, sbase, &spos, n, col, dst + (size_t)j * w))
+                return -EBADMSG;
+            if (ppos > pr.end - (uint64_t)p_at * 8u || spos > sr.end - (uint64_t)s_at * 8u)
+                return -EBADMSG;
+            pr.pos = (uint64_t)p_at * 8u + ppos;
+            sr.pos = (uint64_t)s_at * 8u + spos;
+            if (p->any_xform)
+                IBP_KW(ibp_ref_unxform_row)(p, dst, j, row_end, col);
+        } else {
             rc = IBP_KW(ibp_row_decode_checked)(p, &pr, &sr, packed, j, row_end, col, dst, limit);
             if (rc)
                 return rc;
-            j = row_end;
-            col = (uint32_t)((col + (uint64_t)n) % c_count);
-            continue;
         }
-        uint64_t ppos = pr.pos;
-        uint64_t spos = sr.pos;
-        for (; j < row_end; j++) {
-            uint64_t x;
-            if (packed) {
-                const uint32_t s = (uint32_t)ibp_peek(sbase, spos, sb, 1);
-                spos += sb;
-                if (s > k_count)
-                    return -EBADMSG;
-                const uint32_t idx = s * c_count + col;
-                const uint32_t nb = p->vbits[idx];
-                const uint64_t f = ibp_peek(pbase, ppos, nb, w);
-                ppos += nb;
-                x = p->dvalue[idx] | IBP_PDEP(p, idx, f);
-            } else {
-                x = ibp_peek(pbase, ppos, wbits, w);
-                ppos += wbits;
-            }
-            if (p->any_xform)
-                x = ibp_unxform(p, x, col, j, dst, w);
-            const size_t at = (size_t)j * w;
-            if (at + w <= limit)
-                ibp_store_word(dst + at, x, w);
-            else
-                memcpy(dst + at, &x, limit - at);
-            if (++col == c_count)
-                col = 0;
-        }
-        pr.pos = ppos;
-        sr.pos = spos;
+        j = row_end;
+        col = (uint32_t)((col + (uint64_t)n) % c_count);
     }
     if (limit > (uint64_t)nwords * w)
         memcpy(dst + (size_t)nwords * w, blk + h.tail_off, limit - (size_t)nwords * w);
     return 0;
 }
+
+#undef IBP_RG
 #endif

@@ -37,6 +37,14 @@ static int ibp_bmi2_fast(void)
     const unsigned family = ((eax >> 8) & 0xfu) + (((eax >> 8) & 0xfu) == 0xfu ? ((eax >> 20) & 0xffu) : 0u);
     return family >= 0x19u;
 }
+
+/* The AVX2 level also needs BMI2; __builtin_cpu_supports checks that the OS saves the YMM state. */
+static int ibp_avx2_usable(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+           __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt") &&
+           __builtin_cpu_supports("sse4.2");
+}
 #endif
 
 static void ibp_dispatch_init(void)
@@ -46,7 +54,7 @@ static void ibp_dispatch_init(void)
         __atomic_store_n(&ibp_force_ref, 1, __ATOMIC_RELAXED);
 #if defined(__x86_64__)
     if (ibp_bmi2_fast())
-        ibp_best_kernels = &ibp_codec_kernels_bmi2;
+        ibp_best_kernels = ibp_avx2_usable() ? &ibp_codec_kernels_avx2 : &ibp_codec_kernels_bmi2;
 #endif
 }
 
@@ -72,6 +80,11 @@ size_t ibp_codec_kernels_levels(const IbpCodecKernels **levels, size_t cap)
         __builtin_cpu_supports("sse4.2")) {
         if (n < cap)
             levels[n] = &ibp_codec_kernels_bmi2;
+        n++;
+    }
+    if (ibp_avx2_usable()) {
+        if (n < cap)
+            levels[n] = &ibp_codec_kernels_avx2;
         n++;
     }
 #endif

@@ -44,6 +44,18 @@ typedef struct IbpEncEntry {
     uint64_t value[IBP_MAX_SETS];
 } IbpEncEntry;
 
+/* Largest group table a plan builds; above it (many columns with 2-byte words and 2-bit
+ * selectors) the kernels go word by word. */
+#define IBP_GROUP_TABLE_MAX ((size_t)256 * 1024)
+
+/* Groups the kernels take per selector load: 7 groups of up to 8 selector bits fit the 57 bits a
+ * 64-bit load at a byte boundary always holds. */
+#define IBP_GROUP_RUN 7u
+
+/* Per-lane tables of the vector kernels have this many elements past the last column, so a
+ * 256-bit load at any column stays inside them. */
+#define IBP_LANE_PAD 32u
+
 struct IbpCodecPlan {
     uint32_t word_size;
     uint32_t columns;
@@ -69,6 +81,59 @@ struct IbpCodecPlan {
      * rejected once per row. */
     IbpDecEntry *dtab;
     IbpEncEntry *etab; /* [C] */
+    /* Group table (NULL when larger than IBP_GROUP_TABLE_MAX).  Entry e describes the G = 8 / W
+     * consecutive words of a group as one 64-bit word, for one starting column and one combination
+     * of the G selectors, e = (c << group_sel_bits) | (the G selectors as they lie in the stream):
+     * gtab[2e] holds their variant bits (the words' masks side by side), gtab[2e + 1] their
+     * invariant values.  The fields of consecutive words follow each other in the payload, so one
+     * pdep (decode) or pext (encode) with gtab[2e] moves the whole group, and its popcount is the
+     * group's payload length.  Mask and value share a cache line. */
+    uint64_t *gtab;
+    uint32_t group_sel_bits; /* G * sel_bits */
+    /* gcols[c * (IBP_GROUP_RUN + 1) + q] = 2 * (((c + q * G) mod C) << group_sel_bits): where in
+     * gtab the q-th group of a run that starts at column c finds its column's entries. */
+    uint32_t *gcols;
+    /* The reference decoder's group table (NULL without gtab, or in plans built for cost only):
+     * entry e (as in gtab) is rgtab[8e .. 8e + 7] = mask, value, then the masks of the six steps
+     * of a shift network that deposits a group's field into its mask, shifts of 32, 16, 8, 4, 2
+     * and 1 bits (see ibp_plan_expand_steps), so pdep costs the same for every mask, with no
+     * branch; rgbits[e] = popcount(mask). */
+    uint64_t *rgtab;
+    uint8_t *rgbits;
+    /* Lane tables: element e (W bytes each) describes column e mod C, for e < C + IBP_LANE_PAD, so
+     * a vector load at element c gives the lanes of words starting at column c.  lane_zz,
+     * lane_delta and lane_xor are all ones where the column has that transform, else zero;
+     * lane_mask/lane_value hold mask set k of each column (set 1 repeated past K, as in etab). */
+    uint8_t *lanes; /* one allocation behind the pointers below */
+    uint8_t *lane_zz;
+    uint8_t *lane_delta;
+    uint8_t *lane_xor;
+    uint8_t *lane_mask[IBP_MAX_SETS];
+    uint8_t *lane_value[IBP_MAX_SETS];
+    /* Byte shuffles of the 128-bit prefix scan that undoes predictors when C < 16 / W (see
+     * block_avx2.h): scan_steps shifts by C, 2C, 4C lanes, then the carry from the vector before. */
+    uint32_t scan_steps;
+    uint8_t scan_ctrl[4][16];
+    /* When C >= XL = 16 / W: the predecessors of a vector at word j are bytes [o, o + 16) of the
+     * two vectors at j - pred_dist (pred_dist = XL * ceil(C / XL) words, o = (pred_dist - C) * W);
+     * pred_lo and pred_hi shuffle them into place. */
+    uint32_t pred_dist;
+    uint8_t pred_lo[16];
+    uint8_t pred_hi[16];
+    /* Period-major undo of the transforms (block_avx2.h), 0 where it does not apply: vectors start
+     * at column 0, so lane constants stay in registers.  period = k * C words, k periods per vector
+     * when C is at most half a vector (their chains joined by period_steps shifts, then the carry
+     * from the vector before), else one period over period_vecs (1 or 2) vectors.  period_wide: 256-
+     * bit vectors (else 128).  period_idx: lane indices of the shifts by C, 2C, 4C lanes and of the
+     * carry (index 3), as vpermd dwords (256-bit) or pshufb bytes (128-bit); period_keep: all ones
+     * in the lanes each shift fills. */
+    uint32_t period;
+    uint32_t period_vecs;
+    uint32_t period_steps;
+    uint32_t period_wide;
+    uint32_t xf_kinds; /* bit 0: some column zigzags; bit 1: some delta; bit 2: some xor */
+    uint8_t period_idx[4][32];
+    uint8_t period_keep[3][32];
     void *blob;
     size_t blob_len;
     double sample_ratio;
@@ -96,12 +161,19 @@ size_t ibp_codec_kernels_levels(const IbpCodecKernels **levels, size_t cap);
 
 extern const IbpCodecKernels ibp_codec_kernels_ref;
 extern const IbpCodecKernels ibp_codec_kernels_bmi2;
+extern const IbpCodecKernels ibp_codec_kernels_avx2;
 
 /* Builds a plan from explicit parameters.  xform may be NULL (no transforms); mask/value hold
  * nsets * columns entries, set-major.  Sorts nothing: the encoder takes the first matching set. */
 int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
                          uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
                          const uint64_t *value, IbpCodecPlan **out);
+
+/* The same for plans only asked for their cost (the planner's candidates): skips the tables
+ * only decoding needs and that take long to build. */
+int ibp_codec_plan_build_lite(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
+                              uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
+                              const uint64_t *value, IbpCodecPlan **out);
 
 /* Byte size of a block's worst case, as ibp_codec_block_bound() but for internal callers. */
 size_t ibp_codec_bound_for(const IbpCodecPlan *plan, size_t orig_len);

@@ -35,6 +35,183 @@ static uint32_t ibp_plan_bit_runs(uint64_t v, IbpBitRun *out)
     return n;
 }
 
+/* Masks of the shift network that deposits the low popcount(m) bits of a word into the set bits
+ * of m (pdep without the instruction).  A bit of the field bound for set bit p of m must move up
+ * by z(p), the clear bits of m below p; the network moves it by 32, 16, 8, 4, 2, 1 where z(p) has
+ * that bit.  Run backwards, the steps are those of gathering the set bits down (pext): step k
+ * moves down by 2^k the bits whose count of clear bits below (at that stage) is odd in bit k.
+ * steps[5 - k] holds the positions those bits leave in pext, which are the positions they reach
+ * in pdep; bits move in order, so no step overwrites a bit that is still needed. */
+static void ibp_plan_expand_steps(uint64_t m, uint64_t *steps)
+{
+    /* below: bit q set where position q - 1 is clear in m, one mark per clear bit still counted */
+    uint64_t below = ~m << 1;
+    for (uint32_t k = 0; k < 6u; k++) {
+        uint64_t odd = below; /* bit q: odd number of marks at or below q */
+        for (uint32_t s = 1; s < 64u; s *= 2u)
+            odd ^= odd << s;
+        const uint64_t move = odd & m;
+        steps[5u - k] = move;
+        m = (m ^ move) | (move >> (1u << k));
+        /* Marks of an odd prefix are now accounted for in units of 2^k. */
+        below &= ~odd;
+    }
+}
+
+/* Lane `to` takes lane `from`: as dword indices of vpermd (wide) or byte indices of pshufb. */
+static void ibp_plan_lane_index(uint8_t *idx, uint32_t to, uint32_t from, uint32_t w, int wide)
+{
+    if (wide) {
+        for (uint32_t d = 0; d < w / 4u; d++)
+            idx[(to * w / 4u + d) * 4u] = (uint8_t)(from * w / 4u + d);
+    } else {
+        for (uint32_t b = 0; b < w; b++)
+            idx[to * w + b] = (uint8_t)(from * w + b);
+    }
+}
+
+/* The period-major layout of block_avx2.h's transform undo (see IbpCodecPlan.period). */
+static void ibp_plan_periods(IbpCodecPlan *p)
+{
+    const uint32_t w = p->word_size;
+    const uint32_t c_count = p->columns;
+    p->xf_kinds = 0;
+    for (uint32_t c = 0; c < c_count; c++) {
+        const uint32_t xf = p->xform[c];
+        p->xf_kinds |= (xf & IBP_XF_ZIGZAG ? 1u : 0u) |
+                       ((xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? 2u : 0u) |
+                       ((xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_XOR ? 4u : 0u);
+    }
+    /* 2-byte lanes cannot cross the halves of a 256-bit vector, so their k > 1 layout is 128-bit. */
+    const uint32_t wide_lanes = 32u / w;
+    const int wide = w > 2u || c_count > 8u;
+    const uint32_t lanes = wide ? wide_lanes : 16u / w;
+    p->period = 0;
+    if (c_count > 2u * lanes)
+        return;
+    const uint32_t k = c_count <= lanes / 2u ? lanes / c_count : 1u;
+    p->period = k * c_count;
+    p->period_vecs = (c_count + lanes - 1u) / lanes;
+    p->period_wide = (uint32_t)wide;
+    p->period_steps = 0;
+    memset(p->period_idx, 0, sizeof(p->period_idx));
+    memset(p->period_keep, 0, sizeof(p->period_keep));
+    /* Lane i of shift s takes lane i - s; lane i of the carry continues the chain that ended in
+     * the last period of the vector before: lane (k - 1) * C + i mod C. */
+    for (uint32_t shift = c_count; k > 1u && shift < p->period; shift *= 2u) {
+        const uint32_t st = p->period_steps++;
+        for (uint32_t i = 0; i < lanes; i++) {
+            const uint32_t from = i >= shift ? i - shift : 0u;
+            const uint64_t keep = i >= shift ? ibp_fmt_word_mask(w) : 0;
+            memcpy(p->period_keep[st] + (size_t)i * w, &keep, w);
+            ibp_plan_lane_index(p->period_idx[st], i, from, w, wide);
+        }
+    }
+    for (uint32_t i = 0; i < lanes; i++)
+        ibp_plan_lane_index(p->period_idx[3], i, (k - 1u) * c_count + i % c_count, w, wide);
+}
+
+/* Group table, reference table, lane tables and scan shuffles (see IbpCodecPlan), all derived
+ * from the per-word tables already built. */
+static int ibp_plan_vector_tables(IbpCodecPlan *p, int full)
+{
+    const uint32_t w = p->word_size;
+    const uint32_t c_count = p->columns;
+    const uint32_t sb = p->sel_bits;
+    const uint32_t g = 8u / w;
+    const uint32_t wbits = w * 8u;
+
+    p->group_sel_bits = g * sb;
+    const size_t gentries = (size_t)c_count << p->group_sel_bits;
+    if (gentries * 2u * sizeof(uint64_t) <= IBP_GROUP_TABLE_MAX) {
+        p->gtab = malloc(gentries * 2u * sizeof(uint64_t));
+        p->gcols = malloc((size_t)c_count * (IBP_GROUP_RUN + 1u) * sizeof(uint32_t));
+        if (!p->gtab || !p->gcols)
+            return -ENOMEM;
+        for (uint32_t c = 0; c < c_count; c++)
+            for (uint32_t q = 0; q <= IBP_GROUP_RUN; q++)
+                p->gcols[c * (IBP_GROUP_RUN + 1u) + q] = (((c + q * g) % c_count) << p->group_sel_bits) * 2u;
+        for (size_t e = 0; e < gentries; e++) {
+            const uint32_t c = (uint32_t)(e >> p->group_sel_bits);
+            uint64_t mask = 0;
+            uint64_t value = 0;
+            for (uint32_t i = 0; i < g; i++) {
+                /* A selector above K (corrupt data) takes the empty entry, as in dtab. */
+                const uint32_t s = (uint32_t)(e >> (i * sb)) & ((1u << sb) - 1u);
+                const IbpDecEntry *d = p->dtab + ((size_t)((c + i) % c_count) << sb) + s;
+                mask |= d->vmask << (i * wbits);
+                value |= d->dvalue << (i * wbits);
+            }
+            p->gtab[2u * e] = mask;
+            p->gtab[2u * e + 1u] = value;
+        }
+    }
+
+    if (p->gtab && full) {
+        p->rgtab = malloc(gentries * 8u * sizeof(uint64_t));
+        p->rgbits = malloc(gentries);
+        if (!p->rgtab || !p->rgbits)
+            return -ENOMEM;
+        for (size_t e = 0; e < gentries; e++) {
+            uint64_t *const r = p->rgtab + 8u * e;
+            r[0] = p->gtab[2u * e];
+            r[1] = p->gtab[2u * e + 1u];
+            ibp_plan_expand_steps(r[0], r + 2);
+            p->rgbits[e] = (uint8_t)__builtin_popcountll(r[0]);
+        }
+    }
+
+    const size_t lane_len = (size_t)(c_count + IBP_LANE_PAD) * w;
+    p->lanes = calloc(3u + 2u * IBP_MAX_SETS, lane_len);
+    if (!p->lanes)
+        return -ENOMEM;
+    p->lane_zz = p->lanes;
+    p->lane_delta = p->lanes + lane_len;
+    p->lane_xor = p->lanes + 2u * lane_len;
+    for (uint32_t k = 0; k < IBP_MAX_SETS; k++) {
+        p->lane_mask[k] = p->lanes + (3u + k) * lane_len;
+        p->lane_value[k] = p->lanes + (3u + IBP_MAX_SETS + k) * lane_len;
+    }
+    const uint64_t ones = ibp_fmt_word_mask(w);
+    for (uint32_t e = 0; e < c_count + IBP_LANE_PAD; e++) {
+        const uint32_t c = e % c_count;
+        const uint32_t xf = p->xform[c];
+        const uint64_t zz = xf & IBP_XF_ZIGZAG ? ones : 0;
+        const uint64_t delta = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? ones : 0;
+        const uint64_t xr = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_XOR ? ones : 0;
+        memcpy(p->lane_zz + (size_t)e * w, &zz, w);
+        memcpy(p->lane_delta + (size_t)e * w, &delta, w);
+        memcpy(p->lane_xor + (size_t)e * w, &xr, w);
+        for (uint32_t k = 0; k < IBP_MAX_SETS; k++) {
+            memcpy(p->lane_mask[k] + (size_t)e * w, &p->etab[c].mask[k], w);
+            memcpy(p->lane_value[k] + (size_t)e * w, &p->etab[c].value[k], w);
+        }
+    }
+
+    /* Scan of 16 / W lanes: lane i takes lane i - shift (none below 0: index 0x80 gives 0). */
+    const uint32_t lanes = 16u / w;
+    p->scan_steps = 0;
+    p->pred_dist = (c_count + lanes - 1u) / lanes * lanes;
+    const uint32_t o = (p->pred_dist - c_count) * w;
+    for (uint32_t b = 0; b < 16u; b++) {
+        p->pred_lo[b] = b + o < 16u ? (uint8_t)(b + o) : 0x80u;
+        p->pred_hi[b] = b + o >= 16u ? (uint8_t)(b + o - 16u) : 0x80u;
+    }
+    ibp_plan_periods(p);
+    if (c_count < lanes) {
+        for (uint32_t shift = c_count; shift < lanes; shift *= 2u) {
+            uint8_t *ctrl = p->scan_ctrl[p->scan_steps++];
+            for (uint32_t b = 0; b < 16u; b++)
+                ctrl[b] = b / w >= shift ? (uint8_t)(b - shift * w) : 0x80u;
+        }
+        /* Carry: lane i continues the chain that ended in lane lanes - C + i mod C of the vector
+         * before. */
+        for (uint32_t b = 0; b < 16u; b++)
+            p->scan_ctrl[3][b] = (uint8_t)((lanes - c_count + (b / w) % c_count) * w + b % w);
+    }
+    return 0;
+}
+
 /* Serialises the plan: header, C transform bytes, then K*C {mask, value} pairs of W bytes. */
 static int ibp_plan_make_blob(IbpCodecPlan *p)
 {
@@ -68,9 +245,9 @@ static int ibp_plan_make_blob(IbpCodecPlan *p)
     return 0;
 }
 
-int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
-                         uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
-                         const uint64_t *value, IbpCodecPlan **out)
+static int ibp_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
+                          uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
+                          const uint64_t *value, int full, IbpCodecPlan **out)
 {
     IbpCodecPlan *p = NULL;
     int rc = -EINVAL;
@@ -148,6 +325,9 @@ int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_word
         p->run_first[i] = used;
         used += ibp_plan_bit_runs(p->vmask[i], p->runs + used);
     }
+    rc = ibp_plan_vector_tables(p, full);
+    if (rc)
+        goto fail;
     rc = ibp_plan_make_blob(p);
     if (rc)
         goto fail;
@@ -156,6 +336,20 @@ int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_word
 fail:
     ibp_codec_plan_destroy(&p);
     return rc;
+}
+
+int ibp_codec_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
+                         uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
+                         const uint64_t *value, IbpCodecPlan **out)
+{
+    return ibp_plan_build(word_size, columns, row_words, nsets, block_size, xform, mask, value, 1, out);
+}
+
+int ibp_codec_plan_build_lite(uint32_t word_size, uint32_t columns, uint32_t row_words, uint32_t nsets,
+                              uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
+                              const uint64_t *value, IbpCodecPlan **out)
+{
+    return ibp_plan_build(word_size, columns, row_words, nsets, block_size, xform, mask, value, 0, out);
 }
 
 void ibp_codec_plan_destroy(IbpCodecPlan **plan)
@@ -174,6 +368,11 @@ void ibp_codec_plan_destroy(IbpCodecPlan **plan)
     free(p->runs);
     free(p->dtab);
     free(p->etab);
+    free(p->gtab);
+    free(p->gcols);
+    free(p->rgtab);
+    free(p->rgbits);
+    free(p->lanes);
     free(p->blob);
     free(p);
     *plan = NULL;

@@ -15,6 +15,7 @@
 #define IBP_PERIOD_MAX 2048u                 /* longest row period searched, bytes */
 #define IBP_PERIOD_PICKS 8u
 #define IBP_FINALISTS 3u
+#define IBP_SET_FINALISTS 3u /* finalists that try more than one mask set */
 
 typedef struct IbpChunk {
     const uint8_t *p;
@@ -141,60 +142,34 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
     return 0;
 }
 
-/* Per column and bit, how many selected words have the bit set (member == NULL: all words;
- * else words with member[i] == want).  Byte-lane counters: one table add per byte. */
-static void ibp_bit_counts(const IbpWords *ws, const uint8_t *member, uint8_t want, uint32_t *cnt,
-                           uint32_t *ncol, uint64_t *acc, uint8_t *pending)
-{
-    static const uint64_t lane = 0x0101010101010101ull;
-    const uint32_t w = ws->word_size;
-    const uint32_t wbits = w * 8u;
-    memset(cnt, 0, (size_t)ws->columns * wbits * sizeof(uint32_t));
-    memset(ncol, 0, ws->columns * sizeof(uint32_t));
-    memset(acc, 0, (size_t)ws->columns * w * sizeof(uint64_t));
-    memset(pending, 0, ws->columns);
-    for (size_t i = 0; i < ws->n; i++) {
-        if (member && member[i] != want)
-            continue;
-        const uint32_t c = ws->col[i];
-        const uint64_t x = ws->w[i];
-        uint64_t *a = acc + (size_t)c * w;
-        for (uint32_t q = 0; q < w; q++) {
-            /* Spread the 8 bits of the byte into the low bit of 8 byte lanes. */
-            uint64_t v = (x >> (8u * q)) & 0xffu;
-            v = (v | (v << 28)) & 0x0000000f0000000full;
-            v = (v | (v << 14)) & 0x0003000300030003ull;
-            v = (v | (v << 7)) & lane;
-            a[q] += v;
-        }
-        ncol[c]++;
-        if (++pending[c] == 255u) {
-            for (uint32_t q = 0; q < w; q++) {
-                for (uint32_t b = 0; b < 8u; b++)
-                    cnt[(size_t)c * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
-                a[q] = 0;
-            }
-            pending[c] = 0;
-        }
-    }
-    for (uint32_t c = 0; c < ws->columns; c++) {
-        uint64_t *a = acc + (size_t)c * w;
-        for (uint32_t q = 0; q < w; q++)
-            for (uint32_t b = 0; b < 8u; b++)
-                cnt[(size_t)c * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
-    }
-}
+/* Which words a fit takes: all of them into set 1, those no set takes yet (member 0) into set 1,
+ * or each into the set member names (several sets at once, as one round of ibp_fit_sets). */
+enum { IBP_FIT_ALL, IBP_FIT_FREE, IBP_FIT_SETS };
 
-/* Work space for mask fitting, sized for the largest candidate. */
+/* Counters are kept in this many interleaved copies when there are fewer than 4 columns, so that
+ * consecutive words do not update the same memory one after the other (each update would wait
+ * for the one before). */
+#define IBP_FIT_SLOTS 4u
+
+/* Work space for mask fitting, sized for the largest candidate.  Everything is per (set,
+ * column), set 0 being where the words no fitted set takes go (and are ignored). */
 typedef struct IbpFit {
-    uint32_t *cnt;    /* C * 64 */
-    uint32_t *ncol;   /* C */
-    uint64_t *acc;    /* C * 8 */
-    uint8_t *pending; /* C */
-    uint64_t *maj;    /* C */
-    uint64_t *prefix; /* C * 65 */
-    uint32_t *hist;   /* C * 65 */
+    uint64_t spread[256]; /* spread[v]: bit b of v in the low bit of byte lane b */
+    uint32_t *cnt;        /* (K+1) * C * 64: words with each bit set */
+    uint32_t *ncol;       /* (K+1) * C: words */
+    uint64_t *acc;        /* slots * (K+1) * C * 8: byte-lane counters, emptied every 255 words */
+    uint8_t *pending;     /* slots * (K+1) * C */
+    uint64_t *maj;        /* (K+1) * C */
+    uint64_t *prefix;     /* (K+1) * C * 65 */
+    uint32_t *hist;       /* slots * (K+1) * C * (W*8 + 1) */
+    /* (K+1) * C * W * 256, when that is at most IBP_FIT_RANK_MAX bytes: for byte q of a word and
+     * its value v, the lowest rank (position in the column's bit ranking) of a bit set in v, or
+     * 64 for v = 0; a word's agreement length is the least over its bytes. */
+    uint8_t *rank;
+    size_t rank_cap;
 } IbpFit;
+
+#define IBP_FIT_RANK_MAX ((size_t)256 * 1024)
 
 static void ibp_fit_free(IbpFit *f)
 {
@@ -205,22 +180,37 @@ static void ibp_fit_free(IbpFit *f)
     free(f->maj);
     free(f->prefix);
     free(f->hist);
+    free(f->rank);
     memset(f, 0, sizeof(*f));
 }
 
+/* Sized for any candidate of at most c_count columns: those with fewer than IBP_FIT_SLOTS columns
+ * keep IBP_FIT_SLOTS copies of their counters, which may take more than one copy of c_count. */
 static int ibp_fit_alloc(IbpFit *f, uint32_t c_count)
 {
+    const size_t sc = (size_t)(IBP_MAX_SETS + 1u) * c_count;
+    const uint32_t small = c_count < IBP_FIT_SLOTS - 1u ? c_count : IBP_FIT_SLOTS - 1u;
+    const size_t ssc = (size_t)(IBP_MAX_SETS + 1u) * IBP_FIT_SLOTS * small;
+    const size_t slot_sc = ssc > sc ? ssc : sc;
     memset(f, 0, sizeof(*f));
-    f->cnt = malloc((size_t)c_count * 64u * sizeof(uint32_t));
-    f->ncol = malloc((size_t)c_count * sizeof(uint32_t));
-    f->acc = malloc((size_t)c_count * 8u * sizeof(uint64_t));
-    f->pending = malloc(c_count);
-    f->maj = malloc((size_t)c_count * sizeof(uint64_t));
-    f->prefix = malloc((size_t)c_count * 65u * sizeof(uint64_t));
-    f->hist = malloc((size_t)c_count * 65u * sizeof(uint32_t));
-    if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist) {
+    f->cnt = malloc(sc * 64u * sizeof(uint32_t));
+    f->ncol = malloc(sc * sizeof(uint32_t));
+    f->acc = malloc(slot_sc * 8u * sizeof(uint64_t));
+    f->pending = malloc(slot_sc);
+    f->maj = malloc(sc * sizeof(uint64_t));
+    f->prefix = malloc(sc * 65u * sizeof(uint64_t));
+    f->hist = malloc(slot_sc * 65u * sizeof(uint32_t));
+    f->rank_cap = sc * 8u * 256u < IBP_FIT_RANK_MAX ? sc * 8u * 256u : IBP_FIT_RANK_MAX;
+    f->rank = malloc(f->rank_cap);
+    if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist || !f->rank) {
         ibp_fit_free(f);
         return -ENOMEM;
+    }
+    for (uint32_t v = 0; v < 256u; v++) {
+        uint64_t lanes = 0;
+        for (uint32_t b = 0; b < 8u; b++)
+            lanes |= (uint64_t)((v >> b) & 1u) << (8u * b);
+        f->spread[v] = lanes;
     }
     return 0;
 }
@@ -230,7 +220,7 @@ static int ibp_fit_alloc(IbpFit *f, uint32_t c_count)
 static inline uint32_t ibp_agree_len(const uint64_t *prefix, uint32_t wbits, uint64_t d)
 {
     uint32_t lo = 0;
-    for (uint32_t step = 64; step; step >>= 1) {
+    for (uint32_t step = wbits; step; step >>= 1) {
         const uint32_t cand = lo + step;
         const int ok = cand <= wbits && !(d & prefix[cand <= wbits ? cand : 0]);
         lo = ok ? cand : lo;
@@ -247,19 +237,183 @@ static inline uint32_t ibp_popcount(uint64_t v)
     return (uint32_t)((v * 0x0101010101010101ull) >> 56);
 }
 
-/* Fits one mask per column to the selected words: the bits ranked by how invariant they are,
- * then the prefix of that ranking that saves most (m invariant bits save m bits on every word
- * that agrees on all m).  This is the threshold sweep of the paper, done exactly per column.
- * Writes mask/value for the C columns and returns the bits saved in total. */
-static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, uint8_t want, IbpFit *f,
+static inline uint32_t ibp_fit_route(const uint8_t *member, int mode, size_t i)
+{
+    if (mode == IBP_FIT_ALL)
+        return 1u;
+    if (mode == IBP_FIT_FREE)
+        return member[i] == 0;
+    return member[i];
+}
+
+/* The word loops of ibp_fit_masks, instantiated per word size and mode (ibp_fit_route is then a
+ * load or a constant, and the per-byte loops unroll). */
+static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *ws, const uint8_t *member,
+                                                                uint32_t nfit, IbpFit *f, const uint32_t w,
+                                                                const int mode)
+{
+    const uint32_t wbits = w * 8u;
+    const uint32_t c_count = ws->columns;
+    const size_t sc = (size_t)(nfit + 1u) * c_count;
+    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    for (size_t i = 0; i < ws->n; i++) {
+        const size_t at =
+            ((i & (slots - 1u)) * (nfit + 1u) + ibp_fit_route(member, mode, i)) * c_count + ws->col[i];
+        const uint64_t x = ws->w[i];
+        uint64_t *a = f->acc + at * w;
+        for (uint32_t q = 0; q < w; q++)
+            a[q] += f->spread[(x >> (8u * q)) & 0xffu];
+        if (++f->pending[at] == 255u) {
+            const size_t sc_at = at % sc;
+            for (uint32_t q = 0; q < w; q++) {
+                for (uint32_t b = 0; b < 8u; b++)
+                    f->cnt[sc_at * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
+                a[q] = 0;
+            }
+            f->ncol[sc_at] += 255u;
+            f->pending[at] = 0;
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void ibp_fit_hist_rank(const IbpWords *ws, const uint8_t *member,
+                                                                    uint32_t nfit, IbpFit *f,
+                                                                    const uint32_t w, const int mode)
+{
+    const uint32_t wbits = w * 8u;
+    const uint32_t c_count = ws->columns;
+    const size_t sc = (size_t)(nfit + 1u) * c_count;
+    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    for (size_t i = 0; i < ws->n; i++) {
+        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + ws->col[i];
+        const uint64_t d = ws->w[i] ^ f->maj[at];
+        const uint8_t *t = f->rank + at * w * 256u;
+        uint32_t agree = t[d & 0xffu];
+        for (uint32_t q = 1; q < w; q++) {
+            const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
+            agree = r < agree ? r : agree;
+        }
+        agree = agree < wbits ? agree : wbits;
+        f->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+    }
+}
+
+static inline __attribute__((always_inline)) void ibp_fit_hist_search(const IbpWords *ws,
+                                                                      const uint8_t *member, uint32_t nfit,
+                                                                      IbpFit *f, const uint32_t w,
+                                                                      const int mode)
+{
+    const uint32_t wbits = w * 8u;
+    const uint32_t c_count = ws->columns;
+    const size_t sc = (size_t)(nfit + 1u) * c_count;
+    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    for (size_t i = 0; i < ws->n; i++) {
+        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + ws->col[i];
+        const uint32_t agree = ibp_agree_len(f->prefix + at * 65u, wbits, ws->w[i] ^ f->maj[at]);
+        f->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+    }
+}
+
+/* Runs CALL with w_ and mode_ constants equal to the word size w and the mode in scope, so that
+ * the always-inline word loops it calls are compiled once per combination. */
+#define IBP_FIT_DISPATCH(CALL)                                                                               \
+    do {                                                                                                     \
+        switch (w * 4u + (uint32_t)mode) {                                                                   \
+        case 2u * 4u + IBP_FIT_ALL: {                                                                        \
+            const uint32_t w_ = 2u;                                                                          \
+            const int mode_ = IBP_FIT_ALL;                                                                   \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 2u * 4u + IBP_FIT_FREE: {                                                                       \
+            const uint32_t w_ = 2u;                                                                          \
+            const int mode_ = IBP_FIT_FREE;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 2u * 4u + IBP_FIT_SETS: {                                                                       \
+            const uint32_t w_ = 2u;                                                                          \
+            const int mode_ = IBP_FIT_SETS;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 4u * 4u + IBP_FIT_ALL: {                                                                        \
+            const uint32_t w_ = 4u;                                                                          \
+            const int mode_ = IBP_FIT_ALL;                                                                   \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 4u * 4u + IBP_FIT_FREE: {                                                                       \
+            const uint32_t w_ = 4u;                                                                          \
+            const int mode_ = IBP_FIT_FREE;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 4u * 4u + IBP_FIT_SETS: {                                                                       \
+            const uint32_t w_ = 4u;                                                                          \
+            const int mode_ = IBP_FIT_SETS;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 8u * 4u + IBP_FIT_ALL: {                                                                        \
+            const uint32_t w_ = 8u;                                                                          \
+            const int mode_ = IBP_FIT_ALL;                                                                   \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        case 8u * 4u + IBP_FIT_FREE: {                                                                       \
+            const uint32_t w_ = 8u;                                                                          \
+            const int mode_ = IBP_FIT_FREE;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        default: {                                                                                           \
+            const uint32_t w_ = 8u;                                                                          \
+            const int mode_ = IBP_FIT_SETS;                                                                  \
+            CALL;                                                                                            \
+            break;                                                                                           \
+        }                                                                                                    \
+        }                                                                                                    \
+    } while (0)
+
+/* Fits one mask per column to the words of each set (mode and member as IBP_FIT_*; nfit sets,
+ * written to mask/value set-major): the bits ranked by how invariant they are, then the prefix of
+ * that ranking that saves most (m invariant bits save m bits on every word that agrees on all m).
+ * This is the threshold sweep of the paper, done exactly per column.  Returns the bits saved in
+ * total; f->hist and f->ncol hold set 1's agreement histogram (W*8 + 1 entries per column) and
+ * word counts afterwards. */
+static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mode, uint32_t nfit, IbpFit *f,
                               uint64_t *mask, uint64_t *value)
 {
-    const uint32_t wbits = ws->word_size * 8u;
+    const uint32_t w = ws->word_size;
+    const uint32_t wbits = w * 8u;
     const uint32_t c_count = ws->columns;
-    ibp_bit_counts(ws, member, want, f->cnt, f->ncol, f->acc, f->pending);
-    for (uint32_t c = 0; c < c_count; c++) {
-        const uint32_t *cnt = f->cnt + (size_t)c * wbits;
-        const uint32_t n = f->ncol[c];
+    const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
+    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
+    /* Rank tables where they take less building than the words take looking up. */
+    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 256u <= ws->n * 4u;
+    memset(f->cnt, 0, sc * wbits * sizeof(uint32_t));
+    memset(f->ncol, 0, sc * sizeof(uint32_t));
+    memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
+    memset(f->pending, 0, slots * sc);
+    IBP_FIT_DISPATCH(ibp_fit_count(ws, member, nfit, f, w_, mode_));
+    for (size_t at = 0; at < slots * sc; at++) {
+        const size_t sc_at = at % sc;
+        const uint64_t *a = f->acc + at * w;
+        for (uint32_t q = 0; q < w; q++)
+            for (uint32_t b = 0; b < 8u; b++)
+                f->cnt[sc_at * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
+        f->ncol[sc_at] += f->pending[at];
+    }
+    /* Set 0's words are ignored: its constants only need to be valid. */
+    memset(f->maj, 0, c_count * sizeof(uint64_t));
+    memset(f->prefix, 0, c_count * 65u * sizeof(uint64_t));
+    if (use_rank)
+        memset(f->rank, 64, (size_t)c_count * w * 256u);
+    for (size_t at = c_count; at < sc; at++) {
+        const uint32_t *cnt = f->cnt + at * wbits;
+        const uint32_t n = f->ncol[at];
         uint8_t order[64];
         uint32_t freq[64];
         uint64_t maj = 0;
@@ -274,22 +428,37 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, uint8_t
             }
             order[k] = (uint8_t)b;
         }
-        uint64_t *prefix = f->prefix + (size_t)c * 65u;
+        uint64_t *prefix = f->prefix + at * 65u;
         prefix[0] = 0;
         for (uint32_t m = 1; m <= wbits; m++)
             prefix[m] = prefix[m - 1] | ((uint64_t)1 << order[m - 1]);
-        f->maj[c] = maj;
+        f->maj[at] = maj;
+        if (use_rank) {
+            uint8_t rk[64];
+            for (uint32_t m = 0; m < wbits; m++)
+                rk[order[m]] = (uint8_t)m;
+            uint8_t *t = f->rank + at * w * 256u;
+            for (uint32_t q = 0; q < w; q++, t += 256) {
+                t[0] = 64;
+                for (uint32_t v = 1; v < 256u; v++) {
+                    const uint8_t low = rk[8u * q + (uint32_t)__builtin_ctz(v)];
+                    const uint8_t rest = t[v & (v - 1u)];
+                    t[v] = low < rest ? low : rest;
+                }
+            }
+        }
     }
-    memset(f->hist, 0, (size_t)c_count * 65u * sizeof(uint32_t));
-    for (size_t i = 0; i < ws->n; i++) {
-        if (member && member[i] != want)
-            continue;
-        const uint32_t c = ws->col[i];
-        f->hist[(size_t)c * 65u + ibp_agree_len(f->prefix + (size_t)c * 65u, wbits, ws->w[i] ^ f->maj[c])]++;
-    }
+    memset(f->hist, 0, slots * sc * hs * sizeof(uint32_t));
+    if (use_rank)
+        IBP_FIT_DISPATCH(ibp_fit_hist_rank(ws, member, nfit, f, w_, mode_));
+    else
+        IBP_FIT_DISPATCH(ibp_fit_hist_search(ws, member, nfit, f, w_, mode_));
+    for (uint32_t slot = 1; slot < slots; slot++)
+        for (size_t k = 0; k < sc * hs; k++)
+            f->hist[k] += f->hist[slot * sc * hs + k];
     uint64_t saved = 0;
-    for (uint32_t c = 0; c < c_count; c++) {
-        const uint32_t *h = f->hist + (size_t)c * 65u;
+    for (size_t at = c_count; at < sc; at++) {
+        const uint32_t *h = f->hist + at * hs;
         uint64_t at_least = 0;
         uint64_t best = 0;
         uint32_t best_m = 0;
@@ -300,8 +469,8 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, uint8_t
                 best_m = m;
             }
         }
-        mask[c] = f->prefix[(size_t)c * 65u + best_m];
-        value[c] = f->maj[c] & mask[c];
+        mask[at - c_count] = f->prefix[at * 65u + best_m];
+        value[at - c_count] = f->maj[at] & mask[at - c_count];
         saved += best;
     }
     return saved;
@@ -329,36 +498,53 @@ static void ibp_masks_sort(IbpMasks *m, uint32_t c_count)
     }
 }
 
-/* Per word of the sample: selector (0 = no set) under masks m; returns the estimated bits of
- * all words with per-word selectors and no row grouping. */
-static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size)
+/* ibp_assign's word loop with K a constant. */
+static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWords *ws, const IbpMasks *m,
+                                                                   const uint8_t *vb, uint8_t *member,
+                                                                   uint8_t *size, const uint32_t k_count)
 {
     const uint32_t wbits = ws->word_size * 8u;
-    const uint32_t sb = ibp_fmt_sel_bits(m->nsets);
+    const uint32_t sb = ibp_fmt_sel_bits(k_count);
     const uint32_t c_count = ws->columns;
-    uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
-    for (uint32_t i = 0; i < m->nsets * c_count; i++)
-        vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
     uint64_t bits = 0;
     for (size_t i = 0; i < ws->n; i++) {
         const uint32_t c = ws->col[i];
-        uint8_t s = 0;
+        const uint64_t x = ws->w[i];
+        /* The first matching set, by conditional moves from the last (which set matches is data,
+         * and a branch on it mispredicts). */
+        uint32_t s = 0;
         uint32_t sz = wbits;
-        for (uint32_t k = 0; k < m->nsets; k++) {
-            const size_t idx = (size_t)k * c_count + c;
-            if ((ws->w[i] & m->mask[idx]) == m->value[idx]) {
-                s = (uint8_t)(k + 1u);
-                sz = vb[idx];
-                break;
-            }
+        for (uint32_t k = k_count; k > 0; k--) {
+            const size_t idx = (size_t)(k - 1u) * c_count + c;
+            const int hit = (x & m->mask[idx]) == m->value[idx];
+            s = hit ? k : s;
+            sz = hit ? vb[idx] : sz;
         }
         if (member)
-            member[i] = s;
+            member[i] = (uint8_t)s;
         if (size)
             size[i] = (uint8_t)sz;
         bits += sz + sb;
     }
     return bits;
+}
+
+/* Per word of the sample: selector (0 = no set) under masks m; returns the estimated bits of
+ * all words with per-word selectors and no row grouping. */
+static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size)
+{
+    const uint32_t wbits = ws->word_size * 8u;
+    uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
+    for (uint32_t i = 0; i < m->nsets * ws->columns; i++)
+        vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
+    switch (m->nsets) {
+    case 1:
+        return ibp_assign_k(ws, m, vb, member, size, 1u);
+    case 2:
+        return ibp_assign_k(ws, m, vb, member, size, 2u);
+    default:
+        return ibp_assign_k(ws, m, vb, member, size, 3u);
+    }
 }
 
 /* Fits K mask sets per column (the clustered variant): set 1 over all words, each further set
@@ -370,28 +556,29 @@ static int ibp_fit_sets(const IbpWords *ws, uint32_t nsets, IbpFit *f, uint8_t *
     out->nsets = nsets;
     for (uint32_t k = 0; k < nsets; k++) {
         if (k == 0) {
-            ibp_fit_masks(ws, NULL, 0, f, out->mask, out->value);
+            ibp_fit_masks(ws, NULL, IBP_FIT_ALL, 1, f, out->mask, out->value);
         } else {
             IbpMasks partial = {.nsets = k, .mask = out->mask, .value = out->value};
             ibp_assign(ws, &partial, member, NULL);
-            ibp_fit_masks(ws, member, 0, f, out->mask + (size_t)k * c_count,
+            ibp_fit_masks(ws, member, IBP_FIT_FREE, 1, f, out->mask + (size_t)k * c_count,
                           out->value + (size_t)k * c_count);
         }
     }
     for (int round = 0; round < 2 && nsets > 1; round++) {
         ibp_masks_sort(out, c_count);
         ibp_assign(ws, out, member, NULL);
-        for (uint32_t k = 0; k < nsets; k++)
-            ibp_fit_masks(ws, member, (uint8_t)(k + 1u), f, out->mask + (size_t)k * c_count,
-                          out->value + (size_t)k * c_count);
+        ibp_fit_masks(ws, member, IBP_FIT_SETS, nsets, f, out->mask, out->value);
     }
     ibp_masks_sort(out, c_count);
     return 0;
 }
 
 /* Best row length for per-word sizes: rows are packed (selectors + fields) or raw, whichever
- * is smaller, plus one flag bit each.  Rows restart at every chunk, as at every block. */
-static uint32_t ibp_pick_rows(const IbpWords *ws, const uint8_t *size, uint32_t sb, uint64_t *bits_out)
+ * is smaller, plus one flag bit each.  Rows restart at every chunk, as at every block.  prefix
+ * (ws->n + 1 entries) is work space: running sums of size, so a row costs two loads whatever
+ * its length. */
+static uint32_t ibp_pick_rows(const IbpWords *ws, const uint8_t *size, uint32_t sb, uint32_t *prefix,
+                              uint64_t *bits_out)
 {
     static const uint32_t fixed[] = {8, 16, 32, 64, 128, 256, 512, 1024};
     uint32_t cand[32];
@@ -404,6 +591,9 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint8_t *size, uint32_t 
         if (r >= 1024u)
             break;
     }
+    prefix[0] = 0;
+    for (size_t i = 0; i < ws->n; i++)
+        prefix[i + 1] = prefix[i] + size[i];
     uint64_t best = UINT64_MAX;
     uint32_t best_r = cand[0];
     for (uint32_t ci = 0; ci < nc; ci++) {
@@ -414,9 +604,7 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint8_t *size, uint32_t 
             const size_t end = ws->chunk_end[ch];
             for (size_t j = start; j < end; j += r_len) {
                 const size_t n = ibp_min_sz(r_len, end - j);
-                uint64_t packed = (uint64_t)n * sb;
-                for (size_t i = j; i < j + n; i++)
-                    packed += size[i];
+                const uint64_t packed = (uint64_t)n * sb + (prefix[j + n] - prefix[j]);
                 const uint64_t raw = (uint64_t)n * wbits;
                 bits += (packed < raw ? packed : raw) + 1u;
             }
@@ -444,10 +632,17 @@ static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, ui
         return 0;
     for (uint32_t lag = 1; lag <= pmax; lag++) {
         uint32_t eq = 0;
-        for (size_t i = 0; i + lag + 8u <= n; i += 8u) {
-            const uint64_t x = ibp_load64(p + i) ^ ibp_load64(p + i + lag);
-            const uint64_t nz = ((x & lo7) + lo7) | x;
-            eq += (uint32_t)ibp_popcount(~nz & ~lo7);
+        size_t i = 0;
+        while (i + lag + 8u <= n) {
+            /* Equal bytes counted in byte lanes, emptied before any lane can pass 255. */
+            uint64_t lanes = 0;
+            for (uint32_t k = 0; k < 255u && i + lag + 8u <= n; k++, i += 8u) {
+                const uint64_t x = ibp_load64(p + i) ^ ibp_load64(p + i + lag);
+                const uint64_t nz = ((x & lo7) + lo7) | x; /* top bit of each byte: the byte differs */
+                lanes += (~nz >> 7) & 0x0101010101010101ull;
+            }
+            lanes = (lanes & 0x00ff00ff00ff00ffull) + ((lanes >> 8) & 0x00ff00ff00ff00ffull);
+            eq += (uint32_t)((lanes * 0x0001000100010001ull) >> 48);
         }
         score[lag] = (uint32_t)((uint64_t)eq * 65536u / ((n - lag) / 8u * 8u + 1u));
     }
@@ -525,16 +720,16 @@ static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, Ibp
         rc = ibp_words_load(s, w, c_count, trial, &ws);
         if (rc)
             goto fail;
-        ibp_fit_masks(&ws, NULL, 0, f, mask, value);
+        ibp_fit_masks(&ws, NULL, IBP_FIT_ALL, 1, f, mask, value);
         /* Bits per column under this transform: words * W*8 minus what its mask saves. */
         const uint32_t wbits = w * 8u;
         for (uint32_t c = 0; c < c_count; c++) {
-            const uint32_t *h = f->hist + (size_t)c * 65u;
+            const uint32_t *h = f->hist + (size_t)(c_count + c) * (wbits + 1u);
             const uint32_t m = (uint32_t)ibp_popcount(mask[c]);
             uint64_t agree = 0;
             for (uint32_t k = m; k <= wbits; k++)
                 agree += h[k];
-            const uint64_t bits = (uint64_t)f->ncol[c] * wbits - (uint64_t)m * agree;
+            const uint64_t bits = (uint64_t)f->ncol[c_count + c] * wbits - (uint64_t)m * agree;
             if (o == 0 || bits * 100u < col_bits[c] * 99u) {
                 col_bits[c] = bits;
                 xform[c] = trial[0];
@@ -556,10 +751,10 @@ static int ibp_plan_trivial(size_t block_size, IbpCodecPlan **out)
 }
 
 /* Fits a plan of the given shape to the words of sample s: transforms (or none), K mask sets,
- * row length. */
+ * row length.  full = 0 builds a plan that is only sized (ibp_codec_plan_build_lite). */
 static int ibp_fit_plan(const IbpSample *s, uint32_t w, uint32_t c_count, const uint8_t *xform,
                         uint32_t nsets, uint32_t r_len, uint32_t block_size, IbpFit *fit, uint8_t *member,
-                        uint8_t *size, IbpMasks *m, IbpCodecPlan **out)
+                        uint8_t *size, uint32_t *prefix, IbpMasks *m, int full, IbpCodecPlan **out)
 {
     IbpWords ws;
     int rc = ibp_words_load(s, w, c_count, xform, &ws);
@@ -569,9 +764,11 @@ static int ibp_fit_plan(const IbpSample *s, uint32_t w, uint32_t c_count, const 
     if (!r_len) {
         uint64_t row_bits;
         ibp_assign(&ws, m, NULL, size);
-        r_len = ibp_pick_rows(&ws, size, ibp_fmt_sel_bits(nsets), &row_bits);
+        r_len = ibp_pick_rows(&ws, size, ibp_fmt_sel_bits(nsets), prefix, &row_bits);
     }
-    rc = ibp_codec_plan_build(w, c_count, r_len, nsets, block_size, xform, m->mask, m->value, out);
+    rc = full
+             ? ibp_codec_plan_build(w, c_count, r_len, nsets, block_size, xform, m->mask, m->value, out)
+             : ibp_codec_plan_build_lite(w, c_count, r_len, nsets, block_size, xform, m->mask, m->value, out);
     ibp_words_free(&ws);
     return rc;
 }
@@ -585,6 +782,7 @@ typedef struct IbpSearch {
     IbpFit *fit;
     uint8_t *member;
     uint8_t *size;
+    uint32_t *prefix;
     IbpMasks *m;
     uint64_t best_bytes;
     uint32_t best_w;
@@ -600,7 +798,7 @@ static int ibp_try(IbpSearch *s, uint32_t w, uint32_t c_count, const uint8_t *xf
 {
     IbpCodecPlan *p = NULL;
     const int rc = ibp_fit_plan(s->fit_s, w, c_count, xform, nsets, 0, s->block_size, s->fit, s->member,
-                                s->size, s->m, &p);
+                                s->size, s->prefix, s->m, 0, &p);
     if (rc)
         return rc;
     *bytes = ibp_exact_bytes(p, s->eval_s, s->len);
@@ -630,8 +828,10 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     IbpMasks m = {0};
     uint8_t *member = NULL;
     uint8_t *size = NULL;
+    uint32_t *prefix = NULL;
     uint8_t *xform = NULL;
     uint8_t *best_xform = NULL;
+    uint8_t *cand_xform = NULL;
     IbpCodecPlan *best = NULL;
     IbpCandidate cand[3 * (IBP_PERIOD_PICKS + 1)];
     uint32_t ncand = 0;
@@ -706,18 +906,20 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     const size_t max_words = all_s.bytes / 2u + 1u;
     member = malloc(max_words);
     size = malloc(max_words);
+    prefix = malloc((max_words + 1u) * sizeof(uint32_t));
     xform = malloc(max_cols);
     best_xform = malloc(max_cols);
+    cand_xform = malloc((size_t)(ncand ? ncand : 1u) * max_cols);
     m.mask = malloc((size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t));
     m.value = malloc((size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t));
     rc = -ENOMEM;
-    if (!member || !size || !xform || !best_xform || !m.mask || !m.value)
+    if (!member || !size || !prefix || !xform || !best_xform || !cand_xform || !m.mask || !m.value)
         goto fail;
     for (uint32_t k = 0; k < ncand; k++) {
         rc = ibp_words_load(&screen, cand[k].word_size, cand[k].columns, NULL, &ws);
         if (rc)
             goto fail;
-        ibp_fit_masks(&ws, NULL, 0, &fit, m.mask, m.value);
+        ibp_fit_masks(&ws, NULL, IBP_FIT_ALL, 1, &fit, m.mask, m.value);
         ibp_words_free(&ws);
         rc = ibp_words_load(&screen_eval, cand[k].word_size, cand[k].columns, NULL, &ws);
         if (rc)
@@ -735,8 +937,8 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         }
 
     /* 2. For the finalists: transforms, mask sets and row length fitted on one half of the
-     * sample and judged by the encoder's exact size on the other.  Faithful IBP is always
-     * among them. */
+     * sample and judged by the encoder's exact size on the other.  Faithful IBP (one set, no
+     * transform) is always among them. */
     IbpSearch ctx = {
         .fit_s = &fit_s,
         .eval_s = &eval_s,
@@ -745,6 +947,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         .fit = &fit,
         .member = member,
         .size = size,
+        .prefix = prefix,
         .m = &m,
         .best_bytes = UINT64_MAX,
         .best_xform = best_xform,
@@ -762,15 +965,17 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         if (cand[k].columns == 1u)
             seen_single |= bit;
     }
+    /* One set for each finalist, without and with transforms (the better of the two is kept). */
+    uint64_t one_set[3 * (IBP_PERIOD_PICKS + 1)];
     for (uint32_t k = 0; k < ncand; k++) {
+        one_set[k] = UINT64_MAX;
         if (!finalist[k])
             continue;
         const uint32_t w = cand[k].word_size;
         const uint32_t c_count = cand[k].columns;
-        /* One set without and with transforms; the better of the two then tries more sets. */
-        uint64_t plain = 0;
-        memset(xform, 0, c_count);
-        rc = ibp_try(&ctx, w, c_count, xform, 1, &plain);
+        uint8_t *const xf = cand_xform + (size_t)k * max_cols;
+        memset(xf, 0, c_count);
+        rc = ibp_try(&ctx, w, c_count, xf, 1, &one_set[k]);
         if (rc)
             goto fail;
         if (faithful)
@@ -787,17 +992,32 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
             if (rc)
                 goto fail;
         }
-        if (with_xf >= plain)
-            memset(xform, 0, c_count);
+        if (with_xf < one_set[k]) {
+            one_set[k] = with_xf;
+            memcpy(xf, xform, c_count);
+        }
+    }
+    /* More mask sets for the few best of those: sets pay most where one set already fits well,
+     * and fitting them takes several passes each. */
+    for (uint32_t round = 0; round < IBP_SET_FINALISTS && !faithful; round++) {
+        uint32_t pick = ncand;
+        for (uint32_t k = 0; k < ncand; k++)
+            if (one_set[k] != UINT64_MAX && (pick == ncand || one_set[k] < one_set[pick]))
+                pick = k;
+        if (pick == ncand)
+            break;
+        one_set[pick] = UINT64_MAX;
         for (uint32_t nsets = 2; nsets <= IBP_MAX_SETS; nsets++) {
-            rc = ibp_try(&ctx, w, c_count, xform, nsets, &with_xf);
+            uint64_t bytes;
+            rc = ibp_try(&ctx, cand[pick].word_size, cand[pick].columns, cand_xform + (size_t)pick * max_cols,
+                         nsets, &bytes);
             if (rc)
                 goto fail;
         }
     }
     /* 3. The winner refitted on the whole sample. */
     rc = ibp_fit_plan(&all_s, ctx.best_w, ctx.best_c, best_xform, ctx.best_k, ctx.best_r, (uint32_t)bs, &fit,
-                      member, size, &m, &best);
+                      member, size, prefix, &m, 1, &best);
     if (rc)
         goto fail;
     best->sample_bytes = all_s.bytes;
@@ -816,8 +1036,10 @@ fail:
     free(screen_eval.chunks);
     free(member);
     free(size);
+    free(prefix);
     free(xform);
     free(best_xform);
+    free(cand_xform);
     free(m.mask);
     free(m.value);
     return rc;

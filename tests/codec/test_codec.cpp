@@ -2,6 +2,7 @@
 // ibpshim: property tests of the IBP codec: round trips, random access, SIMD = reference, corrupt input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -366,6 +367,397 @@ TEST(Codec, EveryLevelEqualsReferenceBlockByBlock)
             }
         }
         ibp_codec_plan_destroy(&plan);
+    }
+}
+
+// ---- an oracle from codec/FORMAT.md, bit by bit ----
+//
+// The reference decoder is the oracle of every SIMD level, but it is no longer the simplest code
+// that could decode a block (it deposits a group of words through a shift network and undoes
+// transforms column by column).  This decoder follows FORMAT.md literally, one bit and one word
+// at a time, reading the plan from its serialised blob, and checks the reference in turn.
+
+struct OraclePlan {
+    uint32_t w = 0, c = 0, r = 0, k = 0;
+    std::vector<uint8_t> xform;
+    std::vector<uint64_t> mask, value; // set-major: k * C + c
+};
+
+OraclePlan oracle_plan(const IbpCodecPlan *plan)
+{
+    size_t len = 0;
+    const uint8_t *blob = (const uint8_t *)ibp_codec_plan_blob(plan, &len);
+    IbpPlanHeader h;
+    std::memcpy(&h, blob, sizeof(h));
+    OraclePlan o;
+    o.w = h.word_size;
+    o.c = h.columns;
+    o.r = h.row_words;
+    o.k = h.nsets;
+    o.xform.assign(blob + h.xform_off, blob + h.xform_off + h.columns);
+    for (uint32_t i = 0; i < o.k * o.c; i++) {
+        uint64_t m = 0, v = 0;
+        std::memcpy(&m, blob + h.mask_off + (size_t)i * 2 * o.w, o.w);
+        std::memcpy(&v, blob + h.mask_off + (size_t)i * 2 * o.w + o.w, o.w);
+        o.mask.push_back(m);
+        o.value.push_back(v);
+    }
+    return o;
+}
+
+struct OracleBits {
+    const uint8_t *base;
+    uint64_t pos;
+    uint64_t read(uint32_t n)
+    {
+        uint64_t v = 0;
+        for (uint32_t i = 0; i < n; i++, pos++)
+            v |= (uint64_t)((base[pos / 8] >> (pos % 8)) & 1u) << i;
+        return v;
+    }
+};
+
+std::vector<uint8_t> oracle_decode(const OraclePlan &o, const uint8_t *blk, uint32_t orig_len)
+{
+    IbpBlockHeader h;
+    std::memcpy(&h, blk, sizeof(h));
+    EXPECT_EQ(h.orig_len, orig_len);
+    if (h.flags == IBP_BLOCK_RAW)
+        return std::vector<uint8_t>(blk + IBP_BLOCK_HEADER_SIZE, blk + IBP_BLOCK_HEADER_SIZE + orig_len);
+    const uint32_t nwords = orig_len / o.w;
+    const uint32_t bits = o.w * 8;
+    const uint64_t wmask = bits == 64 ? ~(uint64_t)0 : (((uint64_t)1 << bits) - 1);
+    OracleBits payload{blk + h.payload_off, 0};
+    OracleBits sel{blk + h.sel_off, 0};
+    std::vector<uint64_t> x(nwords);
+    for (uint32_t j = 0; j < nwords; j++) {
+        const uint32_t col = (h.col_phase + j) % o.c;
+        const uint32_t row = j / o.r;
+        uint64_t t;
+        if ((blk[h.rowflag_off + row / 8] >> (row % 8)) & 1) {
+            const uint32_t s = (uint32_t)sel.read(o.k > 1 ? 2 : 1);
+            if (s == 0) {
+                t = payload.read(bits);
+            } else {
+                const uint64_t m = o.mask[(s - 1) * o.c + col];
+                t = o.value[(s - 1) * o.c + col];
+                for (uint32_t b = 0; b < bits; b++)
+                    if (!((m >> b) & 1))
+                        t |= payload.read(1) << b;
+            }
+        } else {
+            t = payload.read(bits);
+        }
+        const uint8_t xf = o.xform[col];
+        if (xf & IBP_XF_ZIGZAG)
+            t = ((t >> 1) ^ (0 - (t & 1))) & wmask;
+        const uint64_t prev = j >= o.c ? x[j - o.c] : 0;
+        if ((xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA)
+            t = (t + prev) & wmask;
+        else if ((xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_XOR)
+            t ^= prev;
+        x[j] = t;
+    }
+    std::vector<uint8_t> out(orig_len);
+    for (uint32_t j = 0; j < nwords; j++)
+        std::memcpy(out.data() + (size_t)j * o.w, &x[j], o.w);
+    std::memcpy(out.data() + (size_t)nwords * o.w, blk + h.tail_off, orig_len % o.w);
+    return out;
+}
+
+// A plan of the given shape with masks fitted loosely to data (as transformed by the plan):
+// contiguous high-bit masks, masks of scattered bits (many runs, which the reference's shift
+// network and the SIMD groups must place), and some that seldom match; xf_mode 0: no transforms, 1: any per
+// column, 2: zigzag only, 3: delta (some with zigzag), 4: xor (some with zigzag), 5: delta in every column.
+IbpCodecPlan *make_plan(std::mt19937_64 &rng, uint32_t w, uint32_t c_count, uint32_t r_len, uint32_t nsets,
+                        int xf_mode, const std::vector<uint8_t> &data, uint32_t phase, uint32_t bs)
+{
+    std::vector<uint8_t> xform(c_count, 0);
+    for (auto &x : xform) {
+        const uint8_t zz = rng() % 2 ? IBP_XF_ZIGZAG : 0;
+        switch (xf_mode) {
+        case 1: {
+            static const uint8_t preds[] = {IBP_XF_PRED_NONE, IBP_XF_PRED_DELTA, IBP_XF_PRED_XOR};
+            x = (uint8_t)(zz | preds[rng() % 3]);
+            break;
+        }
+        case 2:
+            x = zz;
+            break;
+        case 3:
+            x = (uint8_t)(rng() % 3 ? IBP_XF_PRED_DELTA | zz : 0);
+            break;
+        case 4:
+            x = (uint8_t)(rng() % 3 ? IBP_XF_PRED_XOR | zz : 0);
+            break;
+        case 5:
+            x = (uint8_t)(IBP_XF_PRED_DELTA | zz);
+            break;
+        default:
+            break;
+        }
+    }
+    const uint64_t wmask = ibp_fmt_word_mask(w);
+    const uint32_t bits = w * 8;
+    // Word j of data transformed as its column says, in a block at data whose word 0 is in column
+    // phase.
+    const size_t nw = data.size() / w;
+    auto word = [&](size_t j) {
+        uint64_t v = 0;
+        std::memcpy(&v, data.data() + j * w, w);
+        return v;
+    };
+    auto transformed = [&](size_t j) {
+        const uint8_t xf = xform[(phase + j) % c_count];
+        const uint64_t prev = j >= c_count ? word(j - c_count) : 0;
+        uint64_t d = word(j);
+        if ((xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA)
+            d = (d - prev) & wmask;
+        else if ((xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_XOR)
+            d ^= prev;
+        if (xf & IBP_XF_ZIGZAG)
+            d = ((d << 1) ^ (0 - (d >> (bits - 1)))) & wmask;
+        return d;
+    };
+    std::vector<uint64_t> mask(nsets * c_count), value(nsets * c_count);
+    for (size_t i = 0; i < mask.size(); i++) {
+        // c: the first word in column i mod C.
+        const uint32_t c = (uint32_t)((i % c_count + c_count - phase) % c_count);
+        const size_t per_col = nw > c ? (nw - c + c_count - 1) / c_count : 0;
+        if (per_col == 0) {
+            mask[i] = 0;
+            value[i] = 0;
+            continue;
+        }
+        // Bits on which a few words of the column agree, thinned to a contiguous high part or to
+        // scattered bits, so that sets match often and still have runs for the kernels to place.
+        const uint64_t first = transformed(c + (rng() % per_col) * c_count);
+        uint64_t agree = wmask;
+        for (int k = 0; k < 3; k++)
+            agree &= ~(first ^ transformed(c + (rng() % per_col) * c_count));
+        const uint32_t inv = (uint32_t)(rng() % (bits + 1));
+        switch (rng() % 4) {
+        case 0:
+            mask[i] = agree & (inv ? (wmask & ~(inv >= 64 ? 0 : (wmask >> inv))) : 0);
+            break;
+        case 1:
+            mask[i] = agree & (rng() | rng());
+            break;
+        case 2:
+            mask[i] = agree;
+            break;
+        default:
+            mask[i] = rng() & rng() & wmask;
+            break;
+        }
+        value[i] = first & mask[i];
+    }
+    IbpCodecPlan *plan = nullptr;
+    EXPECT_EQ(
+        ibp_codec_plan_build(w, c_count, r_len, nsets, bs, xform.data(), mask.data(), value.data(), &plan),
+        0);
+    return plan;
+}
+
+// Every level on plans of every layout its kernels distinguish: column counts around the vector
+// widths (period-major with k > 1 periods per vector, one or two vectors per period, and the
+// plain path beyond), group tables present or too large, rows not a multiple of a group, rows
+// longer than the kernels' stream-end copies, each mix of transforms.  The reference must decode
+// as the oracle does, and every level must match the reference byte for byte, prefix by prefix,
+// and fail on a corrupt block exactly when it does.
+TEST(Codec, EveryLevelEveryLayoutMatchesOracle)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    const IbpCodecKernels *ref = ibp_codec_kernels_reference();
+    std::mt19937_64 rng(2026);
+    const uint32_t columns[] = {1, 2, 3, 4, 5, 7, 8, 9, 14, 16, 17, 31, 32, 33, 64, 65, 100};
+    const uint32_t sizes[] = {2, 4, 8};
+    int iter = 0;
+    for (const uint32_t w : sizes) {
+        for (const uint32_t c_count : columns) {
+            for (int mix = 0; mix < 3; mix++) {
+                iter++;
+                const uint32_t nsets = 1 + (uint32_t)(rng() % IBP_MAX_SETS);
+                const uint32_t rows[] = {c_count * 8, 1 + (uint32_t)(rng() % 37), 1024, 4096, 1021};
+                const uint32_t r_len =
+                    std::min<uint32_t>(mix == 1 ? 1024 : rows[rng() % 5], IBP_MAX_ROW_WORDS);
+                // Each shape meets no transform or any mix, and two of the one-kind mixes.
+                const int xf_mode = mix == 0 ? iter % 2 : 2 + (iter + mix) % 4;
+                const uint32_t bs = 65536;
+                // Mostly data that packs, so that rows go through the packed paths.
+                static const Dist packs[] = {Dist::SmallInts, Dist::Sparse, Dist::Rows, Dist::Bf16,
+                                             Dist::Fp16};
+                const Dist d = mix == 2 ? kAllDists[rng() % 10] : packs[rng() % 5];
+                const std::vector<uint8_t> data = make_data(d, bs + 1, (uint32_t)iter + 77);
+                const uint32_t phase = (uint32_t)(rng() % c_count);
+                IbpCodecPlan *plan = make_plan(rng, w, c_count, r_len, nsets, xf_mode, data, phase, bs);
+                ASSERT_NE(plan, nullptr);
+                const OraclePlan oracle = oracle_plan(plan);
+                const size_t lens[] = {bs, bs - 1 - (size_t)(rng() % 5000), 1 + (size_t)(rng() % 60)};
+                for (const size_t len : lens) {
+                    SCOPED_TRACE("W " + std::to_string(w) + " C " + std::to_string(c_count) + " R " +
+                                 std::to_string(r_len) + " K " + std::to_string(nsets) + " xf " +
+                                 std::to_string(xf_mode) + " len " + std::to_string(len));
+                    std::vector<uint8_t> src(len + 1);
+                    std::memcpy(src.data() + 1, data.data(), len);
+                    const size_t cap = ibp_codec_bound_for(plan, len);
+                    std::vector<uint8_t> want(cap + 1);
+                    size_t want_len = 0;
+                    ASSERT_EQ(ref->encode(plan, src.data() + 1, (uint32_t)len, phase, want.data() + 1, cap,
+                                          &want_len),
+                              0);
+                    const std::vector<uint8_t> orig(data.begin(), data.begin() + (long)len);
+                    ASSERT_EQ(oracle_decode(oracle, want.data() + 1, (uint32_t)len), orig);
+                    const uint64_t want_cost = ref->cost(plan, src.data() + 1, (uint32_t)len, phase);
+                    EXPECT_EQ(want_cost, want_len);
+                    for (size_t l = 0; l < nlevels; l++) {
+                        const IbpCodecKernels *k = levels[l];
+                        SCOPED_TRACE(k->name);
+                        std::vector<uint8_t> got(cap + 1, 0xa5);
+                        size_t got_len = 0;
+                        ASSERT_EQ(k->encode(plan, src.data() + 1, (uint32_t)len, phase, got.data() + 1, cap,
+                                            &got_len),
+                                  0);
+                        ASSERT_EQ(got_len, want_len);
+                        ASSERT_EQ(std::memcmp(got.data() + 1, want.data() + 1, want_len), 0);
+                        EXPECT_EQ(k->cost(plan, src.data() + 1, (uint32_t)len, phase), want_cost);
+                        const size_t limits[] = {len, (size_t)(rng() % (len + 1)),
+                                                 len - std::min<size_t>(len, 3)};
+                        for (const size_t limit : limits) {
+                            std::vector<uint8_t> out(len + 2, 0x5a);
+                            ASSERT_EQ(k->decode(plan, want.data() + 1, want_len, (uint32_t)len,
+                                                out.data() + 1, (uint32_t)limit),
+                                      0)
+                                << "limit " << limit;
+                            ASSERT_EQ(std::memcmp(out.data() + 1, orig.data(), limit), 0)
+                                << "limit " << limit;
+                            ASSERT_EQ(out[0], 0x5a);
+                            ASSERT_EQ(out[limit + 1], 0x5a) << "wrote past limit " << limit;
+                        }
+                        for (int c = 0; c < 6; c++) {
+                            std::vector<uint8_t> bad(want.begin() + 1, want.begin() + 1 + (long)want_len);
+                            bad[(size_t)(rng() % bad.size())] ^= (uint8_t)(1u + rng() % 255);
+                            const size_t keep = c % 3 == 0 ? (size_t)(rng() % (bad.size() + 1)) : bad.size();
+                            const std::vector<uint8_t> exact(bad.begin(), bad.begin() + (long)keep);
+                            std::vector<uint8_t> a(len), b(len);
+                            const int ra = ref->decode(plan, exact.data(), exact.size(), (uint32_t)len,
+                                                       a.data(), (uint32_t)len);
+                            const int rb = k->decode(plan, exact.data(), exact.size(), (uint32_t)len,
+                                                     b.data(), (uint32_t)len);
+                            ASSERT_EQ(ra, rb) << "corruption " << c;
+                            if (ra == 0) {
+                                ASSERT_EQ(a, b) << "corruption " << c;
+                            }
+                        }
+                    }
+                }
+                ibp_codec_plan_destroy(&plan);
+            }
+        }
+    }
+}
+
+// Decodes [off, off + len) of a region with one level, as ibp_codec_region_decode_range does with
+// the dispatched one.
+int level_decode_range(const IbpCodecKernels *k, const IbpCodecPlan *plan,
+                       const std::vector<uint8_t *> &blocks, const std::vector<size_t> &lens,
+                       size_t region_len, size_t off, size_t len, uint8_t *dst)
+{
+    const size_t bs = ibp_codec_plan_block_size(plan);
+    std::vector<uint8_t> scratch(bs);
+    size_t pos = off;
+    while (pos < off + len) {
+        const size_t i = pos / bs;
+        const size_t boff = i * bs;
+        const uint32_t blen = (uint32_t)std::min(bs, region_len - boff);
+        const size_t in_blk = pos - boff;
+        const size_t end = std::min(off + len - boff, (size_t)blen);
+        uint8_t *const to = in_blk ? scratch.data() : dst + (pos - off);
+        const int rc = k->decode(plan, blocks[i], lens[i], blen, to, (uint32_t)end);
+        if (rc)
+            return rc;
+        if (in_blk)
+            std::memcpy(dst + (pos - off), scratch.data() + in_blk, end - in_blk);
+        pos = boff + end;
+    }
+    return 0;
+}
+
+// Every level on the planner's plans for data of every distribution and size, from unaligned
+// buffers: the same bytes as the reference, and random sub-ranges decoded by each level into
+// unaligned destinations.
+TEST(Codec, EveryLevelEveryDistributionAndSize)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    const IbpCodecKernels *ref = ibp_codec_kernels_reference();
+    const size_t sizes[] = {0, 1, 7, 4095, (1u << 20) + 3};
+    std::mt19937_64 rng(99);
+    uint32_t seed = 500;
+    for (const Dist d : kAllDists) {
+        for (const size_t n : sizes) {
+            SCOPED_TRACE("dist " + std::to_string((int)d) + " size " + std::to_string(n));
+            const std::vector<uint8_t> data = make_data(d, n, seed++);
+            std::vector<uint8_t> buf(n + 1);
+            std::copy(data.begin(), data.end(), buf.begin() + 1);
+            const uint8_t *const src = buf.data() + 1;
+            IbpCodecPlanOptions opts = {};
+            opts.block_size = n > 100000 ? 65536 : 4096;
+            IbpCodecPlan *plan = nullptr;
+            ASSERT_EQ(ibp_codec_plan_create(src, n, &opts, &plan), 0);
+            const size_t bs = ibp_codec_plan_block_size(plan);
+            const size_t nblocks = (n + bs - 1) / bs;
+            const size_t each = ibp_codec_block_bound(plan, bs) + 1;
+            const IbpCodecPlanInfo info = [&] {
+                IbpCodecPlanInfo i;
+                ibp_codec_plan_info(plan, &i);
+                return i;
+            }();
+            std::vector<std::vector<uint8_t>> arena(nlevels, std::vector<uint8_t>(nblocks * each + 1));
+            std::vector<std::vector<uint8_t *>> blocks(nlevels, std::vector<uint8_t *>(nblocks));
+            std::vector<std::vector<size_t>> lens(nlevels, std::vector<size_t>(nblocks));
+            for (size_t l = 0; l < nlevels; l++) {
+                for (size_t i = 0; i < nblocks; i++) {
+                    blocks[l][i] = arena[l].data() + 1 + i * each; // unaligned blocks
+                    const size_t off = i * bs;
+                    const size_t blen = std::min(bs, n - off);
+                    const uint32_t phase = (uint32_t)((off / info.word_size) % info.columns);
+                    ASSERT_EQ(levels[l]->encode(plan, src + off, (uint32_t)blen, phase, blocks[l][i],
+                                                each - 1, &lens[l][i]),
+                              0);
+                }
+            }
+            ASSERT_EQ(levels[0], ref);
+            for (size_t l = 1; l < nlevels; l++) {
+                for (size_t i = 0; i < nblocks; i++) {
+                    ASSERT_EQ(lens[l][i], lens[0][i]) << levels[l]->name << " block " << i;
+                    ASSERT_EQ(std::memcmp(blocks[l][i], blocks[0][i], lens[0][i]), 0)
+                        << levels[l]->name << " block " << i;
+                }
+            }
+            for (size_t l = 0; l < nlevels; l++) {
+                SCOPED_TRACE(levels[l]->name);
+                std::vector<uint8_t> whole(n + 2, 0x5a);
+                ASSERT_EQ(level_decode_range(levels[l], plan, blocks[0], lens[0], n, 0, n, whole.data() + 1),
+                          0);
+                ASSERT_EQ(std::memcmp(whole.data() + 1, data.data(), n), 0);
+                ASSERT_EQ(whole[n + 1], 0x5a);
+                for (int r = 0; r < 12 && n; r++) {
+                    const size_t off = (size_t)(rng() % n);
+                    const size_t len = (size_t)(rng() % std::min<size_t>(n - off + 1, 3 * bs));
+                    std::vector<uint8_t> out(len + 2, 0x5a);
+                    ASSERT_EQ(
+                        level_decode_range(levels[l], plan, blocks[0], lens[0], n, off, len, out.data() + 1),
+                        0);
+                    ASSERT_EQ(std::memcmp(out.data() + 1, data.data() + off, len), 0)
+                        << "off " << off << " len " << len;
+                    ASSERT_EQ(out[0], 0x5a);
+                    ASSERT_EQ(out[len + 1], 0x5a);
+                }
+            }
+            ibp_codec_plan_destroy(&plan);
+        }
     }
 }
 
