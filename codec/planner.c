@@ -316,57 +316,24 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_search(const IbpW
 
 /* Runs CALL with w_ and mode_ constants equal to the word size w and the mode in scope, so that
  * the always-inline word loops it calls are compiled once per combination. */
+#define IBP_FIT_CASE(W, MODE, CALL)                                                                          \
+    case (W) * 4u + (MODE): {                                                                                \
+        const uint32_t w_ = (W);                                                                             \
+        const int mode_ = (MODE);                                                                            \
+        CALL;                                                                                                \
+        break;                                                                                               \
+    }
 #define IBP_FIT_DISPATCH(CALL)                                                                               \
     do {                                                                                                     \
         switch (w * 4u + (uint32_t)mode) {                                                                   \
-        case 2u * 4u + IBP_FIT_ALL: {                                                                        \
-            const uint32_t w_ = 2u;                                                                          \
-            const int mode_ = IBP_FIT_ALL;                                                                   \
-            CALL;                                                                                            \
-            break;                                                                                           \
-        }                                                                                                    \
-        case 2u * 4u + IBP_FIT_FREE: {                                                                       \
-            const uint32_t w_ = 2u;                                                                          \
-            const int mode_ = IBP_FIT_FREE;                                                                  \
-            CALL;                                                                                            \
-            break;                                                                                           \
-        }                                                                                                    \
-        case 2u * 4u + IBP_FIT_SETS: {                                                                       \
-            const uint32_t w_ = 2u;                                                                          \
-            const int mode_ = IBP_FIT_SETS;                                                                  \
-            CALL;                                                                                            \
-            break;                                                                                           \
-        }                                                                                                    \
-        case 4u * 4u + IBP_FIT_ALL: {                                                                        \
-            const uint32_t w_ = 4u;                                                                          \
-            const int mode_ = IBP_FIT_ALL;                                                                   \
-            CALL;                                                                                            \
-            break;                                                                                           \
-        }                                                                                                    \
-        case 4u * 4u + IBP_FIT_FREE: {                                                                       \
-            const uint32_t w_ = 4u;                                                                          \
-            const int mode_ = IBP_FIT_FREE;                                                                  \
-            CALL;                                                                                            \
-            break;                                                                                           \
-        }                                                                                                    \
-        case 4u * 4u + IBP_FIT_SETS: {                                                                       \
-            const uint32_t w_ = 4u;                                                                          \
-            const int mode_ = IBP_FIT_SETS;                                                                  \
-            CALL;                                                                                            \
-            break;                                                                                           \
-        }                                                                                                    \
-        case 8u * 4u + IBP_FIT_ALL: {                                                                        \
-            const uint32_t w_ = 8u;                                                                          \
-            const int mode_ = IBP_FIT_ALL;                                                                   \
-            CALL;                                                                                            \
-            break;                                                                                           \
-        }                                                                                                    \
-        case 8u * 4u + IBP_FIT_FREE: {                                                                       \
-            const uint32_t w_ = 8u;                                                                          \
-            const int mode_ = IBP_FIT_FREE;                                                                  \
-            CALL;                                                                                            \
-            break;                                                                                           \
-        }                                                                                                    \
+            IBP_FIT_CASE(2u, IBP_FIT_ALL, CALL)                                                              \
+            IBP_FIT_CASE(2u, IBP_FIT_FREE, CALL)                                                             \
+            IBP_FIT_CASE(2u, IBP_FIT_SETS, CALL)                                                             \
+            IBP_FIT_CASE(4u, IBP_FIT_ALL, CALL)                                                              \
+            IBP_FIT_CASE(4u, IBP_FIT_FREE, CALL)                                                             \
+            IBP_FIT_CASE(4u, IBP_FIT_SETS, CALL)                                                             \
+            IBP_FIT_CASE(8u, IBP_FIT_ALL, CALL)                                                              \
+            IBP_FIT_CASE(8u, IBP_FIT_FREE, CALL)                                                             \
         default: {                                                                                           \
             const uint32_t w_ = 8u;                                                                          \
             const int mode_ = IBP_FIT_SETS;                                                                  \
