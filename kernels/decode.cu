@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: MIT
-// ibpshim: decodes runs of IBP blocks on the GPU, bit-exact with codec/ (one CTA per block).
+// ibpshim: decodes runs of IBP blocks on the GPU, bit-exact with codec/.
 //
-// A block's words are split into contiguous warp segments of 32-word groups, one lane per word.
-// Phase 0 counts each segment's packed words (its selectors), phase 1 sums its field sizes; a
-// prefix over the CTA's warps then gives every segment its first selector and payload bit.
-// Phase 2 walks the groups: per group a ballot places the selectors, a warp scan of the field
-// sizes places the fields, and each lane loads its field, deposits it into its mask set and
-// stores the word, so loads and stores of a warp are contiguous.  Predictor columns with a period
-// of up to 32 words are undone in registers by strided warp scans with the carry of the previous
-// group, then segments are joined by a per-column carry over the CTA's warps; longer periods go
-// through a per-column pass over the output.
+// Three kernels, picked per launch by ibp_decode_launch() (kernels/module.c):
+// - ibp_k_index: a warp per 512-word segment of every packed block writes the segment's first
+//   selector (a popcount over the row flags) and its payload bits;
+// - ibp_k_decode_seg: a warp per segment sums its block's earlier segments' bits to find its
+//   first field and decodes the segment (plans without predictor columns);
+// - ibp_k_decode: a CTA per block, its warps on contiguous stretches of the block (plans with
+//   predictor columns).  Periods of up to 32 words are undone in registers by strided warp scans
+//   carrying the previous group, then stretches are joined by a per-residue carry over the CTA's
+//   warps; longer periods go through a per-column pass over the output.
+// Within a stretch a warp takes 32 words at a time, a lane per word: a ballot places the
+// selectors, a warp scan of the field sizes places the fields, and each lane loads its field,
+// deposits it into its mask set and stores the word, so a warp's loads and stores are contiguous.
 #include <stdint.h>
 
 #include "codec/format.h"
@@ -62,6 +65,21 @@ template <typename U> __device__ __forceinline__ U low_bits(uint32_t n)
     return n >= kBits ? ~(U)0 : (((U)1 << n) - 1);
 }
 
+// The lowest run of set bits of v (v != 0): its first bit and its length.
+template <typename U> __device__ __forceinline__ void lowest_run(U v, uint32_t &pos, uint32_t &len)
+{
+    constexpr uint32_t kBits = 8 * sizeof(U);
+    if constexpr (sizeof(U) == 8) {
+        pos = __ffsll((long long)v) - 1;
+        const U rest = ~(v >> pos);
+        len = rest ? __ffsll((long long)rest) - 1 : kBits - pos;
+    } else {
+        pos = __ffs((int)v) - 1;
+        const U rest = ~(v >> pos);
+        len = rest ? __ffs((int)rest) - 1 : kBits - pos;
+    }
+}
+
 // Scatters the low bits of f into the set bits of vmask (pdep), one run of set bits at a time.
 template <typename U> __device__ __forceinline__ U deposit(U vmask, U f)
 {
@@ -69,21 +87,34 @@ template <typename U> __device__ __forceinline__ U deposit(U vmask, U f)
     U out = 0;
     while (vmask) {
         uint32_t p, len;
-        if constexpr (sizeof(U) == 8) {
-            p = __ffsll((long long)vmask) - 1;
-            const U rest = ~(vmask >> p);
-            len = rest ? __ffsll((long long)rest) - 1 : kBits - p;
-        } else {
-            p = __ffs((int)vmask) - 1;
-            const U rest = ~(vmask >> p);
-            len = rest ? __ffs((int)rest) - 1 : kBits - p;
-        }
+        lowest_run<U>(vmask, p, len);
         const U lm = low_bits<U>(len);
         out |= (f & lm) << p;
         f = len >= kBits ? 0 : f >> len;
         vmask &= ~(lm << p);
     }
     return out;
+}
+
+// A whole word at an address aligned to W.
+template <int W> __device__ __forceinline__ void store_aligned(uint8_t *p, typename WordT<W>::U x)
+{
+    if constexpr (W == 2)
+        *(uint16_t *)p = (uint16_t)x;
+    else if constexpr (W == 4)
+        *(uint32_t *)p = (uint32_t)x;
+    else
+        *(uint64_t *)p = x;
+}
+
+template <int W> __device__ __forceinline__ typename WordT<W>::U load_aligned(const uint8_t *p)
+{
+    if constexpr (W == 2)
+        return *(const uint16_t *)p;
+    else if constexpr (W == 4)
+        return *(const uint32_t *)p;
+    else
+        return *(const uint64_t *)p;
 }
 
 template <int W> __device__ __forceinline__ typename WordT<W>::U unzigzag(typename WordT<W>::U t)
@@ -192,9 +223,8 @@ template <int W> __device__ bool table_build(const Plan &p, Table<W> &t)
         U rest = vmask;
         uint32_t src_bit = 0, nr = 0;
         while (rest && nr <= kRuns) {
-            const uint32_t pos = (uint32_t)__ffsll((long long)(uint64_t)rest) - 1;
-            const U above = ~(rest >> pos);
-            const uint32_t len = above ? (uint32_t)__ffsll((long long)(uint64_t)above) - 1 : 8 * W - pos;
+            uint32_t pos, len;
+            lowest_run<U>(rest, pos, len);
             const U run = low_bits<U>(len) << pos;
             if (nr < kRuns) {
                 e.run[nr] = run;
@@ -307,6 +337,24 @@ template <int W> __device__ __forceinline__ const uint8_t *mask_entry(const Plan
     return p.masks + (size_t)((s - 1) * p.c + col) * 2 * W;
 }
 
+// Bits stored for a word that matched mask set s (> 0) of column col.
+template <int W>
+__device__ __forceinline__ uint32_t matched_bits(const Plan &p, const Table<W> *t, uint32_t s, uint32_t col)
+{
+    return t ? t->e[(s - 1) * p.c + col].vbits : 8 * W - popc(ld_word<W>(mask_entry<W>(p, s, col)));
+}
+
+// The word that matched mask set s (> 0) of column col, from its variant bits f.
+template <int W>
+__device__ __forceinline__ typename WordT<W>::U matched_word(const Plan &p, const Table<W> *t, uint32_t s,
+                                                             uint32_t col, typename WordT<W>::U f)
+{
+    if (t)
+        return table_deposit<W>(t->e[(s - 1) * p.c + col], f);
+    const uint8_t *e = mask_entry<W>(p, s, col);
+    return ld_word<W>(e + W) | deposit<typename WordT<W>::U>(~ld_word<W>(e) & word_mask<W>(), f);
+}
+
 // Loads the field of `size` bits at bit `o` of the payload.
 template <int W>
 __device__ __forceinline__ typename WordT<W>::U load_field(const Block &b, uint32_t o, uint32_t size)
@@ -366,8 +414,7 @@ __device__ uint32_t range_bits(const Plan &p, const Table<W> *t, const Block &b,
         const uint32_t s = word_selector(p, b, lp, valid, selbase);
         uint32_t size = valid ? 8 * W : 0;
         if (s)
-            size = t ? t->e[(s - 1) * p.c + lp.col].vbits
-                     : 8 * W - popc(ld_word<W>(mask_entry<W>(p, s, lp.col)));
+            size = matched_bits<W>(p, t, s, lp.col);
         bits += size;
         pos_next(lp, st, p.r, p.c);
     }
@@ -412,8 +459,7 @@ __device__ void decode_range(const Plan &p, const Table<W> *t, const Block &b, c
             col[u] = lp.col;
             size[u] = valid[u] ? 8 * W : 0;
             if (s[u])
-                size[u] = t ? t->e[(s[u] - 1) * p.c + lp.col].vbits
-                            : 8 * W - popc(ld_word<W>(mask_entry<W>(p, s[u], lp.col)));
+                size[u] = matched_bits<W>(p, t, s[u], lp.col);
             uint32_t incl = size[u];
 #pragma unroll
             for (int q = 1; q < 32; q <<= 1) {
@@ -432,15 +478,7 @@ __device__ void decode_range(const Plan &p, const Table<W> *t, const Block &b, c
         for (int u = 0; u < kBatch; u++) {
             if (j + 32 * u >= j1)
                 break;
-            U x = f[u];
-            if (s[u]) {
-                if (t) {
-                    x = table_deposit<W>(t->e[(s[u] - 1) * p.c + col[u]], f[u]);
-                } else {
-                    const uint8_t *e = mask_entry<W>(p, s[u], col[u]);
-                    x = ld_word<W>(e + W) | deposit<U>(~ld_word<W>(e) & word_mask<W>(), f[u]);
-                }
-            }
+            U x = s[u] ? matched_word<W>(p, t, s[u], col[u], f[u]) : f[u];
             const uint8_t xf = valid[u] ? p.xform[col[u]] : 0;
             if (xf & IBP_XF_ZIGZAG)
                 x = unzigzag<W>(x);
@@ -461,16 +499,10 @@ __device__ void decode_range(const Plan &p, const Table<W> *t, const Block &b, c
                     pr->edge[at < 0 ? 0 : 1] = x;
             }
             if (valid[u]) {
-                if (out.fast) {
-                    if constexpr (W == 2)
-                        *(uint16_t *)(out.dst + at) = (uint16_t)x;
-                    else if constexpr (W == 4)
-                        *(uint32_t *)(out.dst + at) = (uint32_t)x;
-                    else
-                        *(uint64_t *)(out.dst + at) = x;
-                } else {
+                if (out.fast)
+                    store_aligned<W>(out.dst + at, x);
+                else
                     store_clipped<W>(out.dst, at, x, out.len);
-                }
             }
         }
     }
@@ -532,8 +564,8 @@ __device__ __forceinline__ bool plan_has_pred(const Plan &p)
 
 // One CTA decodes a whole block: warps take contiguous segments of 32-word groups.
 template <int W>
-__device__ void decode_block_cta(const Plan &p, const Table<W> *t, const IbpBlockHeader &h, const uint8_t *blk,
-                                 const Out &out, Shared &sh)
+__device__ void decode_block_cta(const Plan &p, const Table<W> *t, bool any_pred, const IbpBlockHeader &h,
+                                 const uint8_t *blk, const Out &out, Shared &sh)
 {
     using U = typename WordT<W>::U;
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -558,7 +590,6 @@ __device__ void decode_block_cta(const Plan &p, const Table<W> *t, const IbpBloc
     for (uint32_t q = 0; q < warp; q++)
         bitbase += sh.seg_bits[q];
 
-    const bool any_pred = plan_has_pred(p);
     if (!any_pred || p.c > 32) {
         decode_range<W, false>(p, t, b, h, j0, j1, selbase, bitbase, out, nullptr);
         if (any_pred) {
@@ -600,16 +631,7 @@ __device__ void decode_block_cta(const Plan &p, const Table<W> *t, const IbpBloc
         if (j < j1 && pred && kr) {
             const int64_t at = out.origin + (int64_t)j * W;
             if (out.fast) {
-                if constexpr (W == 2) {
-                    uint16_t *q = (uint16_t *)(out.dst + at);
-                    *q = (uint16_t)(pred_op(pred, (U)*q, kr) & word_mask<W>());
-                } else if constexpr (W == 4) {
-                    uint32_t *q = (uint32_t *)(out.dst + at);
-                    *q = (uint32_t)pred_op(pred, (U)*q, kr);
-                } else {
-                    uint64_t *q = (uint64_t *)(out.dst + at);
-                    *q = pred_op(pred, (U)*q, kr);
-                }
+                store_aligned<W>(out.dst + at, pred_op(pred, load_aligned<W>(out.dst + at), kr) & word_mask<W>());
             } else if (at < (int64_t)out.len && at + W > 0) {
                 // A word straddling an end of dst kept its whole value: the carry of a delta
                 // runs through the bytes that are not written.
@@ -683,6 +705,7 @@ __device__ __forceinline__ Out out_for(const IbpDecodeArgs &a, uint32_t bi, cons
 template <int W> __device__ void decode_blocks_cta(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, Shared &sh)
 {
     const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
+    const bool any_pred = plan_has_pred(p);
     __syncthreads();
     const uint64_t *offs = (const uint64_t *)a.offsets;
     for (uint32_t bi = blockIdx.x; bi < a.nblocks; bi += gridDim.x) {
@@ -693,7 +716,7 @@ template <int W> __device__ void decode_blocks_cta(const IbpDecodeArgs &a, const
         if (h.flags & IBP_BLOCK_RAW) {
             copy_raw(blk + IBP_BLOCK_HEADER_SIZE, h.orig_len, out.dst, out.origin, out.len, threadIdx.x, kThreads);
         } else {
-            decode_block_cta<W>(p, t, h, blk, out, sh);
+            decode_block_cta<W>(p, t, any_pred, h, blk, out, sh);
             copy_tail(h, blk, W, out, threadIdx.x, kThreads);
         }
         __syncthreads();
