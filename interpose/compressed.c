@@ -237,6 +237,13 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
     return ibp_decode_launch(l->mod, &args, l->word_size, l->has_pred, l->opts.max_grid, l->stream);
 }
 
+/* Device scratch the segmented decode of nblocks blocks needs for its index (none for predictor
+ * plans, which decode a block per CTA). */
+static size_t index_scratch_len(const IbpLaunch *l, uint32_t nblocks)
+{
+    return l->has_pred ? 0 : (size_t)ibp_decode_index_bytes(l->word_size, (uint32_t)l->block_size, nblocks);
+}
+
 /* Which blocks of a compressed piece are needed and how.  Plans with predictor columns decode a
  * clipped edge block whole into scratch space and copy the bytes wanted, since undoing a predictor
  * needs the words before the clip. */
@@ -378,8 +385,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     const size_t scratch = (g->head_clipped || g->tail_clipped) ? 2 * base->block_size : 0;
     const size_t slot_stride = align_up(slot_len);
     /* One segment index serves every chunk: their decodes run in order on the decode stream. */
-    const size_t index_len =
-        base->has_pred ? 0 : (size_t)ibp_decode_index_bytes(base->word_size, (uint32_t)base->block_size, chunk_blocks);
+    const size_t index_len = index_scratch_len(base, chunk_blocks);
     IbpStagingBuf *stage = NULL;
     int err = ibp_staging_acquire(ctx, align_up(blob_len) + scratch + IBP_PIPE_SLOTS * slot_stride + index_len,
                                   &stage);
@@ -511,8 +517,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
             *sent += blob_len + p->run_len;
         return err;
     }
-    const size_t index_len =
-        l.has_pred ? 0 : (size_t)ibp_decode_index_bytes(l.word_size, (uint32_t)bs, p->nblocks);
+    const size_t index_len = index_scratch_len(&l, p->nblocks);
     IbpStagingBuf *stage = NULL;
     int err = ibp_staging_acquire(ctx, align_up(blob_len) + align_up(p->run_len) + scratch + index_len, &stage);
     if (err) {
