@@ -796,8 +796,6 @@ int ibp_policy_run_pending(void)
                 pp->r[pp->n++] = r;
                 continue;
             }
-            if (pp->n == 0)
-                compressed += compress_region(r, NULL);
         } else {
             maintain_region(r);
         }
