@@ -157,17 +157,13 @@ FAKECUDA_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, 
 
 FAKECUDA_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
-    const CUresult injected = fakecuda_injected_failure("cuMemcpyHtoDAsync");
-    if (injected != CUDA_SUCCESS)
-        return injected;
+    FAKECUDA_RETURN_IF_INJECTED("cuMemcpyHtoDAsync");
     return copy(P(dst), P(src), n, s, false, MODE_ASYNC, SHAPE_H2D);
 }
 
 FAKECUDA_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
-    const CUresult injected = fakecuda_injected_failure("cuMemcpyHtoDAsync");
-    if (injected != CUDA_SUCCESS)
-        return injected;
+    FAKECUDA_RETURN_IF_INJECTED("cuMemcpyHtoDAsync");
     return copy(P(dst), P(src), n, s, true, MODE_ASYNC, SHAPE_H2D);
 }
 

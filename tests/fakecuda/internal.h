@@ -64,6 +64,13 @@ bool fakecuda_ctx_valid(CUcontext ctx);
  * point's base name, e.g. "cuLaunchKernel") when this call is one of those to fail, else
  * CUDA_SUCCESS.  Entry points that call it fail before doing anything. */
 CUresult fakecuda_injected_failure(const char *entry);
+/* Returns from the calling entry point with the injected failure, if one is due. */
+#define FAKECUDA_RETURN_IF_INJECTED(entry)                                                         \
+    do {                                                                                           \
+        const CUresult injected_ = fakecuda_injected_failure(entry);                               \
+        if (injected_ != CUDA_SUCCESS)                                                             \
+            return injected_;                                                                      \
+    } while (0)
 
 /* Statistics, updated with relaxed atomics when work executes. */
 typedef struct FakecudaCounters {

@@ -30,6 +30,12 @@ static CUresult k_selftest(const FakecudaGrid *grid, void *const *params)
     return CUDA_SUCCESS;
 }
 
+/* Segments holding a packed block's words. */
+static uint32_t segments_used(const IbpPlanHeader *ph, const IbpBlockHeader *h)
+{
+    return (h->orig_len / ph->word_size + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
+}
+
 /* Field sizes as the format defines them: the index entry (first selector, payload bits) of every
  * IBP_DECODE_SEG_WORDS-word segment of a packed block, into sel[] and bit[] (nseg each).
  * Returns -1 when the block's sections are inconsistent. */
@@ -41,7 +47,7 @@ static int index_block(const IbpPlanHeader *ph, const uint8_t *blob, const uint8
     const uint32_t w = ph->word_size, c = ph->columns, r = ph->row_words, sb = ph->nsets > 1 ? 2 : 1;
     const uint32_t nwords = h.orig_len / w;
     if (h.tail_off > comp_len || h.sel_off > h.tail_off || h.rowflag_off + (nwords / r + 8) / 8 > comp_len ||
-        (nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS > nseg)
+        segments_used(ph, &h) > nseg)
         return -1;
     const uint8_t *flags = blk + h.rowflag_off, *selectors = blk + h.sel_off;
     uint64_t selidx = 0;
@@ -144,7 +150,7 @@ static CUresult decode_run(void *const *params, bool check_index)
             break;
         }
         if (check_index && !(h.flags & IBP_BLOCK_RAW)) {
-            const uint32_t used = (h.orig_len / r.ph->word_size + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
+            const uint32_t used = segments_used(r.ph, &h);
             const uint32_t *got = index + (size_t)b * nseg * 2;
             if (index_block(r.ph, r.blob, blk, comp_len, nseg, want, want + nseg)) {
                 res = CUDA_ERROR_INVALID_VALUE;
@@ -211,7 +217,7 @@ static CUresult k_index(const FakecudaGrid *grid, void *const *params)
             res = CUDA_ERROR_INVALID_VALUE;
             break;
         }
-        const uint32_t used = (h.orig_len / r.ph->word_size + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
+        const uint32_t used = segments_used(r.ph, &h);
         for (uint32_t s = 0; s < used; s++) {
             index[((size_t)b * nseg + s) * 2] = tmp[s];
             index[((size_t)b * nseg + s) * 2 + 1] = tmp[nseg + s];

@@ -239,9 +239,7 @@ FAKECUDA_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks
 static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
                        CUstream handle, void **params, void **extra, bool per_thread_default)
 {
-    const CUresult injected = fakecuda_injected_failure("cuLaunchKernel");
-    if (injected != CUDA_SUCCESS)
-        return injected;
+    FAKECUDA_RETURN_IF_INJECTED("cuLaunchKernel");
     CUstream s = NULL;
     CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
     if (r != CUDA_SUCCESS)

@@ -626,9 +626,7 @@ CUresult fakecuda_device_sync(int device)
 
 static CUresult stream_create(CUstream *out, unsigned flags, int priority)
 {
-    const CUresult injected = fakecuda_injected_failure("cuStreamCreate");
-    if (injected != CUDA_SUCCESS)
-        return injected;
+    FAKECUDA_RETURN_IF_INJECTED("cuStreamCreate");
     int dev = 0;
     const CUresult r = fakecuda_current_device(&dev);
     if (r != CUDA_SUCCESS)
@@ -916,9 +914,7 @@ FAKECUDA_EXPORT CUresult cuEventDestroy_v2(CUevent handle)
 
 static CUresult event_record(CUevent handle, CUstream stream, bool per_thread_default)
 {
-    const CUresult injected = fakecuda_injected_failure("cuEventRecord");
-    if (injected != CUDA_SUCCESS)
-        return injected;
+    FAKECUDA_RETURN_IF_INJECTED("cuEventRecord");
     CUstream s = NULL;
     CUresult r = fakecuda_stream_get(stream, per_thread_default, &s);
     if (r != CUDA_SUCCESS)
@@ -1088,9 +1084,7 @@ FAKECUDA_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent
 
 static CUresult stream_wait_event(CUstream handle, CUevent event, unsigned flags, bool per_thread_default)
 {
-    const CUresult injected = fakecuda_injected_failure("cuStreamWaitEvent");
-    if (injected != CUDA_SUCCESS)
-        return injected;
+    FAKECUDA_RETURN_IF_INJECTED("cuStreamWaitEvent");
     CUstream s = NULL;
     CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
     if (r != CUDA_SUCCESS)
