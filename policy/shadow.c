@@ -328,8 +328,17 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
         s->offsets[i] = at;
         const uint8_t *blk = job.staging + (size_t)i * job.stride;
         if (!block_compresses(s, i, blk)) {
+            /* Incompressible only when the bytes encoded are still the block's content: a block
+             * rewritten during the build (a transient buffer, or new data of another scale) says
+             * nothing about what it holds now, and is left STALE for the churn and rebuild rules
+             * instead of being sent raw for good.  Its slot is empty: it fits again only after a
+             * rebuild. */
             s->comp_len[i] = 0;
-            atomic_store_explicit(&s->state[i], IBP_BLOCK_INCOMPRESSIBLE, memory_order_release);
+            const int clean = atomic_load_explicit(&s->gen[i], memory_order_acquire) == snap[i];
+            if (!clean)
+                atomic_fetch_add_explicit(&s->discarded, 1, memory_order_relaxed);
+            atomic_store_explicit(&s->state[i], clean ? IBP_BLOCK_INCOMPRESSIBLE : IBP_BLOCK_STALE,
+                                  memory_order_release);
             continue;
         }
         memcpy(s->slab + at, blk, s->comp_len[i]);
@@ -337,7 +346,7 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
     }
     s->offsets[s->nblocks] = at;
     for (uint32_t i = 0; i < s->nblocks; i++) {
-        if (atomic_load(&s->state[i]) == IBP_BLOCK_INCOMPRESSIBLE)
+        if (s->offsets[i + 1] == s->offsets[i]) /* settled above: no slot */
             continue;
         const int clean = atomic_load_explicit(&s->gen[i], memory_order_acquire) == snap[i];
         if (!clean)
