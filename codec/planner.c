@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * ibpshim: the shape-blind planner: word size, row period, masks, mask sets and transforms. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "codec/internal.h"
@@ -16,6 +17,7 @@
 #define IBP_PERIOD_PICKS 8u
 #define IBP_FINALISTS 3u
 #define IBP_SET_FINALISTS 3u /* finalists that try more than one mask set */
+#define IBP_PLAN_MAX_THREADS 16u
 
 typedef struct IbpChunk {
     const uint8_t *p;
@@ -170,6 +172,7 @@ typedef struct IbpFit {
 } IbpFit;
 
 #define IBP_FIT_RANK_MAX ((size_t)256 * 1024)
+#define IBP_RANK_BUCKETS 256u /* counting-sort buckets for ibp_rank_bits */
 
 static void ibp_fit_free(IbpFit *f)
 {
@@ -343,6 +346,31 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_search(const IbpW
         }                                                                                                    \
     } while (0)
 
+/* The bits of a column ordered by how often they agree with the majority, most first, ties by
+ * bit position (a stable sort).  freq[b] lies in [n/2, n]: where that range is short (columns
+ * with few words, the many-column candidates) a counting sort, else an insertion sort. */
+static void ibp_rank_bits(const uint32_t *freq, uint32_t wbits, uint32_t n, uint8_t *order)
+{
+    if (n <= 2u * IBP_RANK_BUCKETS - 2u) {
+        uint8_t at[IBP_RANK_BUCKETS + 1u] = {0}; /* at[n - f]: bits agreeing more than f times */
+        for (uint32_t b = 0; b < wbits; b++)
+            at[n - freq[b] + 1u]++;
+        for (uint32_t k = 1; k <= n / 2u + 1u; k++)
+            at[k] = (uint8_t)(at[k] + at[k - 1u]);
+        for (uint32_t b = 0; b < wbits; b++)
+            order[at[n - freq[b]]++] = (uint8_t)b;
+        return;
+    }
+    for (uint32_t b = 0; b < wbits; b++) {
+        uint32_t k = b;
+        while (k > 0 && freq[order[k - 1]] < freq[b]) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = (uint8_t)b;
+    }
+}
+
 /* Fits one mask per column to the words of each set (mode and member as IBP_FIT_*; nfit sets,
  * written to mask/value set-major): the bits ranked by how invariant they are, then the prefix of
  * that ranking that saves most (m invariant bits save m bits on every word that agrees on all m).
@@ -388,13 +416,8 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mod
             freq[b] = cnt[b] * 2u > n ? cnt[b] : n - cnt[b];
             if (cnt[b] * 2u > n)
                 maj |= (uint64_t)1 << b;
-            uint32_t k = b;
-            while (k > 0 && freq[order[k - 1]] < freq[b]) {
-                order[k] = order[k - 1];
-                k--;
-            }
-            order[k] = (uint8_t)b;
         }
+        ibp_rank_bits(freq, wbits, n, order);
         uint64_t *prefix = f->prefix + at * 65u;
         prefix[0] = 0;
         for (uint32_t m = 1; m <= wbits; m++)
@@ -514,30 +537,43 @@ static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *membe
     }
 }
 
-/* Fits K mask sets per column (the clustered variant): set 1 over all words, each further set
- * over the words no earlier set takes, then two rounds of reassigning every word to its
- * cheapest set and refitting each set to its own words. */
-static int ibp_fit_sets(const IbpWords *ws, uint32_t nsets, IbpFit *f, uint8_t *member, IbpMasks *out)
+/* The greedy start of the clustered variant: sets [from, to) fitted one after the other, set 1
+ * over all words and each further set over the words no earlier set takes (sets before `from`
+ * are already in mask/value, set-major). */
+static void ibp_fit_greedy(const IbpWords *ws, uint32_t from, uint32_t to, IbpFit *f, uint8_t *member,
+                           uint64_t *mask, uint64_t *value)
 {
     const uint32_t c_count = ws->columns;
-    out->nsets = nsets;
-    for (uint32_t k = 0; k < nsets; k++) {
+    for (uint32_t k = from; k < to; k++) {
         if (k == 0) {
-            ibp_fit_masks(ws, NULL, IBP_FIT_ALL, 1, f, out->mask, out->value);
+            ibp_fit_masks(ws, NULL, IBP_FIT_ALL, 1, f, mask, value);
         } else {
-            IbpMasks partial = {.nsets = k, .mask = out->mask, .value = out->value};
+            IbpMasks partial = {.nsets = k, .mask = mask, .value = value};
             ibp_assign(ws, &partial, member, NULL);
-            ibp_fit_masks(ws, member, IBP_FIT_FREE, 1, f, out->mask + (size_t)k * c_count,
-                          out->value + (size_t)k * c_count);
+            ibp_fit_masks(ws, member, IBP_FIT_FREE, 1, f, mask + (size_t)k * c_count, value + (size_t)k * c_count);
         }
     }
-    for (int round = 0; round < 2 && nsets > 1; round++) {
-        ibp_masks_sort(out, c_count);
-        ibp_assign(ws, out, member, NULL);
-        ibp_fit_masks(ws, member, IBP_FIT_SETS, nsets, f, out->mask, out->value);
+}
+
+/* Refines greedy sets: two rounds of reassigning every word to its cheapest set and refitting
+ * each set to its own words; the sets end ordered by invariant bits. */
+static void ibp_refine_sets(const IbpWords *ws, IbpFit *f, uint8_t *member, IbpMasks *m)
+{
+    const uint32_t c_count = ws->columns;
+    for (int round = 0; round < 2 && m->nsets > 1; round++) {
+        ibp_masks_sort(m, c_count);
+        ibp_assign(ws, m, member, NULL);
+        ibp_fit_masks(ws, member, IBP_FIT_SETS, m->nsets, f, m->mask, m->value);
     }
-    ibp_masks_sort(out, c_count);
-    return 0;
+    ibp_masks_sort(m, c_count);
+}
+
+/* Fits K mask sets per column (the clustered variant): greedy sets, then refined. */
+static void ibp_fit_sets(const IbpWords *ws, uint32_t nsets, IbpFit *f, uint8_t *member, IbpMasks *out)
+{
+    out->nsets = nsets;
+    ibp_fit_greedy(ws, 0, nsets, f, member, out->mask, out->value);
+    ibp_refine_sets(ws, f, member, out);
 }
 
 /* Best row length for per-word sizes: rows are packed (selectors + fields) or raw, whichever
@@ -588,6 +624,8 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint8_t *size, uint32_t 
 
 /* Equal-byte counts at every lag up to IBP_PERIOD_MAX over a stretch of the region; the lags
  * where bytes repeat most are the candidate row periods. */
+typedef uint8_t ibp_v16u8 __attribute__((vector_size(16)));
+
 static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, uint32_t max_out)
 {
     static const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full;
@@ -600,6 +638,19 @@ static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, ui
     for (uint32_t lag = 1; lag <= pmax; lag++) {
         uint32_t eq = 0;
         size_t i = 0;
+        /* 16 bytes at a time in byte-lane counters (equal lanes are all ones: subtracting counts
+         * them), then the 8-byte loop for what is left, which counts the same bytes. */
+        while (i + lag + 16u <= n) {
+            ibp_v16u8 lanes = {0};
+            for (uint32_t k = 0; k < 255u && i + lag + 16u <= n; k++, i += 16u) {
+                ibp_v16u8 a, b;
+                memcpy(&a, p + i, 16);
+                memcpy(&b, p + i + lag, 16);
+                lanes -= (ibp_v16u8)(a == b);
+            }
+            for (uint32_t k = 0; k < 16u; k++)
+                eq += lanes[k];
+        }
         while (i + lag + 8u <= n) {
             /* Equal bytes counted in byte lanes, emptied before any lane can pass 255. */
             uint64_t lanes = 0;
@@ -640,12 +691,6 @@ static uint32_t ibp_gcd(uint32_t a, uint32_t b)
     }
     return a;
 }
-
-typedef struct IbpCandidate {
-    uint32_t word_size;
-    uint32_t columns;
-    uint64_t est_bits; /* per region, metadata included */
-} IbpCandidate;
 
 /* Region-level estimate from sample bits: scale to the region, add the mask tables. */
 static uint64_t ibp_scale(uint64_t sample_bits, size_t sample_bytes, size_t len, uint32_t nsets,
@@ -717,91 +762,332 @@ static int ibp_plan_trivial(size_t block_size, IbpCodecPlan **out)
     return ibp_codec_plan_build(2, 1, 64, 1, (uint32_t)block_size, NULL, &zero, &zero, out);
 }
 
-/* Fits a plan of the given shape to the words of sample s: transforms (or none), K mask sets,
- * row length.  full = 0 builds a plan that is only sized (ibp_codec_plan_build_lite). */
-static int ibp_fit_plan(const IbpSample *s, uint32_t w, uint32_t c_count, const uint8_t *xform,
-                        uint32_t nsets, uint32_t r_len, uint32_t block_size, IbpFit *fit, uint8_t *member,
-                        uint8_t *size, uint32_t *prefix, IbpMasks *m, int full, IbpCodecPlan **out)
+/* Work space of one planning thread, sized for the widest candidate. */
+typedef struct IbpWork {
+    IbpFit fit;
+    uint8_t *member;
+    uint8_t *size;
+    uint32_t *prefix;
+    uint8_t *xform;
+    IbpMasks m;
+    uint64_t *greedy_mask; /* the greedy sets of ibp_job_sets, before refinement */
+    uint64_t *greedy_value;
+} IbpWork;
+
+static void ibp_work_free(IbpWork *wk)
 {
-    IbpWords ws;
-    int rc = ibp_words_load(s, w, c_count, xform, &ws);
-    if (rc)
-        return rc;
-    ibp_fit_sets(&ws, nsets, fit, member, m);
-    if (!r_len) {
-        uint64_t row_bits;
-        ibp_assign(&ws, m, NULL, size);
-        r_len = ibp_pick_rows(&ws, size, ibp_fmt_sel_bits(nsets), prefix, &row_bits);
-    }
-    rc = full
-             ? ibp_codec_plan_build(w, c_count, r_len, nsets, block_size, xform, m->mask, m->value, out)
-             : ibp_codec_plan_build_lite(w, c_count, r_len, nsets, block_size, xform, m->mask, m->value, out);
-    ibp_words_free(&ws);
-    return rc;
+    ibp_fit_free(&wk->fit);
+    free(wk->member);
+    free(wk->size);
+    free(wk->prefix);
+    free(wk->xform);
+    free(wk->m.mask);
+    free(wk->m.value);
+    free(wk->greedy_mask);
+    free(wk->greedy_value);
+    memset(wk, 0, sizeof(*wk));
 }
 
-/* Planner state shared by the candidates it judges. */
+static int ibp_work_alloc(IbpWork *wk, uint32_t max_cols, size_t max_words)
+{
+    memset(wk, 0, sizeof(*wk));
+    const size_t masks = (size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t);
+    int rc = ibp_fit_alloc(&wk->fit, max_cols);
+    if (rc)
+        return rc;
+    wk->member = malloc(max_words);
+    wk->size = malloc(max_words);
+    wk->prefix = malloc((max_words + 1u) * sizeof(uint32_t));
+    wk->xform = malloc(max_cols);
+    wk->m.mask = malloc(masks);
+    wk->m.value = malloc(masks);
+    wk->greedy_mask = malloc(masks);
+    wk->greedy_value = malloc(masks);
+    if (!wk->member || !wk->size || !wk->prefix || !wk->xform || !wk->m.mask || !wk->m.value ||
+        !wk->greedy_mask || !wk->greedy_value) {
+        ibp_work_free(wk);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* The sized outcome of one fitted candidate. */
+typedef struct IbpTrial {
+    uint64_t bytes; /* exact, on the judging half, scaled to the region; UINT64_MAX: not tried */
+    uint32_t rows;
+} IbpTrial;
+
+/* A (word size, period) pair the planner considers, and what it found for it. */
+typedef struct IbpCandidate {
+    uint32_t word_size;
+    uint32_t columns;
+    uint64_t est_bits;  /* per region, metadata included: single-set IBP on the screen sample */
+    IbpTrial plain;     /* one set, no transforms */
+    IbpTrial xformed;   /* one set, the transforms ibp_pick_xforms chose (when it chose any) */
+    IbpTrial more[IBP_MAX_SETS - 1u]; /* 2 .. IBP_MAX_SETS sets, for the few best */
+    uint8_t *xform;     /* the better one-set variant's transforms */
+    uint64_t one_set;   /* its bytes */
+} IbpCandidate;
+
+#define IBP_MAX_CANDIDATES (3u * (IBP_PERIOD_PICKS + 1u))
+
+/* What the planning threads share: the samples, the candidates and the jobs of a phase. */
 typedef struct IbpSearch {
+    const IbpSample *screen;
+    const IbpSample *screen_eval;
     const IbpSample *fit_s;
     const IbpSample *eval_s;
     size_t len;
     uint32_t block_size;
-    IbpFit *fit;
-    uint8_t *member;
-    uint8_t *size;
-    uint32_t *prefix;
-    IbpMasks *m;
-    uint64_t best_bytes;
-    uint32_t best_w;
-    uint32_t best_c;
-    uint32_t best_k;
-    uint32_t best_r;
-    uint8_t *best_xform;
+    int faithful;
+    IbpCandidate cand[IBP_MAX_CANDIDATES];
+    uint32_t ncand;
+    /* The current phase: njobs jobs, job j on candidate jobs[j]. */
+    int (*run)(struct IbpSearch *s, IbpWork *wk, IbpCandidate *c);
+    uint32_t jobs[IBP_MAX_CANDIDATES];
+    uint32_t njobs;
+    uint32_t next; /* atomic */
+    int error;     /* atomic: the first error */
 } IbpSearch;
 
-/* Fits a candidate on one half of the sample, sizes it exactly on the other, keeps the best. */
-static int ibp_try(IbpSearch *s, uint32_t w, uint32_t c_count, const uint8_t *xform, uint32_t nsets,
-                   uint64_t *bytes)
+/* Sizes masks m fitted to ws: row length from the per-word sizes, then the encoder's exact size
+ * on the judging half of the sample. */
+static int ibp_judge(const IbpSearch *s, IbpWork *wk, const IbpWords *ws, const uint8_t *xform, IbpTrial *out)
 {
+    uint64_t row_bits;
     IbpCodecPlan *p = NULL;
-    const int rc = ibp_fit_plan(s->fit_s, w, c_count, xform, nsets, 0, s->block_size, s->fit, s->member,
-                                s->size, s->prefix, s->m, 0, &p);
+    ibp_assign(ws, &wk->m, NULL, wk->size);
+    const uint32_t r_len = ibp_pick_rows(ws, wk->size, ibp_fmt_sel_bits(wk->m.nsets), wk->prefix, &row_bits);
+    const int rc = ibp_codec_plan_build_lite(ws->word_size, ws->columns, r_len, wk->m.nsets, s->block_size, xform,
+                                             wk->m.mask, wk->m.value, &p);
     if (rc)
         return rc;
-    *bytes = ibp_exact_bytes(p, s->eval_s, s->len);
-    if (*bytes < s->best_bytes) {
-        s->best_bytes = *bytes;
-        s->best_w = w;
-        s->best_c = c_count;
-        s->best_k = nsets;
-        s->best_r = p->row_words;
-        memcpy(s->best_xform, xform, c_count);
-    }
+    out->bytes = ibp_exact_bytes(p, s->eval_s, s->len);
+    out->rows = p->row_words;
     ibp_codec_plan_destroy(&p);
     return 0;
 }
 
-int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOptions *opts, IbpCodecPlan **out)
+/* One set fitted on one half of the sample, sized exactly on the other. */
+static int ibp_try_one_set(const IbpSearch *s, IbpWork *wk, uint32_t w, uint32_t c_count, const uint8_t *xform,
+                           IbpTrial *out)
+{
+    IbpWords ws;
+    int rc = ibp_words_load(s->fit_s, w, c_count, xform, &ws);
+    if (rc)
+        return rc;
+    ibp_fit_sets(&ws, 1, &wk->fit, wk->member, &wk->m);
+    rc = ibp_judge(s, wk, &ws, xform, out);
+    ibp_words_free(&ws);
+    return rc;
+}
+
+/* Phase 1 job: single-set IBP fitted on one half of the small sample, counted on the other. */
+static int ibp_job_screen(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
+{
+    IbpWords ws;
+    int rc = ibp_words_load(s->screen, c->word_size, c->columns, NULL, &ws);
+    if (rc)
+        return rc;
+    ibp_fit_masks(&ws, NULL, IBP_FIT_ALL, 1, &wk->fit, wk->m.mask, wk->m.value);
+    ibp_words_free(&ws);
+    rc = ibp_words_load(s->screen_eval, c->word_size, c->columns, NULL, &ws);
+    if (rc)
+        return rc;
+    wk->m.nsets = 1;
+    const uint64_t bits = ibp_assign(&ws, &wk->m, NULL, NULL);
+    c->est_bits = ibp_scale(bits, s->screen_eval->bytes, s->len, 1, c->columns, c->word_size);
+    ibp_words_free(&ws);
+    return 0;
+}
+
+/* Phase 2 job: one set, without and with the transforms the screen sample suggests; the better
+ * variant's transforms stay with the candidate. */
+static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
+{
+    const uint32_t w = c->word_size;
+    const uint32_t c_count = c->columns;
+    memset(c->xform, 0, c_count);
+    int rc = ibp_try_one_set(s, wk, w, c_count, c->xform, &c->plain);
+    if (rc)
+        return rc;
+    c->one_set = c->plain.bytes;
+    if (s->faithful)
+        return 0;
+    rc = ibp_pick_xforms(s->screen, w, c_count, &wk->fit, wk->m.mask, wk->m.value, wk->xform);
+    if (rc)
+        return rc;
+    int any = 0;
+    for (uint32_t k = 0; k < c_count; k++)
+        any |= wk->xform[k] != 0;
+    if (!any)
+        return 0;
+    rc = ibp_try_one_set(s, wk, w, c_count, wk->xform, &c->xformed);
+    if (!rc && c->xformed.bytes < c->one_set) {
+        c->one_set = c->xformed.bytes;
+        memcpy(c->xform, wk->xform, c_count);
+    }
+    return rc;
+}
+
+/* Phase 3 job: 2 .. IBP_MAX_SETS sets.  The greedy start of K sets is that of K - 1 sets plus
+ * one, so the words are loaded and each greedy set fitted once for all K. */
+static int ibp_job_sets(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
+{
+    IbpWords ws;
+    int rc = ibp_words_load(s->fit_s, c->word_size, c->columns, c->xform, &ws);
+    if (rc)
+        return rc;
+    const size_t set_len = (size_t)c->columns * sizeof(uint64_t);
+    for (uint32_t nsets = 2; nsets <= IBP_MAX_SETS && !rc; nsets++) {
+        ibp_fit_greedy(&ws, nsets == 2 ? 0 : nsets - 1u, nsets, &wk->fit, wk->member, wk->greedy_mask,
+                       wk->greedy_value);
+        memcpy(wk->m.mask, wk->greedy_mask, nsets * set_len);
+        memcpy(wk->m.value, wk->greedy_value, nsets * set_len);
+        wk->m.nsets = nsets;
+        ibp_refine_sets(&ws, &wk->fit, wk->member, &wk->m);
+        rc = ibp_judge(s, wk, &ws, c->xform, &c->more[nsets - 2u]);
+    }
+    ibp_words_free(&ws);
+    return rc;
+}
+
+/* Takes jobs of the current phase until none is left or one failed. */
+static void ibp_search_work(IbpSearch *s, IbpWork *wk)
+{
+    for (;;) {
+        const uint32_t j = __atomic_fetch_add(&s->next, 1u, __ATOMIC_RELAXED);
+        if (j >= s->njobs || __atomic_load_n(&s->error, __ATOMIC_RELAXED))
+            return;
+        const int rc = s->run(s, wk, &s->cand[s->jobs[j]]);
+        if (rc) {
+            int expected = 0;
+            __atomic_compare_exchange_n(&s->error, &expected, rc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        }
+    }
+}
+
+typedef struct IbpThreadArg {
+    IbpSearch *s;
+    IbpWork *wk;
+} IbpThreadArg;
+
+static void *ibp_search_thread(void *arg)
+{
+    const IbpThreadArg *a = arg;
+    ibp_search_work(a->s, a->wk);
+    return NULL;
+}
+
+/* Runs one phase over `threads` work spaces (the calling thread takes part).  Each job writes
+ * only its own candidate, so the outcome does not depend on the thread count. */
+static int ibp_search_phase(IbpSearch *s, int (*run)(IbpSearch *, IbpWork *, IbpCandidate *), IbpWork *work,
+                            unsigned threads)
+{
+    s->run = run;
+    s->next = 0;
+    if (threads > s->njobs)
+        threads = s->njobs ? s->njobs : 1u;
+    pthread_t tid[IBP_PLAN_MAX_THREADS];
+    IbpThreadArg arg[IBP_PLAN_MAX_THREADS];
+    unsigned started = 0;
+    for (unsigned t = 1; t < threads; t++) {
+        arg[started] = (IbpThreadArg){s, &work[t]};
+        if (pthread_create(&tid[started], NULL, ibp_search_thread, &arg[started]))
+            break; /* fewer threads: the ones running take the jobs */
+        started++;
+    }
+    ibp_search_work(s, &work[0]);
+    for (unsigned t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    return __atomic_load_n(&s->error, __ATOMIC_RELAXED);
+}
+
+/* Collects the candidates for word size and row period: each word size with period 1 and with
+ * each period the byte correlation found (as lcm(period, W) / W columns). */
+static void ibp_collect_candidates(IbpSearch *s, const IbpCodecPlanOptions *opts, const uint32_t *periods,
+                                   uint32_t nper, uint32_t *max_cols)
 {
     static const uint32_t sizes[] = {2, 4, 8};
+    *max_cols = 1;
+    for (size_t wi = 0; wi < 3; wi++) {
+        const uint32_t w = sizes[wi];
+        if (opts->word_size && opts->word_size != w)
+            continue;
+        for (uint32_t pi = 0; pi <= nper; pi++) {
+            uint32_t c_count;
+            if (opts->columns)
+                c_count = pi == 0 ? opts->columns : 0;
+            else if (pi == 0)
+                c_count = 1;
+            else
+                c_count = periods[pi - 1] / ibp_gcd(periods[pi - 1], w); /* lcm(period, W) / W */
+            if (!c_count || c_count > IBP_MAX_COLUMNS || (uint64_t)c_count * w * 4u > s->len)
+                continue;
+            int dup = 0;
+            for (uint32_t k = 0; k < s->ncand; k++)
+                dup |= s->cand[k].word_size == w && s->cand[k].columns == c_count;
+            if (dup)
+                continue;
+            IbpCandidate *c = &s->cand[s->ncand++];
+            c->word_size = w;
+            c->columns = c_count;
+            c->plain.bytes = c->xformed.bytes = c->one_set = UINT64_MAX;
+            for (uint32_t k = 0; k + 1u < IBP_MAX_SETS; k++)
+                c->more[k].bytes = UINT64_MAX;
+            if (c_count > *max_cols)
+                *max_cols = c_count;
+        }
+    }
+}
+
+/* The winner among every trial, in the order they were made: each finalist's one-set trials
+ * (plain, then transformed) in rank order, then the more-set trials of the picks in pick order
+ * (s->jobs of the last phase); the first of the least size wins.  *xformed says whether the
+ * winner used the candidate's transforms. */
+static void ibp_pick_best(const IbpSearch *s, uint32_t *best_k, uint32_t *best_nsets, int *xformed,
+                          uint32_t *rows)
+{
+    uint64_t best = UINT64_MAX;
+    for (uint32_t k = 0; k < s->ncand; k++) {
+        const IbpCandidate *c = &s->cand[k];
+        const IbpTrial *t[2] = {&c->plain, &c->xformed};
+        for (int i = 0; i < 2; i++)
+            if (t[i]->bytes < best) {
+                best = t[i]->bytes;
+                *best_k = k;
+                *best_nsets = 1;
+                *xformed = i;
+                *rows = t[i]->rows;
+            }
+    }
+    for (uint32_t j = 0; j < s->njobs; j++) {
+        const IbpCandidate *c = &s->cand[s->jobs[j]];
+        for (uint32_t i = 0; i + 1u < IBP_MAX_SETS; i++)
+            if (c->more[i].bytes < best) {
+                best = c->more[i].bytes;
+                *best_k = s->jobs[j];
+                *best_nsets = i + 2u;
+                *xformed = 1;
+                *rows = c->more[i].rows;
+            }
+    }
+}
+
+int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOptions *opts, IbpCodecPlan **out)
+{
     const IbpCodecPlanOptions defaults = {0};
     IbpSample screen = {0};
     IbpSample screen_eval = {0};
     IbpSample fit_s = {0};
     IbpSample eval_s = {0};
     IbpSample all_s = {0};
-    IbpWords ws = {0};
-    IbpFit fit = {0};
-    IbpMasks m = {0};
-    uint8_t *member = NULL;
-    uint8_t *size = NULL;
-    uint32_t *prefix = NULL;
-    uint8_t *xform = NULL;
-    uint8_t *best_xform = NULL;
+    IbpWork work[IBP_PLAN_MAX_THREADS];
+    unsigned nwork = 0;
     uint8_t *cand_xform = NULL;
+    uint8_t *plain = NULL;
     IbpCodecPlan *best = NULL;
-    IbpCandidate cand[3 * (IBP_PERIOD_PICKS + 1)];
-    uint32_t ncand = 0;
+    IbpSearch *s = NULL;
     int rc;
 
     if (!out || (!region && len))
@@ -815,13 +1101,17 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         return -EINVAL;
     if (len < 64u)
         return ibp_plan_trivial(bs, out);
-    const int faithful = (opts->flags & IBP_CODEC_PLAN_FAITHFUL) != 0;
+    unsigned threads = opts->threads ? opts->threads : 1u;
+    threads = threads > IBP_PLAN_MAX_THREADS ? IBP_PLAN_MAX_THREADS : threads;
     size_t target = opts->sample_bytes ? opts->sample_bytes : len / 16u;
     if (target < IBP_SAMPLE_MIN)
         target = IBP_SAMPLE_MIN;
     if (target > IBP_SAMPLE_MAX && !opts->sample_bytes)
         target = IBP_SAMPLE_MAX;
-    rc = ibp_sample_make(region, len, bs, target, 0, &fit_s);
+    s = calloc(1, sizeof(*s));
+    rc = s ? 0 : -ENOMEM;
+    if (!rc)
+        rc = ibp_sample_make(region, len, bs, target, 0, &fit_s);
     if (!rc)
         rc = ibp_sample_make(region, len, bs, target, 1, &eval_s);
     if (!rc)
@@ -832,159 +1122,114 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 1, &screen_eval);
     if (rc)
         goto fail;
+    *s = (IbpSearch){
+        .screen = &screen,
+        .screen_eval = &screen_eval,
+        .fit_s = &fit_s,
+        .eval_s = &eval_s,
+        .len = len,
+        .block_size = (uint32_t)bs,
+        .faithful = (opts->flags & IBP_CODEC_PLAN_FAITHFUL) != 0,
+    };
 
-    /* 1. Rank (word size, period) pairs by single-set IBP on the small sample. */
     uint32_t periods[IBP_PERIOD_PICKS];
     uint32_t nper = 0;
     if (!opts->columns) {
         const size_t mid = (len / 2u) & ~(size_t)63;
         nper = ibp_find_periods((const uint8_t *)region + mid, len - mid, periods, IBP_PERIOD_PICKS);
     }
-    uint32_t max_cols = 1;
-    for (size_t wi = 0; wi < 3; wi++) {
-        const uint32_t w = sizes[wi];
-        if (opts->word_size && opts->word_size != w)
-            continue;
-        for (uint32_t pi = 0; pi <= nper; pi++) {
-            uint32_t c_count;
-            if (opts->columns)
-                c_count = pi == 0 ? opts->columns : 0;
-            else if (pi == 0)
-                c_count = 1;
-            else
-                c_count = periods[pi - 1] / ibp_gcd(periods[pi - 1], w); /* lcm(period, W) / W */
-            if (!c_count || c_count > IBP_MAX_COLUMNS || (uint64_t)c_count * w * 4u > len)
-                continue;
-            int dup = 0;
-            for (uint32_t k = 0; k < ncand; k++)
-                dup |= cand[k].word_size == w && cand[k].columns == c_count;
-            if (dup)
-                continue;
-            cand[ncand].word_size = w;
-            cand[ncand].columns = c_count;
-            ncand++;
-            if (c_count > max_cols)
-                max_cols = c_count;
-        }
+    uint32_t max_cols;
+    ibp_collect_candidates(s, opts, periods, nper, &max_cols);
+    const size_t max_words = all_s.bytes / 2u + 1u;
+    threads = threads > s->ncand ? (s->ncand ? s->ncand : 1u) : threads;
+    for (; nwork < threads; nwork++) {
+        rc = ibp_work_alloc(&work[nwork], max_cols, max_words);
+        if (rc)
+            goto fail;
     }
-    rc = ibp_fit_alloc(&fit, max_cols);
+    cand_xform = calloc((size_t)(s->ncand ? s->ncand : 1u), max_cols);
+    rc = -ENOMEM;
+    if (!cand_xform)
+        goto fail;
+    for (uint32_t k = 0; k < s->ncand; k++) {
+        s->cand[k].xform = cand_xform + (size_t)k * max_cols;
+        s->jobs[k] = k;
+    }
+
+    /* 1. Rank (word size, period) pairs by single-set IBP on the small sample. */
+    s->njobs = s->ncand;
+    rc = ibp_search_phase(s, ibp_job_screen, work, nwork);
     if (rc)
         goto fail;
-    const size_t max_words = all_s.bytes / 2u + 1u;
-    member = malloc(max_words);
-    size = malloc(max_words);
-    prefix = malloc((max_words + 1u) * sizeof(uint32_t));
-    xform = malloc(max_cols);
-    best_xform = malloc(max_cols);
-    cand_xform = malloc((size_t)(ncand ? ncand : 1u) * max_cols);
-    m.mask = malloc((size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t));
-    m.value = malloc((size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t));
-    rc = -ENOMEM;
-    if (!member || !size || !prefix || !xform || !best_xform || !cand_xform || !m.mask || !m.value)
-        goto fail;
-    for (uint32_t k = 0; k < ncand; k++) {
-        rc = ibp_words_load(&screen, cand[k].word_size, cand[k].columns, NULL, &ws);
-        if (rc)
-            goto fail;
-        ibp_fit_masks(&ws, NULL, IBP_FIT_ALL, 1, &fit, m.mask, m.value);
-        ibp_words_free(&ws);
-        rc = ibp_words_load(&screen_eval, cand[k].word_size, cand[k].columns, NULL, &ws);
-        if (rc)
-            goto fail;
-        m.nsets = 1;
-        const uint64_t bits = ibp_assign(&ws, &m, NULL, NULL);
-        cand[k].est_bits = ibp_scale(bits, screen_eval.bytes, len, 1, cand[k].columns, cand[k].word_size);
-        ibp_words_free(&ws);
-    }
-    for (uint32_t a = 1; a < ncand; a++)
-        for (uint32_t b = a; b > 0 && cand[b].est_bits < cand[b - 1].est_bits; b--) {
-            const IbpCandidate t = cand[b];
-            cand[b] = cand[b - 1];
-            cand[b - 1] = t;
+    for (uint32_t a = 1; a < s->ncand; a++)
+        for (uint32_t b = a; b > 0 && s->cand[b].est_bits < s->cand[b - 1].est_bits; b--) {
+            const IbpCandidate t = s->cand[b];
+            s->cand[b] = s->cand[b - 1];
+            s->cand[b - 1] = t;
         }
 
     /* 2. For the finalists: transforms, mask sets and row length fitted on one half of the
      * sample and judged by the encoder's exact size on the other.  Faithful IBP (one set, no
-     * transform) is always among them. */
-    IbpSearch ctx = {
-        .fit_s = &fit_s,
-        .eval_s = &eval_s,
-        .len = len,
-        .block_size = (uint32_t)bs,
-        .fit = &fit,
-        .member = member,
-        .size = size,
-        .prefix = prefix,
-        .m = &m,
-        .best_bytes = UINT64_MAX,
-        .best_xform = best_xform,
-    };
-    /* Finalists: the top candidates, plus each word size's best candidate and its best period-1
-     * candidate (mask sets and transforms, which the ranking does not see, change the order). */
-    uint8_t finalist[3 * (IBP_PERIOD_PICKS + 1)] = {0};
+     * transform) is always among them.  Finalists: the top candidates, plus each word size's
+     * best candidate and its best period-1 candidate (mask sets and transforms, which the
+     * ranking does not see, change the order). */
     uint32_t seen_any = 0;
     uint32_t seen_single = 0;
-    for (uint32_t k = 0; k < ncand; k++) {
-        const uint32_t bit = 1u << cand[k].word_size;
-        finalist[k] =
-            k < IBP_FINALISTS || !(seen_any & bit) || (cand[k].columns == 1u && !(seen_single & bit));
+    s->njobs = 0;
+    for (uint32_t k = 0; k < s->ncand; k++) {
+        const uint32_t bit = 1u << s->cand[k].word_size;
+        if (k < IBP_FINALISTS || !(seen_any & bit) || (s->cand[k].columns == 1u && !(seen_single & bit)))
+            s->jobs[s->njobs++] = k;
         seen_any |= bit;
-        if (cand[k].columns == 1u)
+        if (s->cand[k].columns == 1u)
             seen_single |= bit;
     }
-    /* One set for each finalist, without and with transforms (the better of the two is kept). */
-    uint64_t one_set[3 * (IBP_PERIOD_PICKS + 1)];
-    for (uint32_t k = 0; k < ncand; k++) {
-        one_set[k] = UINT64_MAX;
-        if (!finalist[k])
-            continue;
-        const uint32_t w = cand[k].word_size;
-        const uint32_t c_count = cand[k].columns;
-        uint8_t *const xf = cand_xform + (size_t)k * max_cols;
-        memset(xf, 0, c_count);
-        rc = ibp_try(&ctx, w, c_count, xf, 1, &one_set[k]);
-        if (rc)
-            goto fail;
-        if (faithful)
-            continue;
-        rc = ibp_pick_xforms(&screen, w, c_count, &fit, m.mask, m.value, xform);
-        if (rc)
-            goto fail;
-        int any = 0;
-        for (uint32_t c = 0; c < c_count; c++)
-            any |= xform[c] != 0;
-        uint64_t with_xf = UINT64_MAX;
-        if (any) {
-            rc = ibp_try(&ctx, w, c_count, xform, 1, &with_xf);
-            if (rc)
-                goto fail;
-        }
-        if (with_xf < one_set[k]) {
-            one_set[k] = with_xf;
-            memcpy(xf, xform, c_count);
-        }
-    }
+    rc = ibp_search_phase(s, ibp_job_one_set, work, nwork);
+    if (rc)
+        goto fail;
+
     /* More mask sets for the few best of those: sets pay most where one set already fits well,
      * and fitting them takes several passes each. */
-    for (uint32_t round = 0; round < IBP_SET_FINALISTS && !faithful; round++) {
-        uint32_t pick = ncand;
-        for (uint32_t k = 0; k < ncand; k++)
-            if (one_set[k] != UINT64_MAX && (pick == ncand || one_set[k] < one_set[pick]))
+    uint8_t picked[IBP_MAX_CANDIDATES] = {0};
+    s->njobs = 0;
+    for (uint32_t round = 0; round < IBP_SET_FINALISTS && !s->faithful; round++) {
+        uint32_t pick = s->ncand;
+        for (uint32_t k = 0; k < s->ncand; k++)
+            if (!picked[k] && s->cand[k].one_set != UINT64_MAX &&
+                (pick == s->ncand || s->cand[k].one_set < s->cand[pick].one_set))
                 pick = k;
-        if (pick == ncand)
+        if (pick == s->ncand)
             break;
-        one_set[pick] = UINT64_MAX;
-        for (uint32_t nsets = 2; nsets <= IBP_MAX_SETS; nsets++) {
-            uint64_t bytes;
-            rc = ibp_try(&ctx, cand[pick].word_size, cand[pick].columns, cand_xform + (size_t)pick * max_cols,
-                         nsets, &bytes);
-            if (rc)
-                goto fail;
-        }
+        picked[pick] = 1;
+        s->jobs[s->njobs++] = pick;
     }
-    /* 3. The winner refitted on the whole sample. */
-    rc = ibp_fit_plan(&all_s, ctx.best_w, ctx.best_c, best_xform, ctx.best_k, ctx.best_r, (uint32_t)bs, &fit,
-                      member, size, prefix, &m, 1, &best);
+    rc = ibp_search_phase(s, ibp_job_sets, work, nwork);
+    if (rc)
+        goto fail;
+
+    /* 3. The winner refitted on the whole sample, with the row length it was judged with. */
+    uint32_t bk = 0, bnsets = 1, brows = 0;
+    int xformed = 0;
+    ibp_pick_best(s, &bk, &bnsets, &xformed, &brows);
+    plain = calloc(max_cols, 1);
+    rc = -ENOMEM;
+    if (!plain)
+        goto fail;
+    const IbpCandidate *bc = &s->cand[bk];
+    const uint8_t *bxform = xformed ? bc->xform : plain;
+    IbpWords ws;
+    rc = ibp_words_load(&all_s, bc->word_size, bc->columns, bxform, &ws);
+    if (rc)
+        goto fail;
+    ibp_fit_sets(&ws, bnsets, &work[0].fit, work[0].member, &work[0].m);
+    if (!brows) {
+        uint64_t row_bits;
+        ibp_assign(&ws, &work[0].m, NULL, work[0].size);
+        brows = ibp_pick_rows(&ws, work[0].size, ibp_fmt_sel_bits(bnsets), work[0].prefix, &row_bits);
+    }
+    rc = ibp_codec_plan_build(bc->word_size, bc->columns, brows, bnsets, (uint32_t)bs, bxform, work[0].m.mask,
+                              work[0].m.value, &best);
+    ibp_words_free(&ws);
     if (rc)
         goto fail;
     best->sample_bytes = all_s.bytes;
@@ -994,20 +1239,15 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     rc = 0;
 fail:
     ibp_codec_plan_destroy(&best);
-    ibp_words_free(&ws);
-    ibp_fit_free(&fit);
+    for (unsigned t = 0; t < nwork; t++)
+        ibp_work_free(&work[t]);
     free(fit_s.chunks);
     free(eval_s.chunks);
     free(all_s.chunks);
     free(screen.chunks);
     free(screen_eval.chunks);
-    free(member);
-    free(size);
-    free(prefix);
-    free(xform);
-    free(best_xform);
     free(cand_xform);
-    free(m.mask);
-    free(m.value);
+    free(plain);
+    free(s);
     return rc;
 }

@@ -34,6 +34,8 @@ typedef struct IbpCodecPlanOptions {
     unsigned flags;      /* IBP_CODEC_PLAN_* */
     unsigned word_size;  /* 0: inferred; else 2, 4 or 8 */
     unsigned columns;    /* 0: inferred; else the row period in words */
+    unsigned threads;    /* 0 or 1: the calling thread only; else threads judging candidates side by
+                          * side (at most 16); the plan does not depend on it */
 } IbpCodecPlanOptions;
 
 /* What a plan decided, for tools and reports. */

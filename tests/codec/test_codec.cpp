@@ -825,6 +825,36 @@ TEST(Codec, ThreadsGiveIdenticalBlocks)
     ibp_codec_plan_destroy(&plan);
 }
 
+// Planning threads judge candidates side by side; the plan must not depend on how many there
+// are (or on which thread finished first).
+TEST(Codec, PlanningThreadsGiveTheSamePlan)
+{
+    const size_t sizes[] = {64, 4095, (1u << 20) + 3, 5u << 20};
+    uint32_t seed = 40;
+    for (Dist d : kAllDists) {
+        for (size_t n : sizes) {
+            const std::vector<uint8_t> data = make_data(d, n, seed++);
+            IbpCodecPlan *one = nullptr;
+            ASSERT_EQ(ibp_codec_plan_create(data.data(), n, nullptr, &one), 0);
+            size_t one_len = 0;
+            const void *one_blob = ibp_codec_plan_blob(one, &one_len);
+            for (unsigned threads : {2u, 3u, 16u, 1000u}) {
+                IbpCodecPlanOptions opts = {};
+                opts.threads = threads;
+                IbpCodecPlan *many = nullptr;
+                ASSERT_EQ(ibp_codec_plan_create(data.data(), n, &opts, &many), 0);
+                size_t many_len = 0;
+                const void *many_blob = ibp_codec_plan_blob(many, &many_len);
+                ASSERT_EQ(many_len, one_len) << "dist " << (int)d << " n " << n << " threads " << threads;
+                EXPECT_EQ(std::memcmp(many_blob, one_blob, one_len), 0)
+                    << "dist " << (int)d << " n " << n << " threads " << threads;
+                ibp_codec_plan_destroy(&many);
+            }
+            ibp_codec_plan_destroy(&one);
+        }
+    }
+}
+
 TEST(Codec, PlanBlobRoundTripAndRejectsGarbage)
 {
     const std::vector<uint8_t> data = make_data(Dist::Rows, 200000, 5);
