@@ -96,7 +96,12 @@ int ibp_codec_file_compress(const void *src, size_t len, const IbpCodecPlanOptio
                             void **out, size_t *out_len)
 {
     IbpCodecPlan *plan = NULL;
-    int rc = ibp_codec_plan_create(src, len, opts, &plan);
+    IbpCodecPlanOptions o = {0};
+    if (opts)
+        o = *opts;
+    if (!o.threads)
+        o.threads = threads; /* the planner's threads too, unless opts names them */
+    int rc = ibp_codec_plan_create(src, len, &o, &plan);
     if (rc)
         return rc;
     rc = ibp_codec_file_compress_with(plan, src, len, threads, out, out_len);

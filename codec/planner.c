@@ -40,6 +40,8 @@ typedef struct IbpWords {
     uint32_t *col;
     size_t *chunk_end; /* word index where each chunk ends */
     size_t nchunks;
+    size_t cap;        /* words w and col have room for */
+    size_t chunk_cap;  /* entries chunk_end has room for */
 } IbpWords;
 
 /* Masks of one candidate: K sets of C {mask, value}, set-major. */
@@ -99,23 +101,33 @@ static void ibp_words_free(IbpWords *ws)
 }
 
 /* Loads the sample as words of the candidate's shape, transformed as xform says (may be NULL).
- * Predictors look back C words within the chunk, as the encoder does within a block. */
+ * Predictors look back C words within the chunk, as the encoder does within a block.  ws keeps
+ * its buffers from one load to the next (zeroed before the first; ibp_words_free at the end). */
 static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, const uint8_t *xform,
                           IbpWords *ws)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->n; i++)
         n += s->chunks[i].len / w;
-    memset(ws, 0, sizeof(*ws));
-    ws->word_size = w;
-    ws->columns = c_count;
-    ws->w = malloc((n ? n : 1u) * sizeof(uint64_t));
-    ws->col = malloc((n ? n : 1u) * sizeof(uint32_t));
-    ws->chunk_end = malloc((s->n ? s->n : 1u) * sizeof(size_t));
+    n = n ? n : 1u;
+    if (n > ws->cap) {
+        free(ws->w);
+        free(ws->col);
+        ws->w = malloc(n * sizeof(uint64_t));
+        ws->col = malloc(n * sizeof(uint32_t));
+        ws->cap = n;
+    }
+    if (s->n > ws->chunk_cap || !ws->chunk_end) {
+        free(ws->chunk_end);
+        ws->chunk_end = malloc((s->n ? s->n : 1u) * sizeof(size_t));
+        ws->chunk_cap = s->n;
+    }
     if (!ws->w || !ws->col || !ws->chunk_end) {
         ibp_words_free(ws);
         return -ENOMEM;
     }
+    ws->word_size = w;
+    ws->columns = c_count;
     size_t at = 0;
     for (size_t i = 0; i < s->n; i++) {
         const IbpChunk *ch = &s->chunks[i];
@@ -714,25 +726,24 @@ static uint64_t ibp_exact_bytes(const IbpCodecPlan *plan, const IbpSample *s, si
 
 /* Picks the transform of each column among none, zigzag, delta, delta+zigzag and xor by the
  * single-set bits each leaves; a transform must save 1% of the column to be taken. */
-static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, IbpFit *f, uint64_t *mask,
-                           uint64_t *value, uint8_t *xform)
+static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, IbpWords *ws, IbpFit *f,
+                           uint64_t *mask, uint64_t *value, uint8_t *xform)
 {
     static const uint8_t options[] = {IBP_XF_ZIGZAG, IBP_XF_PRED_DELTA, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG,
                                       IBP_XF_PRED_XOR};
     const size_t nopt = sizeof(options) / sizeof(options[0]);
     uint64_t *col_bits = malloc((size_t)c_count * sizeof(uint64_t));
     uint8_t *trial = malloc(c_count);
-    IbpWords ws;
     int rc = -ENOMEM;
     if (!col_bits || !trial)
         goto fail;
     memset(xform, 0, c_count);
     for (size_t o = 0; o <= nopt; o++) {
         memset(trial, o ? options[o - 1] : 0, c_count);
-        rc = ibp_words_load(s, w, c_count, trial, &ws);
+        rc = ibp_words_load(s, w, c_count, trial, ws);
         if (rc)
             goto fail;
-        ibp_fit_masks(&ws, NULL, IBP_FIT_ALL, 1, f, mask, value);
+        ibp_fit_masks(ws, NULL, IBP_FIT_ALL, 1, f, mask, value);
         /* Bits per column under this transform: words * W*8 minus what its mask saves. */
         const uint32_t wbits = w * 8u;
         for (uint32_t c = 0; c < c_count; c++) {
@@ -747,7 +758,6 @@ static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, Ibp
                 xform[c] = trial[0];
             }
         }
-        ibp_words_free(&ws);
     }
     rc = 0;
 fail:
@@ -764,6 +774,7 @@ static int ibp_plan_trivial(size_t block_size, IbpCodecPlan **out)
 
 /* Work space of one planning thread, sized for the widest candidate. */
 typedef struct IbpWork {
+    IbpWords ws; /* the sample as words of the candidate being judged */
     IbpFit fit;
     uint8_t *member;
     uint8_t *size;
@@ -776,6 +787,7 @@ typedef struct IbpWork {
 
 static void ibp_work_free(IbpWork *wk)
 {
+    ibp_words_free(&wk->ws);
     ibp_fit_free(&wk->fit);
     free(wk->member);
     free(wk->size);
@@ -872,32 +884,26 @@ static int ibp_judge(const IbpSearch *s, IbpWork *wk, const IbpWords *ws, const 
 static int ibp_try_one_set(const IbpSearch *s, IbpWork *wk, uint32_t w, uint32_t c_count, const uint8_t *xform,
                            IbpTrial *out)
 {
-    IbpWords ws;
-    int rc = ibp_words_load(s->fit_s, w, c_count, xform, &ws);
+    const int rc = ibp_words_load(s->fit_s, w, c_count, xform, &wk->ws);
     if (rc)
         return rc;
-    ibp_fit_sets(&ws, 1, &wk->fit, wk->member, &wk->m);
-    rc = ibp_judge(s, wk, &ws, xform, out);
-    ibp_words_free(&ws);
-    return rc;
+    ibp_fit_sets(&wk->ws, 1, &wk->fit, wk->member, &wk->m);
+    return ibp_judge(s, wk, &wk->ws, xform, out);
 }
 
 /* Phase 1 job: single-set IBP fitted on one half of the small sample, counted on the other. */
 static int ibp_job_screen(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
 {
-    IbpWords ws;
-    int rc = ibp_words_load(s->screen, c->word_size, c->columns, NULL, &ws);
+    int rc = ibp_words_load(s->screen, c->word_size, c->columns, NULL, &wk->ws);
     if (rc)
         return rc;
-    ibp_fit_masks(&ws, NULL, IBP_FIT_ALL, 1, &wk->fit, wk->m.mask, wk->m.value);
-    ibp_words_free(&ws);
-    rc = ibp_words_load(s->screen_eval, c->word_size, c->columns, NULL, &ws);
+    ibp_fit_masks(&wk->ws, NULL, IBP_FIT_ALL, 1, &wk->fit, wk->m.mask, wk->m.value);
+    rc = ibp_words_load(s->screen_eval, c->word_size, c->columns, NULL, &wk->ws);
     if (rc)
         return rc;
     wk->m.nsets = 1;
-    const uint64_t bits = ibp_assign(&ws, &wk->m, NULL, NULL);
+    const uint64_t bits = ibp_assign(&wk->ws, &wk->m, NULL, NULL);
     c->est_bits = ibp_scale(bits, s->screen_eval->bytes, s->len, 1, c->columns, c->word_size);
-    ibp_words_free(&ws);
     return 0;
 }
 
@@ -914,7 +920,7 @@ static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     c->one_set = c->plain.bytes;
     if (s->faithful)
         return 0;
-    rc = ibp_pick_xforms(s->screen, w, c_count, &wk->fit, wk->m.mask, wk->m.value, wk->xform);
+    rc = ibp_pick_xforms(s->screen, w, c_count, &wk->ws, &wk->fit, wk->m.mask, wk->m.value, wk->xform);
     if (rc)
         return rc;
     int any = 0;
@@ -934,21 +940,20 @@ static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
  * one, so the words are loaded and each greedy set fitted once for all K. */
 static int ibp_job_sets(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
 {
-    IbpWords ws;
-    int rc = ibp_words_load(s->fit_s, c->word_size, c->columns, c->xform, &ws);
+    IbpWords *const ws = &wk->ws;
+    int rc = ibp_words_load(s->fit_s, c->word_size, c->columns, c->xform, ws);
     if (rc)
         return rc;
     const size_t set_len = (size_t)c->columns * sizeof(uint64_t);
     for (uint32_t nsets = 2; nsets <= IBP_MAX_SETS && !rc; nsets++) {
-        ibp_fit_greedy(&ws, nsets == 2 ? 0 : nsets - 1u, nsets, &wk->fit, wk->member, wk->greedy_mask,
+        ibp_fit_greedy(ws, nsets == 2 ? 0 : nsets - 1u, nsets, &wk->fit, wk->member, wk->greedy_mask,
                        wk->greedy_value);
         memcpy(wk->m.mask, wk->greedy_mask, nsets * set_len);
         memcpy(wk->m.value, wk->greedy_value, nsets * set_len);
         wk->m.nsets = nsets;
-        ibp_refine_sets(&ws, &wk->fit, wk->member, &wk->m);
-        rc = ibp_judge(s, wk, &ws, c->xform, &c->more[nsets - 2u]);
+        ibp_refine_sets(ws, &wk->fit, wk->member, &wk->m);
+        rc = ibp_judge(s, wk, ws, c->xform, &c->more[nsets - 2u]);
     }
-    ibp_words_free(&ws);
     return rc;
 }
 
@@ -1217,19 +1222,18 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         goto fail;
     const IbpCandidate *bc = &s->cand[bk];
     const uint8_t *bxform = xformed ? bc->xform : plain;
-    IbpWords ws;
-    rc = ibp_words_load(&all_s, bc->word_size, bc->columns, bxform, &ws);
+    IbpWords *const ws = &work[0].ws;
+    rc = ibp_words_load(&all_s, bc->word_size, bc->columns, bxform, ws);
     if (rc)
         goto fail;
-    ibp_fit_sets(&ws, bnsets, &work[0].fit, work[0].member, &work[0].m);
+    ibp_fit_sets(ws, bnsets, &work[0].fit, work[0].member, &work[0].m);
     if (!brows) {
         uint64_t row_bits;
-        ibp_assign(&ws, &work[0].m, NULL, work[0].size);
-        brows = ibp_pick_rows(&ws, work[0].size, ibp_fmt_sel_bits(bnsets), work[0].prefix, &row_bits);
+        ibp_assign(ws, &work[0].m, NULL, work[0].size);
+        brows = ibp_pick_rows(ws, work[0].size, ibp_fmt_sel_bits(bnsets), work[0].prefix, &row_bits);
     }
     rc = ibp_codec_plan_build(bc->word_size, bc->columns, brows, bnsets, (uint32_t)bs, bxform, work[0].m.mask,
                               work[0].m.value, &best);
-    ibp_words_free(&ws);
     if (rc)
         goto fail;
     best->sample_bytes = all_s.bytes;

@@ -518,6 +518,14 @@ static void enforce_budget(uint64_t keep)
 
 static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCodecPlan **preplan);
 
+/* Plan options for one of `regions` regions planned side by side: the compressor threads are
+ * shared among them (the planner judges candidates on threads; the plan does not depend on it). */
+static IbpCodecPlanOptions plan_options(unsigned regions)
+{
+    const unsigned share = eng.p.compressor_threads / (regions ? regions : 1u);
+    return (IbpCodecPlanOptions){.block_size = eng.p.block_bytes, .threads = share ? share : 1u};
+}
+
 /* Compresses a hot region; *preplan (may be NULL), a plan made beforehand, is used and taken. */
 static int compress_region(IbpRegion *region, IbpCodecPlan **preplan)
 {
@@ -555,7 +563,7 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
     const uint64_t t0 = now_ns();
     const void *base = (const void *)ibp_region_base(region);
     const size_t size = ibp_region_size(region);
-    IbpCodecPlanOptions opts = {.block_size = eng.p.block_bytes};
+    const IbpCodecPlanOptions opts = plan_options(1);
     IbpCodecPlan *plan = NULL;
     IbpShadow *sh = NULL;
     double ratio = 1.0;
@@ -727,8 +735,8 @@ static int collect_active(const IbpRegionInfo *info, void *arg)
     return 0;
 }
 
-/* Hot regions planned side by side before their builds (planning is one thread per region, the
- * build already spreads over compressor_threads). */
+/* Hot regions planned side by side before their builds, sharing the compressor threads (the
+ * builds spread over all of them). */
 typedef struct IbpPrePlan {
     IbpRegion *r[IBP_POLICY_PREPLAN_MAX];
     IbpCodecPlan *plan[IBP_POLICY_PREPLAN_MAX];
@@ -747,7 +755,7 @@ static void *preplan_worker(void *arg)
          * before is no longer hot. */
         pthread_mutex_lock(&pr->busy);
         if (ibp_region_state(pp->r[i]) == IBP_REGION_HOT) {
-            IbpCodecPlanOptions opts = {.block_size = eng.p.block_bytes};
+            const IbpCodecPlanOptions opts = plan_options((unsigned)pp->n);
             if (ibp_codec_plan_create((const void *)ibp_region_base(pp->r[i]), ibp_region_size(pp->r[i]), &opts,
                                       &pp->plan[i]))
                 pp->plan[i] = NULL;

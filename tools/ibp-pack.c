@@ -308,14 +308,15 @@ static int ibp_cmd_plan(const IbpArgs *a)
     IbpCodecPlan *plan = NULL;
     char text[1024];
     if (a->nfiles != 1) {
-        fprintf(stderr, "usage: ibp-pack plan FILE [--json]\n");
+        fprintf(stderr, "usage: ibp-pack plan FILE [--threads N] [--json]\n");
         return 2;
     }
     int rc = ibp_read_file(a->files[0], &in, &len);
     if (rc)
         return ibp_fail("cannot read", a->files[0], rc);
+    const IbpCodecPlanOptions opts = {.threads = a->threads};
     const double t0 = ibp_now();
-    rc = ibp_codec_plan_create(in, len, NULL, &plan);
+    rc = ibp_codec_plan_create(in, len, &opts, &plan);
     const double secs = ibp_now() - t0;
     free(in);
     if (rc)
@@ -324,9 +325,9 @@ static int ibp_cmd_plan(const IbpArgs *a)
     if (a->json) {
         printf("{\"file\": ");
         ibp_json_string(stdout, a->files[0]);
-        printf(", \"plan_seconds\": %.4f, \"plan\": %s}\n", secs, text);
+        printf(", \"plan_seconds\": %.4f, \"threads\": %u, \"plan\": %s}\n", secs, opts.threads, text);
     } else {
-        printf("%s: %s; planned in %.1f ms\n", a->files[0], text, secs * 1e3);
+        printf("%s: %s; planned in %.1f ms on %u threads\n", a->files[0], text, secs * 1e3, opts.threads);
     }
     ibp_codec_plan_destroy(&plan);
     return 0;
@@ -381,7 +382,8 @@ static int ibp_bench_decode(const IbpCodecPlan *plan, void *const *blocks, const
 }
 
 /* Repeats fn until at least half a second has passed; returns the best GB/s of one run. */
-#define IBP_BENCH(gbps, len, call)                                                                           \
+/* Best of at least 3 runs and half a second of CALL, in seconds (rc holds the last result). */
+#define IBP_BEST_SECONDS(secs, call)                                                                         \
     do {                                                                                                     \
         const double start_ = ibp_now();                                                                     \
         double best_ = 1e30;                                                                                 \
@@ -395,7 +397,14 @@ static int ibp_bench_decode(const IbpCodecPlan *plan, void *const *blocks, const
             best_ = dt_ < best_ ? dt_ : best_;                                                               \
             runs_++;                                                                                         \
         }                                                                                                    \
-        (gbps) = (double)(len) / best_ / 1e9;                                                                \
+        (secs) = best_;                                                                                      \
+    } while (0)
+
+#define IBP_BENCH(gbps, len, call)                                                                           \
+    do {                                                                                                     \
+        double secs_;                                                                                        \
+        IBP_BEST_SECONDS(secs_, call);                                                                       \
+        (gbps) = (double)(len) / secs_ / 1e9;                                                                \
     } while (0)
 
 static int ibp_cmd_bench(const IbpArgs *a)
@@ -413,7 +422,8 @@ static int ibp_cmd_bench(const IbpArgs *a)
     double dec1 = 0;
     double decn = 0;
     double decref = 0;
-    double plan_s = 0;
+    double plan1 = 0;
+    double plann = 0;
     if (a->nfiles != 1) {
         fprintf(stderr, "usage: ibp-pack bench FILE [--threads N] [--json]\n");
         return 2;
@@ -422,10 +432,13 @@ static int ibp_cmd_bench(const IbpArgs *a)
     if (rc)
         return ibp_fail("cannot read", a->files[0], rc);
     ibp_progress_start(&pr, a->files[0]);
+    const unsigned nt = a->threads ? a->threads : 1u;
     ibp_progress_phase(&pr, "planning");
-    const double t0 = ibp_now();
-    rc = ibp_codec_plan_create(in, len, NULL, &plan);
-    plan_s = ibp_now() - t0;
+    const IbpCodecPlanOptions one = {.threads = 1};
+    const IbpCodecPlanOptions many = {.threads = nt};
+    IBP_BEST_SECONDS(plann, (ibp_codec_plan_destroy(&plan), ibp_codec_plan_create(in, len, &many, &plan)));
+    if (!rc)
+        IBP_BEST_SECONDS(plan1, (ibp_codec_plan_destroy(&plan), ibp_codec_plan_create(in, len, &one, &plan)));
     if (rc)
         goto fail;
     const size_t bs = ibp_codec_plan_block_size(plan);
@@ -440,7 +453,6 @@ static int ibp_cmd_bench(const IbpArgs *a)
         goto fail;
     for (size_t i = 0; i < nblocks; i++)
         blocks[i] = arena + i * each;
-    const unsigned nt = a->threads ? a->threads : 1u;
     ibp_progress_phase(&pr, "encoding");
     IBP_BENCH(enc1, len, ibp_codec_region_encode(plan, in, len, 1, blocks, each, comp));
     if (rc)
@@ -472,11 +484,12 @@ static int ibp_cmd_bench(const IbpArgs *a)
         printf("{\"file\": ");
         ibp_json_string(stdout, a->files[0]);
         printf(", \"bytes\": %zu, \"backend\": \"%s\", \"threads\": %u, \"block_ratio\": %.4f, "
-               "\"plan_ms\": %.2f, \"encode_gbps_1t\": %.3f, \"encode_gbps_nt\": %.3f, "
+               "\"plan_ms_1t\": %.2f, \"plan_ms_nt\": %.2f, \"encode_gbps_1t\": %.3f, \"encode_gbps_nt\": %.3f, "
                "\"decode_gbps_1t\": %.3f, \"decode_gbps_nt\": %.3f, \"decode_reference_gbps_1t\": %.3f}\n",
-               len, backend, nt, ratio, plan_s * 1e3, enc1, encn, dec1, decn, decref);
+               len, backend, nt, ratio, plan1 * 1e3, plann * 1e3, enc1, encn, dec1, decn, decref);
     } else {
-        printf("%s: %zu bytes, blocks ratio %.4f, plan %.1f ms\n", a->files[0], len, ratio, plan_s * 1e3);
+        printf("%s: %zu bytes, blocks ratio %.4f\n", a->files[0], len, ratio);
+        printf("  plan: %.1f ms 1 thread, %.1f ms %u threads\n", plan1 * 1e3, plann * 1e3, nt);
         printf("  encode %s: %.2f GB/s 1 thread, %.2f GB/s %u threads\n", backend, enc1, encn, nt);
         printf("  decode %s: %.2f GB/s 1 thread, %.2f GB/s %u threads\n", backend, dec1, decn, nt);
         printf("  decode reference: %.2f GB/s 1 thread\n", decref);
@@ -498,7 +511,7 @@ static void ibp_usage(void)
     fprintf(stderr, "usage: ibp-pack compress IN OUT [--threads N] [--block-size BYTES] [--json]\n"
                     "       ibp-pack decompress IN OUT [--json]\n"
                     "       ibp-pack check FILE... [--threads N] [--json]\n"
-                    "       ibp-pack plan FILE [--json]\n"
+                    "       ibp-pack plan FILE [--threads N] [--json]\n"
                     "       ibp-pack bench FILE [--threads N] [--json]\n");
 }
 

@@ -114,8 +114,8 @@ int ibp_codec_region_decode_range(const IbpCodecPlan *plan, const void *const *b
 
 /* ---- Stand-alone file form (magic, version, plan, block table with checksums) ---- */
 
-/* Plans (opts may be NULL), encodes with `threads` threads and returns a malloc'd file image
- * in *out (free() it). */
+/* Plans (opts may be NULL; on `threads` threads unless opts->threads is set), encodes with
+ * `threads` threads and returns a malloc'd file image in *out (free() it). */
 int ibp_codec_file_compress(const void *src, size_t len, const IbpCodecPlanOptions *opts, unsigned threads,
                             void **out, size_t *out_len);
 
