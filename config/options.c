@@ -102,7 +102,8 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "Write tracking: auto picks uffd where the kernel supports it, else mprotect; none trusts the "
              "application never to modify a region after it was copied (flagged in every report)."),
     OPT_INT("policy", "compressor_threads", policy.compressor_threads, "2", 1, 256,
-            "Background threads compressing hot regions."),
+            "Background threads planning and compressing hot regions (regions planned side by side share "
+            "them)."),
     OPT_INT("policy", "churn_limit", policy.churn_limit, "3", 0, 1000000,
             "A region rewritten within churn_window of being compressed this many times stops being "
             "tracked and goes raw from then on; 0 = never give up."),
