@@ -866,6 +866,7 @@ void ibp_policy_stop(void)
     pthread_mutex_unlock(&eng.lock);
     if (joinable)
         pthread_join(eng.thread, NULL);
+    ibp_shadow_release_staging();
 }
 
 void ibp_policy_stats(IbpPolicyStats *out)

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Fences kept at once; when all are pending the planner reaps or waits for the oldest, so
  * recording one never allocates. */
@@ -217,12 +218,78 @@ void ibp_shadow_destroy(IbpShadow **shadow)
 }
 
 /* Each block is encoded into its own fixed slot of a pageable staging buffer: slot i starts at
- * i * stride, so workers never coordinate beyond taking the next block number. */
+ * i * stride, so workers never coordinate beyond taking the next block number.
+ *
+ * The buffer is as large as the region, and a fresh one costs a page fault and a cleared page
+ * every 4 KiB: about as long as encoding into it.  One buffer of at most IBP_STAGING_KEEP bytes
+ * is kept for the next build (the compressor builds region after region, often of one size),
+ * marked MADV_FREE so that the kernel may take its pages back under memory pressure. */
+#define IBP_STAGING_KEEP ((size_t)512 << 20)
+
+static struct {
+    pthread_mutex_t lock;
+    void *p;
+    size_t len;
+} staging_cache = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+
+static void *staging_get(size_t len, size_t *mapped)
+{
+    pthread_mutex_lock(&staging_cache.lock);
+    void *p = NULL;
+    if (staging_cache.p && staging_cache.len >= len) {
+        p = staging_cache.p;
+        *mapped = staging_cache.len;
+        staging_cache.p = NULL;
+        staging_cache.len = 0;
+    }
+    pthread_mutex_unlock(&staging_cache.lock);
+    if (p)
+        return p;
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    *mapped = len;
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void staging_put(void *p, size_t len)
+{
+    if (!p)
+        return;
+    if (len <= IBP_STAGING_KEEP) {
+#ifdef MADV_FREE
+        (void)madvise(p, len, MADV_FREE); /* advice only: kept pages are simply reused */
+#endif
+        pthread_mutex_lock(&staging_cache.lock);
+        if (staging_cache.len < len) { /* keep the larger of the two */
+            void *old = staging_cache.p;
+            const size_t old_len = staging_cache.len;
+            staging_cache.p = p;
+            staging_cache.len = len;
+            p = old;
+            len = old_len;
+        }
+        pthread_mutex_unlock(&staging_cache.lock);
+    }
+    if (p)
+        munmap(p, len);
+}
+
+void ibp_shadow_release_staging(void)
+{
+    pthread_mutex_lock(&staging_cache.lock);
+    void *p = staging_cache.p;
+    const size_t len = staging_cache.len;
+    staging_cache.p = NULL;
+    staging_cache.len = 0;
+    pthread_mutex_unlock(&staging_cache.lock);
+    if (p)
+        munmap(p, len);
+}
 typedef struct IbpBuildJob {
     IbpShadow *s;
     uint8_t *staging;
     size_t stride;
     size_t bound;
+    int copying; /* 0: encode every block into its slot; 1: copy the kept ones into the slab */
     _Atomic uint32_t next;
     _Atomic int err;
 } IbpBuildJob;
@@ -235,6 +302,12 @@ static void *build_worker(void *arg)
         const uint32_t i = atomic_fetch_add(&job->next, 1);
         if (i >= s->nblocks || atomic_load_explicit(&job->err, memory_order_relaxed))
             break;
+        if (job->copying) {
+            /* comp_len is 0 for a block left out of the slab. */
+            if (s->comp_len[i])
+                memcpy(s->slab + s->offsets[i], job->staging + (size_t)i * job->stride, s->comp_len[i]);
+            continue;
+        }
         const size_t len = block_len(s, i);
         size_t comp = 0;
         /* Straight into the block's slot: a slot holds the encoder's bound. */
@@ -248,6 +321,19 @@ static void *build_worker(void *arg)
         s->comp_len[i] = (uint32_t)comp;
     }
     return NULL;
+}
+
+/* Runs build_worker on `threads` threads, the calling one included. */
+static void build_run(IbpBuildJob *job, unsigned threads)
+{
+    pthread_t tids[64];
+    unsigned started = 0;
+    for (; started + 1 < threads && started < 64; started++)
+        if (pthread_create(&tids[started], NULL, build_worker, job))
+            break;
+    build_worker(job);
+    for (unsigned t = 0; t < started; t++)
+        pthread_join(tids[t], NULL);
 }
 
 static int block_compresses(const IbpShadow *s, uint32_t i, const void *blk)
@@ -266,7 +352,8 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
     IbpBuildJob job = {.s = s, .bound = ibp_codec_block_bound(s->plan, s->block_size)};
     /* The encoder needs its bound of room; what it keeps is at most header + data, rounded to 16. */
     job.stride = (job.bound + 15) & ~(size_t)15;
-    job.staging = malloc((size_t)s->nblocks * job.stride);
+    size_t staging_len = 0;
+    job.staging = staging_get((size_t)s->nblocks * job.stride, &staging_len);
     int err = 0;
     if (!snap || !job.staging) {
         err = -ENOMEM;
@@ -279,14 +366,7 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
         threads = 1;
     if (threads > s->nblocks)
         threads = s->nblocks;
-    pthread_t tids[64];
-    unsigned started = 0;
-    for (; started + 1 < threads && started < 64; started++)
-        if (pthread_create(&tids[started], NULL, build_worker, &job))
-            break;
-    build_worker(&job);
-    for (unsigned t = 0; t < started; t++)
-        pthread_join(tids[t], NULL);
+    build_run(&job, threads);
     err = atomic_load(&job.err);
     if (err)
         goto out;
@@ -341,9 +421,12 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
                                   memory_order_release);
             continue;
         }
-        memcpy(s->slab + at, blk, s->comp_len[i]);
         at += s->comp_len[i];
     }
+    /* The kept blocks into the slab, on the build's threads (a region's worth of bytes). */
+    job.copying = 1;
+    atomic_store(&job.next, 0);
+    build_run(&job, threads);
     s->offsets[s->nblocks] = at;
     for (uint32_t i = 0; i < s->nblocks; i++) {
         if (s->offsets[i + 1] == s->offsets[i]) /* settled above: no slot */
@@ -357,7 +440,7 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
     if (ratio)
         *ratio = (double)s->slab_len / (double)s->size;
 out:
-    free(job.staging);
+    staging_put(job.staging, staging_len);
     free(snap);
     return err;
 }

@@ -101,6 +101,10 @@ void ibp_shadow_destroy(IbpShadow **shadow);
  * region (slab bytes / region bytes) is in *ratio. */
 int ibp_shadow_build(IbpShadow *shadow, IbpTracker *tracker, unsigned threads, double min_ratio, double *ratio);
 
+/* Unmaps the staging buffer builds keep for the next one (ibp_shadow_build keeps one of at most
+ * 512 MiB, its pages MADV_FREE between builds). */
+void ibp_shadow_release_staging(void);
+
 /* Re-encodes up to max_blocks STALE blocks in place, publishing those that stayed clean while
  * they were encoded and still fit their slot.  A block whose content was found too big for its
  * slot is a misfit: it is skipped (not encoded again, not counted in max_blocks) until it is
