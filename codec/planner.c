@@ -181,7 +181,18 @@ typedef struct IbpFit {
      * 64 for v = 0; a word's agreement length is the least over its bytes. */
     uint8_t *rank;
     size_t rank_cap;
+    const struct IbpPar *par; /* threads its word passes may spread over, or NULL */
 } IbpFit;
+
+/* Threads a fit may spread its word passes over (the final refit, which runs alone): fits[0] is
+ * the fit itself, the others lend their counters and histograms. */
+typedef struct IbpPar {
+    IbpFit *fits[IBP_PLAN_MAX_THREADS];
+    unsigned n;
+} IbpPar;
+
+/* Fewer words than this a thread are not worth starting it for. */
+#define IBP_PAR_MIN_WORDS ((size_t)32 * 1024)
 
 #define IBP_FIT_RANK_MAX ((size_t)256 * 1024)
 #define IBP_RANK_BUCKETS 256u /* counting-sort buckets for ibp_rank_bits */
@@ -265,13 +276,13 @@ static inline uint32_t ibp_fit_route(const uint8_t *member, int mode, size_t i)
  * load or a constant, and the per-byte loops unroll). */
 static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *ws, const uint8_t *member,
                                                                 uint32_t nfit, IbpFit *f, const uint32_t w,
-                                                                const int mode)
+                                                                const int mode, size_t lo, size_t hi)
 {
     const uint32_t wbits = w * 8u;
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count;
     const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
-    for (size_t i = 0; i < ws->n; i++) {
+    for (size_t i = lo; i < hi; i++) {
         const size_t at =
             ((i & (slots - 1u)) * (nfit + 1u) + ibp_fit_route(member, mode, i)) * c_count + ws->col[i];
         const uint64_t x = ws->w[i];
@@ -291,15 +302,17 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
     }
 }
 
+/* Agreement histograms of words [lo, hi) into out->hist, by the bit ranking of model. */
 static inline __attribute__((always_inline)) void ibp_fit_hist_rank(const IbpWords *ws, const uint8_t *member,
-                                                                    uint32_t nfit, IbpFit *f,
-                                                                    const uint32_t w, const int mode)
+                                                                    uint32_t nfit, const IbpFit *f,
+                                                                    IbpFit *out, const uint32_t w,
+                                                                    const int mode, size_t lo, size_t hi)
 {
     const uint32_t wbits = w * 8u;
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count;
     const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
-    for (size_t i = 0; i < ws->n; i++) {
+    for (size_t i = lo; i < hi; i++) {
         const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + ws->col[i];
         const uint64_t d = ws->w[i] ^ f->maj[at];
         const uint8_t *t = f->rank + at * w * 256u;
@@ -309,23 +322,24 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_rank(const IbpWor
             agree = r < agree ? r : agree;
         }
         agree = agree < wbits ? agree : wbits;
-        f->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+        out->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
     }
 }
 
 static inline __attribute__((always_inline)) void ibp_fit_hist_search(const IbpWords *ws,
                                                                       const uint8_t *member, uint32_t nfit,
-                                                                      IbpFit *f, const uint32_t w,
-                                                                      const int mode)
+                                                                      const IbpFit *f, IbpFit *out,
+                                                                      const uint32_t w, const int mode,
+                                                                      size_t lo, size_t hi)
 {
     const uint32_t wbits = w * 8u;
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count;
     const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
-    for (size_t i = 0; i < ws->n; i++) {
+    for (size_t i = lo; i < hi; i++) {
         const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + ws->col[i];
         const uint32_t agree = ibp_agree_len(f->prefix + at * 65u, wbits, ws->w[i] ^ f->maj[at]);
-        f->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+        out->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
     }
 }
 
@@ -389,22 +403,76 @@ static void ibp_rank_bits(const uint32_t *freq, uint32_t wbits, uint32_t n, uint
  * This is the threshold sweep of the paper, done exactly per column.  Returns the bits saved in
  * total; f->hist and f->ncol hold set 1's agreement histogram (W*8 + 1 entries per column) and
  * word counts afterwards. */
-static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mode, uint32_t nfit, IbpFit *f,
-                              uint64_t *mask, uint64_t *value)
+/* One thread's share of a word pass of ibp_fit_masks (or of ibp_assign). */
+typedef struct IbpPass {
+    void (*run)(struct IbpPass *p);
+    const IbpWords *ws;
+    const uint8_t *member;
+    int mode;
+    uint32_t nfit;
+    int use_rank;
+    const IbpFit *model; /* the bit ranking, for the histogram pass */
+    IbpFit *f;           /* this thread's counters */
+    size_t lo, hi;       /* its words */
+    const IbpMasks *m;   /* for ibp_assign */
+    uint8_t *size;
+    uint64_t bits;
+} IbpPass;
+
+static void *ibp_pass_thread(void *arg)
 {
+    IbpPass *p = arg;
+    p->run(p);
+    return NULL;
+}
+
+/* Runs passes[0..n) on n threads, the calling one included (a thread that cannot be started has
+ * its share run by the caller). */
+static void ibp_passes_run(IbpPass *passes, unsigned n)
+{
+    pthread_t tid[IBP_PLAN_MAX_THREADS];
+    int started[IBP_PLAN_MAX_THREADS] = {0};
+    for (unsigned t = 1; t < n; t++)
+        started[t] = pthread_create(&tid[t], NULL, ibp_pass_thread, &passes[t]) == 0;
+    passes[0].run(&passes[0]);
+    for (unsigned t = 1; t < n; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            passes[t].run(&passes[t]);
+    }
+}
+
+/* How many threads a pass over ws takes with f's helpers, and each one's words. */
+static unsigned ibp_passes_split(const IbpWords *ws, const IbpFit *f, IbpPass *passes, const IbpPass *proto)
+{
+    unsigned n = f->par ? f->par->n : 1u;
+    while (n > 1u && ws->n / n < IBP_PAR_MIN_WORDS)
+        n--;
+    for (unsigned t = 0; t < n; t++) {
+        passes[t] = *proto;
+        passes[t].f = t ? f->par->fits[t] : (IbpFit *)proto->f;
+        passes[t].lo = ws->n * t / n;
+        passes[t].hi = ws->n * (t + 1u) / n;
+    }
+    return n;
+}
+
+/* Bit counts of a share of the words into p->f->cnt / ncol. */
+static void ibp_count_pass(IbpPass *p)
+{
+    const IbpWords *ws = p->ws;
+    IbpFit *f = p->f;
     const uint32_t w = ws->word_size;
     const uint32_t wbits = w * 8u;
-    const uint32_t c_count = ws->columns;
-    const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
-    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
-    const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
-    /* Rank tables where they take less building than the words take looking up. */
-    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 256u <= ws->n * 4u;
+    const int mode = p->mode;
+    const size_t sc = (size_t)(p->nfit + 1u) * ws->columns;
+    const uint32_t slots = ws->columns < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
     memset(f->cnt, 0, sc * wbits * sizeof(uint32_t));
     memset(f->ncol, 0, sc * sizeof(uint32_t));
     memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
     memset(f->pending, 0, slots * sc);
-    IBP_FIT_DISPATCH(ibp_fit_count(ws, member, nfit, f, w_, mode_));
+    IBP_FIT_DISPATCH(ibp_fit_count(ws, p->member, p->nfit, f, w_, mode_, p->lo, p->hi));
     for (size_t at = 0; at < slots * sc; at++) {
         const size_t sc_at = at % sc;
         const uint64_t *a = f->acc + at * w;
@@ -412,6 +480,56 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mod
             for (uint32_t b = 0; b < 8u; b++)
                 f->cnt[sc_at * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
         f->ncol[sc_at] += f->pending[at];
+    }
+}
+
+/* Agreement histograms of a share of the words into p->f->hist (its slots summed into slot 0). */
+static void ibp_hist_pass(IbpPass *p)
+{
+    const IbpWords *ws = p->ws;
+    IbpFit *f = p->f;
+    const uint32_t w = ws->word_size;
+    const int mode = p->mode;
+    const size_t sc = (size_t)(p->nfit + 1u) * ws->columns;
+    const uint32_t slots = ws->columns < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    const size_t hs = w * 8u + 1u;
+    memset(f->hist, 0, slots * sc * hs * sizeof(uint32_t));
+    if (p->use_rank)
+        IBP_FIT_DISPATCH(ibp_fit_hist_rank(ws, p->member, p->nfit, p->model, f, w_, mode_, p->lo, p->hi));
+    else
+        IBP_FIT_DISPATCH(ibp_fit_hist_search(ws, p->member, p->nfit, p->model, f, w_, mode_, p->lo, p->hi));
+    for (uint32_t slot = 1; slot < slots; slot++)
+        for (size_t k = 0; k < sc * hs; k++)
+            f->hist[k] += f->hist[slot * sc * hs + k];
+}
+
+/* Fits one mask per column to the words of each set (mode and member as IBP_FIT_*; nfit sets,
+ * written to mask/value set-major): the bits ranked by how invariant they are, then the prefix of
+ * that ranking that saves most (m invariant bits save m bits on every word that agrees on all m).
+ * This is the threshold sweep of the paper, done exactly per column.  Returns the bits saved in
+ * total; f->hist and f->ncol hold set 1's agreement histogram (W*8 + 1 entries per column) and
+ * word counts afterwards.  With f->par, the two word passes are shared among its threads; the
+ * counts, and so the masks, are the same. */
+static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mode, uint32_t nfit, IbpFit *f,
+                              uint64_t *mask, uint64_t *value)
+{
+    const uint32_t w = ws->word_size;
+    const uint32_t wbits = w * 8u;
+    const uint32_t c_count = ws->columns;
+    const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
+    const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
+    /* Rank tables where they take less building than the words take looking up. */
+    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 256u <= ws->n * 4u;
+    const IbpPass proto = {.run = ibp_count_pass, .ws = ws, .member = member, .mode = mode, .nfit = nfit,
+                           .use_rank = use_rank, .model = f, .f = f};
+    IbpPass passes[IBP_PLAN_MAX_THREADS];
+    const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
+    ibp_passes_run(passes, nt);
+    for (unsigned t = 1; t < nt; t++) {
+        for (size_t k = 0; k < sc * wbits; k++)
+            f->cnt[k] += passes[t].f->cnt[k];
+        for (size_t k = 0; k < sc; k++)
+            f->ncol[k] += passes[t].f->ncol[k];
     }
     /* Set 0's words are ignored: its constants only need to be valid. */
     memset(f->maj, 0, c_count * sizeof(uint64_t));
@@ -450,14 +568,12 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mod
             }
         }
     }
-    memset(f->hist, 0, slots * sc * hs * sizeof(uint32_t));
-    if (use_rank)
-        IBP_FIT_DISPATCH(ibp_fit_hist_rank(ws, member, nfit, f, w_, mode_));
-    else
-        IBP_FIT_DISPATCH(ibp_fit_hist_search(ws, member, nfit, f, w_, mode_));
-    for (uint32_t slot = 1; slot < slots; slot++)
+    for (unsigned t = 0; t < nt; t++)
+        passes[t].run = ibp_hist_pass;
+    ibp_passes_run(passes, nt);
+    for (unsigned t = 1; t < nt; t++)
         for (size_t k = 0; k < sc * hs; k++)
-            f->hist[k] += f->hist[slot * sc * hs + k];
+            f->hist[k] += passes[t].f->hist[k];
     uint64_t saved = 0;
     for (size_t at = c_count; at < sc; at++) {
         const uint32_t *h = f->hist + at * hs;
@@ -503,13 +619,14 @@ static void ibp_masks_sort(IbpMasks *m, uint32_t c_count)
 /* ibp_assign's word loop with K a constant. */
 static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWords *ws, const IbpMasks *m,
                                                                    const uint8_t *vb, uint8_t *member,
-                                                                   uint8_t *size, const uint32_t k_count)
+                                                                   uint8_t *size, const uint32_t k_count,
+                                                                   size_t lo, size_t hi)
 {
     const uint32_t wbits = ws->word_size * 8u;
     const uint32_t sb = ibp_fmt_sel_bits(k_count);
     const uint32_t c_count = ws->columns;
     uint64_t bits = 0;
-    for (size_t i = 0; i < ws->n; i++) {
+    for (size_t i = lo; i < hi; i++) {
         const uint32_t c = ws->col[i];
         const uint64_t x = ws->w[i];
         /* The first matching set, by conditional moves from the last (which set matches is data,
@@ -531,9 +648,9 @@ static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWord
     return bits;
 }
 
-/* Per word of the sample: selector (0 = no set) under masks m; returns the estimated bits of
- * all words with per-word selectors and no row grouping. */
-static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size)
+/* ibp_assign over words [lo, hi). */
+static uint64_t ibp_assign_range(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size, size_t lo,
+                                 size_t hi)
 {
     const uint32_t wbits = ws->word_size * 8u;
     uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
@@ -541,12 +658,39 @@ static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *membe
         vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
     switch (m->nsets) {
     case 1:
-        return ibp_assign_k(ws, m, vb, member, size, 1u);
+        return ibp_assign_k(ws, m, vb, member, size, 1u, lo, hi);
     case 2:
-        return ibp_assign_k(ws, m, vb, member, size, 2u);
+        return ibp_assign_k(ws, m, vb, member, size, 2u, lo, hi);
     default:
-        return ibp_assign_k(ws, m, vb, member, size, 3u);
+        return ibp_assign_k(ws, m, vb, member, size, 3u, lo, hi);
     }
+}
+
+/* Per word of the sample: selector (0 = no set) under masks m; returns the estimated bits of
+ * all words with per-word selectors and no row grouping. */
+static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size)
+{
+    return ibp_assign_range(ws, m, member, size, 0, ws->n);
+}
+
+static void ibp_assign_pass(IbpPass *p)
+{
+    p->bits = ibp_assign_range(p->ws, p->m, (uint8_t *)p->member, p->size, p->lo, p->hi);
+}
+
+/* ibp_assign on the threads of f->par, where it has some. */
+static uint64_t ibp_assign_shared(const IbpFit *f, const IbpWords *ws, const IbpMasks *m, uint8_t *member,
+                                  uint8_t *size)
+{
+    const IbpPass proto = {.run = ibp_assign_pass, .ws = ws, .member = member, .m = m, .size = size,
+                           .f = (IbpFit *)f};
+    IbpPass passes[IBP_PLAN_MAX_THREADS];
+    const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
+    ibp_passes_run(passes, nt);
+    uint64_t bits = 0;
+    for (unsigned t = 0; t < nt; t++)
+        bits += passes[t].bits;
+    return bits;
 }
 
 /* The greedy start of the clustered variant: sets [from, to) fitted one after the other, set 1
@@ -561,7 +705,7 @@ static void ibp_fit_greedy(const IbpWords *ws, uint32_t from, uint32_t to, IbpFi
             ibp_fit_masks(ws, NULL, IBP_FIT_ALL, 1, f, mask, value);
         } else {
             IbpMasks partial = {.nsets = k, .mask = mask, .value = value};
-            ibp_assign(ws, &partial, member, NULL);
+            ibp_assign_shared(f, ws, &partial, member, NULL);
             ibp_fit_masks(ws, member, IBP_FIT_FREE, 1, f, mask + (size_t)k * c_count, value + (size_t)k * c_count);
         }
     }
@@ -574,7 +718,7 @@ static void ibp_refine_sets(const IbpWords *ws, IbpFit *f, uint8_t *member, IbpM
     const uint32_t c_count = ws->columns;
     for (int round = 0; round < 2 && m->nsets > 1; round++) {
         ibp_masks_sort(m, c_count);
-        ibp_assign(ws, m, member, NULL);
+        ibp_assign_shared(f, ws, m, member, NULL);
         ibp_fit_masks(ws, member, IBP_FIT_SETS, m->nsets, f, m->mask, m->value);
     }
     ibp_masks_sort(m, c_count);
@@ -1226,7 +1370,13 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     rc = ibp_words_load(&all_s, bc->word_size, bc->columns, bxform, ws);
     if (rc)
         goto fail;
+    /* Alone now: the refit's word passes spread over every planning thread's counters. */
+    IbpPar par = {.n = nwork};
+    for (unsigned t = 0; t < nwork; t++)
+        par.fits[t] = &work[t].fit;
+    work[0].fit.par = nwork > 1u ? &par : NULL;
     ibp_fit_sets(ws, bnsets, &work[0].fit, work[0].member, &work[0].m);
+    work[0].fit.par = NULL;
     if (!brows) {
         uint64_t row_bits;
         ibp_assign(ws, &work[0].m, NULL, work[0].size);
