@@ -1223,6 +1223,30 @@ static void ibp_pick_best(const IbpSearch *s, uint32_t *best_k, uint32_t *best_n
     }
 }
 
+/* Bytes of a region of len bytes the planner samples (`asked`: IbpCodecPlanOptions.sample_bytes). */
+static size_t ibp_sample_target(size_t len, size_t asked)
+{
+    size_t target = asked ? asked : len / 16u;
+    if (target < IBP_SAMPLE_MIN)
+        target = IBP_SAMPLE_MIN;
+    if (target > IBP_SAMPLE_MAX && !asked)
+        target = IBP_SAMPLE_MAX;
+    return target;
+}
+
+int ibp_codec_plan_judge(const IbpCodecPlan *plan, const void *region, size_t len, double *ratio)
+{
+    if (!plan || !ratio || !region || len < 64u)
+        return -EINVAL;
+    IbpSample all_s = {0};
+    const int rc = ibp_sample_make(region, len, plan->block_size, ibp_sample_target(len, 0), -1, &all_s);
+    if (rc)
+        return rc;
+    *ratio = all_s.bytes ? (double)ibp_exact_bytes(plan, &all_s, all_s.bytes) / (double)all_s.bytes : 1.0;
+    free(all_s.chunks);
+    return 0;
+}
+
 int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOptions *opts, IbpCodecPlan **out)
 {
     const IbpCodecPlanOptions defaults = {0};
@@ -1252,11 +1276,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         return ibp_plan_trivial(bs, out);
     unsigned threads = opts->threads ? opts->threads : 1u;
     threads = threads > IBP_PLAN_MAX_THREADS ? IBP_PLAN_MAX_THREADS : threads;
-    size_t target = opts->sample_bytes ? opts->sample_bytes : len / 16u;
-    if (target < IBP_SAMPLE_MIN)
-        target = IBP_SAMPLE_MIN;
-    if (target > IBP_SAMPLE_MAX && !opts->sample_bytes)
-        target = IBP_SAMPLE_MAX;
+    const size_t target = ibp_sample_target(len, opts->sample_bytes);
     s = calloc(1, sizeof(*s));
     rc = s ? 0 : -ENOMEM;
     if (!rc)

@@ -61,6 +61,7 @@ typedef struct IbpConfig {
         uint64_t max_shadow_bytes; /* 0 = auto, see ibp_config_shadow_budget() */
         IbpTracking tracking;
         int compressor_threads;
+        double plan_reuse; /* < 0: plan every region afresh */
         int churn_limit; /* 0 = never stop tracking a region */
         uint64_t churn_window_ns;
         bool track_shared;
@@ -117,7 +118,7 @@ typedef struct IbpConfigOption {
     const char *help;
 } IbpConfigOption;
 
-#define IBP_CONFIG_OPTION_COUNT 25
+#define IBP_CONFIG_OPTION_COUNT 26
 
 /* The table, IBP_CONFIG_OPTION_COUNT rows grouped by section in file order. */
 const IbpConfigOption *ibp_config_options(void);

@@ -76,6 +76,7 @@ void ibp_router_start(const IbpConfig *cfg)
                                                          : ibp_config_shadow_budget(cfg),
         .tracking = (IbpTrackBackend)cfg->policy.tracking,
         .compressor_threads = cfg->policy.compressor_threads > 0 ? (unsigned)cfg->policy.compressor_threads : 1u,
+        .plan_reuse = cfg->policy.plan_reuse,
         .churn_limit = cfg->policy.churn_limit > 0 ? (unsigned)cfg->policy.churn_limit : 0u,
         .churn_window_ns = cfg->policy.churn_window_ns,
         .track_write_combined = cfg->policy.track_write_combined,

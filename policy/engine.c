@@ -73,7 +73,25 @@ static struct {
     _Atomic uint64_t regions_evicted;
     _Atomic uint64_t bytes_evicted;
     _Atomic uint64_t build_ns;
+    _Atomic uint64_t plans_made;
+    _Atomic uint64_t plans_reused;
 } eng = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+/* The last plan made for each of the most recently planning allocation sites, as blobs (a shadow
+ * owns its plan), with the ratio it gave on its own region's sample. */
+#define IBP_POLICY_SITE_PLANS 16
+
+static struct {
+    pthread_mutex_t lock;
+    struct {
+        uint64_t site;
+        void *blob;
+        size_t blob_len;
+        double ratio;
+        uint64_t used;
+    } e[IBP_POLICY_SITE_PLANS];
+    uint64_t clock;
+} site_plans = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static const char *const why_names[IBP_COPY_WHY_COUNT] = {
     [IBP_COPY_COMPRESSED] = "compressed",       [IBP_COPY_BELOW_THRESHOLD] = "below_threshold",
@@ -526,6 +544,98 @@ static IbpCodecPlanOptions plan_options(unsigned regions)
     return (IbpCodecPlanOptions){.block_size = eng.p.block_bytes, .threads = share ? share : 1u};
 }
 
+/* A copy of the last plan made for `site`, and the ratio it gave on its own region's sample. */
+static IbpCodecPlan *site_plan_get(uint64_t site, double *ratio)
+{
+    IbpCodecPlan *plan = NULL;
+    pthread_mutex_lock(&site_plans.lock);
+    for (int i = 0; i < IBP_POLICY_SITE_PLANS; i++) {
+        if (site_plans.e[i].site != site || !site_plans.e[i].blob)
+            continue;
+        if (ibp_codec_plan_from_blob(site_plans.e[i].blob, site_plans.e[i].blob_len, &plan))
+            plan = NULL;
+        *ratio = site_plans.e[i].ratio;
+        site_plans.e[i].used = ++site_plans.clock;
+        break;
+    }
+    pthread_mutex_unlock(&site_plans.lock);
+    return plan;
+}
+
+/* Remembers `plan` as the site's last, in its entry or the least recently used one. */
+static void site_plan_put(uint64_t site, const IbpCodecPlan *plan)
+{
+    size_t len = 0;
+    const void *blob = ibp_codec_plan_blob(plan, &len);
+    IbpCodecPlanInfo info;
+    ibp_codec_plan_info(plan, &info);
+    void *copy = malloc(len);
+    if (!copy)
+        return;
+    memcpy(copy, blob, len);
+    pthread_mutex_lock(&site_plans.lock);
+    int at = 0;
+    for (int i = 0; i < IBP_POLICY_SITE_PLANS; i++) {
+        if (site_plans.e[i].site == site) {
+            at = i;
+            break;
+        }
+        if (site_plans.e[i].used < site_plans.e[at].used)
+            at = i;
+    }
+    void *old = site_plans.e[at].blob;
+    site_plans.e[at].site = site;
+    site_plans.e[at].blob = copy;
+    site_plans.e[at].blob_len = len;
+    site_plans.e[at].ratio = info.sample_ratio;
+    site_plans.e[at].used = ++site_plans.clock;
+    pthread_mutex_unlock(&site_plans.lock);
+    free(old);
+}
+
+static void site_plans_clear(void)
+{
+    pthread_mutex_lock(&site_plans.lock);
+    for (int i = 0; i < IBP_POLICY_SITE_PLANS; i++) {
+        free(site_plans.e[i].blob);
+        site_plans.e[i].blob = NULL;
+        site_plans.e[i].site = 0;
+        site_plans.e[i].used = 0;
+    }
+    pthread_mutex_unlock(&site_plans.lock);
+}
+
+/* Plans a region (one of `regions` planned side by side).  Regions of one allocation site often
+ * hold data of one kind (a framework's pinned blocks of weights): the site's last plan is judged
+ * on the region's sample first, one encode pass over at most 1 MiB, and reused when it compresses
+ * it at most plan_reuse worse than it compressed its own region; else the search runs. */
+static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
+{
+    const void *base = (const void *)ibp_region_base(region);
+    const size_t size = ibp_region_size(region);
+    const uint64_t site = ibp_region_site(region);
+    if (site && eng.p.plan_reuse >= 0) {
+        double own = 0, here = 0;
+        IbpCodecPlan *last = site_plan_get(site, &own);
+        if (last && !ibp_codec_plan_judge(last, base, size, &here) && here <= own + eng.p.plan_reuse) {
+            IBP_DEBUG("region %llu reuses its site's last plan: %.4f on its sample (%.4f on its own)",
+                      (unsigned long long)ibp_region_id(region), here, own);
+            atomic_fetch_add(&eng.plans_reused, 1);
+            *out = last;
+            return 0;
+        }
+        ibp_codec_plan_destroy(&last);
+    }
+    const IbpCodecPlanOptions opts = plan_options(regions);
+    const int err = ibp_codec_plan_create(base, size, &opts, out);
+    if (err)
+        return err;
+    atomic_fetch_add(&eng.plans_made, 1);
+    if (site && eng.p.plan_reuse >= 0)
+        site_plan_put(site, *out);
+    return 0;
+}
+
 /* Compresses a hot region; *preplan (may be NULL), a plan made beforehand, is used and taken. */
 static int compress_region(IbpRegion *region, IbpCodecPlan **preplan)
 {
@@ -563,7 +673,6 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
     const uint64_t t0 = now_ns();
     const void *base = (const void *)ibp_region_base(region);
     const size_t size = ibp_region_size(region);
-    const IbpCodecPlanOptions opts = plan_options(1);
     IbpCodecPlan *plan = NULL;
     IbpShadow *sh = NULL;
     double ratio = 1.0;
@@ -574,7 +683,7 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
         plan = *preplan;
         *preplan = NULL;
     } else {
-        err = ibp_codec_plan_create(base, size, &opts, &plan);
+        err = plan_region(region, 1, &plan);
     }
     if (!err)
         err = ibp_shadow_create(&eng.p.ops, base, size, &plan, &sh);
@@ -755,9 +864,7 @@ static void *preplan_worker(void *arg)
          * before is no longer hot. */
         pthread_mutex_lock(&pr->busy);
         if (ibp_region_state(pp->r[i]) == IBP_REGION_HOT) {
-            const IbpCodecPlanOptions opts = plan_options((unsigned)pp->n);
-            if (ibp_codec_plan_create((const void *)ibp_region_base(pp->r[i]), ibp_region_size(pp->r[i]), &opts,
-                                      &pp->plan[i]))
+            if (plan_region(pp->r[i], (unsigned)pp->n, &pp->plan[i]))
                 pp->plan[i] = NULL;
         }
         pthread_mutex_unlock(&pr->busy);
@@ -867,6 +974,7 @@ void ibp_policy_stop(void)
     if (joinable)
         pthread_join(eng.thread, NULL);
     ibp_shadow_release_staging();
+    site_plans_clear();
 }
 
 void ibp_policy_stats(IbpPolicyStats *out)
@@ -874,6 +982,8 @@ void ibp_policy_stats(IbpPolicyStats *out)
     out->regions_compressed = atomic_load(&eng.regions_compressed);
     out->regions_incompressible = atomic_load(&eng.regions_incompressible);
     out->regions_churned = atomic_load(&eng.regions_churned);
+    out->plans_made = atomic_load(&eng.plans_made);
+    out->plans_reused = atomic_load(&eng.plans_reused);
     out->regions_evicted = atomic_load(&eng.regions_evicted);
     out->bytes_evicted = atomic_load(&eng.bytes_evicted);
     out->shadow_bytes = atomic_load(&eng.shadow_bytes);

@@ -22,6 +22,7 @@ typedef struct IbpPolicyParams {
     uint64_t max_shadow_bytes;   /* pinned bytes all shadows may hold; 0 = no bound */
     IbpTrackBackend tracking;
     unsigned compressor_threads;
+    double plan_reuse;           /* slack for reusing a site's last plan; < 0 = always plan */
     unsigned churn_limit;        /* 0 = never stop tracking */
     uint64_t churn_window_ns;
     int track_write_combined;
@@ -121,6 +122,8 @@ typedef struct IbpPolicyStats {
     uint64_t shadow_bytes;       /* held now */
     uint64_t shadow_bytes_peak;
     uint64_t build_ns;           /* time spent building shadows */
+    uint64_t plans_made;         /* regions planned afresh */
+    uint64_t plans_reused;       /* regions given the last plan of their allocation site */
 } IbpPolicyStats;
 
 void ibp_policy_stats(IbpPolicyStats *out);

@@ -74,6 +74,12 @@ const void *ibp_codec_plan_blob(const IbpCodecPlan *plan, size_t *len);
 
 void ibp_codec_plan_info(const IbpCodecPlan *plan, IbpCodecPlanInfo *info);
 
+/* How well a plan (made for other bytes) fits a region: the compressed / original size of the
+ * sample a default plan_create of the region would take, as IbpCodecPlanInfo.sample_ratio
+ * gives for the region the plan was made for (equal to it there).  One encode-speed pass over at
+ * most 1 MiB.  -EINVAL for fewer than 64 bytes. */
+int ibp_codec_plan_judge(const IbpCodecPlan *plan, const void *region, size_t len, double *ratio);
+
 /* Writes the plan in words (json != 0: a JSON object) like snprintf: returns the length it
  * needed, writes at most cap bytes including the terminating NUL. */
 int ibp_codec_plan_describe(const IbpCodecPlan *plan, int json, char *buf, size_t cap);

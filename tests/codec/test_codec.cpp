@@ -855,6 +855,43 @@ TEST(Codec, PlanningThreadsGiveTheSamePlan)
     }
 }
 
+// Judging a plan on the region it was made for gives the planner's own sample ratio; on other
+// bytes, how well it fits them.
+TEST(Codec, JudgingAPlanOnItsRegionGivesItsSampleRatio)
+{
+    for (size_t n : {(size_t)4095, (size_t)(3u << 20) + 5, (size_t)40 << 20}) {
+        const std::vector<uint8_t> floats = make_data(Dist::GaussF32Small, n, 3);
+        IbpCodecPlan *plan = nullptr;
+        ASSERT_EQ(ibp_codec_plan_create(floats.data(), n, nullptr, &plan), 0);
+        IbpCodecPlanInfo info;
+        ibp_codec_plan_info(plan, &info);
+        double own = 0;
+        ASSERT_EQ(ibp_codec_plan_judge(plan, floats.data(), n, &own), 0);
+        EXPECT_DOUBLE_EQ(own, info.sample_ratio) << n;
+        // The same plan cloned from its blob judges the same.
+        size_t blob_len = 0;
+        const void *blob = ibp_codec_plan_blob(plan, &blob_len);
+        IbpCodecPlan *clone = nullptr;
+        ASSERT_EQ(ibp_codec_plan_from_blob(blob, blob_len, &clone), 0);
+        double cloned = 0;
+        ASSERT_EQ(ibp_codec_plan_judge(clone, floats.data(), n, &cloned), 0);
+        EXPECT_DOUBLE_EQ(cloned, own);
+        // Other floats of the same kind fit about as well; random bytes do not fit at all.
+        const std::vector<uint8_t> more = make_data(Dist::GaussF32Small, n, 4);
+        double other = 0;
+        ASSERT_EQ(ibp_codec_plan_judge(plan, more.data(), n, &other), 0);
+        EXPECT_NEAR(other, own, 0.01);
+        const std::vector<uint8_t> noise = make_data(Dist::RandomBytes, n, 5);
+        double bad = 0;
+        ASSERT_EQ(ibp_codec_plan_judge(plan, noise.data(), n, &bad), 0);
+        EXPECT_GT(bad, 1.0);
+        ibp_codec_plan_destroy(&clone);
+        ibp_codec_plan_destroy(&plan);
+    }
+    double r = 0;
+    EXPECT_EQ(ibp_codec_plan_judge(nullptr, &r, 64, &r), -EINVAL);
+}
+
 TEST(Codec, PlanBlobRoundTripAndRejectsGarbage)
 {
     const std::vector<uint8_t> data = make_data(Dist::Rows, 200000, 5);

@@ -156,6 +156,7 @@ const char kEveryOption[] = "[shim]\n"
                             "max_shadow_bytes = 2GiB\n"
                             "tracking = mprotect\n"
                             "compressor_threads = 4\n"
+                            "plan_reuse = -1\n"
                             "churn_limit = 0\n"
                             "churn_window = 250ms\n"
                             "track_shared = yes\n"
@@ -186,6 +187,7 @@ void expect_every_option_changed(const IbpConfig &cfg)
     EXPECT_EQ(cfg.policy.max_shadow_bytes, 2ull << 30);
     EXPECT_EQ(cfg.policy.tracking, IBP_TRACKING_MPROTECT);
     EXPECT_EQ(cfg.policy.compressor_threads, 4);
+    EXPECT_DOUBLE_EQ(cfg.policy.plan_reuse, -1.0);
     EXPECT_EQ(cfg.policy.churn_limit, 0);
     EXPECT_EQ(cfg.policy.churn_window_ns, 250000000u);
     EXPECT_TRUE(cfg.policy.track_shared);
@@ -216,7 +218,7 @@ TEST(ConfigIni, EveryOptionSetsItsField)
     for (size_t i = 0; i < IBP_CONFIG_OPTION_COUNT; i++)
         EXPECT_EQ(l.report.source[i].origin, IBP_CONFIG_ORIGIN_FILE) << ibp_config_options()[i].key;
     EXPECT_EQ(source(l, "shim", "enabled").line, 2u);
-    EXPECT_EQ(source(l, "report", "stack_depth").line, 29u);
+    EXPECT_EQ(source(l, "report", "stack_depth").line, 30u);
 }
 
 TEST(ConfigEnv, EveryOptionThroughItsVariable)

@@ -61,6 +61,7 @@ void start_engine()
                                                             : 0;
     p.tracking = std::getenv("ENGINE_TEST_MPROTECT") ? IBP_TRACK_MPROTECT : IBP_TRACK_AUTO;
     p.compressor_threads = 2;
+    p.plan_reuse = 0.005; /* the configuration's default */
     p.churn_limit = 2;
     p.churn_window_ns = 10ull * 1000 * 1000 * 1000;
     p.block_bytes = 64 * 1024;
@@ -408,6 +409,33 @@ TEST(Engine, SharedAndFileMappingsAreNeverCompressed)
     munmap(shared, n);
     munmap(file, n);
     fclose(f);
+}
+
+// Regions of one allocation site: the second holds the same kind of floats and gets the first's
+// plan without a search; the third holds small integers, which that plan does not fit, and is
+// planned afresh.  Every copy is still checked byte for byte.
+TEST(Engine, RegionsOfOneSiteReuseItsPlanWhereItFits)
+{
+    start_engine();
+    IbpPolicyStats before;
+    ibp_policy_stats(&before);
+    const uint64_t site = 0x517e;
+    Region a(4 * kMiB, 21), b(4 * kMiB, 22), c(4 * kMiB, 23);
+    for (size_t i = 0; i < c.size; i += 4) {
+        const uint32_t v = (uint32_t)(i % 97);
+        memcpy(c.mem + i, &v, 4);
+    }
+    for (Region *r : {&a, &b, &c}) {
+        ASSERT_EQ(ibp_policy_on_alloc(r->mem, r->size, IBP_REGION_PINNED_ALLOC, site, nullptr), 1);
+        copy_and_check(r->mem, r->size);
+        copy_and_check(r->mem, r->size);
+        ibp_policy_run_pending();
+        EXPECT_EQ(copy_and_check(r->mem, r->size), 1);
+    }
+    IbpPolicyStats after;
+    ibp_policy_stats(&after);
+    EXPECT_EQ(after.plans_made - before.plans_made, 2u);
+    EXPECT_EQ(after.plans_reused - before.plans_reused, 1u);
 }
 
 TEST(Engine, RandomDataIsLeftRaw)
