@@ -91,9 +91,9 @@ def main():
 
     if a.no_bench:
         return
-    print(f"| file | plan | plan ms 1 thread | plan ms {a.threads} threads | encode 1 thread | "
+    print(f"| file | plan | plan ms 1 thread | plan ms {a.threads} threads | reuse check ms | encode 1 thread | "
           f"encode {a.threads} threads | decode 1 thread | decode {a.threads} threads | reference decode 1 thread |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         path = os.path.join(a.data_dir, r["file"])
         plan = ibp_pack_json(a.ibp_pack, ["plan", path])[0]["plan"]
@@ -102,7 +102,8 @@ def main():
         xf = plan["zigzag_columns"] + plan["delta_columns"] + plan["xor_columns"]
         if xf:
             shape += f" xf={plan['delta_columns']}d/{plan['xor_columns']}x/{plan['zigzag_columns']}z"
-        print(f"| {r['file']} | {shape} | {b['plan_ms_1t']:.1f} | {b['plan_ms_nt']:.1f} | {b['encode_gbps_1t']:.2f} | "
+        print(f"| {r['file']} | {shape} | {b['plan_ms_1t']:.1f} | {b['plan_ms_nt']:.1f} | {b['judge_ms']:.2f} | "
+              f"{b['encode_gbps_1t']:.2f} | "
               f"{b['encode_gbps_nt']:.2f} | {b['decode_gbps_1t']:.2f} | {b['decode_gbps_nt']:.2f} | "
               f"{b['decode_reference_gbps_1t']:.2f} |")
         time.sleep(0.2)
