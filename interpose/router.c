@@ -60,6 +60,16 @@ static void report_tracking_ns(void *tag, uint64_t ns)
     ibp_ledger_tracking_ns(tag, ns);
 }
 
+static void report_planned(void *tag, uint64_t ns, int reused)
+{
+    ibp_ledger_planned(tag, ns, reused);
+}
+
+static void report_built(void *tag, uint64_t ns)
+{
+    ibp_ledger_built(tag, ns);
+}
+
 void ibp_router_start(const IbpConfig *cfg)
 {
     if (!cfg->shim.enabled)
@@ -88,6 +98,8 @@ void ibp_router_start(const IbpConfig *cfg)
         .on_evicted = report_evicted,
         .on_blocks = report_blocks,
         .on_tracking_ns = report_tracking_ns,
+        .on_planned = report_planned,
+        .on_built = report_built,
     };
     send_opts.force = cfg->transfer.path != IBP_TRANSFER_PATH_AUTO;
     send_opts.zerocopy = cfg->transfer.path == IBP_TRANSFER_PATH_ZEROCOPY;

@@ -611,9 +611,11 @@ static void site_plans_clear(void)
  * it at most plan_reuse worse than it compressed its own region; else the search runs. */
 static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
 {
+    const uint64_t t0 = now_ns();
     const void *base = (const void *)ibp_region_base(region);
     const size_t size = ibp_region_size(region);
     const uint64_t site = ibp_region_site(region);
+    IbpPolicyRegion *pr = ibp_region_data(region);
     if (site && eng.p.plan_reuse >= 0) {
         double own = 0, here = 0;
         IbpCodecPlan *last = site_plan_get(site, &own);
@@ -621,6 +623,8 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
             IBP_DEBUG("region %llu reuses its site's last plan: %.4f on its sample (%.4f on its own)",
                       (unsigned long long)ibp_region_id(region), here, own);
             atomic_fetch_add(&eng.plans_reused, 1);
+            if (pr && eng.p.on_planned)
+                eng.p.on_planned(pr->tag, now_ns() - t0, 1);
             *out = last;
             return 0;
         }
@@ -631,6 +635,8 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
     if (err)
         return err;
     atomic_fetch_add(&eng.plans_made, 1);
+    if (pr && eng.p.on_planned)
+        eng.p.on_planned(pr->tag, now_ns() - t0, 0);
     if (site && eng.p.plan_reuse >= 0)
         site_plan_put(site, *out);
     return 0;
@@ -703,8 +709,12 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
         return 0;
     }
     d2h_apply(pr, sh, 0);
+    const uint64_t t_build = now_ns();
     err = ibp_shadow_build(sh, tracker, eng.p.compressor_threads, eng.p.min_ratio, &ratio);
-    atomic_fetch_add(&eng.build_ns, now_ns() - t0);
+    const uint64_t t_built = now_ns();
+    atomic_fetch_add(&eng.build_ns, t_built - t0);
+    if (!err && eng.p.on_built)
+        eng.p.on_built(pr->tag, t_built - t_build);
     if (err || ratio > eng.p.min_ratio) {
         pthread_rwlock_unlock(&pr->lock);
         if (err)

@@ -37,6 +37,8 @@ typedef struct IbpPolicyParams {
     void (*on_evicted)(void *tag, uint64_t bytes);       /* a shadow dropped to respect the budget */
     void (*on_blocks)(void *tag, uint64_t invalidated, uint64_t recompressed);
     void (*on_tracking_ns)(void *tag, uint64_t ns);       /* time a copy spent asking the tracker */
+    void (*on_planned)(void *tag, uint64_t ns, int reused); /* the region planned (reused: its site's plan) */
+    void (*on_built)(void *tag, uint64_t ns);               /* its shadow built (planning not included) */
 } IbpPolicyParams;
 
 /* Why a copy (or part of it) goes raw. */

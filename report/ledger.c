@@ -25,6 +25,11 @@ typedef struct IbpLedgerCounters {
     _Atomic uint64_t tracking_ns;
     _Atomic uint64_t decode_ns;
     _Atomic uint64_t decoded_bytes;
+    _Atomic uint64_t plans;
+    _Atomic uint64_t plans_reused;
+    _Atomic uint64_t plan_ns;
+    _Atomic uint64_t builds;
+    _Atomic uint64_t build_ns;
     /* Signed: a release may be recorded by one thread before the matching grow by another. */
     _Atomic int64_t shadow_bytes;
     _Atomic int64_t shadow_peak;
@@ -201,6 +206,21 @@ void ibp_ledger_shadow(IbpLedgerRegion *region, int64_t delta)
     }
 }
 
+void ibp_ledger_planned(IbpLedgerRegion *region, uint64_t ns, int reused)
+{
+    IbpLedgerCounters *c = counters_of(region);
+    add(&c->plans, 1);
+    add(&c->plans_reused, reused ? 1u : 0u);
+    add(&c->plan_ns, ns);
+}
+
+void ibp_ledger_built(IbpLedgerRegion *region, uint64_t ns)
+{
+    IbpLedgerCounters *c = counters_of(region);
+    add(&c->builds, 1);
+    add(&c->build_ns, ns);
+}
+
 void ibp_ledger_evicted(IbpLedgerRegion *region, uint64_t bytes)
 {
     IbpLedgerCounters *c = counters_of(region);
@@ -235,6 +255,11 @@ static void counters_read(const IbpLedgerCounters *c, IbpLedgerTotals *t)
     t->tracking_ns = load(&c->tracking_ns);
     t->decode_ns = load(&c->decode_ns);
     t->decoded_bytes = load(&c->decoded_bytes);
+    t->plans = load(&c->plans);
+    t->plans_reused = load(&c->plans_reused);
+    t->plan_ns = load(&c->plan_ns);
+    t->builds = load(&c->builds);
+    t->build_ns = load(&c->build_ns);
     t->shadow_bytes = load_gauge(&c->shadow_bytes);
     t->shadow_peak = load_gauge(&c->shadow_peak);
 }
@@ -255,6 +280,11 @@ static void totals_add(IbpLedgerTotals *sum, const IbpLedgerTotals *t)
     sum->tracking_ns += t->tracking_ns;
     sum->decode_ns += t->decode_ns;
     sum->decoded_bytes += t->decoded_bytes;
+    sum->plans += t->plans;
+    sum->plans_reused += t->plans_reused;
+    sum->plan_ns += t->plan_ns;
+    sum->builds += t->builds;
+    sum->build_ns += t->build_ns;
     sum->shadow_bytes += t->shadow_bytes;
     sum->shadow_peak += t->shadow_peak;
 }

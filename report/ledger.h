@@ -103,6 +103,10 @@ void ibp_ledger_decoded(IbpLedgerRegion *region, uint64_t bytes, uint64_t ns);
 /* Shadow bytes held by the region grew (delta > 0) or shrank (delta < 0).
  * Keeps the current and peak values, per region and for the process. */
 void ibp_ledger_shadow(IbpLedgerRegion *region, int64_t delta);
+/* The compressor planned the region (reused: with its site's last plan) in ns. */
+void ibp_ledger_planned(IbpLedgerRegion *region, uint64_t ns, int reused);
+/* The compressor finished a shadow build of the region in ns (planning not included). */
+void ibp_ledger_built(IbpLedgerRegion *region, uint64_t ns);
 /* The memory budget evicted bytes of the region's shadow: counts one eviction
  * and lowers the held gauge by bytes. */
 void ibp_ledger_evicted(IbpLedgerRegion *region, uint64_t bytes);
@@ -121,6 +125,11 @@ typedef struct IbpLedgerTotals {
     uint64_t tracking_ns;
     uint64_t decode_ns;
     uint64_t decoded_bytes;
+    uint64_t plans;        /* the compressor's plans for the region (a search or a reused plan) */
+    uint64_t plans_reused; /* of those, its allocation site's last plan reused */
+    uint64_t plan_ns;
+    uint64_t builds;       /* shadow builds finished (compressed or found incompressible) */
+    uint64_t build_ns;
     uint64_t shadow_bytes; /* held now */
     uint64_t shadow_peak;  /* most held at once */
 } IbpLedgerTotals;

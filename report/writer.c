@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: the report formats: JSON (schema ibpshim-report/1) and the text summary. */
+ * ibpshim: the report formats: JSON (schema ibpshim-report/2) and the text summary. */
 #include "report/writer.h"
 
 #include <dlfcn.h>
@@ -120,6 +120,11 @@ static void json_counters(IbpJson *j, const char *key, const IbpLedgerTotals *t,
     ibp_json_uint(j, "tracking_ns", t->tracking_ns);
     ibp_json_uint(j, "decode_ns", t->decode_ns);
     ibp_json_uint(j, "decoded_bytes", t->decoded_bytes);
+    ibp_json_uint(j, "plans", t->plans);
+    ibp_json_uint(j, "plans_reused", t->plans_reused);
+    ibp_json_uint(j, "plan_ns", t->plan_ns);
+    ibp_json_uint(j, "builds", t->builds);
+    ibp_json_uint(j, "build_ns", t->build_ns);
     ibp_json_uint(j, "shadow_bytes", t->shadow_bytes);
     ibp_json_uint(j, "shadow_peak_bytes", t->shadow_peak);
     ibp_json_double_places(j, "time_saved_s", time_saved_s(t, gbps), 9);
@@ -295,6 +300,11 @@ static void text_totals(IbpOut *out, const IbpLedgerSnapshot *snap, const IbpRep
                    t->invalidations, t->recompressions,
                    fmt_num(a, sizeof(a), (double)t->tracking_ns / 1e6, 3),
                    fmt_num(b, sizeof(b), (double)t->decode_ns / 1e6, 3));
+    ibp_out_printf(out,
+                   "ibpshim:   compressor: %" PRIu64 " plans (%" PRIu64 " reused) in %s ms, %" PRIu64
+                   " builds in %s ms\n",
+                   t->plans, t->plans_reused, fmt_num(a, sizeof(a), (double)t->plan_ns / 1e6, 3), t->builds,
+                   fmt_num(b, sizeof(b), (double)t->build_ns / 1e6, 3));
     ibp_out_printf(out, "ibpshim:   untracked: %" PRIu64 " copies, %s\n", snap->untracked.copies,
                    fmt_bytes(a, sizeof(a), snap->untracked.requested));
 }

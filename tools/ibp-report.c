@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define IBP_VIEW_SCHEMA "ibpshim-report/1"
+/* Reports of schema 1 lack the compressor counters (plans, builds); 2 has them. */
+#define IBP_VIEW_SCHEMA "ibpshim-report/2"
+#define IBP_VIEW_SCHEMA_V1 "ibpshim-report/1"
 #define IBP_VIEW_EXIT_ERROR 2
 #define IBP_VIEW_REASONS 10
 #define IBP_VIEW_LABEL_MAX 160
@@ -42,6 +44,11 @@ typedef struct IbpViewCounters {
     uint64_t decoded_bytes;
     uint64_t shadow_bytes;
     uint64_t shadow_peak;
+    uint64_t plans; /* schema 2 */
+    uint64_t plans_reused;
+    uint64_t plan_ns;
+    uint64_t builds;
+    uint64_t build_ns;
     double time_saved_s;
 } IbpViewCounters;
 
@@ -72,6 +79,8 @@ typedef struct IbpViewSample {
 typedef struct IbpViewReport {
     const char *file;
     json_t *root; /* owns the strings below */
+    const char *schema;
+    int version; /* 1 or 2 */
     const char *generator;
     const char *reason;
     uint64_t pid;
@@ -209,6 +218,13 @@ static void read_counters(IbpViewCtx *ctx, json_t *obj, const char *key, IbpView
     c->decoded_bytes = get_u64(ctx, o, "decoded_bytes");
     c->shadow_bytes = get_u64(ctx, o, "shadow_bytes");
     c->shadow_peak = get_u64(ctx, o, "shadow_peak_bytes");
+    if (ctx->report->version >= 2) {
+        c->plans = get_u64(ctx, o, "plans");
+        c->plans_reused = get_u64(ctx, o, "plans_reused");
+        c->plan_ns = get_u64(ctx, o, "plan_ns");
+        c->builds = get_u64(ctx, o, "builds");
+        c->build_ns = get_u64(ctx, o, "build_ns");
+    }
     c->time_saved_s = get_number(ctx, o, "time_saved_s");
     ctx_leave(ctx, len);
 }
@@ -312,9 +328,12 @@ static void report_load(IbpViewReport *r, const char *file)
     json_t *schema = json_object_get(r->root, "schema");
     if (!schema)
         die("%s: not an ibpshim report (no \"schema\" field)", file);
-    if (!json_is_string(schema) || strcmp(json_string_value(schema), IBP_VIEW_SCHEMA) != 0)
-        die("%s: unsupported schema %s (this ibp-report reads %s)", file,
-            json_is_string(schema) ? json_string_value(schema) : "(not a string)", IBP_VIEW_SCHEMA);
+    const char *name = json_is_string(schema) ? json_string_value(schema) : NULL;
+    r->version = !name ? 0 : !strcmp(name, IBP_VIEW_SCHEMA) ? 2 : !strcmp(name, IBP_VIEW_SCHEMA_V1) ? 1 : 0;
+    if (!r->version)
+        die("%s: unsupported schema %s (this ibp-report reads %s and %s)", file, name ? name : "(not a string)",
+            IBP_VIEW_SCHEMA_V1, IBP_VIEW_SCHEMA);
+    r->schema = name;
 
     IbpViewCtx ctx = {.report = r};
     r->generator = get_string(&ctx, r->root, "generator");
@@ -463,7 +482,7 @@ static void print_table(const IbpViewReport *r, size_t top)
     const IbpViewCounters *t = &r->totals;
     char a[32], b[32], c[32];
     printf("ibpshim transfer report: %s\n", r->file);
-    printf("  %s, %s, pid %" PRIu64 ", reason %s, report #%" PRIu64 ", after %.3f s\n\n", IBP_VIEW_SCHEMA,
+    printf("  %s, %s, pid %" PRIu64 ", reason %s, report #%" PRIu64 ", after %.3f s\n\n", r->schema,
            r->generator, r->pid, r->reason, r->sequence, (double)r->elapsed_ns / 1e9);
 
     printf("Totals\n");
@@ -488,6 +507,11 @@ static void print_table(const IbpViewReport *r, size_t top)
                (double)t->decoded_bytes / (double)t->decode_ns);
     else
         printf("  %-16s %14s\n", "decode", "not measured");
+    if (r->version >= 2) {
+        printf("  %-16s %11.3f ms  %" PRIu64 " plans, %" PRIu64 " reused\n", "planning", (double)t->plan_ns / 1e6,
+               t->plans, t->plans_reused);
+        printf("  %-16s %11.3f ms  %" PRIu64 " builds\n", "shadow builds", (double)t->build_ns / 1e6, t->builds);
+    }
 
     printf("\nRaw bytes by reason\n");
     printf("  %-16s %14s %8s\n", "reason", "bytes", "share");
@@ -982,7 +1006,7 @@ static void usage(FILE *f)
             "usage: ibp-report [--top N] [--json] FILE.json\n"
             "       ibp-report [--top N] --svg OUT.svg FILE.json\n"
             "       ibp-report [--top N] [--json] --diff A.json B.json\n"
-            "Reads transfer reports written by libibpshim.so (schema " IBP_VIEW_SCHEMA ").\n"
+            "Reads transfer reports written by libibpshim.so (schemas " IBP_VIEW_SCHEMA_V1 " and " IBP_VIEW_SCHEMA ").\n"
             "  --top N     rows per table and sites in the chart (default 10)\n"
             "  --json      machine-readable output instead of tables\n"
             "  --svg OUT   write a chart of requested vs sent bytes per site (and over time)\n"

@@ -124,6 +124,9 @@ TEST(Ledger, EventsAndShadowGauges)
     ibp_ledger_shadow(r, -120);
     ibp_ledger_shadow(r, 30);
     ibp_ledger_evicted(r, 20);
+    ibp_ledger_planned(r, 3000, 0);
+    ibp_ledger_planned(r, 40, 1);
+    ibp_ledger_built(r, 90000);
 
     IbpLedgerRegionInfo info = read(r);
     EXPECT_EQ(info.totals.invalidations, 7u);
@@ -135,11 +138,18 @@ TEST(Ledger, EventsAndShadowGauges)
     EXPECT_EQ(info.totals.shadow_peak, 150u);
     EXPECT_EQ(info.totals.evictions, 1u);
     EXPECT_EQ(info.totals.evicted_bytes, 20u);
+    EXPECT_EQ(info.totals.plans, 2u);
+    EXPECT_EQ(info.totals.plans_reused, 1u);
+    EXPECT_EQ(info.totals.plan_ns, 3040u);
+    EXPECT_EQ(info.totals.builds, 1u);
+    EXPECT_EQ(info.totals.build_ns, 90000u);
     {
         Snapshot after;
         EXPECT_EQ(after.s->total.shadow_bytes, before.s->total.shadow_bytes + 40);
         EXPECT_GE(after.s->total.shadow_peak, before.s->total.shadow_bytes + 150);
         EXPECT_EQ(after.s->total.invalidations, before.s->total.invalidations + 7);
+        EXPECT_EQ(after.s->total.plans, before.s->total.plans + 2);
+        EXPECT_EQ(after.s->total.build_ns, before.s->total.build_ns + 90000);
     }
     // Closing releases what the region still held; its peak and totals stay.
     const uint64_t id = info.id;
