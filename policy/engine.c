@@ -562,13 +562,16 @@ static IbpCodecPlan *site_plan_get(uint64_t site, double *ratio)
     return plan;
 }
 
-/* Remembers `plan` as the site's last, in its entry or the least recently used one. */
+/* Remembers `plan` as the site's last, in its entry or the least recently used one; a plan that
+ * left its own region above min_ratio is worth nothing to the next. */
 static void site_plan_put(uint64_t site, const IbpCodecPlan *plan)
 {
     size_t len = 0;
     const void *blob = ibp_codec_plan_blob(plan, &len);
     IbpCodecPlanInfo info;
     ibp_codec_plan_info(plan, &info);
+    if (info.sample_ratio > eng.p.min_ratio)
+        return;
     void *copy = malloc(len);
     if (!copy)
         return;
@@ -619,7 +622,10 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
     if (site && eng.p.plan_reuse >= 0) {
         double own = 0, here = 0;
         IbpCodecPlan *last = site_plan_get(site, &own);
-        if (last && !ibp_codec_plan_judge(last, base, size, &here) && here <= own + eng.p.plan_reuse) {
+        /* Not where it would leave the region above min_ratio: a search may still find a plan
+         * that compresses it. */
+        if (last && !ibp_codec_plan_judge(last, base, size, &here) && here <= own + eng.p.plan_reuse &&
+            here <= eng.p.min_ratio) {
             IBP_DEBUG("region %llu reuses its site's last plan: %.4f on its sample (%.4f on its own)",
                       (unsigned long long)ibp_region_id(region), here, own);
             atomic_fetch_add(&eng.plans_reused, 1);
