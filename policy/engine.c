@@ -20,6 +20,7 @@
 #define IBP_POLICY_STABLE_NS 100000000ull
 /* How often the compressor looks at compressed regions when nothing wakes it. */
 #define IBP_POLICY_TICK_NS 20000000ull
+#define IBP_POLICY_STAGING_IDLE_NS 10000000000ull /* 10 s without a build: unmap the kept staging buffer */
 #define IBP_POLICY_RECOMPRESS_BATCH 64u
 /* Most hot regions planned side by side in one pass of the compressor. */
 #define IBP_POLICY_PREPLAN_MAX 64
@@ -960,6 +961,8 @@ static void *compressor_main(void *arg)
             break;
         pthread_mutex_unlock(&eng.lock);
         ibp_policy_run_pending();
+        /* A staging buffer no build has wanted for a while goes back to the system. */
+        ibp_shadow_release_staging(IBP_POLICY_STAGING_IDLE_NS);
         pthread_mutex_lock(&eng.lock);
     }
     pthread_mutex_unlock(&eng.lock);
@@ -989,7 +992,7 @@ void ibp_policy_stop(void)
     pthread_mutex_unlock(&eng.lock);
     if (joinable)
         pthread_join(eng.thread, NULL);
-    ibp_shadow_release_staging();
+    ibp_shadow_release_staging(0);
     site_plans_clear();
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 /* Fences kept at once; when all are pending the planner reaps or waits for the oldest, so
  * recording one never allocates. */
@@ -230,7 +231,15 @@ static struct {
     pthread_mutex_t lock;
     void *p;
     size_t len;
-} staging_cache = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+    uint64_t kept_ns; /* CLOCK_MONOTONIC when it was kept */
+} staging_cache = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+
+static uint64_t staging_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static void *staging_get(size_t len, size_t *mapped)
 {
@@ -264,6 +273,7 @@ static void staging_put(void *p, size_t len)
             const size_t old_len = staging_cache.len;
             staging_cache.p = p;
             staging_cache.len = len;
+            staging_cache.kept_ns = staging_now_ns();
             p = old;
             len = old_len;
         }
@@ -273,13 +283,25 @@ static void staging_put(void *p, size_t len)
         munmap(p, len);
 }
 
-void ibp_shadow_release_staging(void)
+size_t ibp_shadow_staging_bytes(void)
 {
     pthread_mutex_lock(&staging_cache.lock);
-    void *p = staging_cache.p;
-    const size_t len = staging_cache.len;
-    staging_cache.p = NULL;
-    staging_cache.len = 0;
+    const size_t len = staging_cache.p ? staging_cache.len : 0;
+    pthread_mutex_unlock(&staging_cache.lock);
+    return len;
+}
+
+void ibp_shadow_release_staging(uint64_t idle_ns)
+{
+    pthread_mutex_lock(&staging_cache.lock);
+    void *p = NULL;
+    size_t len = 0;
+    if (staging_cache.p && staging_now_ns() - staging_cache.kept_ns >= idle_ns) {
+        p = staging_cache.p;
+        len = staging_cache.len;
+        staging_cache.p = NULL;
+        staging_cache.len = 0;
+    }
     pthread_mutex_unlock(&staging_cache.lock);
     if (p)
         munmap(p, len);

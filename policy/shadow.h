@@ -102,8 +102,10 @@ void ibp_shadow_destroy(IbpShadow **shadow);
 int ibp_shadow_build(IbpShadow *shadow, IbpTracker *tracker, unsigned threads, double min_ratio, double *ratio);
 
 /* Unmaps the staging buffer builds keep for the next one (ibp_shadow_build keeps one of at most
- * 512 MiB, its pages MADV_FREE between builds). */
-void ibp_shadow_release_staging(void);
+ * 512 MiB, its pages MADV_FREE between builds) when it was kept at least idle_ns ago; 0 = now. */
+void ibp_shadow_release_staging(uint64_t idle_ns);
+/* Bytes of the staging buffer kept now. */
+size_t ibp_shadow_staging_bytes(void);
 
 /* Re-encodes up to max_blocks STALE blocks in place, publishing those that stayed clean while
  * they were encoded and still fit their slot.  A block whose content was found too big for its

@@ -192,6 +192,20 @@ TEST_P(ShadowTest, BlocksRewrittenDuringTheBuildAreStaleNotIncompressible)
     expect_exact(0, size_);
 }
 
+// A build keeps its staging buffer for the next one, until it has been idle long enough.
+TEST_P(ShadowTest, BuildsKeepTheirStagingBufferUntilIdle)
+{
+    ibp_shadow_release_staging(0);
+    EXPECT_EQ(ibp_shadow_staging_bytes(), 0u);
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 2, 0.98, nullptr), 0);
+    EXPECT_GE(ibp_shadow_staging_bytes(), size_);
+    ibp_shadow_release_staging(3600ull * 1000000000ull);
+    EXPECT_GE(ibp_shadow_staging_bytes(), size_);
+    ibp_shadow_release_staging(0);
+    EXPECT_EQ(ibp_shadow_staging_bytes(), 0u);
+    expect_exact(0, size_);
+}
+
 TEST_P(ShadowTest, SyscallWritesAreSeen)
 {
     ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, nullptr), 0);
