@@ -105,9 +105,10 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
             "Background threads planning and compressing hot regions (regions planned side by side share "
             "them)."),
     OPT_DOUBLE("policy", "plan_reuse", policy.plan_reuse, "0.005", -1.0, 1.0,
-               "A region from an allocation site whose last region was planned reuses that plan when it "
-               "compresses the new region's sample at most this much worse (compressed/original) than "
-               "it compressed its own, instead of planning afresh; negative = always plan afresh."),
+               "A region reuses a plan kept from earlier regions of its allocation site (up to 4 a "
+               "site) when that plan compresses the region's sample at most this much worse "
+               "(compressed/original) than it compressed its own, instead of planning afresh; "
+               "negative = always plan afresh."),
     OPT_INT("policy", "churn_limit", policy.churn_limit, "3", 0, 1000000,
             "A region rewritten within churn_window of being compressed this many times stops being "
             "tracked and goes raw from then on; 0 = never give up."),

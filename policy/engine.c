@@ -78,19 +78,23 @@ static struct {
     _Atomic uint64_t plans_reused;
 } eng = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
-/* The last plan made for each of the most recently planning allocation sites, as blobs (a shadow
- * owns its plan), with the ratio it gave on its own region's sample. */
+/* The last plans made for the most recently planning allocation sites, as blobs (a shadow owns its
+ * plan), with the ratio each gave on its own region's sample.  A site keeps several: one
+ * allocator often hands out blocks of different kinds (weights, then a batch of images). */
 #define IBP_POLICY_SITE_PLANS 16
+#define IBP_POLICY_PLANS_PER_SITE 4
+
+typedef struct IbpSitePlan {
+    uint64_t site;
+    void *blob;
+    size_t blob_len;
+    double ratio;
+    uint64_t used; /* last put or reuse, on site_plans.clock; 0 = empty */
+} IbpSitePlan;
 
 static struct {
     pthread_mutex_t lock;
-    struct {
-        uint64_t site;
-        void *blob;
-        size_t blob_len;
-        double ratio;
-        uint64_t used;
-    } e[IBP_POLICY_SITE_PLANS];
+    IbpSitePlan e[IBP_POLICY_SITE_PLANS];
     uint64_t clock;
 } site_plans = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -545,26 +549,43 @@ static IbpCodecPlanOptions plan_options(unsigned regions)
     return (IbpCodecPlanOptions){.block_size = eng.p.block_bytes, .threads = share ? share : 1u};
 }
 
-/* A copy of the last plan made for `site`, and the ratio it gave on its own region's sample. */
-static IbpCodecPlan *site_plan_get(uint64_t site, double *ratio)
+/* Copies of the plans kept for `site` (at most IBP_POLICY_PLANS_PER_SITE): their blobs in
+ * out[k].blob (malloc'd, the caller frees them), their own ratios, and `used` as the entry's
+ * identity for site_plan_used(). */
+static int site_plans_of(uint64_t site, IbpSitePlan *out)
 {
-    IbpCodecPlan *plan = NULL;
+    int n = 0;
     pthread_mutex_lock(&site_plans.lock);
-    for (int i = 0; i < IBP_POLICY_SITE_PLANS; i++) {
-        if (site_plans.e[i].site != site || !site_plans.e[i].blob)
+    for (int i = 0; i < IBP_POLICY_SITE_PLANS && n < IBP_POLICY_PLANS_PER_SITE; i++) {
+        const IbpSitePlan *e = &site_plans.e[i];
+        if (e->site != site || !e->blob)
             continue;
-        if (ibp_codec_plan_from_blob(site_plans.e[i].blob, site_plans.e[i].blob_len, &plan))
-            plan = NULL;
-        *ratio = site_plans.e[i].ratio;
-        site_plans.e[i].used = ++site_plans.clock;
-        break;
+        void *copy = malloc(e->blob_len);
+        if (!copy)
+            continue;
+        memcpy(copy, e->blob, e->blob_len);
+        out[n] = *e;
+        out[n++].blob = copy;
     }
     pthread_mutex_unlock(&site_plans.lock);
-    return plan;
+    return n;
 }
 
-/* Remembers `plan` as the site's last, in its entry or the least recently used one; a plan that
- * left its own region above min_ratio is worth nothing to the next. */
+/* Marks the kept plan that `kept` was copied from as just used, if it is still kept. */
+static void site_plan_used(const IbpSitePlan *kept)
+{
+    pthread_mutex_lock(&site_plans.lock);
+    for (int i = 0; i < IBP_POLICY_SITE_PLANS; i++)
+        if (site_plans.e[i].blob && site_plans.e[i].site == kept->site && site_plans.e[i].used == kept->used) {
+            site_plans.e[i].used = ++site_plans.clock;
+            break;
+        }
+    pthread_mutex_unlock(&site_plans.lock);
+}
+
+/* Keeps `plan` for the site: in the site's least recently used entry when it has its share,
+ * else in the least recently used entry of all.  A plan that left its own region above
+ * min_ratio is worth nothing to the next. */
 static void site_plan_put(uint64_t site, const IbpCodecPlan *plan)
 {
     size_t len = 0;
@@ -578,21 +599,21 @@ static void site_plan_put(uint64_t site, const IbpCodecPlan *plan)
         return;
     memcpy(copy, blob, len);
     pthread_mutex_lock(&site_plans.lock);
-    int at = 0;
+    int any = 0, own = -1, kept = 0;
     for (int i = 0; i < IBP_POLICY_SITE_PLANS; i++) {
-        if (site_plans.e[i].site == site) {
-            at = i;
-            break;
+        const IbpSitePlan *e = &site_plans.e[i];
+        if (e->used < site_plans.e[any].used)
+            any = i;
+        if (e->blob && e->site == site) {
+            kept++;
+            if (own < 0 || e->used < site_plans.e[own].used)
+                own = i;
         }
-        if (site_plans.e[i].used < site_plans.e[at].used)
-            at = i;
     }
-    void *old = site_plans.e[at].blob;
-    site_plans.e[at].site = site;
-    site_plans.e[at].blob = copy;
-    site_plans.e[at].blob_len = len;
-    site_plans.e[at].ratio = info.sample_ratio;
-    site_plans.e[at].used = ++site_plans.clock;
+    IbpSitePlan *e = &site_plans.e[kept >= IBP_POLICY_PLANS_PER_SITE ? own : any];
+    void *old = e->blob;
+    *e = (IbpSitePlan){.site = site, .blob = copy, .blob_len = len, .ratio = info.sample_ratio,
+                       .used = ++site_plans.clock};
     pthread_mutex_unlock(&site_plans.lock);
     free(old);
 }
@@ -602,17 +623,16 @@ static void site_plans_clear(void)
     pthread_mutex_lock(&site_plans.lock);
     for (int i = 0; i < IBP_POLICY_SITE_PLANS; i++) {
         free(site_plans.e[i].blob);
-        site_plans.e[i].blob = NULL;
-        site_plans.e[i].site = 0;
-        site_plans.e[i].used = 0;
+        site_plans.e[i] = (IbpSitePlan){0};
     }
     pthread_mutex_unlock(&site_plans.lock);
 }
 
 /* Plans a region (one of `regions` planned side by side).  Regions of one allocation site often
- * hold data of one kind (a framework's pinned blocks of weights): the site's last plan is judged
- * on the region's sample first, one encode pass over at most 1 MiB, and reused when it compresses
- * it at most plan_reuse worse than it compressed its own region; else the search runs. */
+ * hold data of a few kinds (a framework's pinned blocks of weights, of batches): the plans the
+ * site kept are judged on the region's sample first, one encode pass over at most 1 MiB each, and
+ * the best of those that compress it at most plan_reuse worse than they compressed their own
+ * region is reused; else the search runs and its plan is kept for the site. */
 static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
 {
     const uint64_t t0 = now_ns();
@@ -621,21 +641,40 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
     const uint64_t site = ibp_region_site(region);
     IbpPolicyRegion *pr = ibp_region_data(region);
     if (site && eng.p.plan_reuse >= 0) {
-        double own = 0, here = 0;
-        IbpCodecPlan *last = site_plan_get(site, &own);
-        /* Not where it would leave the region above min_ratio: a search may still find a plan
-         * that compresses it. */
-        if (last && !ibp_codec_plan_judge(last, base, size, &here) && here <= own + eng.p.plan_reuse &&
-            here <= eng.p.min_ratio) {
-            IBP_DEBUG("region %llu reuses its site's last plan: %.4f on its sample (%.4f on its own)",
-                      (unsigned long long)ibp_region_id(region), here, own);
+        IbpSitePlan kept[IBP_POLICY_PLANS_PER_SITE];
+        const int n = site_plans_of(site, kept);
+        IbpCodecPlan *best = NULL;
+        double best_here = 0;
+        int best_k = -1;
+        for (int k = 0; k < n; k++) {
+            IbpCodecPlan *p = NULL;
+            double here = 0;
+            /* Not where it would leave the region above min_ratio: a search may still find a
+             * plan that compresses it. */
+            if (!ibp_codec_plan_from_blob(kept[k].blob, kept[k].blob_len, &p) &&
+                !ibp_codec_plan_judge(p, base, size, &here) && here <= kept[k].ratio + eng.p.plan_reuse &&
+                here <= eng.p.min_ratio && (!best || here < best_here)) {
+                ibp_codec_plan_destroy(&best);
+                best = p;
+                best_here = here;
+                best_k = k;
+                p = NULL;
+            }
+            ibp_codec_plan_destroy(&p);
+        }
+        if (best)
+            site_plan_used(&kept[best_k]);
+        for (int k = 0; k < n; k++)
+            free(kept[k].blob);
+        if (best) {
+            IBP_DEBUG("region %llu reuses a plan of its site: %.4f on its sample",
+                      (unsigned long long)ibp_region_id(region), best_here);
             atomic_fetch_add(&eng.plans_reused, 1);
             if (pr && eng.p.on_planned)
                 eng.p.on_planned(pr->tag, now_ns() - t0, 1);
-            *out = last;
+            *out = best;
             return 0;
         }
-        ibp_codec_plan_destroy(&last);
     }
     const IbpCodecPlanOptions opts = plan_options(regions);
     const int err = ibp_codec_plan_create(base, size, &opts, out);

@@ -1006,7 +1006,8 @@ static void usage(FILE *f)
             "usage: ibp-report [--top N] [--json] FILE.json\n"
             "       ibp-report [--top N] --svg OUT.svg FILE.json\n"
             "       ibp-report [--top N] [--json] --diff A.json B.json\n"
-            "Reads transfer reports written by libibpshim.so (schemas " IBP_VIEW_SCHEMA_V1 " and " IBP_VIEW_SCHEMA ").\n"
+            "Reads transfer reports written by libibpshim.so (schemas " IBP_VIEW_SCHEMA_V1 " and " IBP_VIEW_SCHEMA
+            ").\n"
             "  --top N     rows per table and sites in the chart (default 10)\n"
             "  --json      machine-readable output instead of tables\n"
             "  --svg OUT   write a chart of requested vs sent bytes per site (and over time)\n"
