@@ -40,8 +40,8 @@ typedef struct IbpWords {
     uint32_t *col;
     size_t *chunk_end; /* word index where each chunk ends */
     size_t nchunks;
-    size_t cap;        /* words w and col have room for */
-    size_t chunk_cap;  /* entries chunk_end has room for */
+    size_t cap;       /* words w and col have room for */
+    size_t chunk_cap; /* entries chunk_end has room for */
 } IbpWords;
 
 /* Masks of one candidate: K sets of C {mask, value}, set-major. */
@@ -326,11 +326,9 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_rank(const IbpWor
     }
 }
 
-static inline __attribute__((always_inline)) void ibp_fit_hist_search(const IbpWords *ws,
-                                                                      const uint8_t *member, uint32_t nfit,
-                                                                      const IbpFit *f, IbpFit *out,
-                                                                      const uint32_t w, const int mode,
-                                                                      size_t lo, size_t hi)
+static inline __attribute__((always_inline)) void
+ibp_fit_hist_search(const IbpWords *ws, const uint8_t *member, uint32_t nfit, const IbpFit *f, IbpFit *out,
+                    const uint32_t w, const int mode, size_t lo, size_t hi)
 {
     const uint32_t wbits = w * 8u;
     const uint32_t c_count = ws->columns;
@@ -520,8 +518,14 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mod
     const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
     /* Rank tables where they take less building than the words take looking up. */
     const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 256u <= ws->n * 4u;
-    const IbpPass proto = {.run = ibp_count_pass, .ws = ws, .member = member, .mode = mode, .nfit = nfit,
-                           .use_rank = use_rank, .model = f, .f = f};
+    const IbpPass proto = {.run = ibp_count_pass,
+                           .ws = ws,
+                           .member = member,
+                           .mode = mode,
+                           .nfit = nfit,
+                           .use_rank = use_rank,
+                           .model = f,
+                           .f = f};
     IbpPass passes[IBP_PLAN_MAX_THREADS];
     const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
     ibp_passes_run(passes, nt);
@@ -649,8 +653,8 @@ static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWord
 }
 
 /* ibp_assign over words [lo, hi). */
-static uint64_t ibp_assign_range(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size, size_t lo,
-                                 size_t hi)
+static uint64_t ibp_assign_range(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size,
+                                 size_t lo, size_t hi)
 {
     const uint32_t wbits = ws->word_size * 8u;
     uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
@@ -682,8 +686,8 @@ static void ibp_assign_pass(IbpPass *p)
 static uint64_t ibp_assign_shared(const IbpFit *f, const IbpWords *ws, const IbpMasks *m, uint8_t *member,
                                   uint8_t *size)
 {
-    const IbpPass proto = {.run = ibp_assign_pass, .ws = ws, .member = member, .m = m, .size = size,
-                           .f = (IbpFit *)f};
+    const IbpPass proto = {
+        .run = ibp_assign_pass, .ws = ws, .member = member, .m = m, .size = size, .f = (IbpFit *)f};
     IbpPass passes[IBP_PLAN_MAX_THREADS];
     const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
     ibp_passes_run(passes, nt);
@@ -706,7 +710,8 @@ static void ibp_fit_greedy(const IbpWords *ws, uint32_t from, uint32_t to, IbpFi
         } else {
             IbpMasks partial = {.nsets = k, .mask = mask, .value = value};
             ibp_assign_shared(f, ws, &partial, member, NULL);
-            ibp_fit_masks(ws, member, IBP_FIT_FREE, 1, f, mask + (size_t)k * c_count, value + (size_t)k * c_count);
+            ibp_fit_masks(ws, member, IBP_FIT_FREE, 1, f, mask + (size_t)k * c_count,
+                          value + (size_t)k * c_count);
         }
     }
 }
@@ -977,12 +982,12 @@ typedef struct IbpTrial {
 typedef struct IbpCandidate {
     uint32_t word_size;
     uint32_t columns;
-    uint64_t est_bits;  /* per region, metadata included: single-set IBP on the screen sample */
-    IbpTrial plain;     /* one set, no transforms */
-    IbpTrial xformed;   /* one set, the transforms ibp_pick_xforms chose (when it chose any) */
+    uint64_t est_bits;                /* per region, metadata included: single-set IBP on the screen sample */
+    IbpTrial plain;                   /* one set, no transforms */
+    IbpTrial xformed;                 /* one set, the transforms ibp_pick_xforms chose (when it chose any) */
     IbpTrial more[IBP_MAX_SETS - 1u]; /* 2 .. IBP_MAX_SETS sets, for the few best */
-    uint8_t *xform;     /* the better one-set variant's transforms */
-    uint64_t one_set;   /* its bytes */
+    uint8_t *xform;                   /* the better one-set variant's transforms */
+    uint64_t one_set;                 /* its bytes */
 } IbpCandidate;
 
 #define IBP_MAX_CANDIDATES (3u * (IBP_PERIOD_PICKS + 1u))
@@ -1014,8 +1019,8 @@ static int ibp_judge(const IbpSearch *s, IbpWork *wk, const IbpWords *ws, const 
     IbpCodecPlan *p = NULL;
     ibp_assign(ws, &wk->m, NULL, wk->size);
     const uint32_t r_len = ibp_pick_rows(ws, wk->size, ibp_fmt_sel_bits(wk->m.nsets), wk->prefix, &row_bits);
-    const int rc = ibp_codec_plan_build_lite(ws->word_size, ws->columns, r_len, wk->m.nsets, s->block_size, xform,
-                                             wk->m.mask, wk->m.value, &p);
+    const int rc = ibp_codec_plan_build_lite(ws->word_size, ws->columns, r_len, wk->m.nsets, s->block_size,
+                                             xform, wk->m.mask, wk->m.value, &p);
     if (rc)
         return rc;
     out->bytes = ibp_exact_bytes(p, s->eval_s, s->len);
@@ -1025,8 +1030,8 @@ static int ibp_judge(const IbpSearch *s, IbpWork *wk, const IbpWords *ws, const 
 }
 
 /* One set fitted on one half of the sample, sized exactly on the other. */
-static int ibp_try_one_set(const IbpSearch *s, IbpWork *wk, uint32_t w, uint32_t c_count, const uint8_t *xform,
-                           IbpTrial *out)
+static int ibp_try_one_set(const IbpSearch *s, IbpWork *wk, uint32_t w, uint32_t c_count,
+                           const uint8_t *xform, IbpTrial *out)
 {
     const int rc = ibp_words_load(s->fit_s, w, c_count, xform, &wk->ws);
     if (rc)

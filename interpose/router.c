@@ -82,10 +82,11 @@ void ibp_router_start(const IbpConfig *cfg)
         .min_bytes = cfg->policy.min_bytes,
         .min_copies = cfg->policy.min_copies > 0 ? (unsigned)cfg->policy.min_copies : 1u,
         .min_ratio = cfg->policy.min_ratio,
-        .max_shadow_bytes = cfg->policy.max_shadow_bytes ? cfg->policy.max_shadow_bytes
-                                                         : ibp_config_shadow_budget(cfg),
+        .max_shadow_bytes =
+            cfg->policy.max_shadow_bytes ? cfg->policy.max_shadow_bytes : ibp_config_shadow_budget(cfg),
         .tracking = (IbpTrackBackend)cfg->policy.tracking,
-        .compressor_threads = cfg->policy.compressor_threads > 0 ? (unsigned)cfg->policy.compressor_threads : 1u,
+        .compressor_threads =
+            cfg->policy.compressor_threads > 0 ? (unsigned)cfg->policy.compressor_threads : 1u,
         .plan_reuse = cfg->policy.plan_reuse,
         .churn_limit = cfg->policy.churn_limit > 0 ? (unsigned)cfg->policy.churn_limit : 0u,
         .churn_window_ns = cfg->policy.churn_window_ns,

@@ -576,7 +576,8 @@ static void site_plan_used(const IbpSitePlan *kept)
 {
     pthread_mutex_lock(&site_plans.lock);
     for (int i = 0; i < IBP_POLICY_SITE_PLANS; i++)
-        if (site_plans.e[i].blob && site_plans.e[i].site == kept->site && site_plans.e[i].used == kept->used) {
+        if (site_plans.e[i].blob && site_plans.e[i].site == kept->site &&
+            site_plans.e[i].used == kept->used) {
             site_plans.e[i].used = ++site_plans.clock;
             break;
         }
@@ -612,8 +613,8 @@ static void site_plan_put(uint64_t site, const IbpCodecPlan *plan)
     }
     IbpSitePlan *e = &site_plans.e[kept >= IBP_POLICY_PLANS_PER_SITE ? own : any];
     void *old = e->blob;
-    *e = (IbpSitePlan){.site = site, .blob = copy, .blob_len = len, .ratio = info.sample_ratio,
-                       .used = ++site_plans.clock};
+    *e = (IbpSitePlan){
+        .site = site, .blob = copy, .blob_len = len, .ratio = info.sample_ratio, .used = ++site_plans.clock};
     pthread_mutex_unlock(&site_plans.lock);
     free(old);
 }

@@ -491,7 +491,8 @@ static int ibp_cmd_bench(const IbpArgs *a)
                "\"plan_ms_1t\": %.2f, \"plan_ms_nt\": %.2f, \"judge_ms\": %.3f, \"encode_gbps_1t\": %.3f, "
                "\"encode_gbps_nt\": %.3f, \"decode_gbps_1t\": %.3f, \"decode_gbps_nt\": %.3f, "
                "\"decode_reference_gbps_1t\": %.3f}\n",
-               len, backend, nt, ratio, plan1 * 1e3, plann * 1e3, judge * 1e3, enc1, encn, dec1, decn, decref);
+               len, backend, nt, ratio, plan1 * 1e3, plann * 1e3, judge * 1e3, enc1, encn, dec1, decn,
+               decref);
     } else {
         printf("%s: %zu bytes, blocks ratio %.4f\n", a->files[0], len, ratio);
         printf("  plan: %.1f ms 1 thread, %.1f ms %u threads; judging the plan (reuse check) %.3f ms\n",

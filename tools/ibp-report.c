@@ -331,8 +331,8 @@ static void report_load(IbpViewReport *r, const char *file)
     const char *name = json_is_string(schema) ? json_string_value(schema) : NULL;
     r->version = !name ? 0 : !strcmp(name, IBP_VIEW_SCHEMA) ? 2 : !strcmp(name, IBP_VIEW_SCHEMA_V1) ? 1 : 0;
     if (!r->version)
-        die("%s: unsupported schema %s (this ibp-report reads %s and %s)", file, name ? name : "(not a string)",
-            IBP_VIEW_SCHEMA_V1, IBP_VIEW_SCHEMA);
+        die("%s: unsupported schema %s (this ibp-report reads %s and %s)", file,
+            name ? name : "(not a string)", IBP_VIEW_SCHEMA_V1, IBP_VIEW_SCHEMA);
     r->schema = name;
 
     IbpViewCtx ctx = {.report = r};
@@ -508,9 +508,10 @@ static void print_table(const IbpViewReport *r, size_t top)
     else
         printf("  %-16s %14s\n", "decode", "not measured");
     if (r->version >= 2) {
-        printf("  %-16s %11.3f ms  %" PRIu64 " plans, %" PRIu64 " reused\n", "planning", (double)t->plan_ns / 1e6,
-               t->plans, t->plans_reused);
-        printf("  %-16s %11.3f ms  %" PRIu64 " builds\n", "shadow builds", (double)t->build_ns / 1e6, t->builds);
+        printf("  %-16s %11.3f ms  %" PRIu64 " plans, %" PRIu64 " reused\n", "planning",
+               (double)t->plan_ns / 1e6, t->plans, t->plans_reused);
+        printf("  %-16s %11.3f ms  %" PRIu64 " builds\n", "shadow builds", (double)t->build_ns / 1e6,
+               t->builds);
     }
 
     printf("\nRaw bytes by reason\n");
@@ -1006,8 +1007,8 @@ static void usage(FILE *f)
             "usage: ibp-report [--top N] [--json] FILE.json\n"
             "       ibp-report [--top N] --svg OUT.svg FILE.json\n"
             "       ibp-report [--top N] [--json] --diff A.json B.json\n"
-            "Reads transfer reports written by libibpshim.so (schemas " IBP_VIEW_SCHEMA_V1 " and " IBP_VIEW_SCHEMA
-            ").\n"
+            "Reads transfer reports written by libibpshim.so (schemas " IBP_VIEW_SCHEMA_V1
+            " and " IBP_VIEW_SCHEMA ").\n"
             "  --top N     rows per table and sites in the chart (default 10)\n"
             "  --json      machine-readable output instead of tables\n"
             "  --svg OUT   write a chart of requested vs sent bytes per site (and over time)\n"

@@ -92,7 +92,8 @@ int main(int argc, char **argv)
             ibp_shadow_plan_end(sh, NULL);
         printf("  %u thread(s), %s staging: plan %.1f ms, encode+publish %.1f ms = %.2f GB/s, ratio %.4f; "
                "planning a copy of all of it %.3f ms (%d piece(s))\n",
-               threads, run ? "kept" : "fresh", (t1 - t0) * 1e3, (t2 - t1) * 1e3, (double)n / (t2 - t1) / 1e9, ratio, (t4 - t3) * 1e3, np);
+               threads, run ? "kept" : "fresh", (t1 - t0) * 1e3, (t2 - t1) * 1e3, (double)n / (t2 - t1) / 1e9,
+               ratio, (t4 - t3) * 1e3, np);
         ibp_shadow_destroy(&sh);
     }
     ibp_region_put(&region);

@@ -169,7 +169,8 @@ static std::string as_schema_1(const std::string &v2)
         const std::string line = v2.substr(start, end - start);
         start = end;
         bool drop = false;
-        for (const char *key : {"\"plans\":", "\"plans_reused\":", "\"plan_ns\":", "\"builds\":", "\"build_ns\":"})
+        for (const char *key :
+             {"\"plans\":", "\"plans_reused\":", "\"plan_ns\":", "\"builds\":", "\"build_ns\":"})
             drop |= line.find(key) != std::string::npos;
         if (!drop)
             out += line;
