@@ -986,7 +986,10 @@ typedef struct IbpCandidate {
     IbpTrial plain;                   /* one set, no transforms */
     IbpTrial xformed;                 /* one set, the transforms ibp_pick_xforms chose (when it chose any) */
     IbpTrial more[IBP_MAX_SETS - 1u]; /* 2 .. IBP_MAX_SETS sets, for the few best */
+    IbpTrial more_alt[IBP_MAX_SETS - 1u]; /* the same with the other one-set variant's transforms */
     uint8_t *xform;                   /* the better one-set variant's transforms */
+    uint8_t *alt_xform;               /* the other variant's (with has_alt) */
+    int has_alt;
     uint64_t one_set;                 /* its bytes */
 } IbpCandidate;
 
@@ -1063,6 +1066,7 @@ static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     const uint32_t w = c->word_size;
     const uint32_t c_count = c->columns;
     memset(c->xform, 0, c_count);
+    c->has_alt = 0;
     int rc = ibp_try_one_set(s, wk, w, c_count, c->xform, &c->plain);
     if (rc)
         return rc;
@@ -1078,19 +1082,28 @@ static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     if (!any)
         return 0;
     rc = ibp_try_one_set(s, wk, w, c_count, wk->xform, &c->xformed);
-    if (!rc && c->xformed.bytes < c->one_set) {
+    if (rc)
+        return rc;
+    /* Both variants stay for the mask sets: one set can say little about them when the data is a
+     * mixture (zero padding next to weights: one set fits the zeros, whatever the transforms). */
+    c->has_alt = 1;
+    if (c->xformed.bytes < c->one_set) {
         c->one_set = c->xformed.bytes;
         memcpy(c->xform, wk->xform, c_count);
+        memset(c->alt_xform, 0, c_count);
+    } else {
+        memcpy(c->alt_xform, wk->xform, c_count);
     }
-    return rc;
+    return 0;
 }
 
-/* Phase 3 job: 2 .. IBP_MAX_SETS sets.  The greedy start of K sets is that of K - 1 sets plus
- * one, so the words are loaded and each greedy set fitted once for all K. */
-static int ibp_job_sets(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
+/* 2 .. IBP_MAX_SETS sets with the transforms xform, into trials[0 ..].  The greedy start of K
+ * sets is that of K - 1 sets plus one, so the words are loaded and each greedy set fitted once
+ * for all K. */
+static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const uint8_t *xform, IbpTrial *trials)
 {
     IbpWords *const ws = &wk->ws;
-    int rc = ibp_words_load(s->fit_s, c->word_size, c->columns, c->xform, ws);
+    int rc = ibp_words_load(s->fit_s, c->word_size, c->columns, xform, ws);
     if (rc)
         return rc;
     const size_t set_len = (size_t)c->columns * sizeof(uint64_t);
@@ -1101,9 +1114,17 @@ static int ibp_job_sets(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
         memcpy(wk->m.value, wk->greedy_value, nsets * set_len);
         wk->m.nsets = nsets;
         ibp_refine_sets(ws, &wk->fit, wk->member, &wk->m);
-        rc = ibp_judge(s, wk, ws, c->xform, &c->more[nsets - 2u]);
+        rc = ibp_judge(s, wk, ws, xform, &trials[nsets - 2u]);
     }
     return rc;
+}
+
+/* Phase 3 job: 2 .. IBP_MAX_SETS sets, with the better one-set variant's transforms and, where
+ * the candidate has transforms, with the other variant's. */
+static int ibp_job_sets(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
+{
+    const int rc = ibp_try_sets(s, wk, c, c->xform, c->more);
+    return rc || !c->has_alt ? rc : ibp_try_sets(s, wk, c, c->alt_xform, c->more_alt);
 }
 
 /* Takes jobs of the current phase until none is left or one failed. */
@@ -1188,7 +1209,7 @@ static void ibp_collect_candidates(IbpSearch *s, const IbpCodecPlanOptions *opts
             c->columns = c_count;
             c->plain.bytes = c->xformed.bytes = c->one_set = UINT64_MAX;
             for (uint32_t k = 0; k + 1u < IBP_MAX_SETS; k++)
-                c->more[k].bytes = UINT64_MAX;
+                c->more[k].bytes = c->more_alt[k].bytes = UINT64_MAX;
             if (c_count > *max_cols)
                 *max_cols = c_count;
         }
@@ -1197,8 +1218,9 @@ static void ibp_collect_candidates(IbpSearch *s, const IbpCodecPlanOptions *opts
 
 /* The winner among every trial, in the order they were made: each finalist's one-set trials
  * (plain, then transformed) in rank order, then the more-set trials of the picks in pick order
- * (s->jobs of the last phase); the first of the least size wins.  *xformed says whether the
- * winner used the candidate's transforms. */
+ * (s->jobs of the last phase), those with the candidate's transforms before those with the other
+ * variant's; the first of the least size wins.  *xformed says which transforms the winner used:
+ * 0 none, 1 the candidate's, 2 the other variant's. */
 static void ibp_pick_best(const IbpSearch *s, uint32_t *best_k, uint32_t *best_nsets, int *xformed,
                           uint32_t *rows)
 {
@@ -1217,14 +1239,20 @@ static void ibp_pick_best(const IbpSearch *s, uint32_t *best_k, uint32_t *best_n
     }
     for (uint32_t j = 0; j < s->njobs; j++) {
         const IbpCandidate *c = &s->cand[s->jobs[j]];
-        for (uint32_t i = 0; i + 1u < IBP_MAX_SETS; i++)
-            if (c->more[i].bytes < best) {
-                best = c->more[i].bytes;
-                *best_k = s->jobs[j];
-                *best_nsets = i + 2u;
-                *xformed = 1;
-                *rows = c->more[i].rows;
-            }
+        for (int v = 1; v <= 2; v++) {
+            const IbpTrial *more = v == 1 ? c->more : c->more_alt;
+            for (uint32_t i = 0; i + 1u < IBP_MAX_SETS; i++)
+                /* The other variant only by a clear margin: the two halves of a sample differ by
+                 * a few tenths of a percent, and the variant the one-set trials preferred is the
+                 * better guess within that. */
+                if (v == 1 ? more[i].bytes < best : more[i].bytes < best - best / 100u) {
+                    best = more[i].bytes;
+                    *best_k = s->jobs[j];
+                    *best_nsets = i + 2u;
+                    *xformed = v;
+                    *rows = more[i].rows;
+                }
+        }
     }
 }
 
@@ -1321,12 +1349,13 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         if (rc)
             goto fail;
     }
-    cand_xform = calloc((size_t)(s->ncand ? s->ncand : 1u), max_cols);
+    cand_xform = calloc((size_t)(s->ncand ? s->ncand : 1u) * 2u, max_cols);
     rc = -ENOMEM;
     if (!cand_xform)
         goto fail;
     for (uint32_t k = 0; k < s->ncand; k++) {
-        s->cand[k].xform = cand_xform + (size_t)k * max_cols;
+        s->cand[k].xform = cand_xform + (size_t)k * 2u * max_cols;
+        s->cand[k].alt_xform = s->cand[k].xform + max_cols;
         s->jobs[k] = k;
     }
 
@@ -1390,7 +1419,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     if (!plain)
         goto fail;
     const IbpCandidate *bc = &s->cand[bk];
-    const uint8_t *bxform = xformed ? bc->xform : plain;
+    const uint8_t *bxform = xformed == 2 ? bc->alt_xform : xformed ? bc->xform : plain;
     IbpWords *const ws = &work[0].ws;
     rc = ibp_words_load(&all_s, bc->word_size, bc->columns, bxform, ws);
     if (rc)
