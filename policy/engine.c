@@ -44,6 +44,10 @@ struct IbpPolicyRegion {
     _Atomic int why;              /* IbpCopyWhy for UNTRACKED regions and evicted ones */
     _Atomic size_t slab_bytes;
     void *tag;
+    /* Copies in a row that found the region written since the copy before and sent nothing
+     * compressed (a transient buffer), and the shadow's write count the last copy saw. */
+    _Atomic uint32_t rewritten_copies;
+    _Atomic uint64_t copy_writes;
 
     /* Compressor thread only. */
     uint64_t last_compress_ns;
@@ -332,7 +336,11 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
                                    plan->pieces, IBP_POLICY_MAX_PIECES);
     if (eng.p.on_tracking_ns)
         eng.p.on_tracking_ns(pr->tag, now_ns() - t0);
+    const uint64_t writes = ibp_shadow_writes(sh);
+    const int rewritten = atomic_exchange(&pr->copy_writes, writes) < writes;
     if (np < 0) {
+        if (rewritten)
+            atomic_fetch_add(&pr->rewritten_copies, 1);
         pthread_rwlock_unlock(&pr->lock);
         plan->why = np == -ENOSPC ? IBP_COPY_STALE : IBP_COPY_ERROR;
         goto raw;
@@ -340,6 +348,10 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
     int any = 0;
     for (int i = 0; i < np; i++)
         any |= plan->pieces[i].kind == IBP_PIECE_COMPRESSED;
+    if (any)
+        atomic_store(&pr->rewritten_copies, 0);
+    else if (rewritten)
+        atomic_fetch_add(&pr->rewritten_copies, 1);
     if (!any) {
         switch (plan->pieces[0].why) {
         case IBP_PIECE_WHY_INCOMPRESSIBLE:
@@ -748,6 +760,7 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
     /* Installed before the build so that device writes during it reach its blocks. */
     pthread_rwlock_wrlock(&pr->lock);
     pr->shadow = sh;
+    atomic_store(&pr->copy_writes, 0);
     pthread_rwlock_unlock(&pr->lock);
     pthread_rwlock_rdlock(&pr->lock);
     if (pr->shadow != sh) {
@@ -872,16 +885,27 @@ static void maintain_region(IbpRegion *region)
             rebuild = st.stale * 2 >= st.nblocks || misfits_cost_half(sh);
         }
     }
+    /* Written between every copy and never stable long enough to recompress: such a region costs
+     * a tracker query at every copy and a write fault at every page it rewrites, and saves
+     * nothing. */
+    const uint32_t rewritten = atomic_load(&pr->rewritten_copies);
+    const int rewritten_often = eng.p.churn_limit && rewritten >= eng.p.churn_limit;
     pthread_rwlock_unlock(&pr->lock);
-    if (rebuild && ibp_region_set_state(region, IBP_REGION_COMPRESSED, IBP_REGION_HOT)) {
+    if (rewritten_often && !churned) {
+        IBP_INFO("region %llu rewritten before each of %u copies in a row: no longer tracked",
+                 (unsigned long long)ibp_region_id(region), rewritten);
+        churned = 1;
+    } else if (churned) {
+        IBP_INFO("region %llu rewritten soon after compression %u times: no longer tracked",
+                 (unsigned long long)ibp_region_id(region), pr->churn);
+    }
+    if (rebuild && !churned && ibp_region_set_state(region, IBP_REGION_COMPRESSED, IBP_REGION_HOT)) {
         IBP_DEBUG("region %llu: %u of %u blocks stale and no longer fit their slots: rebuilding",
                   (unsigned long long)ibp_region_id(region), st.stale, st.nblocks);
         drop_shadow(pr);
         return;
     }
     if (churned) {
-        IBP_INFO("region %llu rewritten soon after compression %u times: no longer tracked",
-                 (unsigned long long)ibp_region_id(region), pr->churn);
         atomic_fetch_add(&eng.regions_churned, 1);
         ibp_registry_site_note_churn(ibp_region_site(region));
         give_up(region, pr, IBP_REGION_COMPRESSED, IBP_COPY_CHURN);

@@ -54,6 +54,7 @@ struct IbpShadow {
     size_t nfences;
 
     _Atomic uint64_t invalidations;
+    _Atomic uint64_t writes; /* every time a block is found written, stale or not */
     _Atomic uint64_t recompressions;
     _Atomic uint64_t discarded;
 };
@@ -67,6 +68,7 @@ static size_t block_len(const IbpShadow *s, uint32_t i)
 static void mark_stale(IbpShadow *s, uint32_t i)
 {
     atomic_fetch_add_explicit(&s->gen[i], 1, memory_order_acq_rel);
+    atomic_fetch_add_explicit(&s->writes, 1, memory_order_relaxed);
     uint32_t expect = IBP_BLOCK_VALID;
     if (atomic_compare_exchange_strong(&s->state[i], &expect, IBP_BLOCK_STALE))
         atomic_fetch_add_explicit(&s->invalidations, 1, memory_order_relaxed);
@@ -637,6 +639,11 @@ void ibp_shadow_invalidate(IbpShadow *s, size_t off, size_t len)
     if (len > s->size - off)
         len = s->size - off;
     mark_range_stale(s, s->base + off, s->base + off + len);
+}
+
+uint64_t ibp_shadow_writes(const IbpShadow *s)
+{
+    return atomic_load_explicit(&s->writes, memory_order_relaxed);
 }
 
 void ibp_shadow_stats(IbpShadow *s, IbpShadowStats *out)

@@ -134,6 +134,10 @@ void ibp_shadow_invalidate(IbpShadow *shadow, size_t off, size_t len);
 
 void ibp_shadow_stats(IbpShadow *shadow, IbpShadowStats *out);
 
+/* How often blocks were found written since the shadow was made, counting a block again each
+ * time it is found written again (stale ones too); only its growth means anything. */
+uint64_t ibp_shadow_writes(const IbpShadow *shadow);
+
 /* Original bytes a copy of the whole region would send compressed now: VALID blocks (and STALE
  * ones too when stale_counts is 1, i.e. were they recompressed) in runs of at least min_run. */
 size_t ibp_shadow_run_bytes(IbpShadow *shadow, size_t min_run, int stale_counts);

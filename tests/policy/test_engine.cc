@@ -241,6 +241,44 @@ TEST(Engine, ChurningRegionsStopBeingTracked)
     EXPECT_GE(st.regions_churned, 1u);
 }
 
+TEST(Engine, RegionsRewrittenBeforeEveryCopyStopBeingTracked)
+{
+    // A batch buffer refilled before each copy, faster than the region can stay unwritten long
+    // enough to be recompressed: every copy pays a tracker query and sends nothing compressed.
+    // After churn_limit such copies in a row the region is no longer tracked.
+    start_engine();
+    Region r(2 * kMiB, 11);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    copy_and_check(r.mem, r.size);
+    copy_and_check(r.mem, r.size);
+    ibp_policy_run_pending();
+    ASSERT_EQ(copy_and_check(r.mem, r.size), 1);
+    IbpCopyWhy why = IBP_COPY_COMPRESSED;
+    int copies = 0;
+    for (uint32_t step = 0; step < 8 && why != IBP_COPY_CHURN; step++, copies++) {
+        fill_gaussian(r.mem, r.size, 200 + step); // same kind of data: it would fit the plan
+        EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 0);
+        ibp_policy_run_pending();
+    }
+    EXPECT_EQ(why, IBP_COPY_CHURN);
+    EXPECT_LE(copies, 3); // churn_limit (2) rewritten copies, then one that finds it untracked
+    // A region written once and then copied again and again keeps being compressed.
+    Region w(2 * kMiB, 12);
+    ASSERT_EQ(ibp_policy_on_alloc(w.mem, w.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    copy_and_check(w.mem, w.size);
+    copy_and_check(w.mem, w.size);
+    ibp_policy_run_pending();
+    fill_gaussian(w.mem, w.size, 300);
+    for (int i = 0; i < 4; i++) {
+        copy_and_check(w.mem, w.size, &why);
+        ibp_policy_run_pending();
+    }
+    EXPECT_EQ(why, IBP_COPY_STALE);
+    std::this_thread::sleep_for(std::chrono::milliseconds(110));
+    ibp_policy_run_pending(); // stable: recompressed
+    EXPECT_EQ(copy_and_check(w.mem, w.size, &why), 1);
+}
+
 TEST(Engine, RegionsRewrittenDuringEveryBuildStopBeingTracked)
 {
     // A transient batch buffer: the application writes new content all the time, of a scale the
