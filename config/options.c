@@ -92,7 +92,9 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
     OPT_SIZE("policy", "min_bytes", policy.min_bytes, "4MiB", 0, TIB,
              "Size threshold: pinned regions and copies smaller than this are never compressed."),
     OPT_INT("policy", "min_copies", policy.min_copies, "2", 1, 1000000,
-            "Copies of a region before it is compressed (the first copies always go raw)."),
+            "Copies of a region before it is compressed (the first copies always go raw); only copies in a "
+            "row that find the region's bytes unchanged (a sampled fingerprint) count, so a buffer given new "
+            "content before every copy is never compressed or write-tracked."),
     OPT_DOUBLE("policy", "min_ratio", policy.min_ratio, "0.95", 0.0, 1.0,
                "Blocks and regions whose compressed/raw size is above this ratio stay raw."),
     OPT_SIZE("policy", "max_shadow_bytes", policy.max_shadow_bytes, "0", 0, PIB,

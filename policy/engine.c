@@ -39,7 +39,8 @@ struct IbpPolicyRegion {
      * installs or drops it. */
     pthread_rwlock_t lock;
     IbpShadow *shadow;
-    _Atomic uint32_t copies;
+    _Atomic uint32_t copies;       /* copies in a row that found the same fingerprint, while RAW */
+    _Atomic uint64_t fingerprint;  /* of the region's bytes at the last copy while RAW (0: none) */
     _Atomic uint64_t last_use_ns;
     _Atomic int why;              /* IbpCopyWhy for UNTRACKED regions and evicted ones */
     _Atomic size_t slab_bytes;
@@ -281,6 +282,25 @@ static void d2h_apply(IbpPolicyRegion *pr, IbpShadow *sh, int may_forget)
 
 static void wake_compressor(void);
 
+/* A fingerprint of a region's bytes from 64 cache lines spread evenly over it (never 0): a batch
+ * buffer refilled before every copy shows a new one at each copy, weights the same one. */
+static uint64_t region_fingerprint(const uint8_t *base, size_t size)
+{
+    enum { kLines = 64, kLine = 64 };
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)size;
+    const size_t stride = size > kLine ? (size - kLine) / (kLines - 1) : 0;
+    for (size_t i = 0; i < kLines; i++) {
+        const uint8_t *p = base + (size > kLine ? stride * i : 0);
+        for (size_t k = 0; k + 8 <= kLine && k + 8 <= size; k += 8) {
+            uint64_t w;
+            memcpy(&w, p + k, 8);
+            h = (h ^ w) * 0x100000001b3ull;
+            h ^= h >> 29;
+        }
+    }
+    return h | 1u;
+}
+
 int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
 {
     plan->region = NULL;
@@ -306,7 +326,16 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
     atomic_store_explicit(&pr->last_use_ns, now_ns(), memory_order_relaxed);
     switch (ibp_region_state(region)) {
     case IBP_REGION_RAW: {
-        const uint32_t copies = atomic_fetch_add(&pr->copies, 1) + 1;
+        /* Only copies that find the same bytes count towards hot: a buffer given new content before
+         * every copy would be compressed for nothing, and write tracking would cost it a fault on
+         * every page it rewrites. */
+        const uint64_t fp = region_fingerprint((const uint8_t *)ibp_region_base(region), ibp_region_size(region));
+        const uint64_t before = atomic_exchange(&pr->fingerprint, fp);
+        uint32_t copies = 1;
+        if (before == fp || !before)
+            copies = atomic_fetch_add(&pr->copies, 1) + 1;
+        else
+            atomic_store(&pr->copies, 1);
         const int evicted = atomic_load(&pr->why) == IBP_COPY_BUDGET;
         plan->why = evicted ? IBP_COPY_BUDGET : IBP_COPY_COLD;
         if (copies >= eng.p.min_copies && ibp_region_set_state(region, IBP_REGION_RAW, IBP_REGION_HOT))
@@ -543,6 +572,7 @@ static void enforce_budget(uint64_t keep)
                 ibp_tracker_disarm(ibp_region_tracker(r));
             atomic_store(&pr->why, IBP_COPY_BUDGET);
             atomic_store(&pr->copies, 0);
+            atomic_store(&pr->fingerprint, 0);
             IBP_INFO("shadow of region %llu evicted (%zu bytes) to stay within max_shadow_bytes",
                      (unsigned long long)l->e[i].id, bytes);
         }

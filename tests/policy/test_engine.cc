@@ -17,6 +17,7 @@
 
 extern "C" {
 #include "policy/engine.h"
+#include "policy/registry.h"
 }
 
 namespace {
@@ -239,6 +240,35 @@ TEST(Engine, ChurningRegionsStopBeingTracked)
     IbpPolicyStats st;
     ibp_policy_stats(&st);
     EXPECT_GE(st.regions_churned, 1u);
+}
+
+TEST(Engine, BuffersGivenNewContentBeforeEveryCopyStayCold)
+{
+    // A batch buffer refilled before every copy from the start is never compressed, so it is never
+    // write-tracked either; once its content stops changing it is.
+    start_engine();
+    IbpPolicyStats before;
+    ibp_policy_stats(&before);
+    Region r(2 * kMiB, 13);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    for (uint32_t step = 0; step < 6; step++) {
+        fill_gaussian(r.mem, r.size, 400 + step);
+        IbpCopyWhy why;
+        EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 0);
+        EXPECT_EQ(why, IBP_COPY_COLD);
+        ibp_policy_run_pending();
+    }
+    IbpPolicyStats after;
+    ibp_policy_stats(&after);
+    EXPECT_EQ(after.regions_compressed, before.regions_compressed);
+    IbpRegion *region = nullptr;
+    ASSERT_EQ(ibp_registry_lookup(r.mem, r.size, &region), 0);
+    EXPECT_EQ(ibp_region_tracker(region), nullptr); // never armed
+    ibp_region_put(&region);
+    // Two copies of the same bytes: hot, then compressed.
+    copy_and_check(r.mem, r.size);
+    ibp_policy_run_pending();
+    EXPECT_EQ(copy_and_check(r.mem, r.size), 1);
 }
 
 TEST(Engine, RegionsRewrittenBeforeEveryCopyStopBeingTracked)
