@@ -13,37 +13,7 @@
 #include <time.h>
 
 #include "policy/engine.h"
-
-static int b_alloc(void *ctx, size_t size, void **host)
-{
-    (void)ctx;
-    *host = aligned_alloc(16, (size + 15) & ~(size_t)15);
-    return *host ? 0 : -ENOMEM;
-}
-static void b_free(void *ctx, void *host, size_t size)
-{
-    (void)ctx;
-    (void)size;
-    free(host);
-}
-static int b_done(void *ctx, void *f)
-{
-    (void)ctx;
-    (void)f;
-    return 1;
-}
-static void b_wait(void *ctx, void *f)
-{
-    (void)ctx;
-    (void)f;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "tests/policy/bench_util.h"
 
 /* Gaussian-like weights of scale 0.05 (sum of uniforms), a different stream per region. */
 static void fill_weights(uint8_t *p, size_t n, uint64_t seed)
@@ -98,7 +68,7 @@ int main(int argc, char **argv)
             .churn_limit = 3,
             .churn_window_ns = 10000000000ull,
             .manual = 1,
-            .ops = {b_alloc, b_free, b_done, b_wait, b_wait, NULL},
+            .ops = bench_ops,
         };
         if (ibp_policy_start(&p))
             return 1;

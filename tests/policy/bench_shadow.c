@@ -14,37 +14,7 @@
 #include "policy/registry.h"
 #include "policy/shadow.h"
 #include "policy/track.h"
-
-static int b_alloc(void *ctx, size_t size, void **host)
-{
-    (void)ctx;
-    *host = aligned_alloc(16, (size + 15) & ~(size_t)15);
-    return *host ? 0 : -1;
-}
-static void b_free(void *ctx, void *host, size_t size)
-{
-    (void)ctx;
-    (void)size;
-    free(host);
-}
-static int b_done(void *ctx, void *f)
-{
-    (void)ctx;
-    (void)f;
-    return 1;
-}
-static void b_wait(void *ctx, void *f)
-{
-    (void)ctx;
-    (void)f;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "tests/policy/bench_util.h"
 
 int main(int argc, char **argv)
 {
@@ -61,7 +31,7 @@ int main(int argc, char **argv)
         const float v = (float)(((double)(x >> 11) / 9007199254740992.0 - 0.5) * 0.1);
         memcpy(mem + i, &v, 4);
     }
-    const IbpShadowOps ops = {b_alloc, b_free, b_done, b_wait, b_wait, NULL};
+    const IbpShadowOps ops = bench_ops;
     IbpRegion *region = NULL;
     if (ibp_registry_add(mem, n, IBP_REGION_PINNED_ALLOC, 0, &region) < 0 ||
         ibp_track_region(region, IBP_TRACK_AUTO, NULL))

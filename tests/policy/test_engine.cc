@@ -117,6 +117,15 @@ int copy_and_check(const uint8_t *src, size_t n, IbpCopyWhy *why = nullptr, Fenc
     return 1;
 }
 
+// Registers r as a pinned allocation, copies it twice (hot) and runs the compressor.
+void register_and_compress(const Region &r)
+{
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    copy_and_check(r.mem, r.size);
+    copy_and_check(r.mem, r.size);
+    ibp_policy_run_pending();
+}
+
 TEST(Engine, BudgetEvictsLeastRecentlyUsed)
 {
     if (!std::getenv("ENGINE_TEST_BUDGET"))
@@ -183,10 +192,7 @@ TEST(Engine, DeviceWritesKeepBlocksStaleUntilTheyLand)
 {
     start_engine();
     Region r(4 * kMiB, 3);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
-    copy_and_check(r.mem, r.size);
-    copy_and_check(r.mem, r.size);
-    ibp_policy_run_pending();
+    ASSERT_NO_FATAL_FAILURE(register_and_compress(r));
     Fence d2h;
     ibp_policy_on_d2h(r.mem + kMiB, kMiB, &d2h);
     IbpCopyWhy why;
@@ -223,10 +229,7 @@ TEST(Engine, ChurningRegionsStopBeingTracked)
 {
     start_engine();
     Region r(2 * kMiB, 5);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
-    copy_and_check(r.mem, r.size);
-    copy_and_check(r.mem, r.size);
-    ibp_policy_run_pending();
+    ASSERT_NO_FATAL_FAILURE(register_and_compress(r));
     IbpCopyWhy why = IBP_COPY_COMPRESSED;
     for (int round = 0; round < 4 && why != IBP_COPY_CHURN; round++) {
         fill_gaussian(r.mem, r.size / 2, 100 + round); // a recycled batch buffer: new data, same kind
@@ -278,10 +281,7 @@ TEST(Engine, RegionsRewrittenBeforeEveryCopyStopBeingTracked)
     // After churn_limit such copies in a row the region is no longer tracked.
     start_engine();
     Region r(2 * kMiB, 11);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
-    copy_and_check(r.mem, r.size);
-    copy_and_check(r.mem, r.size);
-    ibp_policy_run_pending();
+    ASSERT_NO_FATAL_FAILURE(register_and_compress(r));
     ASSERT_EQ(copy_and_check(r.mem, r.size), 1);
     IbpCopyWhy why = IBP_COPY_COMPRESSED;
     int copies = 0;
@@ -294,10 +294,7 @@ TEST(Engine, RegionsRewrittenBeforeEveryCopyStopBeingTracked)
     EXPECT_LE(copies, 3); // churn_limit (2) rewritten copies, then one that finds it untracked
     // A region written once and then copied again and again keeps being compressed.
     Region w(2 * kMiB, 12);
-    ASSERT_EQ(ibp_policy_on_alloc(w.mem, w.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
-    copy_and_check(w.mem, w.size);
-    copy_and_check(w.mem, w.size);
-    ibp_policy_run_pending();
+    ASSERT_NO_FATAL_FAILURE(register_and_compress(w));
     fill_gaussian(w.mem, w.size, 300);
     for (int i = 0; i < 4; i++) {
         copy_and_check(w.mem, w.size, &why);
@@ -346,10 +343,7 @@ TEST(Engine, ContentThatOutgrowsThePlanIsRebuilt)
 {
     start_engine();
     Region r(2 * kMiB, 8);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
-    copy_and_check(r.mem, r.size);
-    copy_and_check(r.mem, r.size);
-    ibp_policy_run_pending();
+    ASSERT_NO_FATAL_FAILURE(register_and_compress(r));
     // Small integers instead of floats: the old masks fit none of the new words.
     for (size_t i = 0; i < r.size; i += 4) {
         const uint32_t v = (uint32_t)(i % 97);
@@ -390,10 +384,7 @@ TEST(Engine, MisfitsThatBreakEveryRunAreRebuilt)
         GTEST_SKIP() << "runs in the policy_engine_min_run registration (ENGINE_TEST_MIN_RUN set)";
     start_engine();
     Region r(2 * kMiB, 11);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
-    copy_and_check(r.mem, r.size);
-    copy_and_check(r.mem, r.size);
-    ibp_policy_run_pending();
+    ASSERT_NO_FATAL_FAILURE(register_and_compress(r));
     IbpCopyWhy why;
     ASSERT_EQ(copy_and_check(r.mem, r.size, &why), 1);
     IbpPolicyStats before;
@@ -421,10 +412,7 @@ TEST(Engine, OneMisfitKeepsThePlan)
         GTEST_SKIP() << "runs in the policy_engine_min_run registration (ENGINE_TEST_MIN_RUN set)";
     start_engine();
     Region r(2 * kMiB, 12);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
-    copy_and_check(r.mem, r.size);
-    copy_and_check(r.mem, r.size);
-    ibp_policy_run_pending();
+    ASSERT_NO_FATAL_FAILURE(register_and_compress(r));
     IbpCopyWhy why;
     ASSERT_EQ(copy_and_check(r.mem, r.size, &why), 1);
     IbpPolicyStats before;
@@ -517,10 +505,7 @@ TEST(Engine, RandomDataIsLeftRaw)
         const uint64_t v = rng();
         memcpy(r.mem + i, &v, 8);
     }
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
-    copy_and_check(r.mem, r.size);
-    copy_and_check(r.mem, r.size);
-    ibp_policy_run_pending();
+    ASSERT_NO_FATAL_FAILURE(register_and_compress(r));
     IbpCopyWhy why;
     EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 0);
     EXPECT_EQ(why, IBP_COPY_INCOMPRESSIBLE);
