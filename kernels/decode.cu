@@ -5,14 +5,16 @@
 // - ibp_k_index: a warp per 512-word segment of every packed block writes the segment's first
 //   selector (a popcount over the row flags) and its payload bits;
 // - ibp_k_decode_seg: a warp per segment sums its block's earlier segments' bits to find its
-//   first field and decodes the segment (plans without predictor columns);
+//   first field and decodes the segment (plans without predictor columns).  Both stage the
+//   segment in shared memory; each lane takes a run of 16 consecutive words, one warp scan places
+//   the runs' fields, and each lane walks its fields with a bit cursor;
 // - ibp_k_decode: a CTA per block, its warps on contiguous stretches of the block (plans with
 //   predictor columns).  Periods of up to 32 words are undone in registers by strided warp scans
 //   carrying the previous group, then stretches are joined by a per-residue carry over the CTA's
-//   warps; longer periods go through a per-column pass over the output.
-// Within a stretch a warp takes 32 words at a time, a lane per word: a ballot places the
-// selectors, a warp scan of the field sizes places the fields, and each lane loads its field,
-// deposits it into its mask set and stores the word, so a warp's loads and stores are contiguous.
+//   warps; longer periods go through a per-column pass over the output.  Within a stretch a warp
+//   takes 32 words at a time, a lane per word: a ballot places the selectors, a warp scan of the
+//   field sizes places the fields, and each lane loads its field, deposits it into its mask set
+//   and stores the word.
 #include <stdint.h>
 
 #include "codec/format.h"
@@ -554,6 +556,14 @@ __device__ void undo_predictors_by_column(const Plan &p, uint32_t col_phase, uin
     }
 }
 
+__device__ __forceinline__ bool plan_has_zigzag(const Plan &p)
+{
+    bool any = false;
+    for (uint32_t c = threadIdx.x & 31; c < p.c; c += 32)
+        any |= (p.xform[c] & IBP_XF_ZIGZAG) != 0;
+    return __any_sync(kFull, any);
+}
+
 __device__ __forceinline__ bool plan_has_pred(const Plan &p)
 {
     bool any = false;
@@ -760,11 +770,231 @@ __device__ __forceinline__ const uint8_t *segment_block(const IbpDecodeArgs &a, 
     return blk;
 }
 
+// A warp's copy of its segment's row flags, selectors and payload in shared memory, so that the
+// lanes' scattered reads of fields cost shared-memory latency, not global.
+struct SegStage {
+    uint4 payload[(IBP_DECODE_SEG_WORDS * 8 + 48) / 16];  // at most 8 bytes a word, alignment, window
+    uint32_t sel[36];                                      // 2-bit selectors of 512 words, misaligned
+    uint32_t flags[20];                                    // row flags of up to 513 rows, misaligned
+};
+
+// Each lane of a segment's warp takes this many consecutive words: their selectors fit one 32-bit
+// window, their sizes one sum, and the warp does one scan for the whole segment.
+constexpr uint32_t kLaneRun = IBP_DECODE_SEG_WORDS / 32;
+static_assert(kLaneRun == 16, "a lane's selectors are read as one 32-bit window");
+
+// Copies n bytes (a multiple of 16) from a 16-byte-aligned global address into shared memory,
+// the warp's lanes side by side, without going through registers where the GPU can.
+__device__ __forceinline__ void stage_copy(uint4 *to, const uint8_t *from, uint32_t n)
+{
+    const uint32_t lane = threadIdx.x & 31;
+#if __CUDA_ARCH__ >= 800
+    for (uint32_t i = lane; i < n / 16; i += 32) {
+        const uint32_t s = (uint32_t)__cvta_generic_to_shared(to + i);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(from + 16 * i) : "memory");
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#else
+    for (uint32_t i = lane; i < n / 16; i += 32)
+        to[i] = __ldg((const uint4 *)from + i);
+#endif
+}
+
+// A segment's words [j0, j1) of its block, where its staged copies begin, and the lane's run.
+struct SegPos {
+    uint32_t j0, j1;
+    uint32_t flag_word0;  // first staged row-flag word (32 rows a word)
+    uint32_t sel_bit;     // the segment's first selector bit, relative to the staged selectors
+    uint32_t pay_bit;     // the segment's first payload bit, relative to the staged payload
+};
+
+// Stages the segment's row flags and selectors (and, with bits > 0, its payload of that many bits
+// starting at bit0).  Whole 4- or 16-byte words of each section are read, never past it (sections
+// are 16-byte aligned and padded).
+__device__ SegPos stage_segment(const Plan &p, const Block &b, const IbpBlockHeader &h, uint32_t j0, uint32_t j1,
+                                uint32_t sel0, uint32_t bit0, uint32_t bits, SegStage &st)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    SegPos sp;
+    sp.j0 = j0;
+    sp.j1 = j1;
+    sp.flag_word0 = j0 / p.r / 32;
+    const uint32_t flag_words = (h.payload_off - h.rowflag_off) / 4;
+    const uint32_t nflag = min(20u, (j1 - 1) / p.r / 32 - sp.flag_word0 + 1);
+    if (lane < nflag)
+        st.flags[lane] =
+            sp.flag_word0 + lane < flag_words ? __ldg((const uint32_t *)b.rowflags + sp.flag_word0 + lane) : 0;
+    const uint32_t sel_word0 = sel0 * p.sb / 32;
+    const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
+    for (uint32_t i = lane; i < 36; i += 32)
+        st.sel[i] = sel_word0 + i < sel_words ? __ldg(b.sel + sel_word0 + i) : 0;
+    sp.sel_bit = sel0 * p.sb - sel_word0 * 32;
+    const uint32_t first = bit0 / 8 / 16 * 16;
+    sp.pay_bit = bit0 - first * 8;
+    if (bits) {
+        const uint32_t pay_len = b.payload_words * 4;
+        const uint32_t end = min(pay_len, ((bit0 + bits + 7) / 8 + 15) / 16 * 16);
+        const uint32_t n = end > first ? min(end - first, (uint32_t)sizeof(st.payload)) : 0;
+        if (((uintptr_t)b.payload & 15) == 0) {
+            stage_copy(st.payload, b.payload + first, n);
+        } else {
+            uint32_t *to = (uint32_t *)st.payload;
+            for (uint32_t i = lane; i < n / 4; i += 32)
+                to[i] = __ldg((const uint32_t *)(b.payload + first) + i);
+        }
+    }
+    __syncwarp();
+    return sp;
+}
+
+// A lane's run of kLaneRun words: where it starts, which of its words sit in packed rows, and its
+// selectors (the window of its first one on).
+struct LaneRun {
+    uint32_t j;       // block word of its first word
+    uint32_t n;       // words of the run inside the segment (0 .. kLaneRun)
+    uint32_t col;     // column of its first word
+    uint32_t packed;  // bit i: word i is in a packed row
+};
+
+__device__ __forceinline__ LaneRun lane_run(const Plan &p, const IbpBlockHeader &h, const SegStage &st,
+                                            const SegPos &sp)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    LaneRun lr;
+    lr.j = sp.j0 + lane * kLaneRun;
+    lr.n = lr.j < sp.j1 ? min(kLaneRun, sp.j1 - lr.j) : 0;
+    lr.col = (h.col_phase + lr.j) % p.c;  // col_phase < C and j < 2^26: no overflow
+    uint32_t row = lr.j / p.r, rpos = lr.j - row * p.r;
+    lr.packed = 0;
+    for (uint32_t i = 0; i < lr.n;) {
+        const uint32_t fw = (row >> 5) - sp.flag_word0;
+        const bool pk = fw < 20 && ((st.flags[fw] >> (row & 31)) & 1);
+        const uint32_t take = min(lr.n - i, p.r - rpos);  // words of this row in the run
+        if (pk)
+            lr.packed |= (take >= 32 ? ~0u : ((1u << take) - 1u)) << i;
+        i += take;
+        row++;
+        rpos = 0;
+    }
+    return lr;
+}
+
+// The lane's selector window: the selectors of its run's packed words, side by side, given the
+// packed words of the lanes before it.
+__device__ __forceinline__ uint32_t lane_selectors(const Plan &p, const SegStage &st, uint32_t sel_bit,
+                                                   uint32_t before)
+{
+    const uint32_t at = sel_bit + before * p.sb;
+    const uint32_t wi = min(at / 32, 34u);
+    return __funnelshift_r(st.sel[wi], st.sel[wi + 1], at & 31);
+}
+
+template <typename T> __device__ __forceinline__ T warp_excl_scan(T v, T &total)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    T incl = v;
+#pragma unroll
+    for (int q = 1; q < 32; q <<= 1) {
+        const T y = __shfl_up_sync(kFull, incl, q);
+        if (lane >= (uint32_t)q)
+            incl += y;
+    }
+    total = __shfl_sync(kFull, incl, 31);
+    return incl - v;
+}
+
+// Field bits of the lane's run, its selectors read from win.
+template <int W>
+__device__ __forceinline__ uint32_t run_bits(const Plan &p, const Table<W> *t, const LaneRun &lr, uint32_t win)
+{
+    const uint32_t smask = p.sb == 1 ? 1u : 3u;
+    uint32_t bits = 0, col = lr.col;
+    for (uint32_t i = 0; i < lr.n; i++) {
+        uint32_t size = 8 * W;
+        if ((lr.packed >> i) & 1) {
+            const uint32_t s = min(win & smask, p.k);
+            win >>= p.sb;
+            if (s)
+                size = matched_bits<W>(p, t, s, col);
+        }
+        bits += size;
+        if (++col == p.c)
+            col = 0;
+    }
+    return bits;
+}
+
+// Payload bits of the staged segment.
+template <int W>
+__device__ uint32_t segment_bits(const Plan &p, const Table<W> *t, const IbpBlockHeader &h, const SegStage &st,
+                                 const SegPos &sp)
+{
+    const LaneRun lr = lane_run(p, h, st, sp);
+    uint32_t npacked;
+    const uint32_t before = warp_excl_scan<uint32_t>(__popc(lr.packed), npacked);
+    return warp_sum(run_bits<W>(p, t, lr, lane_selectors(p, st, sp.sel_bit, before)));
+}
+
+// Decodes the staged segment of a plan without predictor columns, each lane its run of words;
+// zz: some column is zigzag-coded.
+template <int W>
+__device__ void decode_staged(const Plan &p, const Table<W> *t, const IbpBlockHeader &h, const SegStage &st,
+                              const SegPos &sp, const Out &out, bool zz)
+{
+    using U = typename WordT<W>::U;
+    constexpr uint32_t kPerVec = 16 / W;  // words in 16 bytes of output
+    const LaneRun lr = lane_run(p, h, st, sp);
+    uint32_t npacked, total;
+    const uint32_t before = warp_excl_scan<uint32_t>(__popc(lr.packed), npacked);
+    const uint32_t win0 = lane_selectors(p, st, sp.sel_bit, before);
+    const uint32_t bits = run_bits<W>(p, t, lr, win0);
+    uint32_t cursor = sp.pay_bit + warp_excl_scan<uint32_t>(bits, total);
+    const uint64_t *pay = (const uint64_t *)st.payload;
+    constexpr uint32_t kPayWords = sizeof(st.payload) / 8;
+    const uint32_t smask = p.sb == 1 ? 1u : 3u;
+    uint32_t win = win0, col = lr.col;
+    const int64_t at0 = out.origin + (int64_t)lr.j * W;
+    const bool vec = out.fast && lr.n == kLaneRun && ((uintptr_t)(out.dst + at0) & 15) == 0;
+    for (uint32_t v = 0; v < kLaneRun / kPerVec; v++) {
+        uint64_t acc[2] = {0, 0};
+#pragma unroll
+        for (uint32_t k = 0; k < kPerVec; k++) {
+            const uint32_t i = v * kPerVec + k;
+            uint32_t s = 0, size = i < lr.n ? 8 * W : 0;
+            if ((lr.packed >> i) & 1) {
+                s = min(win & smask, p.k);
+                win >>= p.sb;
+                if (s)
+                    size = matched_bits<W>(p, t, s, col);
+            }
+            const uint32_t qw = min(cursor / 64, kPayWords - 2), sh = cursor & 63;
+            const uint64_t lo = pay[qw], hi = pay[qw + 1];
+            const uint64_t field = (sh ? (lo >> sh) | (hi << (64 - sh)) : lo) & low_bits<uint64_t>(size);
+            cursor += size;
+            U x = s ? matched_word<W>(p, t, s, col, (U)field) : (U)field;
+            if (zz && (p.xform[col] & IBP_XF_ZIGZAG))
+                x = unzigzag<W>(x);
+            acc[(k * W) / 8] |= (uint64_t)x << (8 * ((k * W) % 8));
+            if (!vec && i < lr.n) {
+                if (out.fast)
+                    store_aligned<W>(out.dst + at0 + (int64_t)i * W, x);
+                else
+                    store_clipped<W>(out.dst, at0 + (int64_t)i * W, x, out.len);
+            }
+            if (++col == p.c)
+                col = 0;
+        }
+        if (vec)
+            *(ulonglong2 *)(out.dst + at0 + 16 * v) = make_ulonglong2(acc[0], acc[1]);
+    }
+}
+
 // A warp per segment of every packed block: the segment's first selector and its payload bits.
-template <int W> __device__ void index_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl)
+template <int W> __device__ void index_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
 {
     const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
     __syncthreads();
+    SegStage &st = stages[threadIdx.x >> 5];
     const uint32_t nseg = ibp_decode_segments(W, a.block_size);
     const uint64_t total = (uint64_t)a.nblocks * nseg;
     for (uint64_t gs = (uint64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total;
@@ -780,7 +1010,9 @@ template <int W> __device__ void index_segments(const IbpDecodeArgs &a, const Pl
             continue;
         const uint32_t j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
         const uint32_t sel = packed_before(p, b, j0);
-        const uint32_t bits = range_bits<W>(p, t, b, h, j0, j1, sel);
+        const SegPos sp = stage_segment(p, b, h, j0, j1, sel, 0, 0, st);
+        const uint32_t bits = segment_bits<W>(p, t, h, st, sp);
+        __syncwarp();
         if ((threadIdx.x & 31) == 0)
             ((SegIndex *)a.index)[gs] = SegIndex{sel, bits};
     }
@@ -788,11 +1020,13 @@ template <int W> __device__ void index_segments(const IbpDecodeArgs &a, const Pl
 
 // One warp per segment of IBP_DECODE_SEG_WORDS words, placed by the index; plans without
 // predictor columns only.
-template <int W> __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl)
+template <int W> __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
 {
     const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
+    const bool zz = plan_has_zigzag(p);
     __syncthreads();
     const uint32_t lane = threadIdx.x & 31;
+    SegStage &st = stages[threadIdx.x >> 5];
     const uint32_t nseg = ibp_decode_segments(W, a.block_size);
     const uint64_t total = (uint64_t)a.nblocks * nseg;
     for (uint64_t gs = (uint64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total;
@@ -817,15 +1051,11 @@ template <int W> __device__ void decode_segments(const IbpDecodeArgs &a, const P
             uint32_t before = 0;
             for (uint32_t q = lane; q < s; q += 32)
                 before += bix[q].bit;
-            const SegIndex ix = {bix[s].sel, warp_sum(before)};
+            const SegIndex ix = bix[s];
             const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
-            // The segment's payload (at most W bytes a word) into L2 at once, one line a lane, so
-            // the group loads that follow do not each wait for DRAM.
-            const uint32_t first = ix.bit / 8 / 128 * 128, seg_end = (ix.bit / 8) + (j1 - j0) * W;
-            const uint32_t at = first + lane * 128, payload_len = b.payload_words * 4;
-            if (at < seg_end && at < payload_len)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(b.payload + at));
-            decode_range<W, false>(p, t, b, h, j0, j1, ix.sel, ix.bit, out, nullptr);
+            const SegPos sp = stage_segment(p, b, h, j0, j1, ix.sel, warp_sum(before), ix.bit, st);
+            decode_staged<W>(p, t, h, st, sp, out, zz);
+            __syncwarp();
         }
         if (s == (n ? n - 1 : 0))
             copy_tail(h, blk, W, out, lane, 32);
@@ -849,21 +1079,23 @@ extern "C" __global__ void __launch_bounds__(kThreads, 2) ibp_k_decode(IbpDecode
 extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_index(IbpDecodeArgs a)
 {
     __shared__ TableAny tbl;
+    __shared__ SegStage stages[kWarps];
     const Plan p = load_plan(a.plan);
     switch (p.w) {
-    case 2: index_segments<2>(a, p, tbl.t2); break;
-    case 4: index_segments<4>(a, p, tbl.t4); break;
-    default: index_segments<8>(a, p, tbl.t8); break;
+    case 2: index_segments<2>(a, p, tbl.t2, stages); break;
+    case 4: index_segments<4>(a, p, tbl.t4, stages); break;
+    default: index_segments<8>(a, p, tbl.t8, stages); break;
     }
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_seg(IbpDecodeArgs a)
 {
     __shared__ TableAny tbl;
+    __shared__ SegStage stages[kWarps];
     const Plan p = load_plan(a.plan);
     switch (p.w) {
-    case 2: decode_segments<2>(a, p, tbl.t2); break;
-    case 4: decode_segments<4>(a, p, tbl.t4); break;
-    default: decode_segments<8>(a, p, tbl.t8); break;
+    case 2: decode_segments<2>(a, p, tbl.t2, stages); break;
+    case 4: decode_segments<4>(a, p, tbl.t4, stages); break;
+    default: decode_segments<8>(a, p, tbl.t8, stages); break;
     }
 }
