@@ -180,9 +180,9 @@ template <int W> struct Entry {
     using U = typename WordT<W>::U;
     U value;
     U vmask;
-    U run[kRuns];
-    uint8_t shift[kRuns];
-    uint8_t nruns;  // kRuns + 1: use the loop
+    U run[kRuns];     // unused runs are 0
+    uint32_t shifts;  // byte r: the shift of run r
+    uint8_t nruns;    // kRuns + 1: use the loop
     uint8_t vbits;
 };
 
@@ -218,10 +218,9 @@ template <int W> __device__ bool table_build(const Plan &p, Table<W> &t)
         e.value = ld_word<W>(src + W);
         e.vmask = vmask;
         e.vbits = (uint8_t)popc(vmask);
-        for (int r = 0; r < kRuns; r++) {
+        for (int r = 0; r < kRuns; r++)
             e.run[r] = 0;
-            e.shift[r] = 0;
-        }
+        uint32_t shifts = 0;
         U rest = vmask;
         uint32_t src_bit = 0, nr = 0;
         while (rest && nr <= kRuns) {
@@ -230,12 +229,13 @@ template <int W> __device__ bool table_build(const Plan &p, Table<W> &t)
             const U run = low_bits<U>(len) << pos;
             if (nr < kRuns) {
                 e.run[nr] = run;
-                e.shift[nr] = (uint8_t)(pos - src_bit);
+                shifts |= (pos - src_bit) << (8 * nr);
             }
             nr++;
             src_bit += len;
             rest &= ~run;
         }
+        e.shifts = shifts;
         e.nruns = (uint8_t)nr;
     }
     return true;
@@ -247,11 +247,12 @@ __device__ __forceinline__ typename WordT<W>::U table_deposit(const Entry<W> &e,
     using U = typename WordT<W>::U;
     if (e.nruns > kRuns)
         return e.value | deposit<U>(e.vmask, f);
+    // Bits of f above its variant bits fall outside every run: f need not be masked.
     U x = e.value;
+    const uint32_t shifts = e.shifts;
 #pragma unroll
     for (int r = 0; r < kRuns; r++)
-        if (r < e.nruns)
-            x |= (f << e.shift[r]) & e.run[r];
+        x |= (f << ((shifts >> (8 * r)) & 0xffu)) & e.run[r];
     return x;
 }
 
@@ -907,6 +908,22 @@ template <typename T> __device__ __forceinline__ T warp_excl_scan(T v, T &total)
 template <int W>
 __device__ __forceinline__ uint32_t run_bits(const Plan &p, const Table<W> *t, const LaneRun &lr, uint32_t win)
 {
+    if (p.c == 1) {
+        // One column: each selector value has one size, so the run's bits follow from how many
+        // of its selectors hold each value (a selector above K counts as K, as the decoder reads it).
+        const uint32_t nsel = __popc(lr.packed) * p.sb;  // at most 32 bits
+        const uint32_t w = nsel >= 32 ? win : win & ((1u << nsel) - 1u);
+        const uint32_t whole = 8 * W;
+        uint32_t bits = whole * lr.n;
+        if (p.sb == 1)
+            return bits + (uint32_t)__popc(w) * matched_bits<W>(p, t, 1, 0) - (uint32_t)__popc(w) * whole;
+        const uint32_t lo = w & 0x55555555u, hi = (w >> 1) & 0x55555555u;
+        const uint32_t c3 = __popc(lo & hi), c1 = __popc(lo) - c3, c2 = __popc(hi) - c3;
+        const uint32_t vb1 = matched_bits<W>(p, t, 1, 0);
+        const uint32_t vb2 = p.k >= 2 ? matched_bits<W>(p, t, 2, 0) : vb1;
+        const uint32_t vb3 = p.k >= 3 ? matched_bits<W>(p, t, 3, 0) : vb2;
+        return bits + c1 * vb1 + c2 * vb2 + c3 * vb3 - (c1 + c2 + c3) * whole;
+    }
     const uint32_t smask = p.sb == 1 ? 1u : 3u;
     uint32_t bits = 0, col = lr.col;
     for (uint32_t i = 0; i < lr.n; i++) {
@@ -949,8 +966,8 @@ __device__ void decode_staged(const Plan &p, const Table<W> *t, const IbpBlockHe
     const uint32_t win0 = lane_selectors(p, st, sp.sel_bit, before);
     const uint32_t bits = run_bits<W>(p, t, lr, win0);
     uint32_t cursor = sp.pay_bit + warp_excl_scan<uint32_t>(bits, total);
-    const uint64_t *pay = (const uint64_t *)st.payload;
-    constexpr uint32_t kPayWords = sizeof(st.payload) / 8;
+    const uint32_t *pay = (const uint32_t *)st.payload;
+    constexpr uint32_t kPay32 = sizeof(st.payload) / 4;
     const uint32_t smask = p.sb == 1 ? 1u : 3u;
     uint32_t win = win0, col = lr.col;
     const int64_t at0 = out.origin + (int64_t)lr.j * W;
@@ -967,11 +984,14 @@ __device__ void decode_staged(const Plan &p, const Table<W> *t, const IbpBlockHe
                 if (s)
                     size = matched_bits<W>(p, t, s, col);
             }
-            const uint32_t qw = min(cursor / 64, kPayWords - 2), sh = cursor & 63;
-            const uint64_t lo = pay[qw], hi = pay[qw + 1];
-            const uint64_t field = (sh ? (lo >> sh) | (hi << (64 - sh)) : lo) & low_bits<uint64_t>(size);
+            // The field's bits from the cursor on; bits above it are the next fields' (matched words
+            // drop them in the deposit, whole words in the cast or the mask).
+            const uint32_t q = min(cursor / 32, kPay32 - 3), sh = cursor & 31;
+            U field = (U)__funnelshift_r(pay[q], pay[q + 1], sh);
+            if constexpr (W == 8)
+                field |= (U)__funnelshift_r(pay[q + 1], pay[q + 2], sh) << 32;
             cursor += size;
-            U x = s ? matched_word<W>(p, t, s, col, (U)field) : (U)field;
+            U x = s ? matched_word<W>(p, t, s, col, field) : field & word_mask<W>();
             if (zz && (p.xform[col] & IBP_XF_ZIGZAG))
                 x = unzigzag<W>(x);
             acc[(k * W) / 8] |= (uint64_t)x << (8 * ((k * W) % 8));

@@ -142,7 +142,11 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
                                  stream, params);
     const unsigned warps = IBP_DECODE_THREADS / 32;
     const uint64_t segs = (uint64_t)args.nblocks * ibp_decode_segments(word_size, args.block_size);
-    const unsigned grid = grid_cap((segs + warps - 1) / warps, max_ctas);
+    /* No more CTAs than fit on the device at once (four a multiprocessor): each then takes several
+     * segments in turn, and its set-up (the plan's mask table) is paid once for them. */
+    const unsigned resident = mod->sm_count > 0 ? (unsigned)mod->sm_count * 4u : 0u;
+    const unsigned cap = resident && (!max_ctas || resident < max_ctas) ? resident : max_ctas;
+    const unsigned grid = grid_cap((segs + warps - 1) / warps, cap);
     if (ibp_kernel_launch(mod, IBP_KERNEL_INDEX, grid, IBP_DECODE_THREADS, 0, stream, params))
         return -EIO;
     return ibp_kernel_launch(mod, IBP_KERNEL_DECODE_SEG, grid, IBP_DECODE_THREADS, 0, stream, params);
