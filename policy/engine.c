@@ -41,6 +41,8 @@ struct IbpPolicyRegion {
     IbpShadow *shadow;
     _Atomic uint32_t copies;       /* copies in a row that found the same fingerprint, while RAW */
     _Atomic uint64_t fingerprint;  /* of the region's bytes at the last copy while RAW (0: none) */
+    _Atomic uint32_t fp_skip;      /* cold copies still to pass without a fingerprint */
+    _Atomic uint32_t fp_backoff;   /* the last skip: doubles at every new fingerprint, up to 64 */
     _Atomic uint64_t last_use_ns;
     _Atomic int why;              /* IbpCopyWhy for UNTRACKED regions and evicted ones */
     _Atomic size_t slab_bytes;
@@ -328,16 +330,28 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
     case IBP_REGION_RAW: {
         /* Only copies that find the same bytes count towards hot: a buffer given new content before
          * every copy would be compressed for nothing, and write tracking would cost it a fault on
-         * every page it rewrites. */
+         * every page it rewrites.  A fingerprint costs a few microseconds (64 cache misses), so
+         * after each new one the next 1, 2, 4 .. 64 copies pass without. */
+        const uint32_t skip = atomic_load(&pr->fp_skip);
+        const int evicted = atomic_load(&pr->why) == IBP_COPY_BUDGET;
+        plan->why = evicted ? IBP_COPY_BUDGET : IBP_COPY_COLD;
+        if (skip) {
+            atomic_store(&pr->fp_skip, skip - 1);
+            goto raw;
+        }
         const uint64_t fp = region_fingerprint((const uint8_t *)ibp_region_base(region), ibp_region_size(region));
         const uint64_t before = atomic_exchange(&pr->fingerprint, fp);
         uint32_t copies = 1;
-        if (before == fp || !before)
+        if (before == fp || !before) {
             copies = atomic_fetch_add(&pr->copies, 1) + 1;
-        else
+            atomic_store(&pr->fp_backoff, 0);
+        } else {
             atomic_store(&pr->copies, 1);
-        const int evicted = atomic_load(&pr->why) == IBP_COPY_BUDGET;
-        plan->why = evicted ? IBP_COPY_BUDGET : IBP_COPY_COLD;
+            const uint32_t backoff = atomic_load(&pr->fp_backoff);
+            const uint32_t next = backoff ? (backoff < 32u ? 2u * backoff : 64u) : 1u;
+            atomic_store(&pr->fp_backoff, next);
+            atomic_store(&pr->fp_skip, next);
+        }
         if (copies >= eng.p.min_copies && ibp_region_set_state(region, IBP_REGION_RAW, IBP_REGION_HOT))
             wake_compressor();
         goto raw;
@@ -573,6 +587,8 @@ static void enforce_budget(uint64_t keep)
             atomic_store(&pr->why, IBP_COPY_BUDGET);
             atomic_store(&pr->copies, 0);
             atomic_store(&pr->fingerprint, 0);
+            atomic_store(&pr->fp_skip, 0);
+            atomic_store(&pr->fp_backoff, 0);
             IBP_INFO("shadow of region %llu evicted (%zu bytes) to stay within max_shadow_bytes",
                      (unsigned long long)l->e[i].id, bytes);
         }
