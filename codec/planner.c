@@ -1100,7 +1100,8 @@ static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
 /* 2 .. IBP_MAX_SETS sets with the transforms xform, into trials[0 ..].  The greedy start of K
  * sets is that of K - 1 sets plus one, so the words are loaded and each greedy set fitted once
  * for all K. */
-static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const uint8_t *xform, IbpTrial *trials)
+static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const uint8_t *xform,
+                        IbpTrial *trials)
 {
     IbpWords *const ws = &wk->ws;
     int rc = ibp_words_load(s->fit_s, c->word_size, c->columns, xform, ws);

@@ -180,9 +180,9 @@ template <int W> struct Entry {
     using U = typename WordT<W>::U;
     U value;
     U vmask;
-    U run[kRuns];     // unused runs are 0
-    uint32_t shifts;  // byte r: the shift of run r
-    uint8_t nruns;    // kRuns + 1: use the loop
+    U run[kRuns];    // unused runs are 0
+    uint32_t shifts; // byte r: the shift of run r
+    uint8_t nruns;   // kRuns + 1: use the loop
     uint8_t vbits;
 };
 
@@ -774,9 +774,9 @@ __device__ __forceinline__ const uint8_t *segment_block(const IbpDecodeArgs &a, 
 // A warp's copy of its segment's row flags, selectors and payload in shared memory, so that the
 // lanes' scattered reads of fields cost shared-memory latency, not global.
 struct SegStage {
-    uint4 payload[(IBP_DECODE_SEG_WORDS * 8 + 48) / 16];  // at most 8 bytes a word, alignment, window
-    uint32_t sel[36];                                      // 2-bit selectors of 512 words, misaligned
-    uint32_t flags[20];                                    // row flags of up to 513 rows, misaligned
+    uint4 payload[(IBP_DECODE_SEG_WORDS * 8 + 48) / 16]; // at most 8 bytes a word, alignment, window
+    uint32_t sel[36];                                    // 2-bit selectors of 512 words, misaligned
+    uint32_t flags[20];                                  // row flags of up to 513 rows, misaligned
 };
 
 // Each lane of a segment's warp takes this many consecutive words: their selectors fit one 32-bit
@@ -804,16 +804,16 @@ __device__ __forceinline__ void stage_copy(uint4 *to, const uint8_t *from, uint3
 // A segment's words [j0, j1) of its block, where its staged copies begin, and the lane's run.
 struct SegPos {
     uint32_t j0, j1;
-    uint32_t flag_word0;  // first staged row-flag word (32 rows a word)
-    uint32_t sel_bit;     // the segment's first selector bit, relative to the staged selectors
-    uint32_t pay_bit;     // the segment's first payload bit, relative to the staged payload
+    uint32_t flag_word0; // first staged row-flag word (32 rows a word)
+    uint32_t sel_bit;    // the segment's first selector bit, relative to the staged selectors
+    uint32_t pay_bit;    // the segment's first payload bit, relative to the staged payload
 };
 
 // Stages the segment's row flags and selectors (and, with bits > 0, its payload of that many bits
 // starting at bit0).  Whole 4- or 16-byte words of each section are read, never past it (sections
 // are 16-byte aligned and padded).
-__device__ SegPos stage_segment(const Plan &p, const Block &b, const IbpBlockHeader &h, uint32_t j0, uint32_t j1,
-                                uint32_t sel0, uint32_t bit0, uint32_t bits, SegStage &st)
+__device__ SegPos stage_segment(const Plan &p, const Block &b, const IbpBlockHeader &h, uint32_t j0,
+                                uint32_t j1, uint32_t sel0, uint32_t bit0, uint32_t bits, SegStage &st)
 {
     const uint32_t lane = threadIdx.x & 31;
     SegPos sp;
@@ -823,8 +823,9 @@ __device__ SegPos stage_segment(const Plan &p, const Block &b, const IbpBlockHea
     const uint32_t flag_words = (h.payload_off - h.rowflag_off) / 4;
     const uint32_t nflag = min(20u, (j1 - 1) / p.r / 32 - sp.flag_word0 + 1);
     if (lane < nflag)
-        st.flags[lane] =
-            sp.flag_word0 + lane < flag_words ? __ldg((const uint32_t *)b.rowflags + sp.flag_word0 + lane) : 0;
+        st.flags[lane] = sp.flag_word0 + lane < flag_words
+                             ? __ldg((const uint32_t *)b.rowflags + sp.flag_word0 + lane)
+                             : 0;
     const uint32_t sel_word0 = sel0 * p.sb / 32;
     const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
     for (uint32_t i = lane; i < 36; i += 32)
@@ -851,10 +852,10 @@ __device__ SegPos stage_segment(const Plan &p, const Block &b, const IbpBlockHea
 // A lane's run of kLaneRun words: where it starts, which of its words sit in packed rows, and its
 // selectors (the window of its first one on).
 struct LaneRun {
-    uint32_t j;       // block word of its first word
-    uint32_t n;       // words of the run inside the segment (0 .. kLaneRun)
-    uint32_t col;     // column of its first word
-    uint32_t packed;  // bit i: word i is in a packed row
+    uint32_t j;      // block word of its first word
+    uint32_t n;      // words of the run inside the segment (0 .. kLaneRun)
+    uint32_t col;    // column of its first word
+    uint32_t packed; // bit i: word i is in a packed row
 };
 
 __device__ __forceinline__ LaneRun lane_run(const Plan &p, const IbpBlockHeader &h, const SegStage &st,
@@ -864,13 +865,13 @@ __device__ __forceinline__ LaneRun lane_run(const Plan &p, const IbpBlockHeader 
     LaneRun lr;
     lr.j = sp.j0 + lane * kLaneRun;
     lr.n = lr.j < sp.j1 ? min(kLaneRun, sp.j1 - lr.j) : 0;
-    lr.col = (h.col_phase + lr.j) % p.c;  // col_phase < C and j < 2^26: no overflow
+    lr.col = (h.col_phase + lr.j) % p.c; // col_phase < C and j < 2^26: no overflow
     uint32_t row = lr.j / p.r, rpos = lr.j - row * p.r;
     lr.packed = 0;
     for (uint32_t i = 0; i < lr.n;) {
         const uint32_t fw = (row >> 5) - sp.flag_word0;
         const bool pk = fw < 20 && ((st.flags[fw] >> (row & 31)) & 1);
-        const uint32_t take = min(lr.n - i, p.r - rpos);  // words of this row in the run
+        const uint32_t take = min(lr.n - i, p.r - rpos); // words of this row in the run
         if (pk)
             lr.packed |= (take >= 32 ? ~0u : ((1u << take) - 1u)) << i;
         i += take;
@@ -906,12 +907,13 @@ template <typename T> __device__ __forceinline__ T warp_excl_scan(T v, T &total)
 
 // Field bits of the lane's run, its selectors read from win.
 template <int W>
-__device__ __forceinline__ uint32_t run_bits(const Plan &p, const Table<W> *t, const LaneRun &lr, uint32_t win)
+__device__ __forceinline__ uint32_t run_bits(const Plan &p, const Table<W> *t, const LaneRun &lr,
+                                             uint32_t win)
 {
     if (p.c == 1) {
         // One column: each selector value has one size, so the run's bits follow from how many
         // of its selectors hold each value (a selector above K counts as K, as the decoder reads it).
-        const uint32_t nsel = __popc(lr.packed) * p.sb;  // at most 32 bits
+        const uint32_t nsel = __popc(lr.packed) * p.sb; // at most 32 bits
         const uint32_t w = nsel >= 32 ? win : win & ((1u << nsel) - 1u);
         const uint32_t whole = 8 * W;
         uint32_t bits = whole * lr.n;
@@ -943,8 +945,8 @@ __device__ __forceinline__ uint32_t run_bits(const Plan &p, const Table<W> *t, c
 
 // Payload bits of the staged segment.
 template <int W>
-__device__ uint32_t segment_bits(const Plan &p, const Table<W> *t, const IbpBlockHeader &h, const SegStage &st,
-                                 const SegPos &sp)
+__device__ uint32_t segment_bits(const Plan &p, const Table<W> *t, const IbpBlockHeader &h,
+                                 const SegStage &st, const SegPos &sp)
 {
     const LaneRun lr = lane_run(p, h, st, sp);
     uint32_t npacked;
@@ -959,7 +961,7 @@ __device__ void decode_staged(const Plan &p, const Table<W> *t, const IbpBlockHe
                               const SegPos &sp, const Out &out, bool zz)
 {
     using U = typename WordT<W>::U;
-    constexpr uint32_t kPerVec = 16 / W;  // words in 16 bytes of output
+    constexpr uint32_t kPerVec = 16 / W; // words in 16 bytes of output
     const LaneRun lr = lane_run(p, h, st, sp);
     uint32_t npacked, total;
     const uint32_t before = warp_excl_scan<uint32_t>(__popc(lr.packed), npacked);
@@ -1010,7 +1012,8 @@ __device__ void decode_staged(const Plan &p, const Table<W> *t, const IbpBlockHe
 }
 
 // A warp per segment of every packed block: the segment's first selector and its payload bits.
-template <int W> __device__ void index_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
+template <int W>
+__device__ void index_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
 {
     const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
     __syncthreads();
@@ -1040,7 +1043,8 @@ template <int W> __device__ void index_segments(const IbpDecodeArgs &a, const Pl
 
 // One warp per segment of IBP_DECODE_SEG_WORDS words, placed by the index; plans without
 // predictor columns only.
-template <int W> __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
+template <int W>
+__device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
 {
     const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
     const bool zz = plan_has_zigzag(p);
@@ -1102,9 +1106,15 @@ extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_index(IbpDecodeArgs
     __shared__ SegStage stages[kWarps];
     const Plan p = load_plan(a.plan);
     switch (p.w) {
-    case 2: index_segments<2>(a, p, tbl.t2, stages); break;
-    case 4: index_segments<4>(a, p, tbl.t4, stages); break;
-    default: index_segments<8>(a, p, tbl.t8, stages); break;
+    case 2:
+        index_segments<2>(a, p, tbl.t2, stages);
+        break;
+    case 4:
+        index_segments<4>(a, p, tbl.t4, stages);
+        break;
+    default:
+        index_segments<8>(a, p, tbl.t8, stages);
+        break;
     }
 }
 
@@ -1114,8 +1124,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_seg(IbpDe
     __shared__ SegStage stages[kWarps];
     const Plan p = load_plan(a.plan);
     switch (p.w) {
-    case 2: decode_segments<2>(a, p, tbl.t2, stages); break;
-    case 4: decode_segments<4>(a, p, tbl.t4, stages); break;
-    default: decode_segments<8>(a, p, tbl.t8, stages); break;
+    case 2:
+        decode_segments<2>(a, p, tbl.t2, stages);
+        break;
+    case 4:
+        decode_segments<4>(a, p, tbl.t4, stages);
+        break;
+    default:
+        decode_segments<8>(a, p, tbl.t8, stages);
+        break;
     }
 }

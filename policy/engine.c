@@ -39,10 +39,10 @@ struct IbpPolicyRegion {
      * installs or drops it. */
     pthread_rwlock_t lock;
     IbpShadow *shadow;
-    _Atomic uint32_t copies;       /* copies in a row that found the same fingerprint, while RAW */
-    _Atomic uint64_t fingerprint;  /* of the region's bytes at the last copy while RAW (0: none) */
-    _Atomic uint32_t fp_skip;      /* cold copies still to pass without a fingerprint */
-    _Atomic uint32_t fp_backoff;   /* the last skip: doubles at every new fingerprint, up to 64 */
+    _Atomic uint32_t copies;      /* copies in a row that found the same fingerprint, while RAW */
+    _Atomic uint64_t fingerprint; /* of the region's bytes at the last copy while RAW (0: none) */
+    _Atomic uint32_t fp_skip;     /* cold copies still to pass without a fingerprint */
+    _Atomic uint32_t fp_backoff;  /* the last skip: doubles at every new fingerprint, up to 64 */
     _Atomic uint64_t last_use_ns;
     _Atomic int why;              /* IbpCopyWhy for UNTRACKED regions and evicted ones */
     _Atomic size_t slab_bytes;
@@ -339,7 +339,8 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
             atomic_store(&pr->fp_skip, skip - 1);
             goto raw;
         }
-        const uint64_t fp = region_fingerprint((const uint8_t *)ibp_region_base(region), ibp_region_size(region));
+        const uint64_t fp =
+            region_fingerprint((const uint8_t *)ibp_region_base(region), ibp_region_size(region));
         const uint64_t before = atomic_exchange(&pr->fingerprint, fp);
         uint32_t copies = 1;
         if (before == fp || !before) {

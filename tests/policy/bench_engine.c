@@ -94,9 +94,11 @@ int main(int argc, char **argv)
         const double secs = now_s() - t0;
         IbpPolicyStats after;
         ibp_policy_stats(&after);
-        printf("  all compressed in %.3f s (%.2f GB/s of regions), shadows %.4f of the regions, %llu plans made, "
+        printf("  all compressed in %.3f s (%.2f GB/s of regions), shadows %.4f of the regions, %llu plans "
+               "made, "
                "%llu reused, %d passes\n",
-               secs, (double)size * regions / secs / 1e9, (double)after.shadow_bytes / ((double)size * regions),
+               secs, (double)size * regions / secs / 1e9,
+               (double)after.shadow_bytes / ((double)size * regions),
                (unsigned long long)(after.plans_made - before.plans_made),
                (unsigned long long)(after.plans_reused - before.plans_reused), passes);
         for (int i = 0; i < regions; i++) {

@@ -37,8 +37,8 @@ static void bench_fence_wait(void *ctx, void *f)
     (void)f;
 }
 
-static const IbpShadowOps bench_ops = {bench_alloc, bench_free, bench_fence_done, bench_fence_wait,
-                                       bench_fence_wait, NULL};
+static const IbpShadowOps bench_ops = {bench_alloc,      bench_free,       bench_fence_done,
+                                       bench_fence_wait, bench_fence_wait, NULL};
 
 static double now_s(void)
 {
