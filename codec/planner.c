@@ -1097,11 +1097,11 @@ static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     return 0;
 }
 
-/* 2 .. IBP_MAX_SETS sets with the transforms xform, into trials[0 ..].  The greedy start of K
- * sets is that of K - 1 sets plus one, so the words are loaded and each greedy set fitted once
- * for all K. */
+/* 2 .. IBP_MAX_SETS sets with the transforms xform, into trials[0 ..], stopping after two sets
+ * when they are no smaller than `bound` bytes.  The greedy start of K sets is that of K - 1 sets
+ * plus one, so the words are loaded and each greedy set fitted once for all K. */
 static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const uint8_t *xform,
-                        IbpTrial *trials)
+                        uint64_t bound, IbpTrial *trials)
 {
     IbpWords *const ws = &wk->ws;
     int rc = ibp_words_load(s->fit_s, c->word_size, c->columns, xform, ws);
@@ -1116,16 +1116,19 @@ static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const 
         wk->m.nsets = nsets;
         ibp_refine_sets(ws, &wk->fit, wk->member, &wk->m);
         rc = ibp_judge(s, wk, ws, xform, &trials[nsets - 2u]);
+        if (nsets == 2u && trials[0].bytes >= bound)
+            break;
     }
     return rc;
 }
 
 /* Phase 3 job: 2 .. IBP_MAX_SETS sets, with the better one-set variant's transforms and, where
- * the candidate has transforms, with the other variant's. */
+ * the candidate has transforms, with the other variant's; that one goes on to three sets only
+ * where its two sets beat the first variant's. */
 static int ibp_job_sets(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
 {
-    const int rc = ibp_try_sets(s, wk, c, c->xform, c->more);
-    return rc || !c->has_alt ? rc : ibp_try_sets(s, wk, c, c->alt_xform, c->more_alt);
+    const int rc = ibp_try_sets(s, wk, c, c->xform, UINT64_MAX, c->more);
+    return rc || !c->has_alt ? rc : ibp_try_sets(s, wk, c, c->alt_xform, c->more[0].bytes, c->more_alt);
 }
 
 /* Takes jobs of the current phase until none is left or one failed. */
