@@ -387,6 +387,21 @@ template <typename T> __device__ __forceinline__ T warp_sum(T v)
     return v;
 }
 
+// The sum of v over the warp's lanes before this one; total gets the whole warp's.
+template <typename T> __device__ __forceinline__ T warp_excl_scan(T v, T &total)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    T incl = v;
+#pragma unroll
+    for (int q = 1; q < 32; q <<= 1) {
+        const T y = __shfl_up_sync(kFull, incl, q);
+        if (lane >= (uint32_t)q)
+            incl += y;
+    }
+    total = __shfl_sync(kFull, incl, 31);
+    return incl - v;
+}
+
 // Packed words (selectors) among words [j0, j1) of a block, summed over the warp.
 __device__ uint32_t range_packed(const Plan &p, const Block &b, uint32_t j0, uint32_t j1)
 {
@@ -463,15 +478,9 @@ __device__ void decode_range(const Plan &p, const Table<W> *t, const Block &b, c
             size[u] = valid[u] ? 8 * W : 0;
             if (s[u])
                 size[u] = matched_bits<W>(p, t, s[u], lp.col);
-            uint32_t incl = size[u];
-#pragma unroll
-            for (int q = 1; q < 32; q <<= 1) {
-                const uint32_t y = __shfl_up_sync(kFull, incl, q);
-                if (lane >= (uint32_t)q)
-                    incl += y;
-            }
-            o[u] = bitbase + incl - size[u];
-            bitbase += __shfl_sync(kFull, incl, 31);
+            uint32_t group_bits;
+            o[u] = bitbase + warp_excl_scan<uint32_t>(size[u], group_bits);
+            bitbase += group_bits;
             pos_next(lp, st, p.r, p.c);
         }
 #pragma unroll
@@ -557,19 +566,12 @@ __device__ void undo_predictors_by_column(const Plan &p, uint32_t col_phase, uin
     }
 }
 
-__device__ __forceinline__ bool plan_has_zigzag(const Plan &p)
+// Whether any column's transform has one of the bits of `mask` (the warp answers together).
+__device__ __forceinline__ bool plan_has_xform(const Plan &p, uint32_t mask)
 {
     bool any = false;
     for (uint32_t c = threadIdx.x & 31; c < p.c; c += 32)
-        any |= (p.xform[c] & IBP_XF_ZIGZAG) != 0;
-    return __any_sync(kFull, any);
-}
-
-__device__ __forceinline__ bool plan_has_pred(const Plan &p)
-{
-    bool any = false;
-    for (uint32_t c = threadIdx.x & 31; c < p.c; c += 32)
-        any |= (p.xform[c] & IBP_XF_PRED_MASK) != 0;
+        any |= (p.xform[c] & mask) != 0;
     return __any_sync(kFull, any);
 }
 
@@ -716,7 +718,7 @@ __device__ __forceinline__ Out out_for(const IbpDecodeArgs &a, uint32_t bi, cons
 template <int W> __device__ void decode_blocks_cta(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, Shared &sh)
 {
     const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
-    const bool any_pred = plan_has_pred(p);
+    const bool any_pred = plan_has_xform(p, IBP_XF_PRED_MASK);
     __syncthreads();
     const uint64_t *offs = (const uint64_t *)a.offsets;
     for (uint32_t bi = blockIdx.x; bi < a.nblocks; bi += gridDim.x) {
@@ -891,18 +893,18 @@ __device__ __forceinline__ uint32_t lane_selectors(const Plan &p, const SegStage
     return __funnelshift_r(st.sel[wi], st.sel[wi + 1], at & 31);
 }
 
-template <typename T> __device__ __forceinline__ T warp_excl_scan(T v, T &total)
+// The next word of a lane's run: its selector (taken from win when the word is packed, else 0)
+// and its field bits.
+template <int W>
+__device__ __forceinline__ uint32_t run_word(const Plan &p, const Table<W> *t, bool packed, uint32_t &win,
+                                             uint32_t col, uint32_t &s)
 {
-    const uint32_t lane = threadIdx.x & 31;
-    T incl = v;
-#pragma unroll
-    for (int q = 1; q < 32; q <<= 1) {
-        const T y = __shfl_up_sync(kFull, incl, q);
-        if (lane >= (uint32_t)q)
-            incl += y;
-    }
-    total = __shfl_sync(kFull, incl, 31);
-    return incl - v;
+    s = 0;
+    if (!packed)
+        return 8 * W;
+    s = min(win & (p.sb == 1 ? 1u : 3u), p.k);
+    win >>= p.sb;
+    return s ? matched_bits<W>(p, t, s, col) : 8 * W;
 }
 
 // Field bits of the lane's run, its selectors read from win.
@@ -926,21 +928,27 @@ __device__ __forceinline__ uint32_t run_bits(const Plan &p, const Table<W> *t, c
         const uint32_t vb3 = p.k >= 3 ? matched_bits<W>(p, t, 3, 0) : vb2;
         return bits + c1 * vb1 + c2 * vb2 + c3 * vb3 - (c1 + c2 + c3) * whole;
     }
-    const uint32_t smask = p.sb == 1 ? 1u : 3u;
     uint32_t bits = 0, col = lr.col;
     for (uint32_t i = 0; i < lr.n; i++) {
-        uint32_t size = 8 * W;
-        if ((lr.packed >> i) & 1) {
-            const uint32_t s = min(win & smask, p.k);
-            win >>= p.sb;
-            if (s)
-                size = matched_bits<W>(p, t, s, col);
-        }
-        bits += size;
+        uint32_t s;
+        bits += run_word<W>(p, t, (lr.packed >> i) & 1, win, col, s);
         if (++col == p.c)
             col = 0;
     }
     return bits;
+}
+
+// The lane's run of the staged segment, its selector window and its field bits.
+template <int W>
+__device__ __forceinline__ uint32_t lane_fields(const Plan &p, const Table<W> *t, const IbpBlockHeader &h,
+                                                const SegStage &st, const SegPos &sp, LaneRun &lr,
+                                                uint32_t &win)
+{
+    lr = lane_run(p, h, st, sp);
+    uint32_t npacked;
+    const uint32_t before = warp_excl_scan<uint32_t>(__popc(lr.packed), npacked);
+    win = lane_selectors(p, st, sp.sel_bit, before);
+    return run_bits<W>(p, t, lr, win);
 }
 
 // Payload bits of the staged segment.
@@ -948,10 +956,9 @@ template <int W>
 __device__ uint32_t segment_bits(const Plan &p, const Table<W> *t, const IbpBlockHeader &h,
                                  const SegStage &st, const SegPos &sp)
 {
-    const LaneRun lr = lane_run(p, h, st, sp);
-    uint32_t npacked;
-    const uint32_t before = warp_excl_scan<uint32_t>(__popc(lr.packed), npacked);
-    return warp_sum(run_bits<W>(p, t, lr, lane_selectors(p, st, sp.sel_bit, before)));
+    LaneRun lr;
+    uint32_t win;
+    return warp_sum(lane_fields<W>(p, t, h, st, sp, lr, win));
 }
 
 // Decodes the staged segment of a plan without predictor columns, each lane its run of words;
@@ -962,15 +969,12 @@ __device__ void decode_staged(const Plan &p, const Table<W> *t, const IbpBlockHe
 {
     using U = typename WordT<W>::U;
     constexpr uint32_t kPerVec = 16 / W; // words in 16 bytes of output
-    const LaneRun lr = lane_run(p, h, st, sp);
-    uint32_t npacked, total;
-    const uint32_t before = warp_excl_scan<uint32_t>(__popc(lr.packed), npacked);
-    const uint32_t win0 = lane_selectors(p, st, sp.sel_bit, before);
-    const uint32_t bits = run_bits<W>(p, t, lr, win0);
+    LaneRun lr;
+    uint32_t win0, total;
+    const uint32_t bits = lane_fields<W>(p, t, h, st, sp, lr, win0);
     uint32_t cursor = sp.pay_bit + warp_excl_scan<uint32_t>(bits, total);
     const uint32_t *pay = (const uint32_t *)st.payload;
     constexpr uint32_t kPay32 = sizeof(st.payload) / 4;
-    const uint32_t smask = p.sb == 1 ? 1u : 3u;
     uint32_t win = win0, col = lr.col;
     const int64_t at0 = out.origin + (int64_t)lr.j * W;
     const bool vec = out.fast && lr.n == kLaneRun && ((uintptr_t)(out.dst + at0) & 15) == 0;
@@ -979,13 +983,9 @@ __device__ void decode_staged(const Plan &p, const Table<W> *t, const IbpBlockHe
 #pragma unroll
         for (uint32_t k = 0; k < kPerVec; k++) {
             const uint32_t i = v * kPerVec + k;
-            uint32_t s = 0, size = i < lr.n ? 8 * W : 0;
-            if ((lr.packed >> i) & 1) {
-                s = min(win & smask, p.k);
-                win >>= p.sb;
-                if (s)
-                    size = matched_bits<W>(p, t, s, col);
-            }
+            uint32_t s;
+            const uint32_t word_bits = run_word<W>(p, t, (lr.packed >> i) & 1, win, col, s);
+            const uint32_t size = i < lr.n ? word_bits : 0;
             // The field's bits from the cursor on; bits above it are the next fields' (matched words
             // drop them in the deposit, whole words in the cast or the mask).
             const uint32_t q = min(cursor / 32, kPay32 - 3), sh = cursor & 31;
@@ -1047,7 +1047,7 @@ template <int W>
 __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
 {
     const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
-    const bool zz = plan_has_zigzag(p);
+    const bool zz = plan_has_xform(p, IBP_XF_ZIGZAG);
     __syncthreads();
     const uint32_t lane = threadIdx.x & 31;
     SegStage &st = stages[threadIdx.x >> 5];
