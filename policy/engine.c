@@ -380,22 +380,20 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
                                    plan->pieces, IBP_POLICY_MAX_PIECES);
     if (eng.p.on_tracking_ns)
         eng.p.on_tracking_ns(pr->tag, now_ns() - t0);
+    int any = 0;
+    for (int i = 0; i < np; i++) /* none when the plan failed (np < 0) */
+        any |= plan->pieces[i].kind == IBP_PIECE_COMPRESSED;
     const uint64_t writes = ibp_shadow_writes(sh);
     const int rewritten = atomic_exchange(&pr->copy_writes, writes) < writes;
-    if (np < 0) {
-        if (rewritten)
-            atomic_fetch_add(&pr->rewritten_copies, 1);
-        pthread_rwlock_unlock(&pr->lock);
-        plan->why = np == -ENOSPC ? IBP_COPY_STALE : IBP_COPY_ERROR;
-        goto raw;
-    }
-    int any = 0;
-    for (int i = 0; i < np; i++)
-        any |= plan->pieces[i].kind == IBP_PIECE_COMPRESSED;
     if (any)
         atomic_store(&pr->rewritten_copies, 0);
     else if (rewritten)
         atomic_fetch_add(&pr->rewritten_copies, 1);
+    if (np < 0) {
+        pthread_rwlock_unlock(&pr->lock);
+        plan->why = np == -ENOSPC ? IBP_COPY_STALE : IBP_COPY_ERROR;
+        goto raw;
+    }
     if (!any) {
         switch (plan->pieces[0].why) {
         case IBP_PIECE_WHY_INCOMPRESSIBLE:
