@@ -23,7 +23,7 @@ typedef struct Bench {
     uint8_t *src;         /* pinned original bytes */
     uint8_t *run;         /* pinned compressed blocks, back to back */
     uint64_t *offsets;    /* pinned, nblocks + 1 */
-    unsigned word_size;
+    unsigned word_size, columns;
     int has_pred;
     CUdeviceptr d_run, d_plan, d_out, d_offsets, d_index;
     CUstream s_copy, s_copy2, s_dec;
@@ -45,7 +45,7 @@ static int decode(const Bench *b, CUdeviceptr comp, uint32_t first, uint32_t cou
     IbpDecodeArgs a = {.comp = comp, .offsets = b->d_offsets + (CUdeviceptr)first * 8, .plan = b->d_plan,
                        .dst = b->d_out + (CUdeviceptr)first * b->block_size, .len = len, .skip = 0,
                        .index = b->d_index + index_at, .nblocks = count, .block_size = (uint32_t)b->block_size};
-    return ibp_decode_launch(b->mod, &a, b->word_size, b->has_pred, 0, s);
+    return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->has_pred, 0, s);
 }
 
 static uint64_t span(const Bench *b, uint32_t first, uint32_t end)
@@ -205,6 +205,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     IbpCodecPlanInfo info;
     ibp_codec_plan_info(plan, &info);
     b.word_size = info.word_size;
+    b.columns = info.columns;
     b.has_pred = info.xf_delta + info.xf_xor > 0;
     const void *blob = ibp_codec_plan_blob(plan, &b.blob_len);
     CUdeviceptr zc_run;

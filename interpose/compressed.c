@@ -211,6 +211,7 @@ typedef struct IbpLaunch {
     const uint64_t *host_offsets;
     size_t block_size;
     unsigned word_size;     /* of the plan */
+    unsigned columns;
     int has_pred;           /* the plan has predictor columns */
     CUdeviceptr index;      /* segment index scratch for the run (0: decode a block per CTA) */
     IbpSendOptions opts;
@@ -234,7 +235,8 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
         .nblocks = count,
         .block_size = (uint32_t)l->block_size,
     };
-    return ibp_decode_launch(l->mod, &args, l->word_size, l->has_pred, l->opts.max_grid, l->stream);
+    return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, l->has_pred, l->opts.max_grid,
+                             l->stream);
 }
 
 /* Device scratch the segmented decode of nblocks blocks needs for its index (none for predictor
@@ -488,6 +490,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     const CUdeviceptr dst = (CUdeviceptr)(uintptr_t)dst_piece;
     IbpLaunch l = *base;
     l.word_size = info.word_size;
+    l.columns = info.columns;
     l.has_pred = info.xf_delta + info.xf_xor > 0;
     l.index = 0;
     void *offsets_host = (void *)p->offsets;

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: MIT
 // ibpshim: decodes runs of IBP blocks on the GPU, bit-exact with codec/.
 //
-// Three kernels, picked per launch by ibp_decode_launch() (kernels/module.c):
+// Four kernels, picked per launch by ibp_decode_launch() (kernels/module.c):
+// - ibp_k_decode_fused: plans of one column without predictors; a CTA per group of 8 segments
+//   of 512 words of a block (a contiguous share of the groups per CTA), a warp per segment.
+//   Popcounts over the selectors give each segment's payload bits, a CTA scan places them;
 // - ibp_k_index: a warp per 512-word segment of every packed block writes the segment's first
-//   selector (a popcount over the row flags) and its payload bits;
+//   selector (a popcount over the row flags) and its payload bits (other plans without predictors);
 // - ibp_k_decode_seg: a warp per segment sums its block's earlier segments' bits to find its
-//   first field and decodes the segment (plans without predictor columns).  Both stage the
-//   segment in shared memory; each lane takes a run of 16 consecutive words, one warp scan places
-//   the runs' fields, and each lane walks its fields with a bit cursor;
+//   first field and decodes the segment.  Both decoders stage the segment in shared memory; each
+//   lane takes a run of 16 consecutive words, one warp scan places the runs' fields, and each
+//   lane walks its fields with a bit cursor, a word costing one lookup of what its selector and
+//   column mean and a deposit of up to four runs of variant bits;
 // - ibp_k_decode: a CTA per block, its warps on contiguous stretches of the block (plans with
 //   predictor columns).  Periods of up to 32 words are undone in registers by strided warp scans
 //   carrying the previous group, then stretches are joined by a per-residue carry over the CTA's
@@ -170,20 +174,25 @@ struct Plan {
     const uint8_t *masks;  // k*c entries {mask, value}, w bytes each
 };
 
-// A mask set entry prepared for decoding: the word is value | sum over runs r of
-// ((field << shift[r]) & run[r]), each run a stretch of variant bits; entries with more runs than
-// fit use the bit-by-run loop over vmask.
+// What a selector means for a word of a column, prepared once per CTA: selector 0 (the word
+// stored whole) and each mask set, entry s * C + col.  The word is value | the sum over runs r of
+// ((field << shift[r]) & run[r]), each run a stretch of variant bits (bits of the field above its
+// variant bits fall outside every run, so fields are not masked); entries with more runs than fit
+// use the bit-by-run loop over vmask.  Laid out so that what a word needs is two (W <= 4) or
+// three 16-byte loads.
 constexpr int kRuns = 4;
-constexpr uint32_t kTableEntries = 96;
+constexpr uint32_t kTableEntries = 128;
+constexpr uint32_t kMetaBits = 0xffu;     // field bits
+constexpr uint32_t kMetaLoop = 1u << 8;   // more runs than kRuns
+constexpr uint32_t kMetaZigzag = 1u << 9; // the column is zigzag-coded
 
-template <int W> struct Entry {
+template <int W> struct alignas(16) Entry {
     using U = typename WordT<W>::U;
+    U run[kRuns]; // unused runs are 0
     U value;
+    uint32_t shifts; // byte r: the shift of run r (less than the word's bits)
+    uint32_t meta;   // kMeta*
     U vmask;
-    U run[kRuns];    // unused runs are 0
-    uint32_t shifts; // byte r: the shift of run r
-    uint8_t nruns;   // kRuns + 1: use the loop
-    uint8_t vbits;
 };
 
 template <int W> struct Table {
@@ -204,20 +213,27 @@ struct Shared {
     uint64_t edge[2];           // words straddling the start and the end of dst, before the carry
 };
 
-// Fills the entry table when the plan's k*c entries fit; returns whether they do.
-template <int W> __device__ bool table_build(const Plan &p, Table<W> &t)
+enum class TableKind { none, loop, runs };
+
+// Fills the entry table when the plan's (K + 1) * C entries fit, then waits for the CTA's
+// threads: none when they do not fit, runs when every entry's variant bits are at most kRuns
+// runs, else loop.
+template <int W> __device__ TableKind table_build(const Plan &p, Table<W> &t)
 {
     using U = typename WordT<W>::U;
-    const uint32_t n = p.k * p.c;
-    if (n > kTableEntries)
-        return false;
+    const uint32_t n = (p.k + 1) * p.c;
+    if (n > kTableEntries) {
+        __syncthreads();
+        return TableKind::none;
+    }
+    bool loop = false;
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const uint8_t *src = p.masks + (size_t)i * 2 * W;
+        const uint32_t s = i / p.c, col = i - s * p.c;
+        const uint8_t *src = p.masks + (size_t)(i - p.c) * 2 * W; // set s - 1, entry (s - 1) * C + col
         Entry<W> &e = t.e[i];
-        const U vmask = ~ld_word<W>(src) & word_mask<W>();
-        e.value = ld_word<W>(src + W);
+        const U vmask = s ? ~ld_word<W>(src) & word_mask<W>() : word_mask<W>();
+        e.value = s ? ld_word<W>(src + W) : 0;
         e.vmask = vmask;
-        e.vbits = (uint8_t)popc(vmask);
         for (int r = 0; r < kRuns; r++)
             e.run[r] = 0;
         uint32_t shifts = 0;
@@ -236,24 +252,47 @@ template <int W> __device__ bool table_build(const Plan &p, Table<W> &t)
             rest &= ~run;
         }
         e.shifts = shifts;
-        e.nruns = (uint8_t)nr;
+        e.meta = (uint32_t)popc(vmask) | (nr > kRuns ? kMetaLoop : 0) |
+                 ((p.xform[col] & IBP_XF_ZIGZAG) ? kMetaZigzag : 0);
+        loop |= nr > kRuns;
     }
-    return true;
+    return __syncthreads_or(loop) ? TableKind::loop : TableKind::runs;
 }
 
+template <int W> __device__ __forceinline__ const Table<W> *table_if(TableKind k, const Table<W> &t)
+{
+    return k == TableKind::none ? nullptr : &t;
+}
+
+template <typename U> __device__ __forceinline__ U shift_left(U f, uint32_t n)
+{
+    if constexpr (sizeof(U) == 8)
+        return f << (n & 63);
+    else
+        return __funnelshift_l(0u, f, n); // n mod 32
+}
+
+// The word of an entry of at most kRuns runs rebuilt from its field f (zigzag not undone).
 template <int W>
-__device__ __forceinline__ typename WordT<W>::U table_deposit(const Entry<W> &e, typename WordT<W>::U f)
+__device__ __forceinline__ typename WordT<W>::U runs_deposit(const Entry<W> &e, typename WordT<W>::U f)
 {
     using U = typename WordT<W>::U;
-    if (e.nruns > kRuns)
-        return e.value | deposit<U>(e.vmask, f);
-    // Bits of f above its variant bits fall outside every run: f need not be masked.
     U x = e.value;
     const uint32_t shifts = e.shifts;
 #pragma unroll
     for (int r = 0; r < kRuns; r++)
-        x |= (f << ((shifts >> (8 * r)) & 0xffu)) & e.run[r];
+        x |= shift_left<U>(f, shifts >> (8 * r)) & e.run[r];
     return x;
+}
+
+// The word of entry e rebuilt from its field f (zigzag not undone).
+template <int W>
+__device__ __forceinline__ typename WordT<W>::U table_deposit(const Entry<W> &e, typename WordT<W>::U f)
+{
+    using U = typename WordT<W>::U;
+    if (e.meta & kMetaLoop)
+        return e.value | deposit<U>(e.vmask, f);
+    return runs_deposit<W>(e, f);
 }
 
 // Per-lane position of word j = 32 * g + lane inside its row and column period, advanced one
@@ -337,14 +376,15 @@ __device__ __forceinline__ uint32_t word_selector(const Plan &p, const Block &b,
 
 template <int W> __device__ __forceinline__ const uint8_t *mask_entry(const Plan &p, uint32_t s, uint32_t col)
 {
-    return p.masks + (size_t)((s - 1) * p.c + col) * 2 * W;
+    return p.masks + (size_t)((min(s, p.k) - 1) * p.c + col) * 2 * W; // s > K reads as K
 }
 
 // Bits stored for a word that matched mask set s (> 0) of column col.
 template <int W>
 __device__ __forceinline__ uint32_t matched_bits(const Plan &p, const Table<W> *t, uint32_t s, uint32_t col)
 {
-    return t ? t->e[(s - 1) * p.c + col].vbits : 8 * W - popc(ld_word<W>(mask_entry<W>(p, s, col)));
+    return t ? t->e[min(s, p.k) * p.c + col].meta & kMetaBits
+             : 8 * W - popc(ld_word<W>(mask_entry<W>(p, s, col)));
 }
 
 // The word that matched mask set s (> 0) of column col, from its variant bits f.
@@ -353,7 +393,7 @@ __device__ __forceinline__ typename WordT<W>::U matched_word(const Plan &p, cons
                                                              uint32_t col, typename WordT<W>::U f)
 {
     if (t)
-        return table_deposit<W>(t->e[(s - 1) * p.c + col], f);
+        return table_deposit<W>(t->e[min(s, p.k) * p.c + col], f);
     const uint8_t *e = mask_entry<W>(p, s, col);
     return ld_word<W>(e + W) | deposit<typename WordT<W>::U>(~ld_word<W>(e) & word_mask<W>(), f);
 }
@@ -717,9 +757,8 @@ __device__ __forceinline__ Out out_for(const IbpDecodeArgs &a, uint32_t bi, cons
 
 template <int W> __device__ void decode_blocks_cta(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, Shared &sh)
 {
-    const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
+    const Table<W> *t = table_if<W>(table_build<W>(p, tbl), tbl);
     const bool any_pred = plan_has_xform(p, IBP_XF_PRED_MASK);
-    __syncthreads();
     const uint64_t *offs = (const uint64_t *)a.offsets;
     for (uint32_t bi = blockIdx.x; bi < a.nblocks; bi += gridDim.x) {
         const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
@@ -762,12 +801,12 @@ __device__ uint32_t packed_before(const Plan &p, const Block &b, uint32_t j0)
 
 // Segment gs of a run (block-major): its block number, segment within the block, block header
 // and block address.
-__device__ __forceinline__ const uint8_t *segment_block(const IbpDecodeArgs &a, uint64_t gs, uint32_t nseg,
+__device__ __forceinline__ const uint8_t *segment_block(const IbpDecodeArgs &a, uint32_t gs, uint32_t nseg,
                                                         uint32_t &bi, uint32_t &s, IbpBlockHeader &h)
 {
     const uint64_t *offs = (const uint64_t *)a.offsets;
-    bi = (uint32_t)(gs / nseg);
-    s = (uint32_t)(gs % nseg);
+    bi = gs / nseg;
+    s = gs - bi * nseg;
     const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
     memcpy(&h, blk, sizeof(h));
     return blk;
@@ -961,67 +1000,132 @@ __device__ uint32_t segment_bits(const Plan &p, const Table<W> *t, const IbpBloc
     return warp_sum(lane_fields<W>(p, t, h, st, sp, lr, win));
 }
 
-// Decodes the staged segment of a plan without predictor columns, each lane its run of words;
-// zz: some column is zigzag-coded.
+// The field of the word at bit `cursor` of the staged payload: its bits from the cursor on; bits
+// above it are the next fields' (the deposit drops them from matched words, the whole-word run or
+// the mask from whole words).
 template <int W>
-__device__ void decode_staged(const Plan &p, const Table<W> *t, const IbpBlockHeader &h, const SegStage &st,
-                              const SegPos &sp, const Out &out, bool zz)
+__device__ __forceinline__ typename WordT<W>::U staged_field(const SegStage &st, uint32_t cursor)
 {
     using U = typename WordT<W>::U;
-    constexpr uint32_t kPerVec = 16 / W; // words in 16 bytes of output
-    LaneRun lr;
-    uint32_t win0, total;
-    const uint32_t bits = lane_fields<W>(p, t, h, st, sp, lr, win0);
-    uint32_t cursor = sp.pay_bit + warp_excl_scan<uint32_t>(bits, total);
     const uint32_t *pay = (const uint32_t *)st.payload;
     constexpr uint32_t kPay32 = sizeof(st.payload) / 4;
-    uint32_t win = win0, col = lr.col;
+    const uint32_t q = min(cursor / 32, kPay32 - 3), sh = cursor & 31;
+    U field = (U)__funnelshift_r(pay[q], pay[q + 1], sh);
+    if constexpr (W == 8)
+        field |= (U)__funnelshift_r(pay[q + 1], pay[q + 2], sh) << 32;
+    return field;
+}
+
+// Decodes a lane's run of words and stores those inside dst: next(i) gives word i of the run
+// (called for i = 0, 1, ... in order).  Whole aligned runs inside dst go out 16 bytes at a time.
+template <int W, typename Next>
+__device__ __forceinline__ void store_run(const LaneRun &lr, const Out &out, Next next)
+{
+    constexpr uint32_t kPerVec = 16 / W; // words in 16 bytes of output
     const int64_t at0 = out.origin + (int64_t)lr.j * W;
-    const bool vec = out.fast && lr.n == kLaneRun && ((uintptr_t)(out.dst + at0) & 15) == 0;
-    for (uint32_t v = 0; v < kLaneRun / kPerVec; v++) {
-        uint64_t acc[2] = {0, 0};
+    if (out.fast && lr.n == kLaneRun && ((uintptr_t)(out.dst + at0) & 15) == 0) {
+        for (uint32_t v = 0; v < kLaneRun / kPerVec; v++) {
+            uint64_t acc[2] = {0, 0};
 #pragma unroll
-        for (uint32_t k = 0; k < kPerVec; k++) {
-            const uint32_t i = v * kPerVec + k;
-            uint32_t s;
-            const uint32_t word_bits = run_word<W>(p, t, (lr.packed >> i) & 1, win, col, s);
-            const uint32_t size = i < lr.n ? word_bits : 0;
-            // The field's bits from the cursor on; bits above it are the next fields' (matched words
-            // drop them in the deposit, whole words in the cast or the mask).
-            const uint32_t q = min(cursor / 32, kPay32 - 3), sh = cursor & 31;
-            U field = (U)__funnelshift_r(pay[q], pay[q + 1], sh);
-            if constexpr (W == 8)
-                field |= (U)__funnelshift_r(pay[q + 1], pay[q + 2], sh) << 32;
-            cursor += size;
-            U x = s ? matched_word<W>(p, t, s, col, field) : field & word_mask<W>();
-            if (zz && (p.xform[col] & IBP_XF_ZIGZAG))
-                x = unzigzag<W>(x);
-            acc[(k * W) / 8] |= (uint64_t)x << (8 * ((k * W) % 8));
-            if (!vec && i < lr.n) {
-                if (out.fast)
-                    store_aligned<W>(out.dst + at0 + (int64_t)i * W, x);
-                else
-                    store_clipped<W>(out.dst, at0 + (int64_t)i * W, x, out.len);
-            }
-            if (++col == p.c)
-                col = 0;
-        }
-        if (vec)
+            for (uint32_t k = 0; k < kPerVec; k++)
+                acc[(k * W) / 8] |= (uint64_t)next(v * kPerVec + k) << (8 * ((k * W) % 8));
             *(ulonglong2 *)(out.dst + at0 + 16 * v) = make_ulonglong2(acc[0], acc[1]);
+        }
+        return;
     }
+    for (uint32_t i = 0; i < lr.n; i++) {
+        const typename WordT<W>::U x = next(i);
+        if (out.fast)
+            store_aligned<W>(out.dst + at0 + (int64_t)i * W, x);
+        else
+            store_clipped<W>(out.dst, at0 + (int64_t)i * W, x, out.len);
+    }
+}
+
+// The lane's first field in the staged payload: the warp's runs placed by a scan of their bits.
+template <int W>
+__device__ __forceinline__ uint32_t lane_cursor(const Plan &p, const Table<W> *t, const IbpBlockHeader &h,
+                                                const SegStage &st, const SegPos &sp, LaneRun &lr,
+                                                uint32_t &win)
+{
+    uint32_t total;
+    const uint32_t bits = lane_fields<W>(p, t, h, st, sp, lr, win);
+    return sp.pay_bit + warp_excl_scan<uint32_t>(bits, total);
+}
+
+// Decodes the staged segment of a plan without predictor columns whose every table entry is at
+// most kRuns runs, each lane its run of words: a word is one entry lookup by selector (0 for
+// words stored whole) and column, its field, and a deposit of four runs.  C1: one column; ZZ:
+// some column is zigzag-coded.
+template <int W, bool C1, bool ZZ>
+__device__ void decode_staged_runs(const Plan &p, const Table<W> &t, const IbpBlockHeader &h,
+                                   const SegStage &st, const SegPos &sp, const Out &out)
+{
+    using U = typename WordT<W>::U;
+    LaneRun lr;
+    uint32_t win;
+    uint32_t cursor = lane_cursor<W>(p, &t, h, st, sp, lr, win);
+    const uint32_t smask = p.sb == 1 ? 1u : 3u;
+    if (lr.packed != (1u << kLaneRun) - 1u) {
+        // Give the words of raw rows selector 0 in place, so that word i's selector is field i.
+        uint32_t spread = 0;
+        for (uint32_t i = 0; i < kLaneRun; i++) {
+            if ((lr.packed >> i) & 1) {
+                spread |= (win & smask) << (p.sb * i);
+                win >>= p.sb;
+            }
+        }
+        win = spread;
+    }
+    uint32_t col = C1 ? 0 : lr.col;
+    store_run<W>(lr, out, [&](uint32_t i) {
+        const uint32_t s = min((win >> (p.sb * i)) & smask, p.k);
+        const Entry<W> &e = t.e[C1 ? s : s * p.c + col];
+        const U field = staged_field<W>(st, cursor);
+        cursor += e.meta & kMetaBits; // past the run's end the cursor is not used
+        U x = runs_deposit<W>(e, field);
+        if (ZZ && (e.meta & kMetaZigzag))
+            x = unzigzag<W>(x);
+        if (!C1 && ++col == p.c)
+            col = 0;
+        return x;
+    });
+}
+
+// Decodes the staged segment of any plan without predictor columns, each lane its run of words,
+// the masks from the table t (where it fits) or from the plan; zz: some column is zigzag-coded.
+template <int W>
+__device__ void decode_staged_any(const Plan &p, const Table<W> *t, const IbpBlockHeader &h,
+                                  const SegStage &st, const SegPos &sp, const Out &out, bool zz)
+{
+    using U = typename WordT<W>::U;
+    LaneRun lr;
+    uint32_t win;
+    uint32_t cursor = lane_cursor<W>(p, t, h, st, sp, lr, win);
+    uint32_t col = lr.col;
+    store_run<W>(lr, out, [&](uint32_t i) {
+        uint32_t s;
+        const uint32_t size = run_word<W>(p, t, (lr.packed >> i) & 1, win, col, s);
+        const U field = staged_field<W>(st, cursor);
+        cursor += size;
+        U x = s ? matched_word<W>(p, t, s, col, field) : field & word_mask<W>();
+        if (zz && (p.xform[col] & IBP_XF_ZIGZAG))
+            x = unzigzag<W>(x);
+        if (++col == p.c)
+            col = 0;
+        return x;
+    });
 }
 
 // A warp per segment of every packed block: the segment's first selector and its payload bits.
 template <int W>
 __device__ void index_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
 {
-    const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
-    __syncthreads();
+    const Table<W> *t = table_if<W>(table_build<W>(p, tbl), tbl);
     SegStage &st = stages[threadIdx.x >> 5];
     const uint32_t nseg = ibp_decode_segments(W, a.block_size);
-    const uint64_t total = (uint64_t)a.nblocks * nseg;
-    for (uint64_t gs = (uint64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total;
-         gs += (uint64_t)gridDim.x * kWarps) {
+    const uint32_t total = a.nblocks * nseg; // runs are shorter than 2^32 segments (4 TiB)
+    for (uint32_t gs = blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total; gs += gridDim.x * kWarps) {
         uint32_t bi, s;
         IbpBlockHeader h;
         const uint8_t *blk = segment_block(a, gs, nseg, bi, s, h);
@@ -1041,30 +1145,57 @@ __device__ void index_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &
     }
 }
 
-// One warp per segment of IBP_DECODE_SEG_WORDS words, placed by the index; plans without
-// predictor columns only.
+// Stages and decodes words [j0, j1) of a packed block, the segment whose first selector and
+// payload bit are sel and bit0 and whose payload is `bits` bits long.
 template <int W>
-__device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
+__device__ __forceinline__ void decode_segment(const Plan &p, const Table<W> *t, TableKind kind, bool zz,
+                                               const Block &b, const IbpBlockHeader &h, uint32_t j0,
+                                               uint32_t j1, uint32_t sel, uint32_t bit0, uint32_t bits,
+                                               SegStage &st, const Out &out)
 {
-    const Table<W> *t = table_build<W>(p, tbl) ? &tbl : nullptr;
-    const bool zz = plan_has_xform(p, IBP_XF_ZIGZAG);
-    __syncthreads();
-    const uint32_t lane = threadIdx.x & 31;
+    const SegPos sp = stage_segment(p, b, h, j0, j1, sel, bit0, bits, st);
+    if (kind != TableKind::runs)
+        decode_staged_any<W>(p, t, h, st, sp, out, zz);
+    else if (p.c == 1)
+        zz ? decode_staged_runs<W, true, true>(p, *t, h, st, sp, out)
+           : decode_staged_runs<W, true, false>(p, *t, h, st, sp, out);
+    else
+        zz ? decode_staged_runs<W, false, true>(p, *t, h, st, sp, out)
+           : decode_staged_runs<W, false, false>(p, *t, h, st, sp, out);
+    __syncwarp();
+}
+
+// Segment s of a raw block: its bytes copied by the warp.
+template <int W>
+__device__ __forceinline__ void copy_raw_segment(const IbpBlockHeader &h, const uint8_t *blk, uint32_t s,
+                                                 const Out &out)
+{
+    const uint32_t seg_bytes = IBP_DECODE_SEG_WORDS * W;
+    const uint32_t at = s * seg_bytes;
+    if (at < h.orig_len)
+        copy_raw(blk + IBP_BLOCK_HEADER_SIZE + at, min(seg_bytes, h.orig_len - at), out.dst, out.origin + at,
+                 out.len, threadIdx.x & 31, 32);
+}
+
+// One warp per segment of IBP_DECODE_SEG_WORDS words, placed by the index; plans without
+// predictor columns whose segments ibp_k_index indexed.
+template <int W>
+__device__ void decode_indexed(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
+{
+    const TableKind kind = table_build<W>(p, tbl);
+    const Table<W> *t = table_if<W>(kind, tbl);
     SegStage &st = stages[threadIdx.x >> 5];
+    const bool zz = plan_has_xform(p, IBP_XF_ZIGZAG);
+    const uint32_t lane = threadIdx.x & 31;
     const uint32_t nseg = ibp_decode_segments(W, a.block_size);
-    const uint64_t total = (uint64_t)a.nblocks * nseg;
-    for (uint64_t gs = (uint64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total;
-         gs += (uint64_t)gridDim.x * kWarps) {
+    const uint32_t total = a.nblocks * nseg; // runs are shorter than 2^32 segments (4 TiB)
+    for (uint32_t gs = blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total; gs += gridDim.x * kWarps) {
         uint32_t bi, s;
         IbpBlockHeader h;
         const uint8_t *blk = segment_block(a, gs, nseg, bi, s, h);
         const Out out = out_for(a, bi, h, W);
-        const uint32_t seg_bytes = IBP_DECODE_SEG_WORDS * W;
         if (h.flags & IBP_BLOCK_RAW) {
-            const uint32_t at = s * seg_bytes;
-            if (at < h.orig_len)
-                copy_raw(blk + IBP_BLOCK_HEADER_SIZE + at, min(seg_bytes, h.orig_len - at), out.dst,
-                         out.origin + at, out.len, lane, 32);
+            copy_raw_segment<W>(h, blk, s, out);
             continue;
         }
         const Block b = block_view(h, blk, W);
@@ -1077,10 +1208,117 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
                 before += bix[q].bit;
             const SegIndex ix = bix[s];
             const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
-            const SegPos sp = stage_segment(p, b, h, j0, j1, ix.sel, warp_sum(before), ix.bit, st);
-            decode_staged<W>(p, t, h, st, sp, out, zz);
-            __syncwarp();
+            decode_segment<W>(p, t, kind, zz, b, h, j0, j1, ix.sel, warp_sum(before), ix.bit, st, out);
         }
+        if (s == (n ? n - 1 : 0))
+            copy_tail(h, blk, W, out, lane, 32);
+    }
+}
+
+// Bits a one-column plan saves on selectors [first, first + n) of a block (whole words' bits
+// less the stored ones), this thread's share of them when nthreads threads split the selector
+// words (a selector above K reads as K).
+template <int W>
+__device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<W> &t, const Block &b,
+                                                     uint32_t sel_words, uint32_t first, uint32_t n,
+                                                     uint32_t tid, uint32_t nthreads)
+{
+    uint32_t saved[4];
+    for (uint32_t v = 0; v < 4; v++)
+        saved[v] = 8 * W - (t.e[min(v, p.k)].meta & kMetaBits);
+    const uint32_t b0 = first * p.sb, b1 = (first + n) * p.sb;
+    uint32_t sum = 0;
+    for (uint32_t wi = b0 / 32 + tid; wi * 32 < b1; wi += nthreads) {
+        uint32_t v = wi < sel_words ? __ldg(b.sel + wi) : 0;
+        const uint32_t lo_bit = wi * 32;
+        if (lo_bit < b0)
+            v &= ~0u << (b0 - lo_bit);
+        if (b1 - lo_bit < 32)
+            v &= (1u << (b1 - lo_bit)) - 1u;
+        if (p.sb == 1) {
+            sum += (uint32_t)__popc(v) * saved[1];
+        } else {
+            const uint32_t lo = v & 0x55555555u, hi = (v >> 1) & 0x55555555u;
+            const uint32_t c3 = __popc(lo & hi);
+            sum += (__popc(lo) - c3) * saved[1] + (__popc(hi) - c3) * saved[2] + c3 * saved[3];
+        }
+    }
+    return sum;
+}
+
+// Payload bits of words [0, j0) of a packed block of a one-column plan, summed by the CTA.
+template <int W>
+__device__ uint32_t block_bits_before(const Plan &p, const Table<W> &t, const Block &b, uint32_t sel_words,
+                                      uint32_t j0, uint32_t *red)
+{
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t nsel = packed_before(p, b, j0);
+    const uint32_t part = warp_sum(selector_savings<W>(p, t, b, sel_words, 0, nsel, threadIdx.x, kThreads));
+    if (lane == 0)
+        red[warp] = part;
+    __syncthreads();
+    uint32_t sum = 0;
+    for (uint32_t q = 0; q < kWarps; q++)
+        sum += red[q];
+    __syncthreads();
+    return 8 * W * j0 - sum;
+}
+
+// Plans of one column whose blocks' segments come in whole groups of kWarps (see
+// ibp_decode_fused_index()): each CTA takes a contiguous share of the groups, its warps a segment
+// of a group each.  A segment's payload bits follow from popcounts over its selectors; a CTA
+// scan of them and the bits of the block's earlier groups (carried from group to group, counted
+// over the selectors by the whole CTA for its first group) place every segment without an index.
+template <int W>
+__device__ void decode_fused(const IbpDecodeArgs &a, const Plan &p, Table<W> &t, SegStage *stages,
+                             uint32_t *seg_bits, uint32_t *red)
+{
+    const TableKind kind = table_build<W>(p, t);
+    SegStage &st = stages[threadIdx.x >> 5];
+    const bool zz = plan_has_xform(p, IBP_XF_ZIGZAG);
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t nseg = ibp_decode_segments(W, a.block_size);
+    const uint64_t ngroups = (uint64_t)a.nblocks * nseg / kWarps;
+    const uint64_t g0 = blockIdx.x * ngroups / gridDim.x, g1 = (blockIdx.x + 1) * ngroups / gridDim.x;
+    const uint64_t *offs = (const uint64_t *)a.offsets;
+    uint32_t bi = (uint32_t)(g0 * kWarps / nseg), s0 = (uint32_t)(g0 * kWarps % nseg);
+    uint32_t carry = 0, carry_block = ~0u;
+    for (uint32_t left = (uint32_t)(g1 - g0); left;
+         left--, s0 = s0 + kWarps == nseg ? (bi++, 0) : s0 + kWarps) {
+        const uint32_t s = s0 + warp;
+        const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
+        IbpBlockHeader h;
+        memcpy(&h, blk, sizeof(h));
+        const Out out = out_for(a, bi, h, W);
+        if (h.flags & IBP_BLOCK_RAW) { // the same block for the whole CTA
+            copy_raw_segment<W>(h, blk, s, out);
+            continue;
+        }
+        const Block b = block_view(h, blk, W);
+        const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
+        if (bi != carry_block)
+            carry = s0 ? block_bits_before<W>(p, t, b, sel_words, s0 * IBP_DECODE_SEG_WORDS, red) : 0;
+        carry_block = bi;
+        const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
+        uint32_t sel = 0, bits = 0;
+        if (j0 < j1) {
+            sel = packed_before(p, b, j0);
+            const uint32_t nsel = packed_before(p, b, j1) - sel;
+            bits = 8 * W * (j1 - j0) - warp_sum(selector_savings<W>(p, t, b, sel_words, sel, nsel, lane, 32));
+        }
+        if (lane == 0)
+            seg_bits[warp] = bits;
+        __syncthreads();
+        uint32_t before = carry, group = 0;
+        for (uint32_t q = 0; q < kWarps; q++) {
+            before += q < warp ? seg_bits[q] : 0;
+            group += seg_bits[q];
+        }
+        __syncthreads();
+        carry += group;
+        if (j0 < j1)
+            decode_segment<W>(p, &t, kind, zz, b, h, j0, j1, sel, before, bits, st, out);
+        const uint32_t n = (b.nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
         if (s == (n ? n - 1 : 0))
             copy_tail(h, blk, W, out, lane, 32);
     }
@@ -1125,13 +1363,32 @@ extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_seg(IbpDe
     const Plan p = load_plan(a.plan);
     switch (p.w) {
     case 2:
-        decode_segments<2>(a, p, tbl.t2, stages);
+        decode_indexed<2>(a, p, tbl.t2, stages);
         break;
     case 4:
-        decode_segments<4>(a, p, tbl.t4, stages);
+        decode_indexed<4>(a, p, tbl.t4, stages);
         break;
     default:
-        decode_segments<8>(a, p, tbl.t8, stages);
+        decode_indexed<8>(a, p, tbl.t8, stages);
+        break;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_fused(IbpDecodeArgs a)
+{
+    __shared__ TableAny tbl;
+    __shared__ SegStage stages[kWarps];
+    __shared__ uint32_t seg_bits[kWarps], red[kWarps];
+    const Plan p = load_plan(a.plan);
+    switch (p.w) {
+    case 2:
+        decode_fused<2>(a, p, tbl.t2, stages, seg_bits, red);
+        break;
+    case 4:
+        decode_fused<4>(a, p, tbl.t4, stages, seg_bits, red);
+        break;
+    default:
+        decode_fused<8>(a, p, tbl.t8, stages, seg_bits, red);
         break;
     }
 }

@@ -44,4 +44,13 @@ static inline IBP_DECODE_HD uint64_t ibp_decode_index_bytes(uint32_t word_size, 
     return (uint64_t)nblocks * ibp_decode_segments(word_size, block_size) * 8u;
 }
 
+/* Plans of one column without predictor columns need no ibp_k_index pass when a block's
+ * segments come in whole groups of a CTA's warps: ibp_k_decode_seg then places each segment's
+ * first field by popcounts over the block's selectors. */
+static inline IBP_DECODE_HD int ibp_decode_fused_index(uint32_t word_size, uint32_t block_size,
+                                                       uint32_t columns)
+{
+    return columns == 1 && ibp_decode_segments(word_size, block_size) % (IBP_DECODE_THREADS / 32u) == 0;
+}
+
 #endif /* IBP_KERNELS_DECODE_ABI_H */

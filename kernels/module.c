@@ -132,8 +132,8 @@ static unsigned grid_cap(uint64_t want, unsigned max_ctas)
     return (unsigned)(want < cap ? (want ? want : 1) : cap);
 }
 
-int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned word_size, int has_pred,
-                      unsigned max_ctas, CUstream stream)
+int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned word_size, unsigned columns,
+                      int has_pred, unsigned max_ctas, CUstream stream)
 {
     IbpDecodeArgs args = *a;
     void *params[] = {&args};
@@ -147,6 +147,8 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
     const unsigned resident = mod->sm_count > 0 ? (unsigned)mod->sm_count * 4u : 0u;
     const unsigned cap = resident && (!max_ctas || resident < max_ctas) ? resident : max_ctas;
     const unsigned grid = grid_cap((segs + warps - 1) / warps, cap);
+    if (ibp_decode_fused_index(word_size, args.block_size, columns))
+        return ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FUSED, grid, IBP_DECODE_THREADS, 0, stream, params);
     if (ibp_kernel_launch(mod, IBP_KERNEL_INDEX, grid, IBP_DECODE_THREADS, 0, stream, params))
         return -EIO;
     return ibp_kernel_launch(mod, IBP_KERNEL_DECODE_SEG, grid, IBP_DECODE_THREADS, 0, stream, params);

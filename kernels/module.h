@@ -9,11 +9,12 @@
 #include <cuda.h>
 
 /* X(id, entry-point name in the .cu sources) */
-#define IBP_KERNEL_LIST(X)                                                                         \
-    X(IBP_KERNEL_SELFTEST, "ibp_k_selftest")                                                       \
-    X(IBP_KERNEL_DECODE, "ibp_k_decode")                                                           \
-    X(IBP_KERNEL_INDEX, "ibp_k_index")                                                             \
-    X(IBP_KERNEL_DECODE_SEG, "ibp_k_decode_seg")
+#define IBP_KERNEL_LIST(X)                                                                                   \
+    X(IBP_KERNEL_SELFTEST, "ibp_k_selftest")                                                                 \
+    X(IBP_KERNEL_DECODE, "ibp_k_decode")                                                                     \
+    X(IBP_KERNEL_INDEX, "ibp_k_index")                                                                       \
+    X(IBP_KERNEL_DECODE_SEG, "ibp_k_decode_seg")                                                             \
+    X(IBP_KERNEL_DECODE_FUSED, "ibp_k_decode_fused")
 
 typedef enum IbpKernelId {
 #define IBP_KERNEL_ID(id, name) id,
@@ -48,13 +49,15 @@ int ibp_kernel_launch(const IbpModule *mod, IbpKernelId kernel, unsigned grid, u
 
 struct IbpDecodeArgs;
 
-/* Enqueues on `stream` the decode of a->nblocks blocks of a plan of `word_size`-byte words.
- * Plans without predictor columns, given an index scratch (a->index, ibp_decode_index_bytes()
- * bytes of device memory), go through ibp_k_index then ibp_k_decode_seg, a warp per segment of
- * a block, so that a few blocks still occupy every SM; the others through ibp_k_decode, a CTA
- * per block.  max_ctas caps each grid (0: no cap).  Returns 0 or -EIO. */
-int ibp_decode_launch(const IbpModule *mod, const struct IbpDecodeArgs *a, unsigned word_size, int has_pred,
-                      unsigned max_ctas, CUstream stream);
+/* Enqueues on `stream` the decode of a->nblocks blocks of a plan of `word_size`-byte words and
+ * `columns` columns.  Plans without predictor columns, given an index scratch (a->index,
+ * ibp_decode_index_bytes() bytes of device memory), go through ibp_k_decode_seg, a warp per
+ * segment of a block, so that a few blocks still occupy every SM, after ibp_k_index has indexed
+ * the segments (unless ibp_decode_fused_index() says the decode places them itself); the others
+ * through ibp_k_decode, a CTA per block.  max_ctas caps each grid (0: no cap).  Returns 0 or
+ * -EIO. */
+int ibp_decode_launch(const IbpModule *mod, const struct IbpDecodeArgs *a, unsigned word_size,
+                      unsigned columns, int has_pred, unsigned max_ctas, CUstream stream);
 
 /* Runs ibp_k_selftest over `n` words on device `ordinal` through the primary
  * context and checks every word on the host.  Returns 0, or a negative errno

@@ -119,7 +119,7 @@ static uint32_t *run_index(const Run *r, uint32_t *nseg)
 /* ibp_k_decode(IbpDecodeArgs a): the CPU codec decodes each block of the run and the bytes
  * [a.skip, a.skip + a.len) of the run land at a.dst, exactly what the CUDA kernel writes.
  * ibp_k_decode_seg does the same after checking that ibp_k_index left the index of every block
- * in a.index, as its CUDA version reads it. */
+ * in a.index, as its CUDA version reads it.  ibp_k_decode_fused needs no index. */
 static CUresult decode_run(void *const *params, bool check_index)
 {
     Run r;
@@ -232,6 +232,7 @@ const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_decode, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_index, k_index, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg, k_decode_seg, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_fused, k_decode, sizeof(IbpDecodeArgs)),
 };
 
 const size_t fakecuda_kernel_count = sizeof(fakecuda_kernels) / sizeof(fakecuda_kernels[0]);

@@ -103,7 +103,7 @@ static void check_range(const char *name, const uint8_t *data, const Encoded *e,
     IbpDecodeArgs a = {.comp = d_run + e->offsets[first], .offsets = d_offsets + first * sizeof(uint64_t),
                        .plan = d_plan, .dst = d_out + dst_misalign, .len = len, .skip = skip,
                        .index = d_index, .nblocks = count, .block_size = (uint32_t)e->block_size};
-    if (ibp_decode_launch(mod, &a, e->word_size, e->has_pred, grid, NULL)) {
+    if (ibp_decode_launch(mod, &a, e->word_size, e->columns, e->has_pred, grid, NULL)) {
         fprintf(stderr, "%s: launch failed\n", name);
         failures++;
         return;
