@@ -25,7 +25,7 @@ typedef struct Bench {
     uint64_t *offsets;    /* pinned, nblocks + 1 */
     unsigned word_size, columns;
     int has_pred;
-    CUdeviceptr d_run, d_plan, d_out, d_offsets, d_index;
+    CUdeviceptr d_run, d_plan, d_out, d_offsets;
     CUstream s_copy, s_copy2, s_dec;
     CUevent t0, t1;
     CUevent ev[BENCH_EVENTS + 2];
@@ -41,10 +41,14 @@ static int cmp_double(const void *a, const void *b)
 
 static int decode(const Bench *b, CUdeviceptr comp, uint32_t first, uint32_t count, uint64_t len, CUstream s)
 {
-    const uint64_t index_at = ibp_decode_index_bytes(b->word_size, (uint32_t)b->block_size, first);
-    IbpDecodeArgs a = {.comp = comp, .offsets = b->d_offsets + (CUdeviceptr)first * 8, .plan = b->d_plan,
-                       .dst = b->d_out + (CUdeviceptr)first * b->block_size, .len = len, .skip = 0,
-                       .index = b->d_index + index_at, .nblocks = count, .block_size = (uint32_t)b->block_size};
+    IbpDecodeArgs a = {.comp = comp,
+                       .offsets = b->d_offsets + (CUdeviceptr)first * 8,
+                       .plan = b->d_plan,
+                       .dst = b->d_out + (CUdeviceptr)first * b->block_size,
+                       .len = len,
+                       .skip = 0,
+                       .nblocks = count,
+                       .block_size = (uint32_t)b->block_size};
     return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->has_pred, 0, s);
 }
 
@@ -209,10 +213,9 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     b.has_pred = info.xf_delta + info.xf_xor > 0;
     const void *blob = ibp_codec_plan_blob(plan, &b.blob_len);
     CUdeviceptr zc_run;
-    if (drv->cuMemAlloc(&b.d_run, b.run_len + 16) != CUDA_SUCCESS || drv->cuMemAlloc(&b.d_plan, b.blob_len) != CUDA_SUCCESS ||
+    if (drv->cuMemAlloc(&b.d_run, b.run_len + 16) != CUDA_SUCCESS ||
+        drv->cuMemAlloc(&b.d_plan, b.blob_len) != CUDA_SUCCESS ||
         drv->cuMemAlloc(&b.d_out, b.total) != CUDA_SUCCESS ||
-        drv->cuMemAlloc(&b.d_index, ibp_decode_index_bytes(b.word_size, (uint32_t)b.block_size, b.nblocks) + 8) !=
-            CUDA_SUCCESS ||
         drv->cuMemHostGetDevicePointer(&b.d_offsets, b.offsets, 0) != CUDA_SUCCESS ||
         drv->cuMemHostGetDevicePointer(&zc_run, b.run, 0) != CUDA_SUCCESS ||
         drv->cuMemcpyHtoD(b.d_plan, blob, b.blob_len) != CUDA_SUCCESS ||
@@ -277,8 +280,6 @@ out:
         drv->cuMemFree(b.d_plan);
     if (b.d_out)
         drv->cuMemFree(b.d_out);
-    if (b.d_index)
-        drv->cuMemFree(b.d_index);
     if (b.src)
         drv->cuMemFreeHost(b.src);
     if (b.run)

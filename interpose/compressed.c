@@ -212,8 +212,7 @@ typedef struct IbpLaunch {
     size_t block_size;
     unsigned word_size;     /* of the plan */
     unsigned columns;
-    int has_pred;           /* the plan has predictor columns */
-    CUdeviceptr index;      /* segment index scratch for the run (0: decode a block per CTA) */
+    int has_pred; /* the plan has predictor columns */
     IbpSendOptions opts;
     void *tag;              /* the region's report entry */
 } IbpLaunch;
@@ -223,7 +222,6 @@ typedef struct IbpLaunch {
 static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_first, uint32_t first,
                          uint32_t count, CUdeviceptr dst, uint64_t skip, uint64_t len)
 {
-    const uint64_t index_at = ibp_decode_index_bytes(l->word_size, (uint32_t)l->block_size, first - run_first);
     IbpDecodeArgs args = {
         .comp = run_base + (l->host_offsets[first] - l->host_offsets[run_first]),
         .offsets = l->offsets + (CUdeviceptr)first * sizeof(uint64_t),
@@ -231,19 +229,11 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
         .dst = dst,
         .len = len,
         .skip = skip,
-        .index = l->index ? l->index + index_at : 0,
         .nblocks = count,
         .block_size = (uint32_t)l->block_size,
     };
     return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, l->has_pred, l->opts.max_grid,
                              l->stream);
-}
-
-/* Device scratch the segmented decode of nblocks blocks needs for its index (none for predictor
- * plans, which decode a block per CTA). */
-static size_t index_scratch_len(const IbpLaunch *l, uint32_t nblocks)
-{
-    return l->has_pred ? 0 : (size_t)ibp_decode_index_bytes(l->word_size, (uint32_t)l->block_size, nblocks);
 }
 
 /* Which blocks of a compressed piece are needed and how.  Plans with predictor columns decode a
@@ -386,11 +376,8 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     }
     const size_t scratch = (g->head_clipped || g->tail_clipped) ? 2 * base->block_size : 0;
     const size_t slot_stride = align_up(slot_len);
-    /* One segment index serves every chunk: their decodes run in order on the decode stream. */
-    const size_t index_len = index_scratch_len(base, chunk_blocks);
     IbpStagingBuf *stage = NULL;
-    int err = ibp_staging_acquire(ctx, align_up(blob_len) + scratch + IBP_PIPE_SLOTS * slot_stride + index_len,
-                                  &stage);
+    int err = ibp_staging_acquire(ctx, align_up(blob_len) + scratch + IBP_PIPE_SLOTS * slot_stride, &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 1);
@@ -401,7 +388,6 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     l.stream = pp->decode;
     const CUdeviceptr scr = stage->ptr + align_up(blob_len);
     const CUdeviceptr slots = scr + scratch;
-    l.index = index_len ? slots + IBP_PIPE_SLOTS * slot_stride : 0;
     void *decoded[IBP_PIPE_SLOTS] = {NULL};
     size_t dma_sample = blob_len, dec_sample = 0;
     int marked = 0; /* probe events recorded so far */
@@ -492,7 +478,6 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     l.word_size = info.word_size;
     l.columns = info.columns;
     l.has_pred = info.xf_delta + info.xf_xor > 0;
-    l.index = 0;
     void *offsets_host = (void *)p->offsets;
     if (drv->cuMemHostGetDevicePointer(&l.offsets, offsets_host, 0) != CUDA_SUCCESS)
         return -EIO;
@@ -520,9 +505,8 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
             *sent += blob_len + p->run_len;
         return err;
     }
-    const size_t index_len = index_scratch_len(&l, p->nblocks);
     IbpStagingBuf *stage = NULL;
-    int err = ibp_staging_acquire(ctx, align_up(blob_len) + align_up(p->run_len) + scratch + index_len, &stage);
+    int err = ibp_staging_acquire(ctx, align_up(blob_len) + align_up(p->run_len) + scratch, &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 0);
@@ -531,7 +515,6 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     l.plan = stage->ptr;
     const CUdeviceptr run = stage->ptr + align_up(blob_len);
     const CUdeviceptr scr = run + align_up(p->run_len);
-    l.index = index_len ? scr + scratch : 0;
     int marked = timed && !speed_mark(drv, ctx, 0, 0, l.stream);
     if (drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, l.stream) != CUDA_SUCCESS ||
         drv->cuMemcpyHtoDAsync(run, p->run, p->run_len, l.stream) != CUDA_SUCCESS) {

@@ -1,17 +1,15 @@
 // SPDX-License-Identifier: MIT
 // ibpshim: decodes runs of IBP blocks on the GPU, bit-exact with codec/.
 //
-// Four kernels, picked per launch by ibp_decode_launch() (kernels/module.c):
-// - ibp_k_decode_fused: plans of one column without predictors; a CTA per group of 8 segments
-//   of 512 words of a block (a contiguous share of the groups per CTA), a warp per segment.
-//   Popcounts over the selectors give each segment's payload bits, a CTA scan places them;
-// - ibp_k_index: a warp per 512-word segment of every packed block writes the segment's first
-//   selector (a popcount over the row flags) and its payload bits (other plans without predictors);
-// - ibp_k_decode_seg: a warp per segment sums its block's earlier segments' bits to find its
-//   first field and decodes the segment.  Both decoders stage the segment in shared memory; each
-//   lane takes a run of 16 consecutive words, one warp scan places the runs' fields, and each
-//   lane walks its fields with a bit cursor, a word costing one lookup of what its selector and
-//   column mean and a deposit of up to four runs of variant bits;
+// Two kernels, picked per launch by ibp_decode_launch() (kernels/module.c):
+// - ibp_k_decode_seg: plans without predictor columns.  A block's 512-word segments form groups
+//   of 8, each CTA takes a contiguous share of the groups and its warps a segment each.  Each
+//   segment's payload bits (popcounts over its selectors for one-column plans, else its words'
+//   field sizes) and a CTA scan place the segments, the bits of a block's earlier groups carried
+//   from group to group.  A warp stages its segment in shared memory; each lane takes a run of
+//   16 consecutive words, one warp scan places the runs' fields, and each lane walks its fields
+//   with a bit cursor, a word costing one lookup of what its selector and column mean and a
+//   deposit of up to four runs of variant bits;
 // - ibp_k_decode: a CTA per block, its warps on contiguous stretches of the block (plans with
 //   predictor columns).  Periods of up to 32 words are undone in registers by strided warp scans
 //   carrying the previous group, then stretches are joined by a per-residue carry over the CTA's
@@ -775,12 +773,6 @@ template <int W> __device__ void decode_blocks_cta(const IbpDecodeArgs &a, const
     }
 }
 
-// The segment index: for block b and segment s (words [s * IBP_DECODE_SEG_WORDS, ...)), the
-// selector index of the segment's first word and the payload bits of the segment.
-struct SegIndex {
-    uint32_t sel, bit;
-};
-
 // Packed words (selectors) before word j0 of a block: R per packed row before j0's row, plus the
 // words of its row before j0 when that row is packed; a popcount over the row flags.
 __device__ uint32_t packed_before(const Plan &p, const Block &b, uint32_t j0)
@@ -797,19 +789,6 @@ __device__ uint32_t packed_before(const Plan &p, const Block &b, uint32_t j0)
     if ((f >> (row0 % 32)) & 1)
         n += j0 - row0 * p.r;
     return n;
-}
-
-// Segment gs of a run (block-major): its block number, segment within the block, block header
-// and block address.
-__device__ __forceinline__ const uint8_t *segment_block(const IbpDecodeArgs &a, uint32_t gs, uint32_t nseg,
-                                                        uint32_t &bi, uint32_t &s, IbpBlockHeader &h)
-{
-    const uint64_t *offs = (const uint64_t *)a.offsets;
-    bi = gs / nseg;
-    s = gs - bi * nseg;
-    const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
-    memcpy(&h, blk, sizeof(h));
-    return blk;
 }
 
 // A warp's copy of its segment's row flags, selectors and payload in shared memory, so that the
@@ -878,13 +857,7 @@ __device__ SegPos stage_segment(const Plan &p, const Block &b, const IbpBlockHea
         const uint32_t pay_len = b.payload_words * 4;
         const uint32_t end = min(pay_len, ((bit0 + bits + 7) / 8 + 15) / 16 * 16);
         const uint32_t n = end > first ? min(end - first, (uint32_t)sizeof(st.payload)) : 0;
-        if (((uintptr_t)b.payload & 15) == 0) {
-            stage_copy(st.payload, b.payload + first, n);
-        } else {
-            uint32_t *to = (uint32_t *)st.payload;
-            for (uint32_t i = lane; i < n / 4; i += 32)
-                to[i] = __ldg((const uint32_t *)(b.payload + first) + i);
-        }
+        stage_copy(st.payload, b.payload + first, n);
     }
     __syncwarp();
     return sp;
@@ -1117,37 +1090,9 @@ __device__ void decode_staged_any(const Plan &p, const Table<W> *t, const IbpBlo
     });
 }
 
-// A warp per segment of every packed block: the segment's first selector and its payload bits.
-template <int W>
-__device__ void index_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
-{
-    const Table<W> *t = table_if<W>(table_build<W>(p, tbl), tbl);
-    SegStage &st = stages[threadIdx.x >> 5];
-    const uint32_t nseg = ibp_decode_segments(W, a.block_size);
-    const uint32_t total = a.nblocks * nseg; // runs are shorter than 2^32 segments (4 TiB)
-    for (uint32_t gs = blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total; gs += gridDim.x * kWarps) {
-        uint32_t bi, s;
-        IbpBlockHeader h;
-        const uint8_t *blk = segment_block(a, gs, nseg, bi, s, h);
-        if (h.flags & IBP_BLOCK_RAW)
-            continue;
-        const Block b = block_view(h, blk, W);
-        const uint32_t j0 = s * IBP_DECODE_SEG_WORDS;
-        if (j0 >= b.nwords)
-            continue;
-        const uint32_t j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
-        const uint32_t sel = packed_before(p, b, j0);
-        const SegPos sp = stage_segment(p, b, h, j0, j1, sel, 0, 0, st);
-        const uint32_t bits = segment_bits<W>(p, t, h, st, sp);
-        __syncwarp();
-        if ((threadIdx.x & 31) == 0)
-            ((SegIndex *)a.index)[gs] = SegIndex{sel, bits};
-    }
-}
-
 // Stages and decodes words [j0, j1) of a packed block, the segment whose first selector and
 // payload bit are sel and bit0 and whose payload is `bits` bits long.
-template <int W>
+template <int W, bool C1>
 __device__ __forceinline__ void decode_segment(const Plan &p, const Table<W> *t, TableKind kind, bool zz,
                                                const Block &b, const IbpBlockHeader &h, uint32_t j0,
                                                uint32_t j1, uint32_t sel, uint32_t bit0, uint32_t bits,
@@ -1156,12 +1101,10 @@ __device__ __forceinline__ void decode_segment(const Plan &p, const Table<W> *t,
     const SegPos sp = stage_segment(p, b, h, j0, j1, sel, bit0, bits, st);
     if (kind != TableKind::runs)
         decode_staged_any<W>(p, t, h, st, sp, out, zz);
-    else if (p.c == 1)
-        zz ? decode_staged_runs<W, true, true>(p, *t, h, st, sp, out)
-           : decode_staged_runs<W, true, false>(p, *t, h, st, sp, out);
+    else if (zz)
+        decode_staged_runs<W, C1, true>(p, *t, h, st, sp, out);
     else
-        zz ? decode_staged_runs<W, false, true>(p, *t, h, st, sp, out)
-           : decode_staged_runs<W, false, false>(p, *t, h, st, sp, out);
+        decode_staged_runs<W, C1, false>(p, *t, h, st, sp, out);
     __syncwarp();
 }
 
@@ -1175,44 +1118,6 @@ __device__ __forceinline__ void copy_raw_segment(const IbpBlockHeader &h, const 
     if (at < h.orig_len)
         copy_raw(blk + IBP_BLOCK_HEADER_SIZE + at, min(seg_bytes, h.orig_len - at), out.dst, out.origin + at,
                  out.len, threadIdx.x & 31, 32);
-}
-
-// One warp per segment of IBP_DECODE_SEG_WORDS words, placed by the index; plans without
-// predictor columns whose segments ibp_k_index indexed.
-template <int W>
-__device__ void decode_indexed(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages)
-{
-    const TableKind kind = table_build<W>(p, tbl);
-    const Table<W> *t = table_if<W>(kind, tbl);
-    SegStage &st = stages[threadIdx.x >> 5];
-    const bool zz = plan_has_xform(p, IBP_XF_ZIGZAG);
-    const uint32_t lane = threadIdx.x & 31;
-    const uint32_t nseg = ibp_decode_segments(W, a.block_size);
-    const uint32_t total = a.nblocks * nseg; // runs are shorter than 2^32 segments (4 TiB)
-    for (uint32_t gs = blockIdx.x * kWarps + (threadIdx.x >> 5); gs < total; gs += gridDim.x * kWarps) {
-        uint32_t bi, s;
-        IbpBlockHeader h;
-        const uint8_t *blk = segment_block(a, gs, nseg, bi, s, h);
-        const Out out = out_for(a, bi, h, W);
-        if (h.flags & IBP_BLOCK_RAW) {
-            copy_raw_segment<W>(h, blk, s, out);
-            continue;
-        }
-        const Block b = block_view(h, blk, W);
-        const uint32_t n = (b.nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
-        if (s < n) {
-            // The segment's first payload bit: the bits of the block's earlier segments.
-            const SegIndex *bix = (const SegIndex *)a.index + (size_t)bi * nseg;
-            uint32_t before = 0;
-            for (uint32_t q = lane; q < s; q += 32)
-                before += bix[q].bit;
-            const SegIndex ix = bix[s];
-            const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
-            decode_segment<W>(p, t, kind, zz, b, h, j0, j1, ix.sel, warp_sum(before), ix.bit, st, out);
-        }
-        if (s == (n ? n - 1 : 0))
-            copy_tail(h, blk, W, out, lane, 32);
-    }
 }
 
 // Bits a one-column plan saves on selectors [first, first + n) of a block (whole words' bits
@@ -1246,14 +1151,46 @@ __device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<
     return sum;
 }
 
-// Payload bits of words [0, j0) of a packed block of a one-column plan, summed by the CTA.
-template <int W>
-__device__ uint32_t block_bits_before(const Plan &p, const Table<W> &t, const Block &b, uint32_t sel_words,
-                                      uint32_t j0, uint32_t *red)
+// Payload bits of words [j0, j1) of a packed block (a segment or less) whose first selector is
+// sel, summed over the warp: for one column, popcounts over the selectors; for more, each lane
+// sums its run's field sizes over the staged segment.
+template <int W, bool C1>
+__device__ uint32_t segment_payload_bits(const Plan &p, const Table<W> *t, const Block &b,
+                                         const IbpBlockHeader &h, uint32_t j0, uint32_t j1, uint32_t sel,
+                                         SegStage &st)
+{
+    if constexpr (C1) {
+        const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
+        const uint32_t nsel = packed_before(p, b, j1) - sel;
+        return 8 * W * (j1 - j0) -
+               warp_sum(selector_savings<W>(p, *t, b, sel_words, sel, nsel, threadIdx.x & 31, 32));
+    } else {
+        const SegPos sp = stage_segment(p, b, h, j0, j1, sel, 0, 0, st);
+        const uint32_t bits = segment_bits<W>(p, t, h, st, sp);
+        __syncwarp();
+        return bits;
+    }
+}
+
+// Payload bits of the first s0 segments of a packed block, summed by the CTA: for one column its
+// threads split the selectors, for more its warps the segments.
+template <int W, bool C1>
+__device__ uint32_t block_bits_before(const Plan &p, const Table<W> *t, const Block &b,
+                                      const IbpBlockHeader &h, uint32_t s0, SegStage &st, uint32_t *red)
 {
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const uint32_t nsel = packed_before(p, b, j0);
-    const uint32_t part = warp_sum(selector_savings<W>(p, t, b, sel_words, 0, nsel, threadIdx.x, kThreads));
+    const uint32_t j0 = s0 * IBP_DECODE_SEG_WORDS;
+    uint32_t part = 0;
+    if constexpr (C1) {
+        const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
+        const uint32_t nsel = packed_before(p, b, j0);
+        part = warp_sum(selector_savings<W>(p, *t, b, sel_words, 0, nsel, threadIdx.x, kThreads));
+    } else {
+        for (uint32_t q = warp; q < s0; q += kWarps) {
+            const uint32_t q0 = q * IBP_DECODE_SEG_WORDS, q1 = min(b.nwords, q0 + IBP_DECODE_SEG_WORDS);
+            part += segment_payload_bits<W, C1>(p, t, b, h, q0, q1, packed_before(p, b, q0), st);
+        }
+    }
     if (lane == 0)
         red[warp] = part;
     __syncthreads();
@@ -1261,30 +1198,32 @@ __device__ uint32_t block_bits_before(const Plan &p, const Table<W> &t, const Bl
     for (uint32_t q = 0; q < kWarps; q++)
         sum += red[q];
     __syncthreads();
-    return 8 * W * j0 - sum;
+    return C1 ? 8 * W * j0 - sum : sum;
 }
 
-// Plans of one column whose blocks' segments come in whole groups of kWarps (see
-// ibp_decode_fused_index()): each CTA takes a contiguous share of the groups, its warps a segment
-// of a group each.  A segment's payload bits follow from popcounts over its selectors; a CTA
-// scan of them and the bits of the block's earlier groups (carried from group to group, counted
-// over the selectors by the whole CTA for its first group) place every segment without an index.
-template <int W>
-__device__ void decode_fused(const IbpDecodeArgs &a, const Plan &p, Table<W> &t, SegStage *stages,
-                             uint32_t *seg_bits, uint32_t *red)
+// Plans without predictor columns: a block's segments form groups of kWarps, each CTA takes a
+// contiguous share of the groups, its warps a segment of a group each.  A CTA scan of the
+// segments' payload bits and the bits of the block's earlier groups (carried from group to group,
+// counted by the whole CTA for its first group in a block) place every segment's first field.
+// C1: the plan has one column.
+template <int W, bool C1>
+__device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages,
+                                uint32_t *seg_bits, uint32_t *red)
 {
-    const TableKind kind = table_build<W>(p, t);
+    const TableKind kind = table_build<W>(p, tbl);
+    const Table<W> *t = table_if<W>(kind, tbl);
     SegStage &st = stages[threadIdx.x >> 5];
     const bool zz = plan_has_xform(p, IBP_XF_ZIGZAG);
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t nseg = ibp_decode_segments(W, a.block_size);
-    const uint64_t ngroups = (uint64_t)a.nblocks * nseg / kWarps;
+    const uint32_t per_block = (nseg + kWarps - 1) / kWarps; // groups of a block
+    const uint64_t ngroups = (uint64_t)a.nblocks * per_block;
     const uint64_t g0 = blockIdx.x * ngroups / gridDim.x, g1 = (blockIdx.x + 1) * ngroups / gridDim.x;
     const uint64_t *offs = (const uint64_t *)a.offsets;
-    uint32_t bi = (uint32_t)(g0 * kWarps / nseg), s0 = (uint32_t)(g0 * kWarps % nseg);
+    uint32_t bi = (uint32_t)(g0 / per_block), s0 = (uint32_t)(g0 % per_block) * kWarps;
     uint32_t carry = 0, carry_block = ~0u;
     for (uint32_t left = (uint32_t)(g1 - g0); left;
-         left--, s0 = s0 + kWarps == nseg ? (bi++, 0) : s0 + kWarps) {
+         left--, s0 = s0 + kWarps >= nseg ? (bi++, 0) : s0 + kWarps) {
         const uint32_t s = s0 + warp;
         const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
         IbpBlockHeader h;
@@ -1295,16 +1234,16 @@ __device__ void decode_fused(const IbpDecodeArgs &a, const Plan &p, Table<W> &t,
             continue;
         }
         const Block b = block_view(h, blk, W);
-        const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
+        if (s0 && s0 * IBP_DECODE_SEG_WORDS >= b.nwords) // past a short block's words
+            continue;
         if (bi != carry_block)
-            carry = s0 ? block_bits_before<W>(p, t, b, sel_words, s0 * IBP_DECODE_SEG_WORDS, red) : 0;
+            carry = s0 ? block_bits_before<W, C1>(p, t, b, h, s0, st, red) : 0;
         carry_block = bi;
         const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
         uint32_t sel = 0, bits = 0;
         if (j0 < j1) {
             sel = packed_before(p, b, j0);
-            const uint32_t nsel = packed_before(p, b, j1) - sel;
-            bits = 8 * W * (j1 - j0) - warp_sum(selector_savings<W>(p, t, b, sel_words, sel, nsel, lane, 32));
+            bits = segment_payload_bits<W, C1>(p, t, b, h, j0, j1, sel, st);
         }
         if (lane == 0)
             seg_bits[warp] = bits;
@@ -1317,7 +1256,7 @@ __device__ void decode_fused(const IbpDecodeArgs &a, const Plan &p, Table<W> &t,
         __syncthreads();
         carry += group;
         if (j0 < j1)
-            decode_segment<W>(p, &t, kind, zz, b, h, j0, j1, sel, before, bits, st, out);
+            decode_segment<W, C1>(p, t, kind, zz, b, h, j0, j1, sel, before, bits, st, out);
         const uint32_t n = (b.nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
         if (s == (n ? n - 1 : 0))
             copy_tail(h, blk, W, out, lane, 32);
@@ -1338,43 +1277,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 2) ibp_k_decode(IbpDecode
     }
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_index(IbpDecodeArgs a)
-{
-    __shared__ TableAny tbl;
-    __shared__ SegStage stages[kWarps];
-    const Plan p = load_plan(a.plan);
-    switch (p.w) {
-    case 2:
-        index_segments<2>(a, p, tbl.t2, stages);
-        break;
-    case 4:
-        index_segments<4>(a, p, tbl.t4, stages);
-        break;
-    default:
-        index_segments<8>(a, p, tbl.t8, stages);
-        break;
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_seg(IbpDecodeArgs a)
-{
-    __shared__ TableAny tbl;
-    __shared__ SegStage stages[kWarps];
-    const Plan p = load_plan(a.plan);
-    switch (p.w) {
-    case 2:
-        decode_indexed<2>(a, p, tbl.t2, stages);
-        break;
-    case 4:
-        decode_indexed<4>(a, p, tbl.t4, stages);
-        break;
-    default:
-        decode_indexed<8>(a, p, tbl.t8, stages);
-        break;
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_fused(IbpDecodeArgs a)
+// The segmented decode of plans of one column (C1) or more.
+template <bool C1> __device__ __forceinline__ void decode_segments_any(const IbpDecodeArgs &a)
 {
     __shared__ TableAny tbl;
     __shared__ SegStage stages[kWarps];
@@ -1382,13 +1286,25 @@ extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_fused(Ibp
     const Plan p = load_plan(a.plan);
     switch (p.w) {
     case 2:
-        decode_fused<2>(a, p, tbl.t2, stages, seg_bits, red);
+        decode_segments<2, C1>(a, p, tbl.t2, stages, seg_bits, red);
         break;
     case 4:
-        decode_fused<4>(a, p, tbl.t4, stages, seg_bits, red);
+        decode_segments<4, C1>(a, p, tbl.t4, stages, seg_bits, red);
         break;
     default:
-        decode_fused<8>(a, p, tbl.t8, stages, seg_bits, red);
+        decode_segments<8, C1>(a, p, tbl.t8, stages, seg_bits, red);
         break;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_seg1(IbpDecodeArgs a)
+{
+    decode_segments_any<true>(a);
+}
+
+// More columns keep more state (a column per lane, the field sizes of a lane's run): two CTAs a
+// multiprocessor leave it the registers it needs.
+extern "C" __global__ void __launch_bounds__(kThreads, 2) ibp_k_decode_seg(IbpDecodeArgs a)
+{
+    decode_segments_any<false>(a);
 }

@@ -20,8 +20,7 @@ typedef struct IbpDecodeArgs {
     uint64_t plan;     /* device address of the plan blob (codec/format.h IbpPlanHeader ...) */
     uint64_t dst;      /* device address receiving original bytes [skip, skip + len) of the run */
     uint64_t len;
-    uint64_t skip;     /* original bytes of the run's first block that precede dst */
-    uint64_t index;    /* device scratch of ibp_decode_index_bytes() for ibp_k_index/ibp_k_decode_seg */
+    uint64_t skip; /* original bytes of the run's first block that precede dst */
     uint32_t nblocks;
     uint32_t block_size;
 } IbpDecodeArgs;
@@ -29,28 +28,13 @@ typedef struct IbpDecodeArgs {
 /* Threads per CTA of every decode kernel. */
 #define IBP_DECODE_THREADS 256
 
-/* ibp_k_decode_seg gives each warp a segment of this many words of a block; ibp_k_index first
- * writes every segment's first selector and its payload bits (two uint32_t) to the index scratch,
- * a warp per segment, so both kernels spread a few blocks over every SM. */
+/* ibp_k_decode_seg gives each warp a segment of this many words of a block, so that a few blocks
+ * still spread over every SM. */
 #define IBP_DECODE_SEG_WORDS 512u
 
 static inline IBP_DECODE_HD uint32_t ibp_decode_segments(uint32_t word_size, uint32_t block_size)
 {
     return (block_size / word_size + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
-}
-
-static inline IBP_DECODE_HD uint64_t ibp_decode_index_bytes(uint32_t word_size, uint32_t block_size, uint32_t nblocks)
-{
-    return (uint64_t)nblocks * ibp_decode_segments(word_size, block_size) * 8u;
-}
-
-/* Plans of one column without predictor columns need no ibp_k_index pass when a block's
- * segments come in whole groups of a CTA's warps: ibp_k_decode_seg then places each segment's
- * first field by popcounts over the block's selectors. */
-static inline IBP_DECODE_HD int ibp_decode_fused_index(uint32_t word_size, uint32_t block_size,
-                                                       uint32_t columns)
-{
-    return columns == 1 && ibp_decode_segments(word_size, block_size) % (IBP_DECODE_THREADS / 32u) == 0;
 }
 
 #endif /* IBP_KERNELS_DECODE_ABI_H */

@@ -133,25 +133,26 @@ static unsigned grid_cap(uint64_t want, unsigned max_ctas)
 }
 
 int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned word_size, unsigned columns,
-                      int has_pred, unsigned max_ctas, CUstream stream)
+                      int cta, unsigned max_ctas, CUstream stream)
 {
     IbpDecodeArgs args = *a;
     void *params[] = {&args};
-    if (has_pred || !args.index)
+    if (args.comp & 15u) /* the kernels stage sections with 16-byte copies */
+        return -EINVAL;
+    if (cta)
         return ibp_kernel_launch(mod, IBP_KERNEL_DECODE, grid_cap(args.nblocks, max_ctas), IBP_DECODE_THREADS, 0,
                                  stream, params);
+    /* A CTA per group of a block's segments (as many as it has warps), no more CTAs than fit on
+     * the device at once (four a multiprocessor): each then takes a contiguous share of the
+     * groups, and its set-up (the plan's mask table, the bits of its first block's earlier
+     * segments) is paid once for them. */
     const unsigned warps = IBP_DECODE_THREADS / 32;
-    const uint64_t segs = (uint64_t)args.nblocks * ibp_decode_segments(word_size, args.block_size);
-    /* No more CTAs than fit on the device at once (four a multiprocessor): each then takes several
-     * segments in turn, and its set-up (the plan's mask table) is paid once for them. */
+    const uint64_t groups =
+        (uint64_t)args.nblocks * ((ibp_decode_segments(word_size, args.block_size) + warps - 1) / warps);
     const unsigned resident = mod->sm_count > 0 ? (unsigned)mod->sm_count * 4u : 0u;
     const unsigned cap = resident && (!max_ctas || resident < max_ctas) ? resident : max_ctas;
-    const unsigned grid = grid_cap((segs + warps - 1) / warps, cap);
-    if (ibp_decode_fused_index(word_size, args.block_size, columns))
-        return ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FUSED, grid, IBP_DECODE_THREADS, 0, stream, params);
-    if (ibp_kernel_launch(mod, IBP_KERNEL_INDEX, grid, IBP_DECODE_THREADS, 0, stream, params))
-        return -EIO;
-    return ibp_kernel_launch(mod, IBP_KERNEL_DECODE_SEG, grid, IBP_DECODE_THREADS, 0, stream, params);
+    return ibp_kernel_launch(mod, columns == 1 ? IBP_KERNEL_DECODE_SEG1 : IBP_KERNEL_DECODE_SEG,
+                             grid_cap(groups, cap), IBP_DECODE_THREADS, 0, stream, params);
 }
 
 int ibp_kernels_selftest(int ordinal, uint32_t n, char *why, size_t why_len)

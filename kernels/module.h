@@ -12,9 +12,8 @@
 #define IBP_KERNEL_LIST(X)                                                                                   \
     X(IBP_KERNEL_SELFTEST, "ibp_k_selftest")                                                                 \
     X(IBP_KERNEL_DECODE, "ibp_k_decode")                                                                     \
-    X(IBP_KERNEL_INDEX, "ibp_k_index")                                                                       \
     X(IBP_KERNEL_DECODE_SEG, "ibp_k_decode_seg")                                                             \
-    X(IBP_KERNEL_DECODE_FUSED, "ibp_k_decode_fused")
+    X(IBP_KERNEL_DECODE_SEG1, "ibp_k_decode_seg1")
 
 typedef enum IbpKernelId {
 #define IBP_KERNEL_ID(id, name) id,
@@ -50,14 +49,13 @@ int ibp_kernel_launch(const IbpModule *mod, IbpKernelId kernel, unsigned grid, u
 struct IbpDecodeArgs;
 
 /* Enqueues on `stream` the decode of a->nblocks blocks of a plan of `word_size`-byte words and
- * `columns` columns.  Plans without predictor columns, given an index scratch (a->index,
- * ibp_decode_index_bytes() bytes of device memory), go through ibp_k_decode_seg, a warp per
- * segment of a block, so that a few blocks still occupy every SM, after ibp_k_index has indexed
- * the segments (unless ibp_decode_fused_index() says the decode places them itself); the others
- * through ibp_k_decode, a CTA per block.  max_ctas caps each grid (0: no cap).  Returns 0 or
- * -EIO. */
+ * `columns` columns.  Plans without predictor columns go through ibp_k_decode_seg1 (one column)
+ * or ibp_k_decode_seg, a warp per segment of a block, so that a few blocks still occupy every
+ * SM; plans with them (cta != 0) through ibp_k_decode, a CTA per block (which decodes any plan).
+ * a->comp must be 16-byte aligned (blocks and their sections then are).  max_ctas caps the grid
+ * (0: no cap).  Returns 0, -EINVAL (a misaligned run) or -EIO. */
 int ibp_decode_launch(const IbpModule *mod, const struct IbpDecodeArgs *a, unsigned word_size,
-                      unsigned columns, int has_pred, unsigned max_ctas, CUstream stream);
+                      unsigned columns, int cta, unsigned max_ctas, CUstream stream);
 
 /* Runs ibp_k_selftest over `n` words on device `ordinal` through the primary
  * context and checks every word on the host.  Returns 0, or a negative errno

@@ -94,16 +94,22 @@ static void release(Encoded *e)
 
 /* Decodes blocks [first, first + count) with clip (skip, len) and checks against data. */
 static void check_range(const char *name, const uint8_t *data, const Encoded *e, CUdeviceptr d_run,
-                        CUdeviceptr d_plan, CUdeviceptr d_out, uint8_t *host_out, uint32_t first, uint32_t count,
-                        uint64_t skip, uint64_t len, size_t dst_misalign, unsigned grid, CUdeviceptr d_index)
+                        CUdeviceptr d_plan, CUdeviceptr d_out, uint8_t *host_out, uint32_t first,
+                        uint32_t count, uint64_t skip, uint64_t len, size_t dst_misalign, unsigned grid,
+                        int cta)
 {
     CUdeviceptr d_offsets;
     CHECK_CU(drv->cuMemHostGetDevicePointer(&d_offsets, e->offsets, 0));
     CHECK_CU(drv->cuMemsetD8(d_out, 0xa5, len + dst_misalign + 16));
-    IbpDecodeArgs a = {.comp = d_run + e->offsets[first], .offsets = d_offsets + first * sizeof(uint64_t),
-                       .plan = d_plan, .dst = d_out + dst_misalign, .len = len, .skip = skip,
-                       .index = d_index, .nblocks = count, .block_size = (uint32_t)e->block_size};
-    if (ibp_decode_launch(mod, &a, e->word_size, e->columns, e->has_pred, grid, NULL)) {
+    IbpDecodeArgs a = {.comp = d_run + e->offsets[first],
+                       .offsets = d_offsets + first * sizeof(uint64_t),
+                       .plan = d_plan,
+                       .dst = d_out + dst_misalign,
+                       .len = len,
+                       .skip = skip,
+                       .nblocks = count,
+                       .block_size = (uint32_t)e->block_size};
+    if (ibp_decode_launch(mod, &a, e->word_size, e->columns, e->has_pred || cta, grid, NULL)) {
         fprintf(stderr, "%s: launch failed\n", name);
         failures++;
         return;
@@ -155,12 +161,11 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
      * kernel undoes predictors of periods up to 32 words in registers, so it clips those blocks
      * itself; longer periods only clip whole blocks (the router sends their clipped edge blocks
      * through scratch space). */
-    CUdeviceptr d_index;
-    CHECK_CU(drv->cuMemAlloc(&d_index, ibp_decode_index_bytes(e.word_size, (uint32_t)e.block_size, e.nblocks) + 8));
-    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 0, d_index);
-    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 1, 0, 0); /* a CTA per block */
+    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 0, 0);
+    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 1, 0,
+                1); /* a CTA per block */
     if (e.nblocks > 3)
-        check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 3, d_index);
+        check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 3, 0);
     const int clip_blocks = !e.has_pred || e.columns <= 32;
     uint64_t seed = len * 2654435761u;
     for (int k = 0; k < 12 && !failures; k++) {
@@ -174,11 +179,10 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
             skip = (seed >> 5) % (span < e.block_size ? span : e.block_size);
             l = 1 + (seed >> 11) % (span - skip);
         }
-        check_range(name, data, &e, d_run, d_plan, d_out, host_out, first, count, skip, l, (size_t)(seed % 7), 0,
-                    (k & 1) ? 0 : d_index);
+        check_range(name, data, &e, d_run, d_plan, d_out, host_out, first, count, skip, l, (size_t)(seed % 7),
+                    0, k & 1);
     }
     free(host_out);
-    drv->cuMemFree(d_index);
     drv->cuMemFree(d_run);
     drv->cuMemFree(d_plan);
     drv->cuMemFree(d_out);
