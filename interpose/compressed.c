@@ -365,13 +365,11 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
      * H200) and enough blocks per chunk to occupy the GPU (measured best with ibp-bench). */
     const size_t chunk = p->run_len / 8 > base->opts.pipeline_chunk ? p->run_len / 8 : base->opts.pipeline_chunk;
     size_t slot_len = 0;
-    uint32_t nchunks = 0, chunk_blocks = 0;
+    uint32_t nchunks = 0;
     for (uint32_t b = g->first; b < end; nchunks++) {
         const uint32_t e = chunk_end(offs, b, end, chunk);
         if (offs[e] - offs[b] > slot_len)
             slot_len = offs[e] - offs[b];
-        if (e - b > chunk_blocks)
-            chunk_blocks = e - b;
         b = e;
     }
     const size_t scratch = (g->head_clipped || g->tail_clipped) ? 2 * base->block_size : 0;

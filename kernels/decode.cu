@@ -905,6 +905,29 @@ __device__ __forceinline__ uint32_t lane_selectors(const Plan &p, const SegStage
     return __funnelshift_r(st.sel[wi], st.sel[wi + 1], at & 31);
 }
 
+// What selector values 1-3 of a one-column plan save against a word stored whole (a selector
+// above K reads as K, as the decoder reads it).
+struct SelSavings {
+    uint32_t s1, s2, s3;
+};
+
+template <int W> __device__ __forceinline__ SelSavings sel_savings(const Plan &p, const Table<W> *t)
+{
+    return SelSavings{8 * W - matched_bits<W>(p, t, 1, 0), 8 * W - matched_bits<W>(p, t, 2, 0),
+                      8 * W - matched_bits<W>(p, t, 3, 0)};
+}
+
+// Bits the selectors in v save, by how many hold each value (bits of v that are not selectors
+// counted must be 0).
+__device__ __forceinline__ uint32_t word_savings(const Plan &p, const SelSavings &sv, uint32_t v)
+{
+    if (p.sb == 1)
+        return (uint32_t)__popc(v) * sv.s1;
+    const uint32_t lo = v & 0x55555555u, hi = (v >> 1) & 0x55555555u;
+    const uint32_t c3 = __popc(lo & hi);
+    return (__popc(lo) - c3) * sv.s1 + (__popc(hi) - c3) * sv.s2 + c3 * sv.s3;
+}
+
 // The next word of a lane's run: its selector (taken from win when the word is packed, else 0)
 // and its field bits.
 template <int W>
@@ -926,19 +949,10 @@ __device__ __forceinline__ uint32_t run_bits(const Plan &p, const Table<W> *t, c
 {
     if (p.c == 1) {
         // One column: each selector value has one size, so the run's bits follow from how many
-        // of its selectors hold each value (a selector above K counts as K, as the decoder reads it).
+        // of its selectors hold each value.
         const uint32_t nsel = __popc(lr.packed) * p.sb; // at most 32 bits
         const uint32_t w = nsel >= 32 ? win : win & ((1u << nsel) - 1u);
-        const uint32_t whole = 8 * W;
-        uint32_t bits = whole * lr.n;
-        if (p.sb == 1)
-            return bits + (uint32_t)__popc(w) * matched_bits<W>(p, t, 1, 0) - (uint32_t)__popc(w) * whole;
-        const uint32_t lo = w & 0x55555555u, hi = (w >> 1) & 0x55555555u;
-        const uint32_t c3 = __popc(lo & hi), c1 = __popc(lo) - c3, c2 = __popc(hi) - c3;
-        const uint32_t vb1 = matched_bits<W>(p, t, 1, 0);
-        const uint32_t vb2 = p.k >= 2 ? matched_bits<W>(p, t, 2, 0) : vb1;
-        const uint32_t vb3 = p.k >= 3 ? matched_bits<W>(p, t, 3, 0) : vb2;
-        return bits + c1 * vb1 + c2 * vb2 + c3 * vb3 - (c1 + c2 + c3) * whole;
+        return 8 * W * lr.n - word_savings(p, sel_savings<W>(p, t), w);
     }
     uint32_t bits = 0, col = lr.col;
     for (uint32_t i = 0; i < lr.n; i++) {
@@ -1124,13 +1138,11 @@ __device__ __forceinline__ void copy_raw_segment(const IbpBlockHeader &h, const 
 // less the stored ones), this thread's share of them when nthreads threads split the selector
 // words (a selector above K reads as K).
 template <int W>
-__device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<W> &t, const Block &b,
+__device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<W> *t, const Block &b,
                                                      uint32_t sel_words, uint32_t first, uint32_t n,
                                                      uint32_t tid, uint32_t nthreads)
 {
-    uint32_t saved[4];
-    for (uint32_t v = 0; v < 4; v++)
-        saved[v] = 8 * W - (t.e[min(v, p.k)].meta & kMetaBits);
+    const SelSavings sv = sel_savings<W>(p, t);
     const uint32_t b0 = first * p.sb, b1 = (first + n) * p.sb;
     uint32_t sum = 0;
     for (uint32_t wi = b0 / 32 + tid; wi * 32 < b1; wi += nthreads) {
@@ -1140,13 +1152,7 @@ __device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<
             v &= ~0u << (b0 - lo_bit);
         if (b1 - lo_bit < 32)
             v &= (1u << (b1 - lo_bit)) - 1u;
-        if (p.sb == 1) {
-            sum += (uint32_t)__popc(v) * saved[1];
-        } else {
-            const uint32_t lo = v & 0x55555555u, hi = (v >> 1) & 0x55555555u;
-            const uint32_t c3 = __popc(lo & hi);
-            sum += (__popc(lo) - c3) * saved[1] + (__popc(hi) - c3) * saved[2] + c3 * saved[3];
-        }
+        sum += word_savings(p, sv, v);
     }
     return sum;
 }
@@ -1163,7 +1169,7 @@ __device__ uint32_t segment_payload_bits(const Plan &p, const Table<W> *t, const
         const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
         const uint32_t nsel = packed_before(p, b, j1) - sel;
         return 8 * W * (j1 - j0) -
-               warp_sum(selector_savings<W>(p, *t, b, sel_words, sel, nsel, threadIdx.x & 31, 32));
+               warp_sum(selector_savings<W>(p, t, b, sel_words, sel, nsel, threadIdx.x & 31, 32));
     } else {
         const SegPos sp = stage_segment(p, b, h, j0, j1, sel, 0, 0, st);
         const uint32_t bits = segment_bits<W>(p, t, h, st, sp);
@@ -1184,7 +1190,7 @@ __device__ uint32_t block_bits_before(const Plan &p, const Table<W> *t, const Bl
     if constexpr (C1) {
         const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
         const uint32_t nsel = packed_before(p, b, j0);
-        part = warp_sum(selector_savings<W>(p, *t, b, sel_words, 0, nsel, threadIdx.x, kThreads));
+        part = warp_sum(selector_savings<W>(p, t, b, sel_words, 0, nsel, threadIdx.x, kThreads));
     } else {
         for (uint32_t q = warp; q < s0; q += kWarps) {
             const uint32_t q0 = q * IBP_DECODE_SEG_WORDS, q1 = min(b.nwords, q0 + IBP_DECODE_SEG_WORDS);
@@ -1297,14 +1303,16 @@ template <bool C1> __device__ __forceinline__ void decode_segments_any(const Ibp
     }
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_seg1(IbpDecodeArgs a)
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG1_CTAS_PER_SM)
+    ibp_k_decode_seg1(IbpDecodeArgs a)
 {
     decode_segments_any<true>(a);
 }
 
 // More columns keep more state (a column per lane, the field sizes of a lane's run): two CTAs a
 // multiprocessor leave it the registers it needs.
-extern "C" __global__ void __launch_bounds__(kThreads, 2) ibp_k_decode_seg(IbpDecodeArgs a)
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_SM)
+    ibp_k_decode_seg(IbpDecodeArgs a)
 {
     decode_segments_any<false>(a);
 }

@@ -28,6 +28,11 @@ typedef struct IbpDecodeArgs {
 /* Threads per CTA of every decode kernel. */
 #define IBP_DECODE_THREADS 256
 
+/* CTAs a multiprocessor of ibp_k_decode_seg1 (one-column plans) and ibp_k_decode_seg (more
+ * columns): the kernels' launch bounds and the launcher's grid cap. */
+#define IBP_DECODE_SEG1_CTAS_PER_SM 4u
+#define IBP_DECODE_SEG_CTAS_PER_SM 2u
+
 /* ibp_k_decode_seg gives each warp a segment of this many words of a block, so that a few blocks
  * still spread over every SM. */
 #define IBP_DECODE_SEG_WORDS 512u

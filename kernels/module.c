@@ -143,13 +143,13 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
         return ibp_kernel_launch(mod, IBP_KERNEL_DECODE, grid_cap(args.nblocks, max_ctas), IBP_DECODE_THREADS, 0,
                                  stream, params);
     /* A CTA per group of a block's segments (as many as it has warps), no more CTAs than fit on
-     * the device at once (the kernels' launch bounds: four a multiprocessor for one column, two
-     * for more): each then takes a contiguous share of the groups, and its set-up (the plan's
-     * mask table, the bits of its first block's earlier segments) is paid once for them. */
+     * the device at once (the kernels' launch bounds): each then takes a contiguous share of the groups, and
+     * its set-up (the plan's mask table, the bits of its first block's earlier segments) is paid once for
+     * them. */
     const unsigned warps = IBP_DECODE_THREADS / 32;
     const uint64_t groups =
         (uint64_t)args.nblocks * ((ibp_decode_segments(word_size, args.block_size) + warps - 1) / warps);
-    const unsigned per_sm = columns == 1 ? 4u : 2u;
+    const unsigned per_sm = columns == 1 ? IBP_DECODE_SEG1_CTAS_PER_SM : IBP_DECODE_SEG_CTAS_PER_SM;
     const unsigned resident = mod->sm_count > 0 ? (unsigned)mod->sm_count * per_sm : 0u;
     const unsigned cap = resident && (!max_ctas || resident < max_ctas) ? resident : max_ctas;
     return ibp_kernel_launch(mod, columns == 1 ? IBP_KERNEL_DECODE_SEG1 : IBP_KERNEL_DECODE_SEG,
