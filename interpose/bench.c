@@ -26,6 +26,7 @@ typedef struct Bench {
     unsigned word_size, columns;
     int has_pred;
     CUdeviceptr d_run, d_plan, d_out, d_offsets;
+    CUdeviceptr d_scratch[2]; /* the predictor decode's scratch: decodes on s_copy, on s_dec */
     CUstream s_copy, s_copy2, s_dec;
     CUevent t0, t1;
     CUevent ev[BENCH_EVENTS + 2];
@@ -47,9 +48,10 @@ static int decode(const Bench *b, CUdeviceptr comp, uint32_t first, uint32_t cou
                        .dst = b->d_out + (CUdeviceptr)first * b->block_size,
                        .len = len,
                        .skip = 0,
+                       .scratch = b->d_scratch[s == b->s_dec],
                        .nblocks = count,
                        .block_size = (uint32_t)b->block_size};
-    return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->has_pred, 0, s);
+    return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->has_pred ? IBP_DECODE_PRED : 0u, 0, s);
 }
 
 static uint64_t span(const Bench *b, uint32_t first, uint32_t end)
@@ -216,6 +218,8 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     if (drv->cuMemAlloc(&b.d_run, b.run_len + 16) != CUDA_SUCCESS ||
         drv->cuMemAlloc(&b.d_plan, b.blob_len) != CUDA_SUCCESS ||
         drv->cuMemAlloc(&b.d_out, b.total) != CUDA_SUCCESS ||
+        drv->cuMemAlloc(&b.d_scratch[0], ibp_decode_scratch_bytes(b.mod)) != CUDA_SUCCESS ||
+        drv->cuMemAlloc(&b.d_scratch[1], ibp_decode_scratch_bytes(b.mod)) != CUDA_SUCCESS ||
         drv->cuMemHostGetDevicePointer(&b.d_offsets, b.offsets, 0) != CUDA_SUCCESS ||
         drv->cuMemHostGetDevicePointer(&zc_run, b.run, 0) != CUDA_SUCCESS ||
         drv->cuMemcpyHtoD(b.d_plan, blob, b.blob_len) != CUDA_SUCCESS ||
@@ -280,6 +284,9 @@ out:
         drv->cuMemFree(b.d_plan);
     if (b.d_out)
         drv->cuMemFree(b.d_out);
+    for (int k = 0; k < 2; k++)
+        if (b.d_scratch[k])
+            drv->cuMemFree(b.d_scratch[k]);
     if (b.src)
         drv->cuMemFreeHost(b.src);
     if (b.run)

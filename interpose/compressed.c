@@ -213,9 +213,16 @@ typedef struct IbpLaunch {
     unsigned word_size;     /* of the plan */
     unsigned columns;
     int has_pred; /* the plan has predictor columns */
+    CUdeviceptr pred_scratch; /* ibp_decode_scratch_bytes() of device memory for has_pred, or 0 */
     IbpSendOptions opts;
     void *tag;              /* the region's report entry */
 } IbpLaunch;
+
+/* Device scratch the decode of a plan with predictor columns takes beside the staged data. */
+static size_t pred_scratch_bytes(const IbpLaunch *l)
+{
+    return l->has_pred ? align_up(ibp_decode_scratch_bytes(l->mod)) : 0;
+}
 
 /* Decodes blocks [first, first + count) of the staged run (run_base = device address of block
  * `run_first`) into dst, writing original bytes [skip, skip + len) of those blocks. */
@@ -229,11 +236,12 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
         .dst = dst,
         .len = len,
         .skip = skip,
+        .scratch = l->pred_scratch,
         .nblocks = count,
         .block_size = (uint32_t)l->block_size,
     };
-    return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, l->has_pred, l->opts.max_grid,
-                             l->stream);
+    return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, l->has_pred ? IBP_DECODE_PRED : 0u,
+                             l->opts.max_grid, l->stream);
 }
 
 /* Which blocks of a compressed piece are needed and how.  Plans with predictor columns decode a
@@ -373,9 +381,11 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
         b = e;
     }
     const size_t scratch = (g->head_clipped || g->tail_clipped) ? 2 * base->block_size : 0;
+    const size_t pred_scratch = pred_scratch_bytes(base);
     const size_t slot_stride = align_up(slot_len);
     IbpStagingBuf *stage = NULL;
-    int err = ibp_staging_acquire(ctx, align_up(blob_len) + scratch + IBP_PIPE_SLOTS * slot_stride, &stage);
+    int err = ibp_staging_acquire(
+        ctx, align_up(blob_len) + pred_scratch + scratch + IBP_PIPE_SLOTS * slot_stride, &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 1);
@@ -384,7 +394,8 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     IbpLaunch l = *base;
     l.plan = stage->ptr;
     l.stream = pp->decode;
-    const CUdeviceptr scr = stage->ptr + align_up(blob_len);
+    l.pred_scratch = pred_scratch ? stage->ptr + align_up(blob_len) : 0;
+    const CUdeviceptr scr = stage->ptr + align_up(blob_len) + pred_scratch;
     const CUdeviceptr slots = scr + scratch;
     void *decoded[IBP_PIPE_SLOTS] = {NULL};
     size_t dma_sample = blob_len, dec_sample = 0;
@@ -488,8 +499,20 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
             drv->cuMemHostGetDevicePointer(&blob_dev, blob_host, 0) != CUDA_SUCCESS)
             return -EIO;
         l.plan = blob_dev;
-        *sent += p->run_len;
-        return launch_decode(&l, run_dev, g.first, g.first, p->nblocks, dst, skip, p->len);
+        IbpStagingBuf *stage = NULL;
+        const size_t pred_scratch = pred_scratch_bytes(&l);
+        if (pred_scratch) {
+            const int err = ibp_staging_acquire(ctx, pred_scratch, &stage);
+            if (err)
+                return err;
+            l.pred_scratch = stage->ptr;
+        }
+        const int err = launch_decode(&l, run_dev, g.first, g.first, p->nblocks, dst, skip, p->len);
+        if (stage)
+            ibp_staging_release(stage, l.stream);
+        if (!err)
+            *sent += p->run_len;
+        return err;
     }
     const IbpPipe *pp = base->opts.pipeline_chunk && p->run_len >= 8 * base->opts.pipeline_chunk
                             ? pipe_for(drv, ctx, base->stream)
@@ -504,7 +527,9 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         return err;
     }
     IbpStagingBuf *stage = NULL;
-    int err = ibp_staging_acquire(ctx, align_up(blob_len) + align_up(p->run_len) + scratch, &stage);
+    const size_t pred_scratch = pred_scratch_bytes(&l);
+    int err = ibp_staging_acquire(
+        ctx, align_up(blob_len) + align_up(p->run_len) + align_up(scratch) + pred_scratch, &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 0);
@@ -513,6 +538,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     l.plan = stage->ptr;
     const CUdeviceptr run = stage->ptr + align_up(blob_len);
     const CUdeviceptr scr = run + align_up(p->run_len);
+    l.pred_scratch = pred_scratch ? scr + align_up(scratch) : 0;
     int marked = timed && !speed_mark(drv, ctx, 0, 0, l.stream);
     if (drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, l.stream) != CUDA_SUCCESS ||
         drv->cuMemcpyHtoDAsync(run, p->run, p->run_len, l.stream) != CUDA_SUCCESS) {

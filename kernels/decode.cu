@@ -1,22 +1,25 @@
 // SPDX-License-Identifier: MIT
 // ibpshim: decodes runs of IBP blocks on the GPU, bit-exact with codec/.
 //
-// Two kernels, picked per launch by ibp_decode_launch() (kernels/module.c):
-// - ibp_k_decode_seg: plans without predictor columns.  A block's 512-word segments form groups
-//   of 8, each CTA takes a contiguous share of the groups and its warps a segment each.  Each
-//   segment's payload bits (popcounts over its selectors for one-column plans, else its words'
-//   field sizes) and a CTA scan place the segments, the bits of a block's earlier groups carried
-//   from group to group.  A warp stages its segment in shared memory; each lane takes a run of
-//   16 consecutive words, one warp scan places the runs' fields, and each lane walks its fields
-//   with a bit cursor, a word costing one lookup of what its selector and column mean and a
-//   deposit of up to four runs of variant bits;
-// - ibp_k_decode: a CTA per block, its warps on contiguous stretches of the block (plans with
-//   predictor columns).  Periods of up to 32 words are undone in registers by strided warp scans
-//   carrying the previous group, then stretches are joined by a per-residue carry over the CTA's
-//   warps; longer periods go through a per-column pass over the output.  Within a stretch a warp
-//   takes 32 words at a time, a lane per word: a ballot places the selectors, a warp scan of the
-//   field sizes places the fields, and each lane loads its field, deposits it into its mask set
-//   and stores the word.
+// Kernels picked per launch by ibp_decode_launch() (kernels/module.c):
+// - ibp_k_decode_seg1 (one column) and ibp_k_decode_seg: plans without predictor columns.  A
+//   block's 512-word segments form groups of 8, each CTA takes a contiguous share of the groups
+//   and its warps a segment each.  Each segment's payload bits (popcounts over its selectors for
+//   one-column plans, else its lanes' field sizes, kept for the decode) and a CTA scan place the
+//   segments, the bits of a block's earlier groups carried from group to group.  A warp stages its
+//   segment in shared memory; each lane takes a run of 16 consecutive words, one warp scan places
+//   the runs' fields, and each lane walks its fields with a bit cursor, a word costing one lookup
+//   of what its selector and column mean and a deposit of up to four runs of variant bits;
+// - ibp_k_decode_segp then ibp_k_decode_fix: plans with predictor columns of a period of at most
+//   32 words, split the same way; a warp decodes its segment into shared memory and undoes the
+//   predictors there (section "Plans with predictor columns" below);
+// - ibp_k_decode: a CTA per block, its warps on contiguous stretches of the block (any plan; the
+//   launcher's choice for longer predictor periods).  Periods of up to 32 words are undone in
+//   registers by strided warp scans carrying the previous group, then stretches are joined by a
+//   per-residue carry over the CTA's warps; longer periods go through a per-column pass over the
+//   output.  Within a stretch a warp takes 32 words at a time, a lane per word: a ballot places
+//   the selectors, a warp scan of the field sizes places the fields, and each lane loads its
+//   field, deposits it into its mask set and stores the word.
 #include <stdint.h>
 
 #include "codec/format.h"
@@ -829,6 +832,18 @@ struct SegPos {
     uint32_t pay_bit;    // the segment's first payload bit, relative to the staged payload
 };
 
+// Stages `bits` bits of payload from bit bit0 on (whole 16-byte words); returns where bit0 is in
+// the staged copy.
+__device__ __forceinline__ uint32_t stage_payload(const Block &b, uint32_t bit0, uint32_t bits, SegStage &st)
+{
+    const uint32_t first = bit0 / 8 / 16 * 16;
+    const uint32_t pay_len = b.payload_words * 4;
+    const uint32_t end = min(pay_len, ((bit0 + bits + 7) / 8 + 15) / 16 * 16);
+    const uint32_t n = end > first ? min(end - first, (uint32_t)sizeof(st.payload)) : 0;
+    stage_copy(st.payload, b.payload + first, n);
+    return bit0 - first * 8;
+}
+
 // Stages the segment's row flags and selectors (and, with bits > 0, its payload of that many bits
 // starting at bit0).  Whole 4- or 16-byte words of each section are read, never past it (sections
 // are 16-byte aligned and padded).
@@ -851,14 +866,7 @@ __device__ SegPos stage_segment(const Plan &p, const Block &b, const IbpBlockHea
     for (uint32_t i = lane; i < 36; i += 32)
         st.sel[i] = sel_word0 + i < sel_words ? __ldg(b.sel + sel_word0 + i) : 0;
     sp.sel_bit = sel0 * p.sb - sel_word0 * 32;
-    const uint32_t first = bit0 / 8 / 16 * 16;
-    sp.pay_bit = bit0 - first * 8;
-    if (bits) {
-        const uint32_t pay_len = b.payload_words * 4;
-        const uint32_t end = min(pay_len, ((bit0 + bits + 7) / 8 + 15) / 16 * 16);
-        const uint32_t n = end > first ? min(end - first, (uint32_t)sizeof(st.payload)) : 0;
-        stage_copy(st.payload, b.payload + first, n);
-    }
+    sp.pay_bit = bits ? stage_payload(b, bit0, bits, st) : 0;
     __syncwarp();
     return sp;
 }
@@ -1003,55 +1011,94 @@ __device__ __forceinline__ typename WordT<W>::U staged_field(const SegStage &st,
     return field;
 }
 
-// Decodes a lane's run of words and stores those inside dst: next(i) gives word i of the run
-// (called for i = 0, 1, ... in order).  Whole aligned runs inside dst go out 16 bytes at a time.
-template <int W, typename Next>
-__device__ __forceinline__ void store_run(const LaneRun &lr, const Out &out, Next next)
+// Words [16 v, 16 v + 16 / W) of a lane's run packed into 16 bytes, next(i) giving word i (called
+// in order of i).
+template <int W, typename Next> __device__ __forceinline__ ulonglong2 pack16(Next &next, uint32_t v)
 {
-    constexpr uint32_t kPerVec = 16 / W; // words in 16 bytes of output
-    const int64_t at0 = out.origin + (int64_t)lr.j * W;
-    if (out.fast && lr.n == kLaneRun && ((uintptr_t)(out.dst + at0) & 15) == 0) {
-        for (uint32_t v = 0; v < kLaneRun / kPerVec; v++) {
-            uint64_t acc[2] = {0, 0};
+    constexpr uint32_t kPerVec = 16 / W;
+    uint64_t acc[2] = {0, 0};
 #pragma unroll
-            for (uint32_t k = 0; k < kPerVec; k++)
-                acc[(k * W) / 8] |= (uint64_t)next(v * kPerVec + k) << (8 * ((k * W) % 8));
-            *(ulonglong2 *)(out.dst + at0 + 16 * v) = make_ulonglong2(acc[0], acc[1]);
-        }
-        return;
-    }
-    for (uint32_t i = 0; i < lr.n; i++) {
-        const typename WordT<W>::U x = next(i);
-        if (out.fast)
-            store_aligned<W>(out.dst + at0 + (int64_t)i * W, x);
-        else
-            store_clipped<W>(out.dst, at0 + (int64_t)i * W, x, out.len);
-    }
+    for (uint32_t k = 0; k < kPerVec; k++)
+        acc[(k * W) / 8] |= (uint64_t)next(v * kPerVec + k) << (8 * ((k * W) % 8));
+    return make_ulonglong2(acc[0], acc[1]);
 }
 
-// The lane's first field in the staged payload: the warp's runs placed by a scan of their bits.
+// Decodes a lane's run of words and stores those inside dst: next(i) gives word i of the run
+// (called for i = 0, 1, ... in order).  Whole aligned runs inside dst go out 16 bytes at a time.
+template <int W> struct ToGlobal {
+    const Out &out;
+    template <typename Next> __device__ __forceinline__ void operator()(const LaneRun &lr, Next next) const
+    {
+        const int64_t at0 = out.origin + (int64_t)lr.j * W;
+        if (out.fast && lr.n == kLaneRun && ((uintptr_t)(out.dst + at0) & 15) == 0) {
+            for (uint32_t v = 0; v < kLaneRun * W / 16; v++)
+                *(ulonglong2 *)(out.dst + at0 + 16 * v) = pack16<W>(next, v);
+            return;
+        }
+        for (uint32_t i = 0; i < lr.n; i++) {
+            const typename WordT<W>::U x = next(i);
+            if (out.fast)
+                store_aligned<W>(out.dst + at0 + (int64_t)i * W, x);
+            else
+                store_clipped<W>(out.dst, at0 + (int64_t)i * W, x, out.len);
+        }
+    }
+};
+
+// Decodes a lane's run of words into the warp's segment buffer in shared memory (word i of the
+// segment at seg + i * W), for the predictors to be undone there.
+template <int W> struct ToShared {
+    uint8_t *seg;
+    template <typename Next> __device__ __forceinline__ void operator()(const LaneRun &lr, Next next) const
+    {
+        uint8_t *at = seg + (threadIdx.x & 31) * kLaneRun * W;
+        if (lr.n == kLaneRun) {
+            for (uint32_t v = 0; v < kLaneRun * W / 16; v++)
+                *(ulonglong2 *)(at + 16 * v) = pack16<W>(next, v);
+            return;
+        }
+        for (uint32_t i = 0; i < lr.n; i++)
+            store_aligned<W>(at + i * W, next(i));
+    }
+};
+
+// A lane's part of a staged segment: its run, its selector window and its field bits, then (once
+// the payload is staged) its first field in the staged payload.
+struct LaneStart {
+    LaneRun lr;
+    uint32_t win;
+    uint32_t bits;
+    uint32_t cursor;
+};
+
 template <int W>
-__device__ __forceinline__ uint32_t lane_cursor(const Plan &p, const Table<W> *t, const IbpBlockHeader &h,
-                                                const SegStage &st, const SegPos &sp, LaneRun &lr,
-                                                uint32_t &win)
+__device__ __forceinline__ LaneStart lane_start(const Plan &p, const Table<W> *t, const IbpBlockHeader &h,
+                                                const SegStage &st, const SegPos &sp)
+{
+    LaneStart ls;
+    ls.bits = lane_fields<W>(p, t, h, st, sp, ls.lr, ls.win);
+    ls.cursor = 0;
+    return ls;
+}
+
+// Places the warp's runs in the payload staged from bit pay_bit on: a scan of their bits.
+__device__ __forceinline__ void lane_place(LaneStart &ls, uint32_t pay_bit)
 {
     uint32_t total;
-    const uint32_t bits = lane_fields<W>(p, t, h, st, sp, lr, win);
-    return sp.pay_bit + warp_excl_scan<uint32_t>(bits, total);
+    ls.cursor = pay_bit + warp_excl_scan<uint32_t>(ls.bits, total);
 }
 
 // Decodes the staged segment of a plan without predictor columns whose every table entry is at
 // most kRuns runs, each lane its run of words: a word is one entry lookup by selector (0 for
 // words stored whole) and column, its field, and a deposit of four runs.  C1: one column; ZZ:
 // some column is zigzag-coded.
-template <int W, bool C1, bool ZZ>
-__device__ void decode_staged_runs(const Plan &p, const Table<W> &t, const IbpBlockHeader &h,
-                                   const SegStage &st, const SegPos &sp, const Out &out)
+template <int W, bool C1, bool ZZ, typename Sink>
+__device__ void decode_staged_runs(const Plan &p, const Table<W> &t, const SegStage &st, const LaneStart &ls,
+                                   const Sink &sink)
 {
     using U = typename WordT<W>::U;
-    LaneRun lr;
-    uint32_t win;
-    uint32_t cursor = lane_cursor<W>(p, &t, h, st, sp, lr, win);
+    const LaneRun &lr = ls.lr;
+    uint32_t win = ls.win, cursor = ls.cursor;
     const uint32_t smask = p.sb == 1 ? 1u : 3u;
     if (lr.packed != (1u << kLaneRun) - 1u) {
         // Give the words of raw rows selector 0 in place, so that word i's selector is field i.
@@ -1065,7 +1112,7 @@ __device__ void decode_staged_runs(const Plan &p, const Table<W> &t, const IbpBl
         win = spread;
     }
     uint32_t col = C1 ? 0 : lr.col;
-    store_run<W>(lr, out, [&](uint32_t i) {
+    sink(lr, [&](uint32_t i) {
         const uint32_t s = min((win >> (p.sb * i)) & smask, p.k);
         const Entry<W> &e = t.e[C1 ? s : s * p.c + col];
         const U field = staged_field<W>(st, cursor);
@@ -1081,16 +1128,15 @@ __device__ void decode_staged_runs(const Plan &p, const Table<W> &t, const IbpBl
 
 // Decodes the staged segment of any plan without predictor columns, each lane its run of words,
 // the masks from the table t (where it fits) or from the plan; zz: some column is zigzag-coded.
-template <int W>
-__device__ void decode_staged_any(const Plan &p, const Table<W> *t, const IbpBlockHeader &h,
-                                  const SegStage &st, const SegPos &sp, const Out &out, bool zz)
+template <int W, typename Sink>
+__device__ void decode_staged_any(const Plan &p, const Table<W> *t, const SegStage &st, const LaneStart &ls,
+                                  const Sink &sink, bool zz)
 {
     using U = typename WordT<W>::U;
-    LaneRun lr;
-    uint32_t win;
-    uint32_t cursor = lane_cursor<W>(p, t, h, st, sp, lr, win);
+    const LaneRun &lr = ls.lr;
+    uint32_t win = ls.win, cursor = ls.cursor;
     uint32_t col = lr.col;
-    store_run<W>(lr, out, [&](uint32_t i) {
+    sink(lr, [&](uint32_t i) {
         uint32_t s;
         const uint32_t size = run_word<W>(p, t, (lr.packed >> i) & 1, win, col, s);
         const U field = staged_field<W>(st, cursor);
@@ -1104,21 +1150,17 @@ __device__ void decode_staged_any(const Plan &p, const Table<W> *t, const IbpBlo
     });
 }
 
-// Stages and decodes words [j0, j1) of a packed block, the segment whose first selector and
-// payload bit are sel and bit0 and whose payload is `bits` bits long.
-template <int W, bool C1>
-__device__ __forceinline__ void decode_segment(const Plan &p, const Table<W> *t, TableKind kind, bool zz,
-                                               const Block &b, const IbpBlockHeader &h, uint32_t j0,
-                                               uint32_t j1, uint32_t sel, uint32_t bit0, uint32_t bits,
-                                               SegStage &st, const Out &out)
+// Decodes the staged segment, each lane from its placed start.
+template <int W, bool C1, typename Sink>
+__device__ __forceinline__ void decode_lanes(const Plan &p, const Table<W> *t, TableKind kind, bool zz,
+                                             const SegStage &st, const LaneStart &ls, const Sink &sink)
 {
-    const SegPos sp = stage_segment(p, b, h, j0, j1, sel, bit0, bits, st);
     if (kind != TableKind::runs)
-        decode_staged_any<W>(p, t, h, st, sp, out, zz);
+        decode_staged_any<W>(p, t, st, ls, sink, zz);
     else if (zz)
-        decode_staged_runs<W, C1, true>(p, *t, h, st, sp, out);
+        decode_staged_runs<W, C1, true>(p, *t, st, ls, sink);
     else
-        decode_staged_runs<W, C1, false>(p, *t, h, st, sp, out);
+        decode_staged_runs<W, C1, false>(p, *t, st, ls, sink);
     __syncwarp();
 }
 
@@ -1176,6 +1218,42 @@ __device__ uint32_t segment_payload_bits(const Plan &p, const Table<W> *t, const
         __syncwarp();
         return bits;
     }
+}
+
+// A warp's segment [j0, j1) of a packed block whose first selector is sel: its payload bits,
+// summed over the warp.  For one column by popcounts over its selectors; for more, each lane
+// sums its run's field sizes over the staged flags and selectors, kept in ls for the decode.
+template <int W, bool C1>
+__device__ __forceinline__ uint32_t count_segment(const Plan &p, const Table<W> *t, const Block &b,
+                                                  const IbpBlockHeader &h, uint32_t j0, uint32_t j1,
+                                                  uint32_t sel, SegStage &st, LaneStart &ls)
+{
+    if constexpr (C1) {
+        return segment_payload_bits<W, true>(p, t, b, h, j0, j1, sel, st);
+    } else {
+        const SegPos sp = stage_segment(p, b, h, j0, j1, sel, 0, 0, st);
+        ls = lane_start<W>(p, t, h, st, sp);
+        return warp_sum(ls.bits);
+    }
+}
+
+// Decodes the counted segment, its payload of `bits` bits starting at bit0.
+template <int W, bool C1, typename Sink>
+__device__ __forceinline__ void decode_counted(const Plan &p, const Table<W> *t, TableKind kind, bool zz,
+                                               const Block &b, const IbpBlockHeader &h, uint32_t j0,
+                                               uint32_t j1, uint32_t sel, uint32_t bit0, uint32_t bits,
+                                               SegStage &st, LaneStart &ls, const Sink &sink)
+{
+    if constexpr (C1) {
+        const SegPos sp = stage_segment(p, b, h, j0, j1, sel, bit0, bits, st);
+        ls = lane_start<W>(p, t, h, st, sp);
+        lane_place(ls, sp.pay_bit);
+    } else {
+        const uint32_t pay_bit = stage_payload(b, bit0, bits, st);
+        __syncwarp();
+        lane_place(ls, pay_bit);
+    }
+    decode_lanes<W, C1>(p, t, kind, zz, st, ls, sink);
 }
 
 // Payload bits of the first s0 segments of a packed block, summed by the CTA: for one column its
@@ -1247,9 +1325,10 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
         carry_block = bi;
         const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
         uint32_t sel = 0, bits = 0;
+        LaneStart ls;
         if (j0 < j1) {
             sel = packed_before(p, b, j0);
-            bits = segment_payload_bits<W, C1>(p, t, b, h, j0, j1, sel, st);
+            bits = count_segment<W, C1>(p, t, b, h, j0, j1, sel, st, ls);
         }
         if (lane == 0)
             seg_bits[warp] = bits;
@@ -1262,10 +1341,313 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
         __syncthreads();
         carry += group;
         if (j0 < j1)
-            decode_segment<W, C1>(p, t, kind, zz, b, h, j0, j1, sel, before, bits, st, out);
+            decode_counted<W, C1>(p, t, kind, zz, b, h, j0, j1, sel, before, bits, st, ls, ToGlobal<W>{out});
         const uint32_t n = (b.nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
         if (s == (n ? n - 1 : 0))
             copy_tail(h, blk, W, out, lane, 32);
+    }
+}
+
+// ---- Plans with predictor columns of a period of at most 32 words ----
+//
+// ibp_k_decode_segp splits the run's groups of segments over CTAs as the decode above does.  A
+// warp decodes its segment into shared memory, zigzag undone; a predictor column's words form
+// chains one period (C words) apart, so the warp reduces each column residue (j mod C) of its
+// segment, a CTA scan over the group's segments and the carry of the block's earlier groups give
+// every segment its incoming value per residue, and the warp scans its segment with it and stores
+// it.  Where a CTA's share begins inside a block, the carry of the block's earlier groups belongs
+// to other CTAs: the share's first block is decoded relative to the share's start and
+// ibp_k_decode_fix, run next with the same grid, applies the carry, which it finds in the records
+// the CTAs before left in the scratch.
+
+// Lanes of a warp scan: the most lanes that are a whole number of periods, so that each lane keeps
+// its column residue from step to step.
+struct ResLanes {
+    uint32_t n;        // lanes in use: C * floor(32 / C)
+    uint32_t lane_res; // lane mod C
+};
+
+__device__ __forceinline__ ResLanes res_lanes(uint32_t c)
+{
+    ResLanes rl;
+    rl.n = 32 / c * c;
+    rl.lane_res = (threadIdx.x & 31) % c;
+    return rl;
+}
+
+// The predictor of the column of block word j.
+__device__ __forceinline__ uint32_t pred_of(const Plan &p, uint32_t phase, uint32_t j)
+{
+    return p.xform[(phase + j) % p.c] & IBP_XF_PRED_MASK;
+}
+
+// Lane r (< C) gets the predictor sum of the n words [0, n) of seg (W bytes each) whose index is
+// r modulo C; the words of the other lanes' residues follow in steps of rl.n lanes.  pred: the
+// predictor of this lane's words.
+template <int W>
+__device__ __forceinline__ typename WordT<W>::U seg_reduce(const uint8_t *seg, uint32_t n, uint32_t c,
+                                                           const ResLanes &rl, uint32_t pred)
+{
+    using U = typename WordT<W>::U;
+    const uint32_t lane = threadIdx.x & 31;
+    U acc = 0;
+    if (lane < rl.n)
+        for (uint32_t j = lane; j < n; j += rl.n)
+            acc = pred_op(pred, acc, load_aligned<W>(seg + j * W));
+    for (uint32_t o = c; o < rl.n; o <<= 1) {
+        const U y = __shfl_down_sync(kFull, acc, o);
+        if (lane + o < rl.n)
+            acc = pred_op(pred, acc, y);
+    }
+    return acc & word_mask<W>();
+}
+
+// Undoes the predictors over the n words of seg in place, lane l's words (index l mod rl.n)
+// continuing from `carry` (the value before the segment of the residue of index l).
+template <int W>
+__device__ __forceinline__ void seg_scan(uint8_t *seg, uint32_t n, uint32_t c, const ResLanes &rl,
+                                         uint32_t pred, typename WordT<W>::U carry)
+{
+    using U = typename WordT<W>::U;
+    const uint32_t lane = threadIdx.x & 31;
+    U prev = carry; // lane rl.n - C + r holds the last value of residue r so far
+    for (uint32_t base = 0; base < n; base += rl.n) {
+        const uint32_t j = base + lane;
+        const bool in = lane < rl.n && j < n;
+        U x = in ? load_aligned<W>(seg + j * W) : 0;
+        for (uint32_t o = c; o < rl.n; o <<= 1) {
+            const U y = shfl_up(x, o);
+            if (lane >= o)
+                x = pred_op(pred, x, y);
+        }
+        x = pred_op(pred, x, shfl_idx(prev, rl.n - c + rl.lane_res)) & word_mask<W>();
+        if (in)
+            store_aligned<W>(seg + j * W, x);
+        prev = x;
+    }
+}
+
+// The warp's decoded segment [j0, j1) of a block stored into dst; a word straddling an end of dst
+// also goes whole to edge[] (the fix-up needs its bytes outside dst).
+template <int W>
+__device__ __forceinline__ void seg_store(const uint8_t *seg, uint32_t j0, uint32_t j1, const Out &out,
+                                          uint64_t *edge)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const int64_t at0 = out.origin + (int64_t)j0 * W;
+    const uint32_t n = j1 - j0;
+    if (out.fast && n == IBP_DECODE_SEG_WORDS && ((uintptr_t)(out.dst + at0) & 15) == 0) {
+        for (uint32_t i = lane; i < IBP_DECODE_SEG_WORDS * W / 16; i += 32)
+            *(uint4 *)(out.dst + at0 + 16 * i) = *(const uint4 *)(seg + 16 * i);
+        return;
+    }
+    for (uint32_t i = lane; i < n; i += 32) {
+        const typename WordT<W>::U x = load_aligned<W>(seg + i * W);
+        const int64_t at = at0 + (int64_t)i * W;
+        if (out.fast) {
+            store_aligned<W>(out.dst + at, x);
+            continue;
+        }
+        store_clipped<W>(out.dst, at, x, out.len);
+        if (at < (int64_t)out.len && at + W > 0 && (at < 0 || at + W > (int64_t)out.len))
+            edge[at < 0 ? 0 : 1] = (uint64_t)x;
+    }
+}
+
+// A CTA's record in the scratch: the carry per residue at the end of its share and whether that
+// carry counts only the words of the share (it lies inside one block and starts after its start).
+struct PredRecord {
+    uint64_t carry[IBP_DECODE_PRED_MAX_COLUMNS];
+    uint64_t rel;
+};
+static_assert(sizeof(PredRecord) == IBP_DECODE_SCRATCH_RECORD, "scratch layout");
+
+__device__ __forceinline__ PredRecord *pred_records(const IbpDecodeArgs &a)
+{
+    return (PredRecord *)(a.scratch + IBP_DECODE_SCRATCH_HEADER);
+}
+
+// The CTA's share of the run's groups of segments, as ibp_decode_launch sized the grid.
+struct Share {
+    uint32_t nseg, per_block; // segments and groups of a block
+    uint64_t g0, g1;
+};
+
+__device__ __forceinline__ Share cta_share(const IbpDecodeArgs &a, uint32_t w)
+{
+    Share sh;
+    sh.nseg = ibp_decode_segments(w, a.block_size);
+    sh.per_block = (sh.nseg + kWarps - 1) / kWarps;
+    const uint64_t ngroups = (uint64_t)a.nblocks * sh.per_block;
+    sh.g0 = blockIdx.x * ngroups / gridDim.x;
+    sh.g1 = (blockIdx.x + 1) * ngroups / gridDim.x;
+    return sh;
+}
+
+struct PredShared {
+    uint64_t agg[kWarps][IBP_DECODE_PRED_MAX_COLUMNS]; // per segment of the group and residue
+    uint64_t carry[IBP_DECODE_PRED_MAX_COLUMNS];       // per residue, before the group
+};
+
+template <int W>
+__device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages,
+                                     uint8_t *segbuf, uint32_t *seg_bits, uint32_t *red, PredShared &ps)
+{
+    using U = typename WordT<W>::U;
+    const TableKind kind = table_build<W>(p, tbl);
+    const Table<W> *t = table_if<W>(kind, tbl);
+    const bool zz = plan_has_xform(p, IBP_XF_ZIGZAG);
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    SegStage &st = stages[warp];
+    uint8_t *seg = segbuf + warp * IBP_DECODE_SEG_WORDS * W;
+    const ResLanes rl = res_lanes(p.c);
+    const Share sh = cta_share(a, W);
+    const uint64_t *offs = (const uint64_t *)a.offsets;
+    uint64_t *edge = (uint64_t *)a.scratch;
+    const uint32_t bi0 = (uint32_t)(sh.g0 / sh.per_block);
+    const bool head_rel = sh.g0 % sh.per_block != 0; // the share starts inside its first block
+    uint32_t bi = bi0, s0 = (uint32_t)(sh.g0 % sh.per_block) * kWarps, last_bi = bi0;
+    uint32_t carry = 0, carry_block = ~0u, pred_block = ~0u;
+    for (uint32_t left = (uint32_t)(sh.g1 - sh.g0); left;
+         left--, s0 = s0 + kWarps >= sh.nseg ? (bi++, 0) : s0 + kWarps) {
+        last_bi = bi;
+        const uint32_t s = s0 + warp;
+        const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
+        IbpBlockHeader h;
+        memcpy(&h, blk, sizeof(h));
+        const Out out = out_for(a, bi, h, W);
+        if (h.flags & IBP_BLOCK_RAW) {
+            copy_raw_segment<W>(h, blk, s, out);
+            continue;
+        }
+        const Block b = block_view(h, blk, W);
+        if (s0 && s0 * IBP_DECODE_SEG_WORDS >= b.nwords)
+            continue;
+        if (bi != carry_block)
+            carry = s0 ? block_bits_before<W, false>(p, t, b, h, s0, st, red) : 0;
+        carry_block = bi;
+        if (bi != pred_block && warp == 0) // the block's predictors start from 0 (or the share's start)
+            ps.carry[lane] = 0;
+        pred_block = bi;
+        const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
+        uint32_t sel = 0, bits = 0;
+        LaneStart ls;
+        if (j0 < j1) {
+            sel = packed_before(p, b, j0);
+            bits = count_segment<W, false>(p, t, b, h, j0, j1, sel, st, ls);
+        }
+        if (lane == 0)
+            seg_bits[warp] = bits;
+        __syncthreads();
+        uint32_t before = carry, group = 0;
+        for (uint32_t q = 0; q < kWarps; q++) {
+            before += q < warp ? seg_bits[q] : 0;
+            group += seg_bits[q];
+        }
+        carry += group;
+        const uint32_t pred = pred_of(p, h.col_phase, j0 + lane);
+        U agg = 0;
+        if (j0 < j1) {
+            decode_counted<W, false>(p, t, kind, zz, b, h, j0, j1, sel, before, bits, st, ls,
+                                     ToShared<W>{seg});
+            agg = seg_reduce<W>(seg, j1 - j0, p.c, rl, pred);
+        }
+        if (lane < p.c)
+            ps.agg[warp][(j0 + lane) % p.c] = (uint64_t)agg;
+        __syncthreads();
+        // Lane r < C: the value of residue r before this segment and after the whole group.
+        U in = 0, total = 0;
+        if (lane < p.c) {
+            const uint32_t pr = pred_of(p, h.col_phase, lane);
+            in = (U)ps.carry[lane];
+            for (uint32_t q = 0; q < warp; q++)
+                in = pred_op(pr, in, (U)ps.agg[q][lane]);
+            total = in;
+            for (uint32_t q = warp; q < kWarps; q++)
+                total = pred_op(pr, total, (U)ps.agg[q][lane]);
+        }
+        in = shfl_idx(in, (j0 + lane) % p.c) & word_mask<W>();
+        __syncthreads();
+        if (warp == 0 && lane < p.c)
+            ps.carry[lane] = (uint64_t)(total & word_mask<W>());
+        if (j0 < j1) {
+            seg_scan<W>(seg, j1 - j0, p.c, rl, pred, in);
+            __syncwarp();
+            seg_store<W>(seg, j0, j1, out, edge);
+            __syncwarp();
+        }
+        const uint32_t n = (b.nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
+        if (s == (n ? n - 1 : 0))
+            copy_tail(h, blk, W, out, lane, 32);
+    }
+    // The record the next CTAs' fix-ups read: the carry after the share's last group.
+    __syncthreads();
+    if (warp == 0) {
+        PredRecord &r = pred_records(a)[blockIdx.x];
+        r.carry[lane] = pred_block == last_bi ? ps.carry[lane] : 0;
+        if (lane == 0)
+            r.rel = head_rel && last_bi == bi0;
+    }
+}
+
+// Applies to the words of a CTA's first block that ibp_k_decode_segp decoded relative to the
+// share's start the carry of the block's words before the share: the records of the CTAs before
+// it, back to the one whose share reaches the block's start.
+template <int W> __device__ void fix_share(const IbpDecodeArgs &a, const Plan &p)
+{
+    using U = typename WordT<W>::U;
+    __shared__ uint64_t carry[IBP_DECODE_PRED_MAX_COLUMNS];
+    const Share sh = cta_share(a, W);
+    if (sh.g0 % sh.per_block == 0 || sh.g0 >= sh.g1)
+        return;
+    const uint32_t bi = (uint32_t)(sh.g0 / sh.per_block);
+    const uint64_t *offs = (const uint64_t *)a.offsets;
+    const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
+    IbpBlockHeader h;
+    memcpy(&h, blk, sizeof(h));
+    const uint32_t nwords = h.orig_len / W;
+    const uint32_t g_end = (uint32_t)min(sh.g1 - (uint64_t)bi * sh.per_block, (uint64_t)sh.per_block);
+    const uint32_t j_begin = (uint32_t)(sh.g0 % sh.per_block) * kWarps * IBP_DECODE_SEG_WORDS;
+    const uint32_t j_end = min(nwords, g_end * kWarps * IBP_DECODE_SEG_WORDS);
+    if ((h.flags & IBP_BLOCK_RAW) || j_begin >= j_end)
+        return;
+    const PredRecord *recs = pred_records(a);
+    bool any = false;
+    if (threadIdx.x < p.c) {
+        const uint32_t pr = pred_of(p, h.col_phase, threadIdx.x);
+        U c = 0;
+        for (uint32_t q = blockIdx.x; q-- > 0;) {
+            c = pred_op(pr, c, (U)recs[q].carry[threadIdx.x]);
+            if (!recs[q].rel)
+                break;
+        }
+        c &= word_mask<W>();
+        carry[threadIdx.x] = c;
+        any = pr && c;
+    }
+    if (!__syncthreads_or(any))
+        return;
+    const Out out = out_for(a, bi, h, W);
+    const uint64_t *edge = (const uint64_t *)a.scratch;
+    const uint32_t step = kThreads % p.c;
+    uint32_t res = (j_begin + threadIdx.x) % p.c;
+    for (uint32_t j = j_begin + threadIdx.x; j < j_end; j += kThreads) {
+        const uint32_t pr = pred_of(p, h.col_phase, res);
+        const U k = (U)carry[res];
+        if (pr && k) {
+            const int64_t at = out.origin + (int64_t)j * W;
+            if (out.fast) {
+                store_aligned<W>(out.dst + at,
+                                 pred_op(pr, load_aligned<W>(out.dst + at), k) & word_mask<W>());
+            } else if (at < (int64_t)out.len && at + W > 0) {
+                const bool straddles = at < 0 || at + W > (int64_t)out.len;
+                const U x = straddles ? (U)edge[at < 0 ? 0 : 1] : load_clipped<W>(out.dst, at, out.len);
+                store_clipped<W>(out.dst, at, pred_op(pr, x, k) & word_mask<W>(), out.len);
+            }
+        }
+        res += step;
+        if (res >= p.c)
+            res -= p.c;
     }
 }
 
@@ -1315,4 +1697,45 @@ extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_S
     ibp_k_decode_seg(IbpDecodeArgs a)
 {
     decode_segments_any<false>(a);
+}
+
+// Plans with predictor columns of a period of at most 32 words; the segments' decoded words are
+// kept in dynamic shared memory (kWarps * IBP_DECODE_SEG_WORDS * W bytes).
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEGP_CTAS_PER_SM)
+    ibp_k_decode_segp(IbpDecodeArgs a)
+{
+    __shared__ TableAny tbl;
+    __shared__ SegStage stages[kWarps];
+    __shared__ uint32_t seg_bits[kWarps], red[kWarps];
+    __shared__ PredShared ps;
+    extern __shared__ uint4 segbuf[];
+    const Plan p = load_plan(a.plan);
+    switch (p.w) {
+    case 2:
+        decode_segments_pred<2>(a, p, tbl.t2, stages, (uint8_t *)segbuf, seg_bits, red, ps);
+        break;
+    case 4:
+        decode_segments_pred<4>(a, p, tbl.t4, stages, (uint8_t *)segbuf, seg_bits, red, ps);
+        break;
+    default:
+        decode_segments_pred<8>(a, p, tbl.t8, stages, (uint8_t *)segbuf, seg_bits, red, ps);
+        break;
+    }
+}
+
+// Run after ibp_k_decode_segp on the same stream with the same grid.
+extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_decode_fix(IbpDecodeArgs a)
+{
+    const Plan p = load_plan(a.plan);
+    switch (p.w) {
+    case 2:
+        fix_share<2>(a, p);
+        break;
+    case 4:
+        fix_share<4>(a, p);
+        break;
+    default:
+        fix_share<8>(a, p);
+        break;
+    }
 }

@@ -21,6 +21,7 @@ typedef struct IbpDecodeArgs {
     uint64_t dst;      /* device address receiving original bytes [skip, skip + len) of the run */
     uint64_t len;
     uint64_t skip; /* original bytes of the run's first block that precede dst */
+    uint64_t scratch; /* device scratch of ibp_decode_scratch_bytes() for predictor plans, or 0 */
     uint32_t nblocks;
     uint32_t block_size;
 } IbpDecodeArgs;
@@ -32,6 +33,22 @@ typedef struct IbpDecodeArgs {
  * columns): the kernels' launch bounds and the launcher's grid cap. */
 #define IBP_DECODE_SEG1_CTAS_PER_SM 4u
 #define IBP_DECODE_SEG_CTAS_PER_SM 2u
+
+/* CTAs a multiprocessor of ibp_k_decode_segp, the segmented decode of plans with predictor columns
+ * of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words. */
+#define IBP_DECODE_SEGP_CTAS_PER_SM 2u
+#define IBP_DECODE_PRED_MAX_COLUMNS 32u
+
+/* Its scratch: the decoded words straddling the ends of dst, then per CTA the predictor state at
+ * the end of its share of the run (a carry per column residue and whether it is relative to the
+ * CTA's first word), read by ibp_k_decode_fix. */
+#define IBP_DECODE_SCRATCH_HEADER 16u
+#define IBP_DECODE_SCRATCH_RECORD (8u * (IBP_DECODE_PRED_MAX_COLUMNS + 1u))
+
+static inline IBP_DECODE_HD uint64_t ibp_decode_scratch_size(uint32_t ctas)
+{
+    return IBP_DECODE_SCRATCH_HEADER + (uint64_t)ctas * IBP_DECODE_SCRATCH_RECORD;
+}
 
 /* ibp_k_decode_seg gives each warp a segment of this many words of a block, so that a few blocks
  * still spread over every SM. */

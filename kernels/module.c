@@ -42,6 +42,12 @@ static const IbpModule *module_find(CUcontext ctx)
     return NULL;
 }
 
+/* Dynamic shared memory of ibp_k_decode_segp: a segment of words for each warp. */
+static unsigned segp_shared_bytes(unsigned word_size)
+{
+    return IBP_DECODE_THREADS / 32 * IBP_DECODE_SEG_WORDS * word_size;
+}
+
 static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
 {
     CUresult res;
@@ -70,6 +76,13 @@ static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
             goto fail;
         }
     }
+    /* The predictor decode keeps its segments' words in dynamic shared memory beyond the 48 KiB a
+     * kernel gets without asking: up to 8-byte words. */
+    IBP_CU_CHECK_GOTO(res,
+                      drv->cuFuncSetAttribute(mod->fn[IBP_KERNEL_DECODE_SEGP],
+                                              CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                              (int)segp_shared_bytes(8)),
+                      fail);
     IBP_DEBUG("kernels loaded for context %p (device %d, %d SMs)", (void *)ctx, (int)mod->device,
               mod->sm_count);
     return 0;
@@ -132,28 +145,50 @@ static unsigned grid_cap(uint64_t want, unsigned max_ctas)
     return (unsigned)(want < cap ? (want ? want : 1) : cap);
 }
 
+/* CTAs of the device at once for a kernel of `per_sm` CTAs a multiprocessor, within max_ctas. */
+static unsigned resident_cap(const IbpModule *mod, unsigned per_sm, unsigned max_ctas)
+{
+    const unsigned resident = mod->sm_count > 0 ? (unsigned)mod->sm_count * per_sm : 0u;
+    return resident && (!max_ctas || resident < max_ctas) ? resident : max_ctas;
+}
+
+size_t ibp_decode_scratch_bytes(const IbpModule *mod)
+{
+    return (size_t)ibp_decode_scratch_size(resident_cap(mod, IBP_DECODE_SEGP_CTAS_PER_SM, 0));
+}
+
 int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned word_size, unsigned columns,
-                      int cta, unsigned max_ctas, CUstream stream)
+                      unsigned flags, unsigned max_ctas, CUstream stream)
 {
     IbpDecodeArgs args = *a;
     void *params[] = {&args};
     if (args.comp & 15u) /* the kernels stage sections with 16-byte copies */
         return -EINVAL;
-    if (cta)
+    const int pred = (flags & IBP_DECODE_PRED) != 0;
+    const int segp = pred && args.scratch && !(args.scratch & 7u) && columns <= IBP_DECODE_PRED_MAX_COLUMNS &&
+                     mod->sm_count > 0;
+    if ((flags & IBP_DECODE_BLOCK) || (pred && !segp))
         return ibp_kernel_launch(mod, IBP_KERNEL_DECODE, grid_cap(args.nblocks, max_ctas), IBP_DECODE_THREADS, 0,
                                  stream, params);
     /* A CTA per group of a block's segments (as many as it has warps), no more CTAs than fit on
-     * the device at once (the kernels' launch bounds): each then takes a contiguous share of the groups, and
-     * its set-up (the plan's mask table, the bits of its first block's earlier segments) is paid once for
-     * them. */
+     * the device at once (the kernels' launch bounds): each then takes a contiguous share of the
+     * groups, and its set-up (the plan's mask table, the bits of its first block's earlier
+     * segments) is paid once for them.  The predictor decode's scratch holds a record per CTA. */
     const unsigned warps = IBP_DECODE_THREADS / 32;
     const uint64_t groups =
         (uint64_t)args.nblocks * ((ibp_decode_segments(word_size, args.block_size) + warps - 1) / warps);
+    if (segp) {
+        const unsigned grid = grid_cap(groups, resident_cap(mod, IBP_DECODE_SEGP_CTAS_PER_SM, max_ctas));
+        const int err = ibp_kernel_launch(mod, IBP_KERNEL_DECODE_SEGP, grid, IBP_DECODE_THREADS,
+                                          segp_shared_bytes(word_size), stream, params);
+        return err ? err
+                   : ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FIX, grid, IBP_DECODE_THREADS, 0, stream,
+                                       params);
+    }
     const unsigned per_sm = columns == 1 ? IBP_DECODE_SEG1_CTAS_PER_SM : IBP_DECODE_SEG_CTAS_PER_SM;
-    const unsigned resident = mod->sm_count > 0 ? (unsigned)mod->sm_count * per_sm : 0u;
-    const unsigned cap = resident && (!max_ctas || resident < max_ctas) ? resident : max_ctas;
     return ibp_kernel_launch(mod, columns == 1 ? IBP_KERNEL_DECODE_SEG1 : IBP_KERNEL_DECODE_SEG,
-                             grid_cap(groups, cap), IBP_DECODE_THREADS, 0, stream, params);
+                             grid_cap(groups, resident_cap(mod, per_sm, max_ctas)), IBP_DECODE_THREADS, 0,
+                             stream, params);
 }
 
 int ibp_kernels_selftest(int ordinal, uint32_t n, char *why, size_t why_len)

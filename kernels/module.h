@@ -13,7 +13,9 @@
     X(IBP_KERNEL_SELFTEST, "ibp_k_selftest")                                                                 \
     X(IBP_KERNEL_DECODE, "ibp_k_decode")                                                                     \
     X(IBP_KERNEL_DECODE_SEG, "ibp_k_decode_seg")                                                             \
-    X(IBP_KERNEL_DECODE_SEG1, "ibp_k_decode_seg1")
+    X(IBP_KERNEL_DECODE_SEG1, "ibp_k_decode_seg1")                                                           \
+    X(IBP_KERNEL_DECODE_SEGP, "ibp_k_decode_segp")                                                           \
+    X(IBP_KERNEL_DECODE_FIX, "ibp_k_decode_fix")
 
 typedef enum IbpKernelId {
 #define IBP_KERNEL_ID(id, name) id,
@@ -48,14 +50,24 @@ int ibp_kernel_launch(const IbpModule *mod, IbpKernelId kernel, unsigned grid, u
 
 struct IbpDecodeArgs;
 
+/* ibp_decode_launch flags */
+#define IBP_DECODE_PRED 1u  /* the plan has predictor columns (codec IbpCodecPlanInfo xf_delta/xf_xor) */
+#define IBP_DECODE_BLOCK 2u /* a CTA per block whatever the plan (tests compare the two decodes) */
+
 /* Enqueues on `stream` the decode of a->nblocks blocks of a plan of `word_size`-byte words and
- * `columns` columns.  Plans without predictor columns go through ibp_k_decode_seg1 (one column)
- * or ibp_k_decode_seg, a warp per segment of a block, so that a few blocks still occupy every
- * SM; plans with them (cta != 0) through ibp_k_decode, a CTA per block (which decodes any plan).
+ * `columns` columns.  A warp per 512-word segment of a block, so that a few blocks still occupy
+ * every SM: ibp_k_decode_seg1 (one column) and ibp_k_decode_seg for plans without predictor
+ * columns, ibp_k_decode_segp then ibp_k_decode_fix for plans with predictors of a period of at
+ * most IBP_DECODE_PRED_MAX_COLUMNS words when a->scratch gives them ibp_decode_scratch_bytes()
+ * of device memory (not used by any other launch still in flight).  Anything else, or
+ * IBP_DECODE_BLOCK, goes through ibp_k_decode, a CTA per block, which decodes any plan.
  * a->comp must be 16-byte aligned (blocks and their sections then are).  max_ctas caps the grid
  * (0: no cap).  Returns 0, -EINVAL (a misaligned run) or -EIO. */
 int ibp_decode_launch(const IbpModule *mod, const struct IbpDecodeArgs *a, unsigned word_size,
-                      unsigned columns, int cta, unsigned max_ctas, CUstream stream);
+                      unsigned columns, unsigned flags, unsigned max_ctas, CUstream stream);
+
+/* Device bytes (8-byte aligned) a launch of a plan with predictor columns needs as scratch. */
+size_t ibp_decode_scratch_bytes(const IbpModule *mod);
 
 /* Runs ibp_k_selftest over `n` words on device `ordinal` through the primary
  * context and checks every word on the host.  Returns 0, or a negative errno

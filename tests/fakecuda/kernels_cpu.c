@@ -63,9 +63,9 @@ static const uint8_t *run_block(const Run *r, uint32_t b, size_t *comp_len, IbpB
     return blk;
 }
 
-/* ibp_k_decode, ibp_k_decode_seg and ibp_k_decode_seg1 (IbpDecodeArgs a): the CPU codec
- * decodes each block of the run and the bytes [a.skip, a.skip + a.len) of the run land at
- * a.dst, exactly what the CUDA kernels write. */
+/* ibp_k_decode, ibp_k_decode_seg, ibp_k_decode_seg1 and ibp_k_decode_segp (IbpDecodeArgs a): the
+ * CPU codec decodes each block of the run and the bytes [a.skip, a.skip + a.len) of the run land
+ * at a.dst, exactly what the CUDA kernels write (ibp_k_decode_segp with ibp_k_decode_fix after it). */
 static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
 {
     (void)grid;
@@ -104,11 +104,27 @@ static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
     return res;
 }
 
+/* ibp_k_decode_fix (IbpDecodeArgs a): on the GPU it applies the carries ibp_k_decode_segp left in
+ * a.scratch to words that launch wrote; the CPU ibp_k_decode_segp writes the final bytes, so only
+ * the arguments are checked as the GPU would touch them (a record per CTA of the grid). */
+static CUresult k_decode_fix(const FakecudaGrid *grid, void *const *params)
+{
+    Run r;
+    const CUresult res = run_open(params, &r);
+    if (res != CUDA_SUCCESS)
+        return res;
+    const uint64_t need = ibp_decode_scratch_size(grid->grid[0]);
+    return fakecuda_mem_access((uintptr_t)r.a.scratch, need, false) ? CUDA_SUCCESS
+                                                                    : CUDA_ERROR_ILLEGAL_ADDRESS;
+}
+
 const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_selftest, k_selftest, sizeof(CUdeviceptr), sizeof(uint32_t), sizeof(uint32_t)),
     FAKECUDA_KERNEL(ibp_k_decode, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg1, k_decode, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_segp, k_decode, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_fix, k_decode_fix, sizeof(IbpDecodeArgs)),
 };
 
 const size_t fakecuda_kernel_count = sizeof(fakecuda_kernels) / sizeof(fakecuda_kernels[0]);

@@ -28,6 +28,7 @@
 
 static const IbpDriver *drv;
 static const IbpModule *mod;
+static CUdeviceptr d_scratch; /* the predictor decode's, poisoned before every launch */
 static int failures;
 
 typedef struct Encoded {
@@ -101,15 +102,18 @@ static void check_range(const char *name, const uint8_t *data, const Encoded *e,
     CUdeviceptr d_offsets;
     CHECK_CU(drv->cuMemHostGetDevicePointer(&d_offsets, e->offsets, 0));
     CHECK_CU(drv->cuMemsetD8(d_out, 0xa5, len + dst_misalign + 16));
+    CHECK_CU(drv->cuMemsetD8(d_scratch, 0x5a, ibp_decode_scratch_bytes(mod)));
     IbpDecodeArgs a = {.comp = d_run + e->offsets[first],
                        .offsets = d_offsets + first * sizeof(uint64_t),
                        .plan = d_plan,
                        .dst = d_out + dst_misalign,
                        .len = len,
                        .skip = skip,
+                       .scratch = d_scratch,
                        .nblocks = count,
                        .block_size = (uint32_t)e->block_size};
-    if (ibp_decode_launch(mod, &a, e->word_size, e->columns, e->has_pred || cta, grid, NULL)) {
+    const unsigned flags = (e->has_pred ? IBP_DECODE_PRED : 0u) | (cta ? IBP_DECODE_BLOCK : 0u);
+    if (ibp_decode_launch(mod, &a, e->word_size, e->columns, flags, grid, NULL)) {
         fprintf(stderr, "%s: launch failed\n", name);
         failures++;
         return;
@@ -157,10 +161,10 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
     CHECK_CU(drv->cuMemcpyHtoD(d_run, e.run, e.run_len));
     CHECK_CU(drv->cuMemcpyHtoD(d_plan, blob, blob_len));
     uint8_t *host_out = malloc(len + 64);
-    /* Whole run (also with fewer CTAs than blocks, as max_sms does), then clipped ranges.  The
-     * kernel undoes predictors of periods up to 32 words in registers, so it clips those blocks
-     * itself; longer periods only clip whole blocks (the router sends their clipped edge blocks
-     * through scratch space). */
+    /* Whole run (also with fewer CTAs than blocks, as max_sms does, and a CTA per block), then
+     * clipped ranges, alternately by the segmented kernels and a CTA per block.  Both undo
+     * predictors of periods up to 32 words themselves, so they clip those blocks; longer periods
+     * only clip whole blocks (the router sends their clipped edge blocks through scratch space). */
     check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 0, 0);
     check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 1, 0,
                 1); /* a CTA per block */
@@ -336,6 +340,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "decode check: kernels did not load\n");
         return 1;
     }
+    CHECK_CU(drv->cuMemAlloc(&d_scratch, ibp_decode_scratch_bytes(mod)));
     /* Random data of every word size and awkward lengths. */
     const size_t sizes[] = {1, 7, 4095, 65536 * 3 + 5, (1u << 20) + 3};
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
