@@ -1256,25 +1256,11 @@ __device__ __forceinline__ void decode_counted(const Plan &p, const Table<W> *t,
     decode_lanes<W, C1>(p, t, kind, zz, st, ls, sink);
 }
 
-// Payload bits of the first s0 segments of a packed block, summed by the CTA: for one column its
-// threads split the selectors, for more its warps the segments.
-template <int W, bool C1>
-__device__ uint32_t block_bits_before(const Plan &p, const Table<W> *t, const Block &b,
-                                      const IbpBlockHeader &h, uint32_t s0, SegStage &st, uint32_t *red)
+// The sum of part over the CTA (every thread gets it).
+__device__ __forceinline__ uint32_t cta_sum(uint32_t part, uint32_t *red)
 {
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const uint32_t j0 = s0 * IBP_DECODE_SEG_WORDS;
-    uint32_t part = 0;
-    if constexpr (C1) {
-        const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
-        const uint32_t nsel = packed_before(p, b, j0);
-        part = warp_sum(selector_savings<W>(p, t, b, sel_words, 0, nsel, threadIdx.x, kThreads));
-    } else {
-        for (uint32_t q = warp; q < s0; q += kWarps) {
-            const uint32_t q0 = q * IBP_DECODE_SEG_WORDS, q1 = min(b.nwords, q0 + IBP_DECODE_SEG_WORDS);
-            part += segment_payload_bits<W, C1>(p, t, b, h, q0, q1, packed_before(p, b, q0), st);
-        }
-    }
+    part = warp_sum(part);
     if (lane == 0)
         red[warp] = part;
     __syncthreads();
@@ -1282,7 +1268,91 @@ __device__ uint32_t block_bits_before(const Plan &p, const Table<W> *t, const Bl
     for (uint32_t q = 0; q < kWarps; q++)
         sum += red[q];
     __syncthreads();
-    return C1 ? 8 * W * j0 - sum : sum;
+    return sum;
+}
+
+// Payload bits of segments [sa, sb) of a packed block of a plan of several columns, summed by the
+// CTA, its warps taking the segments in turn.
+template <int W>
+__device__ uint32_t block_bits_range(const Plan &p, const Table<W> *t, const Block &b,
+                                     const IbpBlockHeader &h, uint32_t sa, uint32_t sb, SegStage &st,
+                                     uint32_t *red)
+{
+    uint32_t part = 0;
+    for (uint32_t q = sa + (threadIdx.x >> 5); q < sb && q * IBP_DECODE_SEG_WORDS < b.nwords; q += kWarps) {
+        const uint32_t q0 = q * IBP_DECODE_SEG_WORDS, q1 = min(b.nwords, q0 + IBP_DECODE_SEG_WORDS);
+        part += segment_payload_bits<W, false>(p, t, b, h, q0, q1, packed_before(p, b, q0), st);
+    }
+    // segment_payload_bits sums over the warp already: count each warp's part once.
+    return cta_sum((threadIdx.x & 31) == 0 ? part : 0, red);
+}
+
+// Payload bits of the first s0 segments of a packed block, summed by the CTA: for one column its
+// threads split the selectors, for more its warps the segments.
+template <int W, bool C1>
+__device__ uint32_t block_bits_before(const Plan &p, const Table<W> *t, const Block &b,
+                                      const IbpBlockHeader &h, uint32_t s0, SegStage &st, uint32_t *red)
+{
+    if constexpr (C1) {
+        const uint32_t j0 = s0 * IBP_DECODE_SEG_WORDS;
+        const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
+        const uint32_t nsel = packed_before(p, b, j0);
+        return 8 * W * j0 -
+               cta_sum(selector_savings<W>(p, t, b, sel_words, 0, nsel, threadIdx.x, kThreads), red);
+    } else {
+        return block_bits_range<W>(p, t, b, h, 0, s0, st, red);
+    }
+}
+
+// A CTA's record in the scratch (decode_abi.h).
+struct DecodeRecord {
+    uint64_t carry[IBP_DECODE_PRED_MAX_COLUMNS]; // per column residue, after the share
+    uint32_t rel;                                // carry counts only the share's words
+    uint32_t bits_rel;                           // bits count only the share's segments
+    uint32_t bits;                               // payload bits of the share's part of its last block
+    uint32_t unused;
+};
+static_assert(sizeof(DecodeRecord) == IBP_DECODE_SCRATCH_RECORD, "scratch layout");
+
+__device__ __forceinline__ DecodeRecord *decode_records(const IbpDecodeArgs &a)
+{
+    return (DecodeRecord *)(a.scratch + IBP_DECODE_SCRATCH_HEADER);
+}
+
+// The CTA's share of the run's groups of segments, as ibp_decode_launch sized the grid.
+struct Share {
+    uint32_t nseg, per_block; // segments and groups of a block
+    uint64_t g0, g1;
+};
+
+__device__ __forceinline__ Share cta_share(const IbpDecodeArgs &a, uint32_t w)
+{
+    Share sh;
+    sh.nseg = ibp_decode_segments(w, a.block_size);
+    sh.per_block = (sh.nseg + kWarps - 1) / kWarps;
+    const uint64_t ngroups = (uint64_t)a.nblocks * sh.per_block;
+    sh.g0 = blockIdx.x * ngroups / gridDim.x;
+    sh.g1 = (blockIdx.x + 1) * ngroups / gridDim.x;
+    return sh;
+}
+
+// Payload bits of the first s0 segments of the CTA's first block, which the CTAs before it
+// decode: from their records when ibp_k_decode_count left them, else counted here.
+template <int W, bool C1>
+__device__ uint32_t share_bits_before(const IbpDecodeArgs &a, const Plan &p, const Table<W> *t,
+                                      const Block &b, const IbpBlockHeader &h, uint32_t s0, SegStage &st,
+                                      uint32_t *red)
+{
+    if (C1 || !(a.flags & IBP_DECODE_ARG_COUNTED))
+        return block_bits_before<W, C1>(p, t, b, h, s0, st, red);
+    const DecodeRecord *recs = decode_records(a);
+    uint32_t sum = 0;
+    for (uint32_t q = blockIdx.x; q-- > 0;) {
+        sum += recs[q].bits;
+        if (!recs[q].bits_rel)
+            break;
+    }
+    return sum;
 }
 
 // Plans without predictor columns: a block's segments form groups of kWarps, each CTA takes a
@@ -1321,7 +1391,7 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
         if (s0 && s0 * IBP_DECODE_SEG_WORDS >= b.nwords) // past a short block's words
             continue;
         if (bi != carry_block)
-            carry = s0 ? block_bits_before<W, C1>(p, t, b, h, s0, st, red) : 0;
+            carry = s0 ? share_bits_before<W, C1>(a, p, t, b, h, s0, st, red) : 0;
         carry_block = bi;
         const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
         uint32_t sel = 0, bits = 0;
@@ -1454,36 +1524,6 @@ __device__ __forceinline__ void seg_store(const uint8_t *seg, uint32_t j0, uint3
     }
 }
 
-// A CTA's record in the scratch: the carry per residue at the end of its share and whether that
-// carry counts only the words of the share (it lies inside one block and starts after its start).
-struct PredRecord {
-    uint64_t carry[IBP_DECODE_PRED_MAX_COLUMNS];
-    uint64_t rel;
-};
-static_assert(sizeof(PredRecord) == IBP_DECODE_SCRATCH_RECORD, "scratch layout");
-
-__device__ __forceinline__ PredRecord *pred_records(const IbpDecodeArgs &a)
-{
-    return (PredRecord *)(a.scratch + IBP_DECODE_SCRATCH_HEADER);
-}
-
-// The CTA's share of the run's groups of segments, as ibp_decode_launch sized the grid.
-struct Share {
-    uint32_t nseg, per_block; // segments and groups of a block
-    uint64_t g0, g1;
-};
-
-__device__ __forceinline__ Share cta_share(const IbpDecodeArgs &a, uint32_t w)
-{
-    Share sh;
-    sh.nseg = ibp_decode_segments(w, a.block_size);
-    sh.per_block = (sh.nseg + kWarps - 1) / kWarps;
-    const uint64_t ngroups = (uint64_t)a.nblocks * sh.per_block;
-    sh.g0 = blockIdx.x * ngroups / gridDim.x;
-    sh.g1 = (blockIdx.x + 1) * ngroups / gridDim.x;
-    return sh;
-}
-
 struct PredShared {
     uint64_t agg[kWarps][IBP_DECODE_PRED_MAX_COLUMNS]; // per segment of the group and residue
     uint64_t carry[IBP_DECODE_PRED_MAX_COLUMNS];       // per residue, before the group
@@ -1524,7 +1564,7 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
         if (s0 && s0 * IBP_DECODE_SEG_WORDS >= b.nwords)
             continue;
         if (bi != carry_block)
-            carry = s0 ? block_bits_before<W, false>(p, t, b, h, s0, st, red) : 0;
+            carry = s0 ? share_bits_before<W, false>(a, p, t, b, h, s0, st, red) : 0;
         carry_block = bi;
         if (bi != pred_block && warp == 0) // the block's predictors start from 0 (or the share's start)
             ps.carry[lane] = 0;
@@ -1583,7 +1623,7 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
     // The record the next CTAs' fix-ups read: the carry after the share's last group.
     __syncthreads();
     if (warp == 0) {
-        PredRecord &r = pred_records(a)[blockIdx.x];
+        DecodeRecord &r = decode_records(a)[blockIdx.x];
         r.carry[lane] = pred_block == last_bi ? ps.carry[lane] : 0;
         if (lane == 0)
             r.rel = head_rel && last_bi == bi0;
@@ -1596,7 +1636,8 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
 template <int W> __device__ void fix_share(const IbpDecodeArgs &a, const Plan &p)
 {
     using U = typename WordT<W>::U;
-    __shared__ uint64_t carry[IBP_DECODE_PRED_MAX_COLUMNS];
+    __shared__ uint64_t carry[IBP_DECODE_PRED_MAX_COLUMNS]; // per residue
+    __shared__ uint8_t preds[IBP_DECODE_PRED_MAX_COLUMNS];  // the predictor of each residue
     const Share sh = cta_share(a, W);
     if (sh.g0 % sh.per_block == 0 || sh.g0 >= sh.g1)
         return;
@@ -1611,7 +1652,7 @@ template <int W> __device__ void fix_share(const IbpDecodeArgs &a, const Plan &p
     const uint32_t j_end = min(nwords, g_end * kWarps * IBP_DECODE_SEG_WORDS);
     if ((h.flags & IBP_BLOCK_RAW) || j_begin >= j_end)
         return;
-    const PredRecord *recs = pred_records(a);
+    const DecodeRecord *recs = decode_records(a);
     bool any = false;
     if (threadIdx.x < p.c) {
         const uint32_t pr = pred_of(p, h.col_phase, threadIdx.x);
@@ -1623,16 +1664,49 @@ template <int W> __device__ void fix_share(const IbpDecodeArgs &a, const Plan &p
         }
         c &= word_mask<W>();
         carry[threadIdx.x] = c;
+        preds[threadIdx.x] = (uint8_t)pr;
         any = pr && c;
     }
     if (!__syncthreads_or(any))
         return;
     const Out out = out_for(a, bi, h, W);
+    uint32_t j_scalar = j_begin;
+    uint8_t *const base = out.dst + out.origin + (int64_t)j_begin * W;
+    if (out.fast && ((uintptr_t)base & 15) == 0) {
+        // 16 bytes a thread, kUnroll loads in flight before the first store.
+        constexpr uint32_t kPer = 16 / W, kUnroll = 4;
+        const uint32_t nvec = (j_end - j_begin) / kPer;
+        for (uint32_t v0 = threadIdx.x; v0 < nvec; v0 += kThreads * kUnroll) {
+            ulonglong2 x[kUnroll];
+#pragma unroll
+            for (uint32_t u = 0; u < kUnroll; u++)
+                if (v0 + u * kThreads < nvec)
+                    x[u] = *(const ulonglong2 *)(base + 16 * (size_t)(v0 + u * kThreads));
+#pragma unroll
+            for (uint32_t u = 0; u < kUnroll; u++) {
+                const uint32_t v = v0 + u * kThreads;
+                if (v >= nvec)
+                    break;
+                uint32_t res = (j_begin + v * kPer) % p.c;
+                uint64_t half[2] = {x[u].x, x[u].y};
+#pragma unroll
+                for (uint32_t k = 0; k < kPer; k++) {
+                    const uint32_t hi = k * W / 8, sh = 8 * (k * W % 8);
+                    const uint64_t m = (uint64_t)word_mask<W>() << sh;
+                    const U w = (U)((half[hi] & m) >> sh);
+                    const U y = pred_op((uint32_t)preds[res], w, (U)carry[res]) & word_mask<W>();
+                    half[hi] = (half[hi] & ~m) | ((uint64_t)y << sh);
+                    if (++res == p.c)
+                        res = 0;
+                }
+                *(ulonglong2 *)(base + 16 * (size_t)v) = make_ulonglong2(half[0], half[1]);
+            }
+        }
+        j_scalar = j_begin + nvec * kPer;
+    }
     const uint64_t *edge = (const uint64_t *)a.scratch;
-    const uint32_t step = kThreads % p.c;
-    uint32_t res = (j_begin + threadIdx.x) % p.c;
-    for (uint32_t j = j_begin + threadIdx.x; j < j_end; j += kThreads) {
-        const uint32_t pr = pred_of(p, h.col_phase, res);
+    for (uint32_t j = j_scalar + threadIdx.x; j < j_end; j += kThreads) {
+        const uint32_t res = j % p.c, pr = preds[res];
         const U k = (U)carry[res];
         if (pr && k) {
             const int64_t at = out.origin + (int64_t)j * W;
@@ -1645,9 +1719,33 @@ template <int W> __device__ void fix_share(const IbpDecodeArgs &a, const Plan &p
                 store_clipped<W>(out.dst, at, pred_op(pr, x, k) & word_mask<W>(), out.len);
             }
         }
-        res += step;
-        if (res >= p.c)
-            res -= p.c;
+    }
+}
+
+// The payload bits of the CTA's share's part of its last block (the part the next CTAs' shares
+// continue), for ibp_k_decode_seg and ibp_k_decode_segp to place their first segments without
+// counting the block's earlier segments themselves.
+template <int W>
+__device__ void count_share(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages,
+                            uint32_t *red)
+{
+    const Table<W> *t = table_if<W>(table_build<W>(p, tbl), tbl);
+    const Share sh = cta_share(a, W);
+    const uint32_t bl = (uint32_t)((sh.g1 - 1) / sh.per_block);
+    const uint64_t gs = max(sh.g0, (uint64_t)bl * sh.per_block);
+    const uint32_t sa = (uint32_t)(gs - (uint64_t)bl * sh.per_block) * kWarps;
+    const uint32_t sb = min(sh.nseg, (uint32_t)(sh.g1 - (uint64_t)bl * sh.per_block) * kWarps);
+    const uint64_t *offs = (const uint64_t *)a.offsets;
+    const uint8_t *blk = (const uint8_t *)a.comp + (offs[bl] - offs[0]);
+    IbpBlockHeader h;
+    memcpy(&h, blk, sizeof(h));
+    uint32_t bits = 0;
+    if (!(h.flags & IBP_BLOCK_RAW))
+        bits = block_bits_range<W>(p, t, block_view(h, blk, W), h, sa, sb, stages[threadIdx.x >> 5], red);
+    if (threadIdx.x == 0) {
+        DecodeRecord &r = decode_records(a)[blockIdx.x];
+        r.bits = bits;
+        r.bits_rel = gs == sh.g0 && sh.g0 % sh.per_block != 0;
     }
 }
 
@@ -1736,6 +1834,28 @@ extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_decode_fix(IbpDecod
         break;
     default:
         fix_share<8>(a, p);
+        break;
+    }
+}
+
+// Run before ibp_k_decode_seg or ibp_k_decode_segp (plans of several columns) with their grid,
+// when shares are short against a block.
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_SM)
+    ibp_k_decode_count(IbpDecodeArgs a)
+{
+    __shared__ TableAny tbl;
+    __shared__ SegStage stages[kWarps];
+    __shared__ uint32_t red[kWarps];
+    const Plan p = load_plan(a.plan);
+    switch (p.w) {
+    case 2:
+        count_share<2>(a, p, tbl.t2, stages, red);
+        break;
+    case 4:
+        count_share<4>(a, p, tbl.t4, stages, red);
+        break;
+    default:
+        count_share<8>(a, p, tbl.t8, stages, red);
         break;
     }
 }

@@ -21,10 +21,16 @@ typedef struct IbpDecodeArgs {
     uint64_t dst;      /* device address receiving original bytes [skip, skip + len) of the run */
     uint64_t len;
     uint64_t skip; /* original bytes of the run's first block that precede dst */
-    uint64_t scratch; /* device scratch of ibp_decode_scratch_bytes() for predictor plans, or 0 */
+    uint64_t scratch; /* device scratch of ibp_decode_scratch_bytes(), or 0 */
     uint32_t nblocks;
     uint32_t block_size;
+    uint32_t flags; /* IBP_DECODE_ARG_*, set by the launcher */
+    uint32_t reserved;
 } IbpDecodeArgs;
+
+/* ibp_k_decode_count ran before with the same grid: each CTA's payload bits of its share's last
+ * block are in the scratch. */
+#define IBP_DECODE_ARG_COUNTED 1u
 
 /* Threads per CTA of every decode kernel. */
 #define IBP_DECODE_THREADS 256
@@ -39,11 +45,13 @@ typedef struct IbpDecodeArgs {
 #define IBP_DECODE_SEGP_CTAS_PER_SM 2u
 #define IBP_DECODE_PRED_MAX_COLUMNS 32u
 
-/* Its scratch: the decoded words straddling the ends of dst, then per CTA the predictor state at
- * the end of its share of the run (a carry per column residue and whether it is relative to the
- * CTA's first word), read by ibp_k_decode_fix. */
+/* The segmented kernels' scratch: the decoded words straddling the ends of dst, then a record per
+ * CTA: the predictor state at the end of its share of the run (a carry per column residue, read
+ * by ibp_k_decode_fix) and the payload bits of the share's part of its last block (written by
+ * ibp_k_decode_count), each with whether it counts only the share (which then lies inside one
+ * block and starts after its start). */
 #define IBP_DECODE_SCRATCH_HEADER 16u
-#define IBP_DECODE_SCRATCH_RECORD (8u * (IBP_DECODE_PRED_MAX_COLUMNS + 1u))
+#define IBP_DECODE_SCRATCH_RECORD (8u * IBP_DECODE_PRED_MAX_COLUMNS + 16u)
 
 static inline IBP_DECODE_HD uint64_t ibp_decode_scratch_size(uint32_t ctas)
 {

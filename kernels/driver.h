@@ -44,6 +44,7 @@
     X(cuMemFreeHost, 2000)                                                                                   \
     X(cuMemHostGetDevicePointer, 3020)                                                                       \
     X(cuStreamCreate, 2000)                                                                                  \
+    X(cuStreamCreateWithPriority, 5050)                                                                      \
     X(cuStreamDestroy, 4000)                                                                                 \
     X(cuStreamSynchronize, 2000)                                                                             \
     X(cuStreamWaitEvent, 3020)                                                                               \

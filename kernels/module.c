@@ -154,7 +154,11 @@ static unsigned resident_cap(const IbpModule *mod, unsigned per_sm, unsigned max
 
 size_t ibp_decode_scratch_bytes(const IbpModule *mod)
 {
-    return (size_t)ibp_decode_scratch_size(resident_cap(mod, IBP_DECODE_SEGP_CTAS_PER_SM, 0));
+    /* A record per CTA of the largest grid of a kernel of several columns. */
+    const unsigned per_sm = IBP_DECODE_SEGP_CTAS_PER_SM > IBP_DECODE_SEG_CTAS_PER_SM
+                                ? IBP_DECODE_SEGP_CTAS_PER_SM
+                                : IBP_DECODE_SEG_CTAS_PER_SM;
+    return (size_t)ibp_decode_scratch_size(resident_cap(mod, per_sm, 0));
 }
 
 int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned word_size, unsigned columns,
@@ -165,30 +169,41 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
     if (args.comp & 15u) /* the kernels stage sections with 16-byte copies */
         return -EINVAL;
     const int pred = (flags & IBP_DECODE_PRED) != 0;
-    const int segp = pred && args.scratch && !(args.scratch & 7u) && columns <= IBP_DECODE_PRED_MAX_COLUMNS &&
-                     mod->sm_count > 0;
+    const int scratch = args.scratch && !(args.scratch & 7u) && mod->sm_count > 0;
+    const int segp = pred && scratch && columns <= IBP_DECODE_PRED_MAX_COLUMNS;
+    args.flags = 0;
     if ((flags & IBP_DECODE_BLOCK) || (pred && !segp))
         return ibp_kernel_launch(mod, IBP_KERNEL_DECODE, grid_cap(args.nblocks, max_ctas), IBP_DECODE_THREADS, 0,
                                  stream, params);
     /* A CTA per group of a block's segments (as many as it has warps), no more CTAs than fit on
      * the device at once (the kernels' launch bounds): each then takes a contiguous share of the
      * groups, and its set-up (the plan's mask table, the bits of its first block's earlier
-     * segments) is paid once for them.  The predictor decode's scratch holds a record per CTA. */
+     * segments) is paid once for them.  The scratch holds a record per CTA. */
     const unsigned warps = IBP_DECODE_THREADS / 32;
-    const uint64_t groups =
-        (uint64_t)args.nblocks * ((ibp_decode_segments(word_size, args.block_size) + warps - 1) / warps);
-    if (segp) {
-        const unsigned grid = grid_cap(groups, resident_cap(mod, IBP_DECODE_SEGP_CTAS_PER_SM, max_ctas));
-        const int err = ibp_kernel_launch(mod, IBP_KERNEL_DECODE_SEGP, grid, IBP_DECODE_THREADS,
-                                          segp_shared_bytes(word_size), stream, params);
+    const uint64_t per_block = (ibp_decode_segments(word_size, args.block_size) + warps - 1) / warps;
+    const uint64_t groups = (uint64_t)args.nblocks * per_block;
+    const unsigned per_sm = segp           ? IBP_DECODE_SEGP_CTAS_PER_SM
+                            : columns == 1 ? IBP_DECODE_SEG1_CTAS_PER_SM
+                                           : IBP_DECODE_SEG_CTAS_PER_SM;
+    const unsigned grid = grid_cap(groups, resident_cap(mod, per_sm, max_ctas));
+    int err = 0;
+    /* Shares shorter than a quarter of a block: most CTAs start well inside a block, where
+     * counting the block's earlier segments would cost more than decoding their own; a pass
+     * counts each share's last part once instead. */
+    if (columns > 1 && scratch && groups * 4 < (uint64_t)grid * per_block) {
+        err = ibp_kernel_launch(mod, IBP_KERNEL_DECODE_COUNT, grid, IBP_DECODE_THREADS, 0, stream, params);
+        args.flags |= IBP_DECODE_ARG_COUNTED;
+    }
+    if (!err && segp) {
+        err = ibp_kernel_launch(mod, IBP_KERNEL_DECODE_SEGP, grid, IBP_DECODE_THREADS,
+                                segp_shared_bytes(word_size), stream, params);
         return err ? err
                    : ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FIX, grid, IBP_DECODE_THREADS, 0, stream,
                                        params);
     }
-    const unsigned per_sm = columns == 1 ? IBP_DECODE_SEG1_CTAS_PER_SM : IBP_DECODE_SEG_CTAS_PER_SM;
-    return ibp_kernel_launch(mod, columns == 1 ? IBP_KERNEL_DECODE_SEG1 : IBP_KERNEL_DECODE_SEG,
-                             grid_cap(groups, resident_cap(mod, per_sm, max_ctas)), IBP_DECODE_THREADS, 0,
-                             stream, params);
+    return err ? err
+               : ibp_kernel_launch(mod, columns == 1 ? IBP_KERNEL_DECODE_SEG1 : IBP_KERNEL_DECODE_SEG, grid,
+                                   IBP_DECODE_THREADS, 0, stream, params);
 }
 
 int ibp_kernels_selftest(int ordinal, uint32_t n, char *why, size_t why_len)

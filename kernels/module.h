@@ -15,7 +15,8 @@
     X(IBP_KERNEL_DECODE_SEG, "ibp_k_decode_seg")                                                             \
     X(IBP_KERNEL_DECODE_SEG1, "ibp_k_decode_seg1")                                                           \
     X(IBP_KERNEL_DECODE_SEGP, "ibp_k_decode_segp")                                                           \
-    X(IBP_KERNEL_DECODE_FIX, "ibp_k_decode_fix")
+    X(IBP_KERNEL_DECODE_FIX, "ibp_k_decode_fix")                                                             \
+    X(IBP_KERNEL_DECODE_COUNT, "ibp_k_decode_count")
 
 typedef enum IbpKernelId {
 #define IBP_KERNEL_ID(id, name) id,
@@ -58,15 +59,18 @@ struct IbpDecodeArgs;
  * `columns` columns.  A warp per 512-word segment of a block, so that a few blocks still occupy
  * every SM: ibp_k_decode_seg1 (one column) and ibp_k_decode_seg for plans without predictor
  * columns, ibp_k_decode_segp then ibp_k_decode_fix for plans with predictors of a period of at
- * most IBP_DECODE_PRED_MAX_COLUMNS words when a->scratch gives them ibp_decode_scratch_bytes()
- * of device memory (not used by any other launch still in flight).  Anything else, or
- * IBP_DECODE_BLOCK, goes through ibp_k_decode, a CTA per block, which decodes any plan.
- * a->comp must be 16-byte aligned (blocks and their sections then are).  max_ctas caps the grid
- * (0: no cap).  Returns 0, -EINVAL (a misaligned run) or -EIO. */
+ * most IBP_DECODE_PRED_MAX_COLUMNS words.  Those need a->scratch: ibp_decode_scratch_bytes() of
+ * device memory that no other launch still in flight uses; given it, runs of plans of several
+ * columns that are short against the grid are counted first by ibp_k_decode_count, so that no
+ * CTA counts the segments of its first block that precede its share.  Without scratch,
+ * predictor plans, and any plan with IBP_DECODE_BLOCK, go through ibp_k_decode, a CTA per
+ * block, which decodes any plan.  a->comp must be 16-byte aligned (blocks and their sections
+ * then are); a->flags is the launcher's.  max_ctas caps the grid (0: no cap).  Returns 0,
+ * -EINVAL (a misaligned run) or -EIO. */
 int ibp_decode_launch(const IbpModule *mod, const struct IbpDecodeArgs *a, unsigned word_size,
                       unsigned columns, unsigned flags, unsigned max_ctas, CUstream stream);
 
-/* Device bytes (8-byte aligned) a launch of a plan with predictor columns needs as scratch. */
+/* Device bytes (8-byte aligned) of a launch's scratch. */
 size_t ibp_decode_scratch_bytes(const IbpModule *mod);
 
 /* Runs ibp_k_selftest over `n` words on device `ordinal` through the primary

@@ -104,10 +104,11 @@ static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
     return res;
 }
 
-/* ibp_k_decode_fix (IbpDecodeArgs a): on the GPU it applies the carries ibp_k_decode_segp left in
- * a.scratch to words that launch wrote; the CPU ibp_k_decode_segp writes the final bytes, so only
- * the arguments are checked as the GPU would touch them (a record per CTA of the grid). */
-static CUresult k_decode_fix(const FakecudaGrid *grid, void *const *params)
+/* ibp_k_decode_count and ibp_k_decode_fix (IbpDecodeArgs a): on the GPU they leave in a.scratch
+ * the bits of each CTA's share and apply the carries ibp_k_decode_segp left there; the CPU decode
+ * kernels write the final bytes without them, so only the arguments are checked as the GPU would
+ * touch them (a record per CTA of the grid). */
+static CUresult k_decode_scratch_pass(const FakecudaGrid *grid, void *const *params)
 {
     Run r;
     const CUresult res = run_open(params, &r);
@@ -124,7 +125,8 @@ const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_decode_seg, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg1, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_segp, k_decode, sizeof(IbpDecodeArgs)),
-    FAKECUDA_KERNEL(ibp_k_decode_fix, k_decode_fix, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_fix, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_count, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
 };
 
 const size_t fakecuda_kernel_count = sizeof(fakecuda_kernels) / sizeof(fakecuda_kernels[0]);
