@@ -74,6 +74,7 @@ typedef struct IbpConfig {
         int max_sms;          /* 0 = no limit */
         IbpStagingExhausted staging_exhausted;
         uint64_t pipeline_chunk; /* 0 = no pipelining */
+        bool priority_decode;    /* decode on an internal stream of the highest priority */
     } transfer;
     struct {
         char path[IBP_CONFIG_STRING_MAX]; /* "" = no JSON file */
@@ -118,7 +119,7 @@ typedef struct IbpConfigOption {
     const char *help;
 } IbpConfigOption;
 
-#define IBP_CONFIG_OPTION_COUNT 26
+#define IBP_CONFIG_OPTION_COUNT 27
 
 /* The table, IBP_CONFIG_OPTION_COUNT rows grouped by section in file order. */
 const IbpConfigOption *ibp_config_options(void);

@@ -133,14 +133,21 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "Compression block size, the unit of random access and staleness; 0 = codec default. "
              "At most staging_bytes."),
     OPT_INT("transfer", "max_sms", transfer.max_sms, "0", 0, 4096,
-            "Most streaming multiprocessors a decode kernel may occupy (one block of threads each); 0 = no limit."),
+            "Most streaming multiprocessors a decode kernel may occupy (one block of threads each); 0 = no "
+            "limit."),
     OPT_ENUM("transfer", "staging_exhausted", transfer.staging_exhausted, "wait", staging_policies,
              "When the staging buffer is full: wait for earlier decodes to free it, or send the copy raw."),
-    OPT_SIZE("transfer", "pipeline_chunk", transfer.pipeline_chunk, "16MiB", 0, GIB,
-             "dma path: a compressed run of at least 8 times this is copied in chunks of an eighth of the run "
-             "(at least this) on an internal stream while another decodes the chunk before, so a copy costs "
-             "about the larger of DMA and decode instead of their sum; two chunks of staging per copy. "
-             "0 = DMA, then decode."),
+    OPT_SIZE(
+        "transfer", "pipeline_chunk", transfer.pipeline_chunk, "16MiB", 0, GIB,
+        "dma path: a compressed run of at least 8 times this is copied in chunks of an eighth of the run "
+        "(at least this) on an internal stream while another decodes the chunk before, so a copy costs "
+        "about the larger of DMA and decode instead of their sum; two chunks of staging per copy. "
+        "0 = DMA, then decode."),
+    OPT_BOOL("transfer", "priority_decode", transfer.priority_decode, "false",
+             "dma path: decode on an internal stream of the device's highest priority, joined to the copy's "
+             "stream by events, so the GPU schedules the decode's thread blocks ahead of kernels of other "
+             "streams that wait for free multiprocessors (a training step's compute while the next layer's "
+             "weights arrive)."),
 
     OPT_STRING("report", "path", report.path, "",
                "Write the transfer report as JSON to this file as well; empty means no file."),

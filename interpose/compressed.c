@@ -213,15 +213,16 @@ typedef struct IbpLaunch {
     unsigned word_size;     /* of the plan */
     unsigned columns;
     int has_pred; /* the plan has predictor columns */
-    CUdeviceptr pred_scratch; /* ibp_decode_scratch_bytes() of device memory for has_pred, or 0 */
+    CUdeviceptr dec_scratch; /* ibp_decode_scratch_bytes() of device memory, or 0 */
     IbpSendOptions opts;
     void *tag;              /* the region's report entry */
 } IbpLaunch;
 
-/* Device scratch the decode of a plan with predictor columns takes beside the staged data. */
-static size_t pred_scratch_bytes(const IbpLaunch *l)
+/* Device scratch the decode takes beside the staged data (plans of one column without predictors
+ * decode without). */
+static size_t dec_scratch_bytes(const IbpLaunch *l)
 {
-    return l->has_pred ? align_up(ibp_decode_scratch_bytes(l->mod)) : 0;
+    return l->has_pred || l->columns > 1 ? align_up(ibp_decode_scratch_bytes(l->mod)) : 0;
 }
 
 /* Decodes blocks [first, first + count) of the staged run (run_base = device address of block
@@ -236,7 +237,7 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
         .dst = dst,
         .len = len,
         .skip = skip,
-        .scratch = l->pred_scratch,
+        .scratch = l->dec_scratch,
         .nblocks = count,
         .block_size = (uint32_t)l->block_size,
     };
@@ -319,7 +320,7 @@ static IbpPipeSet pipes[IBP_PIPE_CONTEXTS];
 /* The pair of internal streams that runs copied on `caller` use in `ctx` (current), created on
  * first use as non-blocking streams (no implicit ordering with the legacy stream); NULL when they
  * cannot be created, and the run goes DMA, then decode.  Never called for a capturing stream. */
-static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream caller)
+static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream caller, int priority)
 {
     const unsigned k =
         (unsigned)(((uint64_t)(uintptr_t)caller * 0x9e3779b97f4a7c15ull) >> 32) % IBP_PIPE_PAIRS;
@@ -333,8 +334,10 @@ static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream cal
         IbpPipe *pp = &set->pair[k];
         if (!pp->copy && drv->cuStreamCreate(&pp->copy, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
             pp->copy = NULL;
+        /* Priorities out of the device's range are clamped to it: this asks for the highest. */
         if (pp->copy && !pp->decode &&
-            drv->cuStreamCreate(&pp->decode, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+            (priority ? drv->cuStreamCreateWithPriority(&pp->decode, CU_STREAM_NON_BLOCKING, -1000)
+                      : drv->cuStreamCreate(&pp->decode, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
             pp->decode = NULL;
         if (pp->copy && pp->decode)
             found = pp;
@@ -381,11 +384,11 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
         b = e;
     }
     const size_t scratch = (g->head_clipped || g->tail_clipped) ? 2 * base->block_size : 0;
-    const size_t pred_scratch = pred_scratch_bytes(base);
+    const size_t dec_scratch = dec_scratch_bytes(base);
     const size_t slot_stride = align_up(slot_len);
     IbpStagingBuf *stage = NULL;
     int err = ibp_staging_acquire(
-        ctx, align_up(blob_len) + pred_scratch + scratch + IBP_PIPE_SLOTS * slot_stride, &stage);
+        ctx, align_up(blob_len) + dec_scratch + scratch + IBP_PIPE_SLOTS * slot_stride, &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 1);
@@ -394,8 +397,8 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     IbpLaunch l = *base;
     l.plan = stage->ptr;
     l.stream = pp->decode;
-    l.pred_scratch = pred_scratch ? stage->ptr + align_up(blob_len) : 0;
-    const CUdeviceptr scr = stage->ptr + align_up(blob_len) + pred_scratch;
+    l.dec_scratch = dec_scratch ? stage->ptr + align_up(blob_len) : 0;
+    const CUdeviceptr scr = stage->ptr + align_up(blob_len) + dec_scratch;
     const CUdeviceptr slots = scr + scratch;
     void *decoded[IBP_PIPE_SLOTS] = {NULL};
     size_t dma_sample = blob_len, dec_sample = 0;
@@ -467,6 +470,27 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     return err;
 }
 
+/* Decodes the staged run (after its copy on l->stream): on the internal decode stream of the
+ * highest priority with [transfer] priority_decode, joined to l->stream both ways, else on
+ * l->stream itself. */
+static int decode_on_priority(const IbpLaunch *l, const IbpGeom *g, CUdeviceptr run, CUdeviceptr dst,
+                              CUdeviceptr scr, CUcontext ctx)
+{
+    const IbpPipe *pp = l->opts.priority_decode ? pipe_for(l->drv, ctx, l->stream, 1) : NULL;
+    if (!pp || ibp_devmem_stream_join(ctx, l->stream, pp->decode))
+        return decode_blocks(l, g, run, g->first, g->first, g->last + 1, dst, scr);
+    IbpLaunch on = *l;
+    on.stream = pp->decode;
+    const int err = decode_blocks(&on, g, run, g->first, g->first, g->last + 1, dst, scr);
+    if (ibp_devmem_stream_join(ctx, pp->decode, l->stream)) {
+        /* The caller's stream cannot wait for the decode: wait here, so nothing it enqueues later
+         * sees the destination before the decode wrote it. */
+        l->drv->cuStreamSynchronize(pp->decode);
+        return -EIO;
+    }
+    return err;
+}
+
 /* One compressed piece: stage the plan blob and the run, then decode; runs longer than a chunk
  * go pipelined where internal streams are available. */
 static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p, uint8_t *dst_piece,
@@ -500,12 +524,12 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
             return -EIO;
         l.plan = blob_dev;
         IbpStagingBuf *stage = NULL;
-        const size_t pred_scratch = pred_scratch_bytes(&l);
-        if (pred_scratch) {
-            const int err = ibp_staging_acquire(ctx, pred_scratch, &stage);
+        const size_t dec_scratch = dec_scratch_bytes(&l);
+        if (dec_scratch) {
+            const int err = ibp_staging_acquire(ctx, dec_scratch, &stage);
             if (err)
                 return err;
-            l.pred_scratch = stage->ptr;
+            l.dec_scratch = stage->ptr;
         }
         const int err = launch_decode(&l, run_dev, g.first, g.first, p->nblocks, dst, skip, p->len);
         if (stage)
@@ -515,7 +539,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         return err;
     }
     const IbpPipe *pp = base->opts.pipeline_chunk && p->run_len >= 8 * base->opts.pipeline_chunk
-                            ? pipe_for(drv, ctx, base->stream)
+                            ? pipe_for(drv, ctx, base->stream, base->opts.priority_decode)
                             : NULL;
     int timed = 0;
     if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, pp != NULL, &timed) && !base->opts.force)
@@ -527,9 +551,9 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         return err;
     }
     IbpStagingBuf *stage = NULL;
-    const size_t pred_scratch = pred_scratch_bytes(&l);
+    const size_t dec_scratch = dec_scratch_bytes(&l);
     int err = ibp_staging_acquire(
-        ctx, align_up(blob_len) + align_up(p->run_len) + align_up(scratch) + pred_scratch, &stage);
+        ctx, align_up(blob_len) + align_up(p->run_len) + align_up(scratch) + dec_scratch, &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 0);
@@ -538,14 +562,14 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     l.plan = stage->ptr;
     const CUdeviceptr run = stage->ptr + align_up(blob_len);
     const CUdeviceptr scr = run + align_up(p->run_len);
-    l.pred_scratch = pred_scratch ? scr + align_up(scratch) : 0;
+    l.dec_scratch = dec_scratch ? scr + align_up(scratch) : 0;
     int marked = timed && !speed_mark(drv, ctx, 0, 0, l.stream);
     if (drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, l.stream) != CUDA_SUCCESS ||
         drv->cuMemcpyHtoDAsync(run, p->run, p->run_len, l.stream) != CUDA_SUCCESS) {
         err = -EIO;
     } else {
         marked = marked && !speed_mark(drv, ctx, 0, 1, l.stream);
-        err = decode_blocks(&l, &g, run, g.first, g.first, g.last + 1, dst, scr);
+        err = decode_on_priority(&l, &g, run, dst, scr, ctx);
     }
     if (timed) {
         if (!err && marked && !speed_mark(drv, ctx, 0, 2, l.stream))

@@ -24,6 +24,7 @@ typedef struct IbpSendOptions {
     /* Runs longer than this go in chunks of about this many compressed bytes, the DMA of one
      * overlapping the decode of the last ([transfer] pipeline_chunk); 0 = DMA, then decode. */
     size_t pipeline_chunk;
+    int priority_decode; /* decode on the internal decode stream, of the highest priority */
 } IbpSendOptions;
 
 /* Enqueues every piece of `plan` for the copy [src, src + n) -> dst on `stream` (the
