@@ -1355,6 +1355,45 @@ __device__ uint32_t share_bits_before(const IbpDecodeArgs &a, const Plan &p, con
     return sum;
 }
 
+// A warp's segment s of a group of a packed block, counted and placed after the block's earlier
+// segments: `carry` holds their bits and gets the group's added (every warp of the CTA calls this
+// for the same group).
+struct Placed {
+    uint32_t j0, j1; // its words
+    uint32_t sel;    // its first selector
+    uint32_t bits;   // its payload bits
+    uint32_t before; // payload bits before it
+};
+
+template <int W, bool C1>
+__device__ __forceinline__ Placed place_segment(const Plan &p, const Table<W> *t, const Block &b,
+                                                const IbpBlockHeader &h, uint32_t s, SegStage &st, LaneStart &ls,
+                                                uint32_t *seg_bits, uint32_t &carry)
+{
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    Placed pl;
+    pl.j0 = s * IBP_DECODE_SEG_WORDS;
+    pl.j1 = min(b.nwords, pl.j0 + IBP_DECODE_SEG_WORDS);
+    pl.sel = 0;
+    pl.bits = 0;
+    if (pl.j0 < pl.j1) {
+        pl.sel = packed_before(p, b, pl.j0);
+        pl.bits = count_segment<W, C1>(p, t, b, h, pl.j0, pl.j1, pl.sel, st, ls);
+    }
+    if (lane == 0)
+        seg_bits[warp] = pl.bits;
+    __syncthreads();
+    uint32_t group = 0;
+    pl.before = carry;
+    for (uint32_t q = 0; q < kWarps; q++) {
+        pl.before += q < warp ? seg_bits[q] : 0;
+        group += seg_bits[q];
+    }
+    __syncthreads();
+    carry += group;
+    return pl;
+}
+
 // Plans without predictor columns: a block's segments form groups of kWarps, each CTA takes a
 // contiguous share of the groups, its warps a segment of a group each.  A CTA scan of the
 // segments' payload bits and the bits of the block's earlier groups (carried from group to group,
@@ -1393,25 +1432,11 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
         if (bi != carry_block)
             carry = s0 ? share_bits_before<W, C1>(a, p, t, b, h, s0, st, red) : 0;
         carry_block = bi;
-        const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
-        uint32_t sel = 0, bits = 0;
         LaneStart ls;
-        if (j0 < j1) {
-            sel = packed_before(p, b, j0);
-            bits = count_segment<W, C1>(p, t, b, h, j0, j1, sel, st, ls);
-        }
-        if (lane == 0)
-            seg_bits[warp] = bits;
-        __syncthreads();
-        uint32_t before = carry, group = 0;
-        for (uint32_t q = 0; q < kWarps; q++) {
-            before += q < warp ? seg_bits[q] : 0;
-            group += seg_bits[q];
-        }
-        __syncthreads();
-        carry += group;
-        if (j0 < j1)
-            decode_counted<W, C1>(p, t, kind, zz, b, h, j0, j1, sel, before, bits, st, ls, ToGlobal<W>{out});
+        const Placed pl = place_segment<W, C1>(p, t, b, h, s, st, ls, seg_bits, carry);
+        if (pl.j0 < pl.j1)
+            decode_counted<W, C1>(p, t, kind, zz, b, h, pl.j0, pl.j1, pl.sel, pl.before, pl.bits, st, ls,
+                                  ToGlobal<W>{out});
         const uint32_t n = (b.nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
         if (s == (n ? n - 1 : 0))
             copy_tail(h, blk, W, out, lane, 32);
@@ -1569,26 +1594,13 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
         if (bi != pred_block && warp == 0) // the block's predictors start from 0 (or the share's start)
             ps.carry[lane] = 0;
         pred_block = bi;
-        const uint32_t j0 = s * IBP_DECODE_SEG_WORDS, j1 = min(b.nwords, j0 + IBP_DECODE_SEG_WORDS);
-        uint32_t sel = 0, bits = 0;
         LaneStart ls;
-        if (j0 < j1) {
-            sel = packed_before(p, b, j0);
-            bits = count_segment<W, false>(p, t, b, h, j0, j1, sel, st, ls);
-        }
-        if (lane == 0)
-            seg_bits[warp] = bits;
-        __syncthreads();
-        uint32_t before = carry, group = 0;
-        for (uint32_t q = 0; q < kWarps; q++) {
-            before += q < warp ? seg_bits[q] : 0;
-            group += seg_bits[q];
-        }
-        carry += group;
+        const Placed pl = place_segment<W, false>(p, t, b, h, s, st, ls, seg_bits, carry);
+        const uint32_t j0 = pl.j0, j1 = pl.j1;
         const uint32_t pred = pred_of(p, h.col_phase, j0 + lane);
         U agg = 0;
         if (j0 < j1) {
-            decode_counted<W, false>(p, t, kind, zz, b, h, j0, j1, sel, before, bits, st, ls,
+            decode_counted<W, false>(p, t, kind, zz, b, h, j0, j1, pl.sel, pl.before, pl.bits, st, ls,
                                      ToShared<W>{seg});
             agg = seg_reduce<W>(seg, j1 - j0, p.c, rl, pred);
         }
