@@ -343,9 +343,13 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
             region_fingerprint((const uint8_t *)ibp_region_base(region), ibp_region_size(region));
         const uint64_t before = atomic_exchange(&pr->fingerprint, fp);
         uint32_t copies = 1;
-        if (before == fp || !before) {
+        if (before == fp && atomic_exchange(&pr->fp_backoff, 0)) {
+            /* The same bytes as the last fingerprint, but copies passed in between unseen: a buffer
+             * cycling through a few batches matches so now and then.  Count from here, every copy
+             * fingerprinted, so only copies in a row that find the same bytes make it hot. */
+            atomic_store(&pr->copies, 1);
+        } else if (before == fp || !before) {
             copies = atomic_fetch_add(&pr->copies, 1) + 1;
-            atomic_store(&pr->fp_backoff, 0);
         } else {
             atomic_store(&pr->copies, 1);
             const uint32_t backoff = atomic_load(&pr->fp_backoff);

@@ -279,6 +279,40 @@ TEST(Engine, BuffersGivenNewContentBeforeEveryCopyStayCold)
     EXPECT_EQ(copy_and_check(r.mem, r.size), 1);
 }
 
+TEST(Engine, BuffersCyclingThroughAFewBatchesStayCold)
+{
+    // A batch buffer given one of three batches before every copy (never the one of the copy
+    // before): fingerprints taken copies apart match now and then; that never makes it hot.
+    start_engine();
+    IbpPolicyStats before;
+    ibp_policy_stats(&before);
+    Region r(2 * kMiB, 17);
+    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    std::vector<std::vector<uint8_t>> batches(3);
+    for (size_t b = 0; b < batches.size(); b++) {
+        fill_gaussian(r.mem, r.size, 500 + (uint32_t)b);
+        batches[b].assign(r.mem, r.mem + r.size);
+    }
+    uint32_t x = 12345, last = 0;
+    for (uint32_t step = 0; step < 400; step++) {
+        x = x * 1103515245u + 12345u;
+        const uint32_t b = (last + 1 + (x >> 16) % 2) % 3;
+        last = b;
+        std::memcpy(r.mem, batches[b].data(), r.size);
+        IbpCopyWhy why;
+        ASSERT_EQ(copy_and_check(r.mem, r.size, &why), 0) << "step " << step;
+        ASSERT_EQ(why, IBP_COPY_COLD) << "step " << step;
+        ibp_policy_run_pending();
+    }
+    IbpPolicyStats after;
+    ibp_policy_stats(&after);
+    EXPECT_EQ(after.regions_compressed, before.regions_compressed);
+    IbpRegion *region = nullptr;
+    ASSERT_EQ(ibp_registry_lookup(r.mem, r.size, &region), 0);
+    EXPECT_EQ(ibp_region_tracker(region), nullptr); // never armed
+    ibp_region_put(&region);
+}
+
 TEST(Engine, RegionsRewrittenBeforeEveryCopyStopBeingTracked)
 {
     // A batch buffer refilled before each copy, faster than the region can stay unwritten long
