@@ -245,22 +245,19 @@ TEST(Engine, ChurningRegionsStopBeingTracked)
     EXPECT_GE(st.regions_churned, 1u);
 }
 
-TEST(Engine, BuffersGivenNewContentBeforeEveryCopyStayCold)
+// Starts the engine and registers r as a pinned allocation; returns the statistics before.
+IbpPolicyStats start_with_region(const Region &r)
 {
-    // A batch buffer refilled before every copy from the start is never compressed, so it is never
-    // write-tracked either; once its content stops changing it is.
     start_engine();
     IbpPolicyStats before;
     ibp_policy_stats(&before);
-    Region r(2 * kMiB, 13);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
-    for (uint32_t step = 0; step < 6; step++) {
-        fill_gaussian(r.mem, r.size, 400 + step);
-        IbpCopyWhy why;
-        EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 0);
-        EXPECT_EQ(why, IBP_COPY_COLD);
-        ibp_policy_run_pending();
-    }
+    EXPECT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    return before;
+}
+
+// r was not compressed since `before` and its writes were never tracked.
+void expect_never_compressed(const Region &r, const IbpPolicyStats &before)
+{
     IbpPolicyStats after;
     ibp_policy_stats(&after);
     EXPECT_EQ(after.regions_compressed, before.regions_compressed);
@@ -268,6 +265,22 @@ TEST(Engine, BuffersGivenNewContentBeforeEveryCopyStayCold)
     ASSERT_EQ(ibp_registry_lookup(r.mem, r.size, &region), 0);
     EXPECT_EQ(ibp_region_tracker(region), nullptr); // never armed
     ibp_region_put(&region);
+}
+
+TEST(Engine, BuffersGivenNewContentBeforeEveryCopyStayCold)
+{
+    // A batch buffer refilled before every copy from the start is never compressed, so it is never
+    // write-tracked either; once its content stops changing it is.
+    Region r(2 * kMiB, 13);
+    const IbpPolicyStats before = start_with_region(r);
+    for (uint32_t step = 0; step < 6; step++) {
+        fill_gaussian(r.mem, r.size, 400 + step);
+        IbpCopyWhy why;
+        EXPECT_EQ(copy_and_check(r.mem, r.size, &why), 0);
+        EXPECT_EQ(why, IBP_COPY_COLD);
+        ibp_policy_run_pending();
+    }
+    expect_never_compressed(r, before);
     // Left alone, it becomes hot and compressed; the copies between fingerprints (at most 64,
     // fewer here) delay that, never what arrives.
     int copies = 0;
@@ -283,11 +296,8 @@ TEST(Engine, BuffersCyclingThroughAFewBatchesStayCold)
 {
     // A batch buffer given one of three batches before every copy (never the one of the copy
     // before): fingerprints taken copies apart match now and then; that never makes it hot.
-    start_engine();
-    IbpPolicyStats before;
-    ibp_policy_stats(&before);
     Region r(2 * kMiB, 17);
-    ASSERT_EQ(ibp_policy_on_alloc(r.mem, r.size, IBP_REGION_PINNED_ALLOC, 0, nullptr), 1);
+    const IbpPolicyStats before = start_with_region(r);
     std::vector<std::vector<uint8_t>> batches(3);
     for (size_t b = 0; b < batches.size(); b++) {
         fill_gaussian(r.mem, r.size, 500 + (uint32_t)b);
@@ -304,13 +314,7 @@ TEST(Engine, BuffersCyclingThroughAFewBatchesStayCold)
         ASSERT_EQ(why, IBP_COPY_COLD) << "step " << step;
         ibp_policy_run_pending();
     }
-    IbpPolicyStats after;
-    ibp_policy_stats(&after);
-    EXPECT_EQ(after.regions_compressed, before.regions_compressed);
-    IbpRegion *region = nullptr;
-    ASSERT_EQ(ibp_registry_lookup(r.mem, r.size, &region), 0);
-    EXPECT_EQ(ibp_region_tracker(region), nullptr); // never armed
-    ibp_region_put(&region);
+    expect_never_compressed(r, before);
 }
 
 TEST(Engine, RegionsRewrittenBeforeEveryCopyStopBeingTracked)

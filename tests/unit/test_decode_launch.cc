@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: MIT
+// ibpshim: which kernels ibp_decode_launch() enqueues for each kind of plan, with and without the
+// scratch, against the fake CUDA (whose kernels decode on the CPU, and whose counting and fix-up
+// kernels check that the scratch holds a record for every CTA of their grid).  Every decode is
+// compared byte for byte with the data.
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+extern "C" {
+#include "codec/format.h"
+#include "ibpshim/codec.h"
+#include "kernels/decode_abi.h"
+#include "kernels/driver.h"
+#include "kernels/module.h"
+#include "tests/fakecuda/fakecuda.h"
+}
+
+namespace
+{
+
+typedef void (*StatsFn)(FakecudaStats *);
+
+// A plan of 4-byte words and `columns` columns, rows of 1024 words, one mask set keeping the low
+// 12 bits of every column variant; every column delta-coded (and zigzag) or none.
+IbpCodecPlan *make_plan(uint32_t columns, bool delta, uint32_t block_size)
+{
+    const uint32_t w = 4, xform_off = 32, mask_off = xform_off + ((columns + 15) & ~15u);
+    std::vector<uint8_t> blob(mask_off + ((columns * 2 * w + 15) & ~15u), 0);
+    IbpPlanHeader h = {};
+    h.magic = IBP_PLAN_MAGIC;
+    h.version = IBP_FORMAT_VERSION;
+    h.word_size = (uint8_t)w;
+    h.nsets = 1;
+    h.columns = columns;
+    h.row_words = 1024;
+    h.block_size = block_size;
+    h.blob_len = (uint32_t)blob.size();
+    h.xform_off = xform_off;
+    h.mask_off = mask_off;
+    std::memcpy(blob.data(), &h, sizeof(h));
+    const uint32_t mask = ~0xfffu;
+    for (uint32_t c = 0; c < columns; c++) {
+        blob[xform_off + c] = delta ? (uint8_t)(IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG) : 0;
+        std::memcpy(&blob[mask_off + c * 2 * w], &mask, w); // value 0
+    }
+    IbpCodecPlan *plan = nullptr;
+    EXPECT_EQ(ibp_codec_plan_from_blob(blob.data(), blob.size(), &plan), 0);
+    return plan;
+}
+
+class DecodeLaunch : public ::testing::Test
+{
+  protected:
+    void SetUp() override
+    {
+        drv_ = ibp_driver_get();
+        if (!drv_ || !ibp_kernels_built())
+            GTEST_SKIP() << "needs a driver and embedded kernels";
+        void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        stats_ = lib ? (StatsFn)dlsym(lib, "fakecuda_stats") : nullptr;
+        if (!stats_)
+            GTEST_SKIP() << "needs the fake CUDA driver (it counts kernel launches)";
+        ASSERT_EQ(drv_->cuDeviceGet(&dev_, 0), CUDA_SUCCESS);
+        ASSERT_EQ(drv_->cuDevicePrimaryCtxRetain(&ctx_, dev_), CUDA_SUCCESS);
+        ASSERT_EQ(drv_->cuCtxPushCurrent(ctx_), CUDA_SUCCESS);
+        pushed_ = true;
+        ASSERT_EQ(ibp_module_get(ctx_, &mod_), 0);
+        ASSERT_EQ(drv_->cuMemAlloc(&scratch_, ibp_decode_scratch_bytes(mod_)), CUDA_SUCCESS);
+    }
+
+    void TearDown() override
+    {
+        for (CUdeviceptr p : allocs_)
+            drv_->cuMemFree(p);
+        if (scratch_)
+            drv_->cuMemFree(scratch_);
+        if (pushed_) {
+            CUcontext popped;
+            drv_->cuCtxPopCurrent(&popped);
+            drv_->cuDevicePrimaryCtxRelease(dev_);
+        }
+    }
+
+    // n bytes of device memory, holding src's when given.
+    CUdeviceptr device_copy(const void *src, size_t n)
+    {
+        CUdeviceptr p = 0;
+        EXPECT_EQ(drv_->cuMemAlloc(&p, n ? n : 1), CUDA_SUCCESS);
+        if (src && n) {
+            EXPECT_EQ(drv_->cuMemcpyHtoD(p, src, n), CUDA_SUCCESS);
+        }
+        allocs_.push_back(p);
+        return p;
+    }
+
+    // Encodes `nblocks` blocks of columns that grow row by row (what delta predicts).
+    void encode(IbpCodecPlan *plan, uint32_t nblocks)
+    {
+        plan_ = plan;
+        bs_ = ibp_codec_plan_block_size(plan);
+        IbpCodecPlanInfo info;
+        ibp_codec_plan_info(plan, &info);
+        columns_ = info.columns;
+        data_.resize((size_t)nblocks * bs_);
+        uint32_t x = 2463534242u;
+        for (size_t j = 0; j < data_.size() / 4; j++) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            const uint32_t v = (uint32_t)(j / columns_) * 3u + (x & 0x3ffu);
+            std::memcpy(&data_[j * 4], &v, 4);
+        }
+        std::vector<uint8_t> run, tmp(ibp_codec_block_bound(plan, bs_));
+        std::vector<uint64_t> offs;
+        for (uint32_t b = 0; b < nblocks; b++) {
+            size_t comp = 0;
+            ASSERT_EQ(
+                ibp_codec_block_encode(plan, &data_[b * bs_], bs_, b * bs_, tmp.data(), tmp.size(), &comp),
+                0);
+            offs.push_back(run.size());
+            run.insert(run.end(), tmp.begin(), tmp.begin() + comp);
+        }
+        offs.push_back(run.size());
+        size_t blob_len = 0;
+        const void *blob = ibp_codec_plan_blob(plan, &blob_len);
+        args_ = {};
+        args_.comp = device_copy(run.data(), run.size());
+        args_.offsets = device_copy(offs.data(), offs.size() * sizeof(uint64_t));
+        args_.plan = device_copy(blob, blob_len);
+        args_.dst = device_copy(nullptr, data_.size());
+        args_.len = data_.size();
+        args_.nblocks = nblocks;
+        args_.block_size = (uint32_t)bs_;
+    }
+
+    // Decodes the run and checks every byte; returns the kernels it launched.
+    uint64_t decode(unsigned flags, bool with_scratch, unsigned max_ctas = 0)
+    {
+        FakecudaStats before, after;
+        EXPECT_EQ(drv_->cuMemsetD8(args_.dst, 0xa5, data_.size()), CUDA_SUCCESS);
+        IbpDecodeArgs a = args_;
+        a.scratch = with_scratch ? scratch_ : 0;
+        stats_(&before);
+        EXPECT_EQ(ibp_decode_launch(mod_, &a, 4, columns_, flags, max_ctas, nullptr), 0);
+        EXPECT_EQ(drv_->cuCtxSynchronize(), CUDA_SUCCESS);
+        stats_(&after);
+        std::vector<uint8_t> out(data_.size());
+        EXPECT_EQ(drv_->cuMemcpyDtoH(out.data(), args_.dst, out.size()), CUDA_SUCCESS);
+        EXPECT_TRUE(out == data_) << "decoded bytes differ";
+        return after.kernel_launches - before.kernel_launches;
+    }
+
+    const IbpDriver *drv_ = nullptr;
+    StatsFn stats_ = nullptr;
+    CUdevice dev_ = 0;
+    CUcontext ctx_ = nullptr;
+    bool pushed_ = false;
+    const IbpModule *mod_ = nullptr;
+    CUdeviceptr scratch_ = 0;
+    std::vector<CUdeviceptr> allocs_;
+    IbpCodecPlan *plan_ = nullptr;
+    size_t bs_ = 0;
+    uint32_t columns_ = 0;
+    std::vector<uint8_t> data_;
+    IbpDecodeArgs args_ = {};
+};
+
+TEST_F(DecodeLaunch, PredictorPlansSegmentedWithScratch)
+{
+    IbpCodecPlan *plan = make_plan(3, true, 262144);
+    ASSERT_NE(plan, nullptr);
+    encode(plan, 4); // 64 groups of 8 segments: shares of one group, a sixteenth of a block
+    EXPECT_EQ(decode(IBP_DECODE_PRED, true), 3u) << "count, segmented decode, fix-up";
+    EXPECT_EQ(decode(IBP_DECODE_PRED, true, 8), 2u) << "shares of two blocks: no counting pass";
+    EXPECT_EQ(decode(IBP_DECODE_PRED, false), 1u) << "no scratch: a CTA per block";
+    EXPECT_EQ(decode(IBP_DECODE_PRED | IBP_DECODE_BLOCK, true), 1u);
+    ibp_codec_plan_destroy(&plan);
+}
+
+TEST_F(DecodeLaunch, PlansOfSeveralColumnsCountShortShares)
+{
+    IbpCodecPlan *plan = make_plan(5, false, 262144);
+    ASSERT_NE(plan, nullptr);
+    encode(plan, 4);
+    EXPECT_EQ(decode(0, true), 2u) << "count, segmented decode";
+    EXPECT_EQ(decode(0, false), 1u) << "no scratch: each CTA counts its block's earlier segments";
+    EXPECT_EQ(decode(0, true, 8), 1u);
+    EXPECT_EQ(decode(IBP_DECODE_BLOCK, true), 1u);
+    ibp_codec_plan_destroy(&plan);
+}
+
+TEST_F(DecodeLaunch, OneColumnPlansNeverCount)
+{
+    IbpCodecPlan *plan = make_plan(1, false, 262144);
+    ASSERT_NE(plan, nullptr);
+    encode(plan, 4);
+    EXPECT_EQ(decode(0, true), 1u);
+    EXPECT_EQ(decode(0, false), 1u);
+    ibp_codec_plan_destroy(&plan);
+}
+
+TEST_F(DecodeLaunch, LongPredictorPeriodsGoACtaPerBlock)
+{
+    IbpCodecPlan *plan = make_plan(IBP_DECODE_PRED_MAX_COLUMNS + 1, true, 262144);
+    ASSERT_NE(plan, nullptr);
+    encode(plan, 2);
+    EXPECT_EQ(decode(IBP_DECODE_PRED, true), 1u);
+    ibp_codec_plan_destroy(&plan);
+}
+
+} // namespace
