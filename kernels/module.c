@@ -77,12 +77,19 @@ static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
         }
     }
     /* The predictor decode keeps its segments' words in dynamic shared memory beyond the 48 KiB a
-     * kernel gets without asking: up to 8-byte words. */
-    IBP_CU_CHECK_GOTO(res,
-                      drv->cuFuncSetAttribute(mod->fn[IBP_KERNEL_DECODE_SEGP],
-                                              CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                              (int)segp_shared_bytes(8)),
-                      fail);
+     * kernel gets without asking: for 8-byte words where the device allows, else for narrower
+     * ones; plans it cannot take decode a CTA per block. */
+    mod->segp_max_dynamic = 0;
+    for (unsigned w = 8; w >= 2 && !mod->segp_max_dynamic; w /= 2)
+        if (drv->cuFuncSetAttribute(mod->fn[IBP_KERNEL_DECODE_SEGP],
+                                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    (int)segp_shared_bytes(w)) == CUDA_SUCCESS)
+            mod->segp_max_dynamic = segp_shared_bytes(w);
+    if (mod->segp_max_dynamic < segp_shared_bytes(8))
+        IBP_DEBUG(
+            "device %d allows the predictor decode %u bytes of dynamic shared memory: wider plans decode "
+            "a CTA per block",
+            (int)mod->device, mod->segp_max_dynamic);
     IBP_DEBUG("kernels loaded for context %p (device %d, %d SMs)", (void *)ctx, (int)mod->device,
               mod->sm_count);
     return 0;
@@ -170,7 +177,8 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
         return -EINVAL;
     const int pred = (flags & IBP_DECODE_PRED) != 0;
     const int scratch = args.scratch && !(args.scratch & 7u) && mod->sm_count > 0;
-    const int segp = pred && scratch && columns <= IBP_DECODE_PRED_MAX_COLUMNS;
+    const int segp = pred && scratch && columns <= IBP_DECODE_PRED_MAX_COLUMNS &&
+                     segp_shared_bytes(word_size) <= mod->segp_max_dynamic;
     args.flags = 0;
     if ((flags & IBP_DECODE_BLOCK) || (pred && !segp))
         return ibp_kernel_launch(mod, IBP_KERNEL_DECODE, grid_cap(args.nblocks, max_ctas), IBP_DECODE_THREADS, 0,

@@ -30,6 +30,7 @@ typedef struct IbpModule {
     CUdevice device;
     int sm_count;
     int max_threads_per_block;
+    unsigned segp_max_dynamic; /* dynamic shared bytes ibp_k_decode_segp may take here (0: none) */
     CUfunction fn[IBP_KERNEL_COUNT];
 } IbpModule;
 

@@ -191,6 +191,7 @@ FAKECUDA_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a
     const CUresult r = fakecuda_check_init();
     if (r != CUDA_SUCCESS)
         return r;
+    FAKECUDA_RETURN_IF_INJECTED("cuFuncSetAttribute");
     if (attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
         if (value < 0 || (unsigned)value > OPTIN_DYNAMIC_SMEM)
             return CUDA_ERROR_INVALID_VALUE;

@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -24,6 +25,15 @@ namespace
 {
 
 typedef void (*StatsFn)(FakecudaStats *);
+typedef void (*FailFn)(const char *, unsigned, unsigned, int);
+
+// Under the registration that sets it: how many of the module's requests for dynamic shared
+// memory (8-, 4-, then 2-byte words) the driver refuses.
+unsigned refused_smem()
+{
+    const char *v = std::getenv("DECODE_LAUNCH_REFUSE_SMEM");
+    return v ? (unsigned)std::atoi(v) : 0u;
+}
 
 // A plan of 4-byte words and `columns` columns, rows of 1024 words, one mask set keeping the low
 // 12 bits of every column variant; every column delta-coded (and zigzag) or none.
@@ -65,6 +75,8 @@ class DecodeLaunch : public ::testing::Test
         stats_ = lib ? (StatsFn)dlsym(lib, "fakecuda_stats") : nullptr;
         if (!stats_)
             GTEST_SKIP() << "needs the fake CUDA driver (it counts kernel launches)";
+        if (refused_smem()) // before the first module load of the process
+            ((FailFn)dlsym(lib, "fakecuda_fail_calls"))("cuFuncSetAttribute", 0, refused_smem(), 0);
         ASSERT_EQ(drv_->cuDeviceGet(&dev_, 0), CUDA_SUCCESS);
         ASSERT_EQ(drv_->cuDevicePrimaryCtxRetain(&ctx_, dev_), CUDA_SUCCESS);
         ASSERT_EQ(drv_->cuCtxPushCurrent(ctx_), CUDA_SUCCESS);
@@ -172,6 +184,8 @@ class DecodeLaunch : public ::testing::Test
 
 TEST_F(DecodeLaunch, PredictorPlansSegmentedWithScratch)
 {
+    if (refused_smem())
+        GTEST_SKIP() << "the device refused the predictor decode its shared memory";
     IbpCodecPlan *plan = make_plan(3, true, 262144);
     ASSERT_NE(plan, nullptr);
     encode(plan, 4); // 64 groups of 8 segments: shares of one group, a sixteenth of a block
@@ -201,6 +215,20 @@ TEST_F(DecodeLaunch, OneColumnPlansNeverCount)
     encode(plan, 4);
     EXPECT_EQ(decode(0, true), 1u);
     EXPECT_EQ(decode(0, false), 1u);
+    ibp_codec_plan_destroy(&plan);
+}
+
+TEST_F(DecodeLaunch, PredictorPlansACtaPerBlockWithoutTheSharedMemory)
+{
+    // The driver granted dynamic shared memory for 2-byte words only: the module still loads, and
+    // predictor plans of 4-byte words decode a CTA per block.
+    if (refused_smem() != 2)
+        GTEST_SKIP() << "runs in the decode-launch-small-smem registration";
+    EXPECT_EQ(mod_->segp_max_dynamic, (unsigned)(IBP_DECODE_THREADS / 32 * IBP_DECODE_SEG_WORDS * 2));
+    IbpCodecPlan *plan = make_plan(3, true, 262144);
+    ASSERT_NE(plan, nullptr);
+    encode(plan, 4);
+    EXPECT_EQ(decode(IBP_DECODE_PRED, true), 1u);
     ibp_codec_plan_destroy(&plan);
 }
 
