@@ -985,16 +985,6 @@ __device__ __forceinline__ uint32_t lane_fields(const Plan &p, const Table<W> *t
     return run_bits<W>(p, t, lr, win);
 }
 
-// Payload bits of the staged segment.
-template <int W>
-__device__ uint32_t segment_bits(const Plan &p, const Table<W> *t, const IbpBlockHeader &h,
-                                 const SegStage &st, const SegPos &sp)
-{
-    LaneRun lr;
-    uint32_t win;
-    return warp_sum(lane_fields<W>(p, t, h, st, sp, lr, win));
-}
-
 // The field of the word at bit `cursor` of the staged payload: its bits from the cursor on; bits
 // above it are the next fields' (the deposit drops them from matched words, the whole-word run or
 // the mask from whole words).
@@ -1199,27 +1189,6 @@ __device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<
     return sum;
 }
 
-// Payload bits of words [j0, j1) of a packed block (a segment or less) whose first selector is
-// sel, summed over the warp: for one column, popcounts over the selectors; for more, each lane
-// sums its run's field sizes over the staged segment.
-template <int W, bool C1>
-__device__ uint32_t segment_payload_bits(const Plan &p, const Table<W> *t, const Block &b,
-                                         const IbpBlockHeader &h, uint32_t j0, uint32_t j1, uint32_t sel,
-                                         SegStage &st)
-{
-    if constexpr (C1) {
-        const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
-        const uint32_t nsel = packed_before(p, b, j1) - sel;
-        return 8 * W * (j1 - j0) -
-               warp_sum(selector_savings<W>(p, t, b, sel_words, sel, nsel, threadIdx.x & 31, 32));
-    } else {
-        const SegPos sp = stage_segment(p, b, h, j0, j1, sel, 0, 0, st);
-        const uint32_t bits = segment_bits<W>(p, t, h, st, sp);
-        __syncwarp();
-        return bits;
-    }
-}
-
 // A warp's segment [j0, j1) of a packed block whose first selector is sel: its payload bits,
 // summed over the warp.  For one column by popcounts over its selectors; for more, each lane
 // sums its run's field sizes over the staged flags and selectors, kept in ls for the decode.
@@ -1229,7 +1198,10 @@ __device__ __forceinline__ uint32_t count_segment(const Plan &p, const Table<W> 
                                                   uint32_t sel, SegStage &st, LaneStart &ls)
 {
     if constexpr (C1) {
-        return segment_payload_bits<W, true>(p, t, b, h, j0, j1, sel, st);
+        const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
+        const uint32_t nsel = packed_before(p, b, j1) - sel;
+        return 8 * W * (j1 - j0) -
+               warp_sum(selector_savings<W>(p, t, b, sel_words, sel, nsel, threadIdx.x & 31, 32));
     } else {
         const SegPos sp = stage_segment(p, b, h, j0, j1, sel, 0, 0, st);
         ls = lane_start<W>(p, t, h, st, sp);
@@ -1281,9 +1253,11 @@ __device__ uint32_t block_bits_range(const Plan &p, const Table<W> *t, const Blo
     uint32_t part = 0;
     for (uint32_t q = sa + (threadIdx.x >> 5); q < sb && q * IBP_DECODE_SEG_WORDS < b.nwords; q += kWarps) {
         const uint32_t q0 = q * IBP_DECODE_SEG_WORDS, q1 = min(b.nwords, q0 + IBP_DECODE_SEG_WORDS);
-        part += segment_payload_bits<W, false>(p, t, b, h, q0, q1, packed_before(p, b, q0), st);
+        LaneStart ls;
+        part += count_segment<W, false>(p, t, b, h, q0, q1, packed_before(p, b, q0), st, ls);
+        __syncwarp(); // every lane has read the staged segment before the next is staged
     }
-    // segment_payload_bits sums over the warp already: count each warp's part once.
+    // count_segment sums over the warp already: count each warp's part once.
     return cta_sum((threadIdx.x & 31) == 0 ? part : 0, red);
 }
 
