@@ -1222,11 +1222,6 @@ static void ibp_collect_candidates(IbpSearch *s, const IbpCodecPlanOptions *opts
     }
 }
 
-/* The winner among every trial, in the order they were made: each finalist's one-set trials
- * (plain, then transformed) in rank order, then the more-set trials of the picks in pick order
- * (s->jobs of the last phase), those with the candidate's transforms before those with the other
- * variant's; the first of the least size wins.  *xformed says which transforms the winner used:
- * 0 none, 1 the candidate's, 2 the other variant's. */
 /* The candidate of 4-byte words whose rows are those of 2-byte-word candidate k (the same period
  * in bytes, or twice it when that is not a whole number of 4-byte words), or s->ncand. */
 static uint32_t ibp_wide_twin(const IbpSearch *s, uint32_t k)
@@ -1241,6 +1236,12 @@ static uint32_t ibp_wide_twin(const IbpSearch *s, uint32_t k)
     return s->ncand;
 }
 
+/* The winner among every trial, in the order they were made: each finalist's one-set trials
+ * (plain, then transformed) in rank order, then the more-set trials of the picks in pick order
+ * (s->jobs of the last phase), those with the candidate's transforms before those with the other
+ * variant's; the first of the least size wins.  *xformed says which transforms the winner used:
+ * 0 none, 1 the candidate's, 2 the other variant's.  Without narrow_ok only candidates of words
+ * wider than 2 bytes compete; *best is the size to beat and gets the winner's. */
 static void ibp_pick_one(const IbpSearch *s, int narrow_ok, uint64_t *best, uint32_t *best_k,
                          uint32_t *best_nsets, int *xformed, uint32_t *rows)
 {
@@ -1277,6 +1278,8 @@ static void ibp_pick_one(const IbpSearch *s, int narrow_ok, uint64_t *best, uint
     }
 }
 
+/* The winner as ibp_pick_one finds it, except that 2-byte words give way to wider ones within a
+ * margin. */
 static void ibp_pick_best(const IbpSearch *s, uint32_t *best_k, uint32_t *best_nsets, int *xformed,
                           uint32_t *rows)
 {
