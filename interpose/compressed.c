@@ -114,6 +114,7 @@ static void speed_collect(const IbpDriver *drv, IbpSpeed *sp, IbpProbe *pr, int 
             IBP_DEBUG("measured compressed path: DMA %.1f GB/s, decode %.1f GB/s of output",
                       1.0 / sp->dma_ns_per_byte, 1.0 / sp->dec_ns_per_byte);
         }
+        ibp_ledger_dma(pr->tag, pr->dma_bytes, (uint64_t)(dma_ms * 1e6));
         ibp_ledger_decoded(pr->tag, pr->dec_bytes, (uint64_t)(dec_ms * 1e6));
     }
     pr->state = PROBE_IDLE;
@@ -588,6 +589,7 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
                           const IbpSendOptions *opts, IbpSendStats *stats)
 {
     (void)n;
+    const uint64_t t0 = ibp_ledger_elapsed_ns();
     const IbpDriver *drv = ibp_driver_get();
     const IbpModule *mod = NULL;
     memset(stats, 0, sizeof(*stats));
@@ -629,6 +631,7 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
             drv->cuStreamSynchronize(cu_stream); /* without a fence, the shadow must be free now */
     }
     ibp_policy_plan_end(plan, fence);
+    stats->enqueue_ns = ibp_ledger_elapsed_ns() - t0;
     if (synchronous && ret == cudaSuccess && drv && drv->cuStreamSynchronize(cu_stream) != CUDA_SUCCESS)
         ret = cudaErrorUnknown;
     return ret;

@@ -15,6 +15,7 @@ typedef struct IbpSendStats {
     size_t compressed_sent;   /* bytes that crossed PCIe for them (runs and plan blobs) */
     size_t raw;               /* bytes copied as they are */
     size_t slower;            /* of those, compressed runs the measured speeds sent raw */
+    uint64_t enqueue_ns;      /* host time enqueueing (a synchronous copy's final wait not included) */
 } IbpSendStats;
 
 typedef struct IbpSendOptions {

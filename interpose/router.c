@@ -270,10 +270,13 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
                      cudaStream_t stream, int synchronous, cudaError_t *ret)
 {
     IbpCopyPlan plan;
+    const uint64_t t_lookup = ibp_ledger_elapsed_ns();
     if (!ibp_policy_plan_h2d(src, n, &plan)) {
+        ibp_ledger_routed(plan.tag, ibp_ledger_elapsed_ns() - t_lookup, 0);
         ibp_ledger_copy_raw(plan.tag, raw_reason(plan.why), n);
         return 0;
     }
+    const uint64_t t_enqueue = ibp_ledger_elapsed_ns();
     const IbpDriver *drv = ibp_driver_get();
     IbpRawReason why = IBP_RAW_ERROR;
     CUcontext ctx = NULL;
@@ -301,7 +304,9 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
         goto raw;
     }
     IbpSendStats st;
+    const uint64_t t_send = ibp_ledger_elapsed_ns();
     *ret = ibp_send_plan(api, &plan, dst, src, n, stream, ctx, cu_stream, synchronous, &send_opts, &st);
+    ibp_ledger_routed(plan.tag, t_enqueue - t_lookup, t_send - t_enqueue + st.enqueue_ns);
     ibp_ledger_copy(plan.tag, n);
     ibp_ledger_compressed(plan.tag, st.compressed_orig, st.compressed_sent);
     size_t planned_raw = 0;
@@ -321,6 +326,7 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
     return 1;
 raw:
     ibp_policy_plan_end(&plan, NULL);
+    ibp_ledger_routed(plan.tag, t_enqueue - t_lookup, ibp_ledger_elapsed_ns() - t_enqueue);
     ibp_ledger_copy_raw(plan.tag, why, n);
     return 0;
 }

@@ -23,6 +23,11 @@ typedef struct IbpLedgerCounters {
     _Atomic uint64_t evictions;
     _Atomic uint64_t evicted_bytes;
     _Atomic uint64_t tracking_ns;
+    _Atomic uint64_t routed;
+    _Atomic uint64_t lookup_ns;
+    _Atomic uint64_t enqueue_ns;
+    _Atomic uint64_t dma_ns;
+    _Atomic uint64_t dma_bytes;
     _Atomic uint64_t decode_ns;
     _Atomic uint64_t decoded_bytes;
     _Atomic uint64_t plans;
@@ -188,6 +193,21 @@ void ibp_ledger_tracking_ns(IbpLedgerRegion *region, uint64_t ns)
     add(&counters_of(region)->tracking_ns, ns);
 }
 
+void ibp_ledger_routed(IbpLedgerRegion *region, uint64_t lookup_ns, uint64_t enqueue_ns)
+{
+    IbpLedgerCounters *c = counters_of(region);
+    add(&c->routed, 1);
+    add(&c->lookup_ns, lookup_ns);
+    add(&c->enqueue_ns, enqueue_ns);
+}
+
+void ibp_ledger_dma(IbpLedgerRegion *region, uint64_t bytes, uint64_t ns)
+{
+    IbpLedgerCounters *c = counters_of(region);
+    add(&c->dma_bytes, bytes);
+    add(&c->dma_ns, ns);
+}
+
 void ibp_ledger_decoded(IbpLedgerRegion *region, uint64_t bytes, uint64_t ns)
 {
     IbpLedgerCounters *c = counters_of(region);
@@ -253,6 +273,11 @@ static void counters_read(const IbpLedgerCounters *c, IbpLedgerTotals *t)
     t->evictions = load(&c->evictions);
     t->evicted_bytes = load(&c->evicted_bytes);
     t->tracking_ns = load(&c->tracking_ns);
+    t->routed = load(&c->routed);
+    t->lookup_ns = load(&c->lookup_ns);
+    t->enqueue_ns = load(&c->enqueue_ns);
+    t->dma_ns = load(&c->dma_ns);
+    t->dma_bytes = load(&c->dma_bytes);
     t->decode_ns = load(&c->decode_ns);
     t->decoded_bytes = load(&c->decoded_bytes);
     t->plans = load(&c->plans);
@@ -278,6 +303,11 @@ static void totals_add(IbpLedgerTotals *sum, const IbpLedgerTotals *t)
     sum->evictions += t->evictions;
     sum->evicted_bytes += t->evicted_bytes;
     sum->tracking_ns += t->tracking_ns;
+    sum->routed += t->routed;
+    sum->lookup_ns += t->lookup_ns;
+    sum->enqueue_ns += t->enqueue_ns;
+    sum->dma_ns += t->dma_ns;
+    sum->dma_bytes += t->dma_bytes;
     sum->decode_ns += t->decode_ns;
     sum->decoded_bytes += t->decoded_bytes;
     sum->plans += t->plans;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: the report formats: JSON (schema ibpshim-report/2) and the text summary. */
+ * ibpshim: the report formats: JSON (schema ibpshim-report/3) and the text summary. */
 #include "report/writer.h"
 
 #include <dlfcn.h>
@@ -118,6 +118,11 @@ static void json_counters(IbpJson *j, const char *key, const IbpLedgerTotals *t,
     ibp_json_uint(j, "evictions", t->evictions);
     ibp_json_uint(j, "evicted_bytes", t->evicted_bytes);
     ibp_json_uint(j, "tracking_ns", t->tracking_ns);
+    ibp_json_uint(j, "routed_copies", t->routed);
+    ibp_json_uint(j, "lookup_ns", t->lookup_ns);
+    ibp_json_uint(j, "enqueue_ns", t->enqueue_ns);
+    ibp_json_uint(j, "dma_ns", t->dma_ns);
+    ibp_json_uint(j, "dma_bytes", t->dma_bytes);
     ibp_json_uint(j, "decode_ns", t->decode_ns);
     ibp_json_uint(j, "decoded_bytes", t->decoded_bytes);
     ibp_json_uint(j, "plans", t->plans);
@@ -300,6 +305,15 @@ static void text_totals(IbpOut *out, const IbpLedgerSnapshot *snap, const IbpRep
                    t->invalidations, t->recompressions,
                    fmt_num(a, sizeof(a), (double)t->tracking_ns / 1e6, 3),
                    fmt_num(b, sizeof(b), (double)t->decode_ns / 1e6, 3));
+    if (t->routed)
+        ibp_out_printf(out,
+                       "ibpshim:   per routed copy (%" PRIu64 "): lookup %s us, enqueue %s us on the host\n",
+                       t->routed, fmt_num(a, sizeof(a), (double)t->lookup_ns / 1e3 / (double)t->routed, 1),
+                       fmt_num(b, sizeof(b), (double)t->enqueue_ns / 1e3 / (double)t->routed, 1));
+    if (t->dma_ns && t->decode_ns)
+        ibp_out_printf(out, "ibpshim:   measured on the device: DMA %s GB/s, decode %s GB/s of output\n",
+                       fmt_num(a, sizeof(a), (double)t->dma_bytes / (double)t->dma_ns, 1),
+                       fmt_num(b, sizeof(b), (double)t->decoded_bytes / (double)t->decode_ns, 1));
     ibp_out_printf(out,
                    "ibpshim:   compressor: %" PRIu64 " plans (%" PRIu64 " reused) in %s ms, %" PRIu64
                    " builds in %s ms\n",

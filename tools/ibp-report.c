@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Reports of schema 1 lack the compressor counters (plans, builds); 2 has them. */
-#define IBP_VIEW_SCHEMA "ibpshim-report/2"
+/* Reports of schema 1 lack the compressor counters (plans, builds), 2 has them; 3 adds the router's
+ * host times and the measured DMAs. */
+#define IBP_VIEW_SCHEMA "ibpshim-report/3"
+#define IBP_VIEW_SCHEMA_V2 "ibpshim-report/2"
 #define IBP_VIEW_SCHEMA_V1 "ibpshim-report/1"
 #define IBP_VIEW_EXIT_ERROR 2
 #define IBP_VIEW_REASONS 10
@@ -40,6 +42,11 @@ typedef struct IbpViewCounters {
     uint64_t evictions;
     uint64_t evicted_bytes;
     uint64_t tracking_ns;
+    uint64_t routed; /* schema 3 */
+    uint64_t lookup_ns;
+    uint64_t enqueue_ns;
+    uint64_t dma_ns;
+    uint64_t dma_bytes;
     uint64_t decode_ns;
     uint64_t decoded_bytes;
     uint64_t shadow_bytes;
@@ -225,6 +232,13 @@ static void read_counters(IbpViewCtx *ctx, json_t *obj, const char *key, IbpView
         c->builds = get_u64(ctx, o, "builds");
         c->build_ns = get_u64(ctx, o, "build_ns");
     }
+    if (ctx->report->version >= 3) {
+        c->routed = get_u64(ctx, o, "routed_copies");
+        c->lookup_ns = get_u64(ctx, o, "lookup_ns");
+        c->enqueue_ns = get_u64(ctx, o, "enqueue_ns");
+        c->dma_ns = get_u64(ctx, o, "dma_ns");
+        c->dma_bytes = get_u64(ctx, o, "dma_bytes");
+    }
     c->time_saved_s = get_number(ctx, o, "time_saved_s");
     ctx_leave(ctx, len);
 }
@@ -329,10 +343,14 @@ static void report_load(IbpViewReport *r, const char *file)
     if (!schema)
         die("%s: not an ibpshim report (no \"schema\" field)", file);
     const char *name = json_is_string(schema) ? json_string_value(schema) : NULL;
-    r->version = !name ? 0 : !strcmp(name, IBP_VIEW_SCHEMA) ? 2 : !strcmp(name, IBP_VIEW_SCHEMA_V1) ? 1 : 0;
+    r->version = !name                               ? 0
+                 : !strcmp(name, IBP_VIEW_SCHEMA)    ? 3
+                 : !strcmp(name, IBP_VIEW_SCHEMA_V2) ? 2
+                 : !strcmp(name, IBP_VIEW_SCHEMA_V1) ? 1
+                                                     : 0;
     if (!r->version)
-        die("%s: unsupported schema %s (this ibp-report reads %s and %s)", file,
-            name ? name : "(not a string)", IBP_VIEW_SCHEMA_V1, IBP_VIEW_SCHEMA);
+        die("%s: unsupported schema %s (this ibp-report reads %s, %s and %s)", file,
+            name ? name : "(not a string)", IBP_VIEW_SCHEMA_V1, IBP_VIEW_SCHEMA_V2, IBP_VIEW_SCHEMA);
     r->schema = name;
 
     IbpViewCtx ctx = {.report = r};
@@ -502,6 +520,15 @@ static void print_table(const IbpViewReport *r, size_t top)
     printf("  %-16s %14" PRIu64 "  blocks, %" PRIu64 " recompressed\n", "invalidated", t->invalidations,
            t->recompressions);
     printf("  %-16s %11.3f ms\n", "write tracking", (double)t->tracking_ns / 1e6);
+    if (t->routed)
+        printf("  %-16s %11.1f us  lookup %.1f us (tracking included) + enqueue %.1f us, %" PRIu64
+               " copies\n",
+               "host per copy", (double)(t->lookup_ns + t->enqueue_ns) / 1e3 / (double)t->routed,
+               (double)t->lookup_ns / 1e3 / (double)t->routed,
+               (double)t->enqueue_ns / 1e3 / (double)t->routed, t->routed);
+    if (t->dma_ns)
+        printf("  %-16s %11.3f ms  (%.1f GB/s)\n", "compressed DMA", (double)t->dma_ns / 1e6,
+               (double)t->dma_bytes / (double)t->dma_ns);
     if (t->decode_ns)
         printf("  %-16s %11.3f ms  (%.1f GB/s)\n", "decode", (double)t->decode_ns / 1e6,
                (double)t->decoded_bytes / (double)t->decode_ns);
@@ -1008,7 +1035,7 @@ static void usage(FILE *f)
             "       ibp-report [--top N] --svg OUT.svg FILE.json\n"
             "       ibp-report [--top N] [--json] --diff A.json B.json\n"
             "Reads transfer reports written by libibpshim.so (schemas " IBP_VIEW_SCHEMA_V1
-            " and " IBP_VIEW_SCHEMA ").\n"
+            ", " IBP_VIEW_SCHEMA_V2 " and " IBP_VIEW_SCHEMA ").\n"
             "  --top N     rows per table and sites in the chart (default 10)\n"
             "  --json      machine-readable output instead of tables\n"
             "  --svg OUT   write a chart of requested vs sent bytes per site (and over time)\n"

@@ -77,7 +77,9 @@ struct Fixture {
             ibp_ledger_copy(weights, 4096);
             ibp_ledger_compressed(weights, 4000, 1000);
             ibp_ledger_raw(weights, IBP_RAW_STALE, 96);
+            ibp_ledger_routed(weights, 20000, 30000);
         }
+        ibp_ledger_dma(weights, 1000, 25);
         ibp_ledger_invalidated(weights, 3);
         ibp_ledger_recompressed(weights, 3);
         ibp_ledger_shadow(weights, 1000);
@@ -170,7 +172,7 @@ TEST(ReportJson, ValidAgainstTheSchemaWithKnownValues)
     for (const auto &e : errors)
         ADD_FAILURE() << e;
 
-    EXPECT_STREQ(json_string_value(json_object_get(doc, "schema")), "ibpshim-report/2");
+    EXPECT_STREQ(json_string_value(json_object_get(doc, "schema")), "ibpshim-report/3");
     EXPECT_STREQ(json_string_value(json_object_get(doc, "reason")), "request");
     EXPECT_EQ(u64(doc, "sequence"), 4u);
     EXPECT_EQ(json_array_size(json_object_get(doc, "series")), 3u);
@@ -184,6 +186,11 @@ TEST(ReportJson, ValidAgainstTheSchemaWithKnownValues)
     EXPECT_EQ(u64(region, "counters.compressed_bytes"), 40000u);
     EXPECT_EQ(u64(region, "counters.raw_bytes.stale"), 960u);
     EXPECT_EQ(u64(region, "counters.shadow_bytes"), 1000u);
+    EXPECT_EQ(u64(region, "counters.routed_copies"), 10u);
+    EXPECT_EQ(u64(region, "counters.lookup_ns"), 200000u);
+    EXPECT_EQ(u64(region, "counters.enqueue_ns"), 300000u);
+    EXPECT_EQ(u64(region, "counters.dma_ns"), 25u);
+    EXPECT_EQ(u64(region, "counters.dma_bytes"), 1000u);
     EXPECT_EQ(u64(region, "site"), fx.site_weights);
     EXPECT_FALSE(json_is_true(json_object_get(region, "freed")));
     EXPECT_NEAR(json_real_value(json_object_get(json_object_get(region, "counters"), "ratio")),
@@ -348,13 +355,15 @@ TEST(ReportText, SummaryNamesTotalsReasonsAndTopEntries)
     EXPECT_NE(text.find("top sites by bytes saved"), std::string::npos) << text;
     EXPECT_NE(text.find("region " + std::to_string(fx.weights_id) + " (4.0 KiB"), std::string::npos) << text;
     EXPECT_NE(text.find("at 55.5 GB/s"), std::string::npos) << text;
+    EXPECT_NE(text.find("lookup 20.0 us, enqueue 30.0 us on the host"), std::string::npos) << text;
+    EXPECT_NE(text.find("DMA 40.0 GB/s, decode 40.0 GB/s"), std::string::npos) << text;
     size_t lines = 0, pos = 0;
     while ((pos = text.find('\n', pos)) != std::string::npos) {
         pos++;
         lines++;
     }
     // Totals (8 lines plus one per raw reason) and at most 3 sites and 3 regions with headers.
-    EXPECT_LE(lines, 8u + IBP_RAW_REASON_COUNT + 2u + 6u);
+    EXPECT_LE(lines, 10u + IBP_RAW_REASON_COUNT + 2u + 6u);
     for (size_t start = 0; start < text.size();) {
         EXPECT_EQ(text.compare(start, 9, "ibpshim: "), 0) << text.substr(start, 40);
         start = text.find('\n', start) + 1;

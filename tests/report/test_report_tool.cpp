@@ -158,25 +158,51 @@ TEST(ReportTool, UsageErrors)
     expect_clean_error(run({"--svg", "/nonexistent/dir/x.svg", "run-a.json"}, golden_dir), "unwritable svg");
 }
 
-// run-a.json as schema 1 had it: without the compressor counters.
-static std::string as_schema_1(const std::string &v2)
+// run-a.json (schema 3) as an older schema had it: schema 2 without the router's host times and
+// the measured DMAs, schema 1 also without the compressor counters.
+static std::string as_schema(const std::string &v3, int version)
 {
     std::string out;
     size_t start = 0;
-    while (start < v2.size()) {
-        size_t end = v2.find('\n', start);
-        end = end == std::string::npos ? v2.size() : end + 1;
-        const std::string line = v2.substr(start, end - start);
+    while (start < v3.size()) {
+        size_t end = v3.find('\n', start);
+        end = end == std::string::npos ? v3.size() : end + 1;
+        const std::string line = v3.substr(start, end - start);
         start = end;
         bool drop = false;
         for (const char *key :
-             {"\"plans\":", "\"plans_reused\":", "\"plan_ns\":", "\"builds\":", "\"build_ns\":"})
+             {"\"routed_copies\":", "\"lookup_ns\":", "\"enqueue_ns\":", "\"dma_ns\":", "\"dma_bytes\":"})
             drop |= line.find(key) != std::string::npos;
+        for (const char *key :
+             {"\"plans\":", "\"plans_reused\":", "\"plan_ns\":", "\"builds\":", "\"build_ns\":"})
+            drop |= version < 2 && line.find(key) != std::string::npos;
         if (!drop)
             out += line;
     }
+    const std::string v = "\"ibpshim-report/3\"";
+    return out.replace(out.find(v), v.size(), "\"ibpshim-report/" + std::to_string(version) + "\"");
+}
+
+static std::string as_schema_1(const std::string &v3)
+{
+    return as_schema(v3, 1);
+}
+
+TEST(ReportTool, ReadsSchema2WithoutTheRouterTimes)
+{
+    const std::string v3 = slurp(golden_dir + "/run-a.json");
+    const std::string path = work_dir + "/run-a-v2.json";
+    spit(path, as_schema(v3, 2));
+    const Result r = run({path}, work_dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("ibpshim-report/2"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("shadow builds"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("host per copy"), std::string::npos) << r.out;
+    // The same document claiming schema 3 misses them.
+    std::string claims_3 = as_schema(v3, 2);
     const std::string v = "\"ibpshim-report/2\"";
-    return out.replace(out.find(v), v.size(), "\"ibpshim-report/1\"");
+    spit(path, claims_3.replace(claims_3.find(v), v.size(), "\"ibpshim-report/3\""));
+    expect_clean_error(run({path}, work_dir), "schema 3 without the router times");
 }
 
 TEST(ReportTool, ReadsSchema1WithoutTheCompressorCounters)
@@ -188,6 +214,7 @@ TEST(ReportTool, ReadsSchema1WithoutTheCompressorCounters)
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("ibpshim-report/1"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("shadow builds"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("host per copy"), std::string::npos) << r.out;
     // The same document claiming schema 2 misses them.
     std::string claims_2 = as_schema_1(v2);
     const std::string v = "\"ibpshim-report/1\"";
@@ -217,9 +244,9 @@ TEST(ReportTool, MalformedInputsFailCleanly)
          "invalid JSON"},
         {"array", "[1, 2, 3]\n", "not an ibpshim report"},
         {"no-schema", "{\"totals\": {}}\n", "no \"schema\""},
-        {"wrong-schema", replaced("ibpshim-report/2", "ibpshim-report/9"),
+        {"wrong-schema", replaced("ibpshim-report/3", "ibpshim-report/9"),
          "unsupported schema ibpshim-report/9"},
-        {"schema-type", replaced("\"ibpshim-report/2\"", "1"), "unsupported schema"},
+        {"schema-type", replaced("\"ibpshim-report/3\"", "1"), "unsupported schema"},
         {"missing-field", replaced("\"regions_merged\"", "\"regions_mergedX\""),
          "field regions_merged: missing"},
         {"string-number", replaced("\"copies\": 7900", "\"copies\": \"7900\""), "field totals.copies"},
