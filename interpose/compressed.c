@@ -362,8 +362,8 @@ static uint32_t chunk_end(const uint64_t *offs, uint32_t b, uint32_t end, size_t
 /* Copies the piece's run in chunks on the pair's copy stream into IBP_PIPE_SLOTS staging slots
  * and decodes each chunk on the decode stream once it landed, so the DMA of a chunk overlaps the
  * decode of the one before; a slot is written again only after the decode that read it (device
- * waits on events, no host synchronisation).  Both internal streams first wait for the caller's
- * earlier work and the caller's stream then waits for them, also when something failed half-way,
+ * waits on events, no host synchronisation).  The decode stream first waits for the caller's
+ * earlier work and the caller's stream then waits for it, also when something failed half-way,
  * so a raw copy of the piece enqueued after a failure is never overwritten by a late decode.  When
  * no join can be enqueued, the internal streams are synchronised on the host before returning.
  * Returns 0, -EBUSY (no staging) or -EIO. */
@@ -404,7 +404,10 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     void *decoded[IBP_PIPE_SLOTS] = {NULL};
     size_t dma_sample = blob_len, dec_sample = 0;
     int marked = 0; /* probe events recorded so far */
-    if (ibp_devmem_stream_join(ctx, base->stream, pp->copy) ||
+    /* The copies write only staging slots: like a serial run's DMA (send_run), they run ahead of
+     * the caller's earlier work, except in a timed run, whose first event must mark when the
+     * caller's stream got there. */
+    if ((timed && ibp_devmem_stream_join(ctx, base->stream, pp->copy)) ||
         ibp_devmem_stream_join(ctx, base->stream, pp->decode))
         err = -EIO;
     if (!err && timed && !speed_mark(drv, ctx, 1, 0, pp->copy))
@@ -564,11 +567,24 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     const CUdeviceptr run = stage->ptr + align_up(blob_len);
     const CUdeviceptr scr = run + align_up(p->run_len);
     l.dec_scratch = dec_scratch ? scr + align_up(scratch) : 0;
+    /* The DMA writes only the staging buffer, which is idle, from the shadow, which the plan
+     * holds: it need not wait for the caller's earlier work, and on an internal copy stream it
+     * runs ahead of it (while the copy engine would otherwise wait for the last copy's decode).
+     * Only the decode, which writes dst, takes the caller's place in its stream.  Timed runs
+     * keep the DMA on the caller's stream, so the speeds measured are never flattered by it. */
+    const IbpPipe *ahead = timed ? NULL : pipe_for(drv, ctx, base->stream, base->opts.priority_decode);
+    const CUstream dma_stream = ahead ? ahead->copy : l.stream;
     int marked = timed && !speed_mark(drv, ctx, 0, 0, l.stream);
-    if (drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, l.stream) != CUDA_SUCCESS ||
-        drv->cuMemcpyHtoDAsync(run, p->run, p->run_len, l.stream) != CUDA_SUCCESS) {
+    if (drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, dma_stream) != CUDA_SUCCESS ||
+        drv->cuMemcpyHtoDAsync(run, p->run, p->run_len, dma_stream) != CUDA_SUCCESS)
         err = -EIO;
-    } else {
+    /* The staging buffer goes back on the caller's stream: it must wait for the DMA whatever
+     * happened, or the host does. */
+    if (ahead && ibp_devmem_stream_join(ctx, ahead->copy, l.stream)) {
+        drv->cuStreamSynchronize(ahead->copy);
+        err = -EIO;
+    }
+    if (!err) {
         marked = marked && !speed_mark(drv, ctx, 0, 1, l.stream);
         err = decode_on_priority(&l, &g, run, dst, scr, ctx);
     }
