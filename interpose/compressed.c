@@ -217,6 +217,7 @@ typedef struct IbpLaunch {
     CUdeviceptr dec_scratch; /* ibp_decode_scratch_bytes() of device memory, or 0 */
     IbpSendOptions opts;
     void *tag;              /* the region's report entry */
+    uint64_t *staging_wait; /* waits for staging buffers add up here */
 } IbpLaunch;
 
 /* Device scratch the decode takes beside the staged data (plans of one column without predictors
@@ -395,6 +396,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
             speed_unreserve(drv, ctx, 1);
         return err;
     }
+    *base->staging_wait += stage->waited_ns;
     IbpLaunch l = *base;
     l.plan = stage->ptr;
     l.stream = pp->decode;
@@ -533,6 +535,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
             const int err = ibp_staging_acquire(ctx, dec_scratch, &stage);
             if (err)
                 return err;
+            *base->staging_wait += stage->waited_ns;
             l.dec_scratch = stage->ptr;
         }
         const int err = launch_decode(&l, run_dev, g.first, g.first, p->nblocks, dst, skip, p->len);
@@ -563,6 +566,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
             speed_unreserve(drv, ctx, 0);
         return err;
     }
+    *base->staging_wait += stage->waited_ns;
     l.plan = stage->ptr;
     const CUdeviceptr run = stage->ptr + align_up(blob_len);
     const CUdeviceptr scr = run + align_up(p->run_len);
@@ -611,7 +615,8 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
     memset(stats, 0, sizeof(*stats));
     int gpu_ok = drv && ibp_module_get(ctx, &mod) == 0;
     IbpLaunch l = {.drv = drv, .mod = mod, .stream = cu_stream,
-                   .block_size = ibp_shadow_block_size(plan->shadow), .opts = *opts, .tag = plan->tag};
+                   .block_size = ibp_shadow_block_size(plan->shadow), .opts = *opts, .tag = plan->tag,
+                   .staging_wait = &stats->staging_wait_ns};
     cudaError_t ret = cudaSuccess;
     const uintptr_t copy_off = (uintptr_t)src - plan->region_base;
     int shadow_read = 0;

@@ -16,6 +16,7 @@ typedef struct IbpSendStats {
     size_t raw;               /* bytes copied as they are */
     size_t slower;            /* of those, compressed runs the measured speeds sent raw */
     uint64_t enqueue_ns;      /* host time enqueueing (a synchronous copy's final wait not included) */
+    uint64_t staging_wait_ns; /* of that, waiting for staging buffers in flight */
 } IbpSendStats;
 
 typedef struct IbpSendOptions {

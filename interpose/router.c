@@ -272,7 +272,7 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
     IbpCopyPlan plan;
     const uint64_t t_lookup = ibp_ledger_elapsed_ns();
     if (!ibp_policy_plan_h2d(src, n, &plan)) {
-        ibp_ledger_routed(plan.tag, ibp_ledger_elapsed_ns() - t_lookup, 0);
+        ibp_ledger_routed(plan.tag, ibp_ledger_elapsed_ns() - t_lookup, 0, 0);
         ibp_ledger_copy_raw(plan.tag, raw_reason(plan.why), n);
         return 0;
     }
@@ -306,7 +306,7 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
     IbpSendStats st;
     const uint64_t t_send = ibp_ledger_elapsed_ns();
     *ret = ibp_send_plan(api, &plan, dst, src, n, stream, ctx, cu_stream, synchronous, &send_opts, &st);
-    ibp_ledger_routed(plan.tag, t_enqueue - t_lookup, t_send - t_enqueue + st.enqueue_ns);
+    ibp_ledger_routed(plan.tag, t_enqueue - t_lookup, t_send - t_enqueue + st.enqueue_ns, st.staging_wait_ns);
     ibp_ledger_copy(plan.tag, n);
     ibp_ledger_compressed(plan.tag, st.compressed_orig, st.compressed_sent);
     size_t planned_raw = 0;
@@ -326,7 +326,7 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
     return 1;
 raw:
     ibp_policy_plan_end(&plan, NULL);
-    ibp_ledger_routed(plan.tag, t_enqueue - t_lookup, ibp_ledger_elapsed_ns() - t_enqueue);
+    ibp_ledger_routed(plan.tag, t_enqueue - t_lookup, ibp_ledger_elapsed_ns() - t_enqueue, 0);
     ibp_ledger_copy_raw(plan.tag, why, n);
     return 0;
 }

@@ -6,14 +6,16 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "kernels/driver.h"
 
 #define IBP_STAGING_CONTEXTS 64
 #define IBP_STAGING_BUFFERS 32
-/* Buffers come in power-of-two sizes from 1 MiB so that a few of them serve any mix of runs. */
+/* Buffers come in a few size classes from 1 MiB so that a few of them serve any mix of runs. */
 #define IBP_STAGING_MIN ((size_t)1 << 20)
+#define IBP_STAGING_FINE ((size_t)8 << 20) /* classes from here on are eighths of a power of two */
 
 typedef struct IbpStagingSlot {
     IbpStagingBuf buf;
@@ -66,12 +68,24 @@ static int slot_idle(const IbpDriver *drv, IbpStagingSlot *s)
     return 1;
 }
 
-static size_t round_size(size_t size)
+size_t ibp_staging_size_class(size_t size)
 {
     size_t r = IBP_STAGING_MIN;
-    while (r < size)
+    while (r < size && r < IBP_STAGING_FINE)
         r <<= 1;
-    return r;
+    if (r >= size)
+        return r;
+    while (r * 2 < size)
+        r <<= 1;
+    const size_t step = r / 8;
+    return (size + step - 1) / step * step;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
@@ -79,7 +93,8 @@ int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
     const IbpDriver *drv = ibp_driver_get();
     if (!drv)
         return -EIO;
-    const size_t want = round_size(size);
+    const size_t want = ibp_staging_size_class(size);
+    uint64_t waited = 0;
     int err = 0;
     pthread_mutex_lock(&staging_lock);
     IbpStagingPool *pool = pool_for(ctx);
@@ -111,6 +126,7 @@ int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
         }
         if (fit) {
             fit->busy = 1;
+            fit->buf.waited_ns = waited;
             *out = &fit->buf;
             goto out;
         }
@@ -133,6 +149,7 @@ int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
                 goto out;
             }
             empty->buf.size = want;
+            empty->buf.waited_ns = waited;
             empty->busy = 1;
             empty->recorded = 0;
             pool->held += want;
@@ -146,7 +163,9 @@ int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
         /* Exhausted: wait for the oldest buffer still in flight, then look again. */
         const CUevent ev = pending->ev;
         pthread_mutex_unlock(&staging_lock);
+        const uint64_t t0 = now_ns();
         drv->cuEventSynchronize(ev);
+        waited += now_ns() - t0;
         pthread_mutex_lock(&staging_lock);
     }
 out:

@@ -26,6 +26,7 @@ typedef struct IbpLedgerCounters {
     _Atomic uint64_t routed;
     _Atomic uint64_t lookup_ns;
     _Atomic uint64_t enqueue_ns;
+    _Atomic uint64_t staging_wait_ns;
     _Atomic uint64_t dma_ns;
     _Atomic uint64_t dma_bytes;
     _Atomic uint64_t decode_ns;
@@ -193,12 +194,14 @@ void ibp_ledger_tracking_ns(IbpLedgerRegion *region, uint64_t ns)
     add(&counters_of(region)->tracking_ns, ns);
 }
 
-void ibp_ledger_routed(IbpLedgerRegion *region, uint64_t lookup_ns, uint64_t enqueue_ns)
+void ibp_ledger_routed(IbpLedgerRegion *region, uint64_t lookup_ns, uint64_t enqueue_ns, uint64_t wait_ns)
 {
     IbpLedgerCounters *c = counters_of(region);
     add(&c->routed, 1);
     add(&c->lookup_ns, lookup_ns);
     add(&c->enqueue_ns, enqueue_ns);
+    if (wait_ns)
+        add(&c->staging_wait_ns, wait_ns);
 }
 
 void ibp_ledger_dma(IbpLedgerRegion *region, uint64_t bytes, uint64_t ns)
@@ -276,6 +279,7 @@ static void counters_read(const IbpLedgerCounters *c, IbpLedgerTotals *t)
     t->routed = load(&c->routed);
     t->lookup_ns = load(&c->lookup_ns);
     t->enqueue_ns = load(&c->enqueue_ns);
+    t->staging_wait_ns = load(&c->staging_wait_ns);
     t->dma_ns = load(&c->dma_ns);
     t->dma_bytes = load(&c->dma_bytes);
     t->decode_ns = load(&c->decode_ns);
@@ -306,6 +310,7 @@ static void totals_add(IbpLedgerTotals *sum, const IbpLedgerTotals *t)
     sum->routed += t->routed;
     sum->lookup_ns += t->lookup_ns;
     sum->enqueue_ns += t->enqueue_ns;
+    sum->staging_wait_ns += t->staging_wait_ns;
     sum->dma_ns += t->dma_ns;
     sum->dma_bytes += t->dma_bytes;
     sum->decode_ns += t->decode_ns;

@@ -99,8 +99,9 @@ void ibp_ledger_recompressed(IbpLedgerRegion *region, uint64_t blocks);
 /* Time spent on write tracking (scans, faults) for the region. */
 void ibp_ledger_tracking_ns(IbpLedgerRegion *region, uint64_t ns);
 /* The router's host time for one copy it looked up: lookup_ns asking the policy (region, write
- * tracking, pieces), enqueue_ns enqueueing what the policy planned (staging waits included). */
-void ibp_ledger_routed(IbpLedgerRegion *region, uint64_t lookup_ns, uint64_t enqueue_ns);
+ * tracking, pieces), enqueue_ns enqueueing what the policy planned, of which wait_ns waiting for
+ * staging buffers in flight. */
+void ibp_ledger_routed(IbpLedgerRegion *region, uint64_t lookup_ns, uint64_t enqueue_ns, uint64_t wait_ns);
 /* A DMA of compressed bytes whose duration was measured on the device. */
 void ibp_ledger_dma(IbpLedgerRegion *region, uint64_t bytes, uint64_t ns);
 /* A decode whose duration was measured: bytes written to the device in ns. */
@@ -131,6 +132,7 @@ typedef struct IbpLedgerTotals {
     uint64_t routed;    /* copies the router looked up (lookup_ns and enqueue_ns are theirs) */
     uint64_t lookup_ns; /* tracking_ns included */
     uint64_t enqueue_ns;
+    uint64_t staging_wait_ns; /* of enqueue_ns */
     uint64_t dma_ns; /* measured DMAs of compressed bytes */
     uint64_t dma_bytes;
     uint64_t decode_ns;

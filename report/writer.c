@@ -121,6 +121,7 @@ static void json_counters(IbpJson *j, const char *key, const IbpLedgerTotals *t,
     ibp_json_uint(j, "routed_copies", t->routed);
     ibp_json_uint(j, "lookup_ns", t->lookup_ns);
     ibp_json_uint(j, "enqueue_ns", t->enqueue_ns);
+    ibp_json_uint(j, "staging_wait_ns", t->staging_wait_ns);
     ibp_json_uint(j, "dma_ns", t->dma_ns);
     ibp_json_uint(j, "dma_bytes", t->dma_bytes);
     ibp_json_uint(j, "decode_ns", t->decode_ns);
@@ -307,9 +308,11 @@ static void text_totals(IbpOut *out, const IbpLedgerSnapshot *snap, const IbpRep
                    fmt_num(b, sizeof(b), (double)t->decode_ns / 1e6, 3));
     if (t->routed)
         ibp_out_printf(out,
-                       "ibpshim:   per routed copy (%" PRIu64 "): lookup %s us, enqueue %s us on the host\n",
+                       "ibpshim:   per routed copy (%" PRIu64
+                       "): lookup %s us, enqueue %s us (staging waits %s us) on the host\n",
                        t->routed, fmt_num(a, sizeof(a), (double)t->lookup_ns / 1e3 / (double)t->routed, 1),
-                       fmt_num(b, sizeof(b), (double)t->enqueue_ns / 1e3 / (double)t->routed, 1));
+                       fmt_num(b, sizeof(b), (double)t->enqueue_ns / 1e3 / (double)t->routed, 1),
+                       fmt_num(c, sizeof(c), (double)t->staging_wait_ns / 1e3 / (double)t->routed, 1));
     if (t->dma_ns && t->decode_ns)
         ibp_out_printf(out, "ibpshim:   measured on the device: DMA %s GB/s, decode %s GB/s of output\n",
                        fmt_num(a, sizeof(a), (double)t->dma_bytes / (double)t->dma_ns, 1),

@@ -45,6 +45,7 @@ typedef struct IbpViewCounters {
     uint64_t routed; /* schema 3 */
     uint64_t lookup_ns;
     uint64_t enqueue_ns;
+    uint64_t staging_wait_ns;
     uint64_t dma_ns;
     uint64_t dma_bytes;
     uint64_t decode_ns;
@@ -236,6 +237,7 @@ static void read_counters(IbpViewCtx *ctx, json_t *obj, const char *key, IbpView
         c->routed = get_u64(ctx, o, "routed_copies");
         c->lookup_ns = get_u64(ctx, o, "lookup_ns");
         c->enqueue_ns = get_u64(ctx, o, "enqueue_ns");
+        c->staging_wait_ns = get_u64(ctx, o, "staging_wait_ns");
         c->dma_ns = get_u64(ctx, o, "dma_ns");
         c->dma_bytes = get_u64(ctx, o, "dma_bytes");
     }
@@ -521,11 +523,11 @@ static void print_table(const IbpViewReport *r, size_t top)
            t->recompressions);
     printf("  %-16s %11.3f ms\n", "write tracking", (double)t->tracking_ns / 1e6);
     if (t->routed)
-        printf("  %-16s %11.1f us  lookup %.1f us (tracking included) + enqueue %.1f us, %" PRIu64
-               " copies\n",
+        printf("  %-16s %11.1f us  lookup %.1f us (tracking included) + enqueue %.1f us (staging waits "
+               "%.1f us), %" PRIu64 " copies\n",
                "host per copy", (double)(t->lookup_ns + t->enqueue_ns) / 1e3 / (double)t->routed,
-               (double)t->lookup_ns / 1e3 / (double)t->routed,
-               (double)t->enqueue_ns / 1e3 / (double)t->routed, t->routed);
+               (double)t->lookup_ns / 1e3 / (double)t->routed, (double)t->enqueue_ns / 1e3 / (double)t->routed,
+               (double)t->staging_wait_ns / 1e3 / (double)t->routed, t->routed);
     if (t->dma_ns)
         printf("  %-16s %11.3f ms  (%.1f GB/s)\n", "compressed DMA", (double)t->dma_ns / 1e6,
                (double)t->dma_bytes / (double)t->dma_ns);

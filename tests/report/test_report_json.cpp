@@ -77,7 +77,7 @@ struct Fixture {
             ibp_ledger_copy(weights, 4096);
             ibp_ledger_compressed(weights, 4000, 1000);
             ibp_ledger_raw(weights, IBP_RAW_STALE, 96);
-            ibp_ledger_routed(weights, 20000, 30000);
+            ibp_ledger_routed(weights, 20000, 30000, 5000);
         }
         ibp_ledger_dma(weights, 1000, 25);
         ibp_ledger_invalidated(weights, 3);
@@ -189,6 +189,7 @@ TEST(ReportJson, ValidAgainstTheSchemaWithKnownValues)
     EXPECT_EQ(u64(region, "counters.routed_copies"), 10u);
     EXPECT_EQ(u64(region, "counters.lookup_ns"), 200000u);
     EXPECT_EQ(u64(region, "counters.enqueue_ns"), 300000u);
+    EXPECT_EQ(u64(region, "counters.staging_wait_ns"), 50000u);
     EXPECT_EQ(u64(region, "counters.dma_ns"), 25u);
     EXPECT_EQ(u64(region, "counters.dma_bytes"), 1000u);
     EXPECT_EQ(u64(region, "site"), fx.site_weights);
@@ -355,7 +356,7 @@ TEST(ReportText, SummaryNamesTotalsReasonsAndTopEntries)
     EXPECT_NE(text.find("top sites by bytes saved"), std::string::npos) << text;
     EXPECT_NE(text.find("region " + std::to_string(fx.weights_id) + " (4.0 KiB"), std::string::npos) << text;
     EXPECT_NE(text.find("at 55.5 GB/s"), std::string::npos) << text;
-    EXPECT_NE(text.find("lookup 20.0 us, enqueue 30.0 us on the host"), std::string::npos) << text;
+    EXPECT_NE(text.find("lookup 20.0 us, enqueue 30.0 us (staging waits 5.0 us) on the host"), std::string::npos) << text;
     EXPECT_NE(text.find("DMA 40.0 GB/s, decode 40.0 GB/s"), std::string::npos) << text;
     size_t lines = 0, pos = 0;
     while ((pos = text.find('\n', pos)) != std::string::npos) {

@@ -171,7 +171,8 @@ static std::string as_schema(const std::string &v3, int version)
         start = end;
         bool drop = false;
         for (const char *key :
-             {"\"routed_copies\":", "\"lookup_ns\":", "\"enqueue_ns\":", "\"dma_ns\":", "\"dma_bytes\":"})
+             {"\"routed_copies\":", "\"lookup_ns\":", "\"enqueue_ns\":", "\"staging_wait_ns\":", "\"dma_ns\":",
+              "\"dma_bytes\":"})
             drop |= line.find(key) != std::string::npos;
         for (const char *key :
              {"\"plans\":", "\"plans_reused\":", "\"plan_ns\":", "\"builds\":", "\"build_ns\":"})
