@@ -235,6 +235,87 @@ def environment(shim):
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+def _union(spans):
+    """Total length of the union of (start, end) spans."""
+    total, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+def _overlap(xs, ys):
+    """Length of the intersection of the unions of two span lists."""
+    return _union(xs) + _union(ys) - _union(xs + ys)
+
+
+def split_trace(path, steps):
+    """Where the GPU time of a profiled stretch went, per step, from a chrome trace written by
+    torch.profiler: host-to-device DMA (every copy engine transfer from host memory), the shim's decode
+    kernels (ibp_k_*), other kernels, and how much of the DMA the decodes hid."""
+    with open(path) as f:
+        events = json.load(f).get("traceEvents", [])
+    h2d, dec, other, h2d_bytes, n_h2d, n_dec = [], [], [], 0, 0, 0
+    for e in events:
+        cat, name = e.get("cat", ""), e.get("name", "")
+        if cat not in ("kernel", "gpu_memcpy", "gpu_memset") or "dur" not in e:
+            continue
+        span = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        if cat == "gpu_memcpy" and "HtoD" in name:
+            h2d.append(span)
+            h2d_bytes += int((e.get("args") or {}).get("bytes", 0))
+            n_h2d += 1
+        elif cat == "kernel" and "ibp_k_" in name:
+            dec.append(span)
+            n_dec += 1
+        else:
+            other.append(span)
+    everything = h2d + dec + other
+    if not everything:
+        return None
+    window = max(b for _, b in everything) - min(a for a, _ in everything)
+    busy = _union(h2d)
+    ms = 1e-3 / steps  # trace times are microseconds
+    return {
+        "steps": steps, "window_ms": window * ms,
+        "h2d_ms": busy * ms, "h2d_copies": n_h2d / steps, "h2d_bytes": h2d_bytes / steps,
+        "h2d_gbps_busy": h2d_bytes / (busy * 1e3) if busy else None,
+        "decode_ms": _union(dec) * ms, "decode_launches": n_dec / steps,
+        "decode_under_dma_ms": _overlap(dec, h2d) * ms,
+        "other_kernels_ms": _union(other) * ms,
+        "copy_engine_idle_ms": (window - busy) * ms,
+    }
+
+
+def profile_split(shim, fn, on, steps, path):
+    """Runs fn() `steps` times under torch.profiler (CUDA activity only) with the compressed path on or
+    off, writes the chrome trace to path and returns split_trace() of it."""
+    from torch.profiler import ProfilerActivity, profile
+    with shim.path(on):
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                fn()
+            torch.cuda.synchronize()
+    prof.export_chrome_trace(path)
+    return split_trace(path, steps)
+
+
+def fmt_split(sp):
+    if not sp:
+        return "no GPU activity traced"
+    return ("window %.2f ms/step: DMA %.2f ms (%.0f copies, %.1f GB/s while busy), decode %.2f ms "
+            "(%.0f launches, %.2f ms under DMA), other kernels %.2f ms, copy engine idle %.2f ms" % (
+                sp["window_ms"], sp["h2d_ms"], sp["h2d_copies"], sp["h2d_gbps_busy"] or 0.0, sp["decode_ms"],
+                sp["decode_launches"], sp["decode_under_dma_ms"], sp["other_kernels_ms"],
+                sp["copy_engine_idle_ms"]))
+
+
 def fmt_ratio(x, digits=2):
     return "n/a" if x is None else "%.*f" % (digits, x)
 

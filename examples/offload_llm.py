@@ -78,6 +78,9 @@ def parse_args(argv=None):
     ap.add_argument("--warmup-timeout", type=float,
                     help="seconds to wait for the shim to compress the weights (default 90, quick 40)")
     ap.add_argument("--json", metavar="PATH", help="write the result here")
+    ap.add_argument("--trace", metavar="DIR",
+                    help="also profile a few copy-only and whole steps per side with torch.profiler: chrome "
+                    "traces in DIR and where the GPU time went (DMA, decode, compute) in the result")
     args = ibp.parse_profiled(ap, argv, PROFILES)
     for key in ("batch", "seq", "blocks", "iters", "hidden", "intermediate", "heads", "kv_heads", "vocab"):
         if getattr(args, key) < 1:
@@ -398,6 +401,15 @@ def main(argv=None):
     with shim.path(False):
         compute_only = ibp.median([timed(lambda: model.step(ids, pos, pe, copy=False))
                                    for _ in range(args.iters)])
+    traces = {}
+    if args.trace:
+        os.makedirs(args.trace, exist_ok=True)
+        for what, fn in (("copy", lambda: model.step(ids, pos, pe, compute=False)),
+                         ("step", lambda: model.step(ids, pos, pe))):
+            for on in (True, False):
+                key = "%s_%s" % (what, "on" if on else "off")
+                traces[key] = ibp.profile_split(shim, fn, on, args.iters,
+                                                os.path.join(args.trace, "%s.trace.json" % key))
     final = model.step(ids, pos, pe)
     checks["after"] = ibp.same(final, ref)
     totals = shim.totals()
@@ -425,6 +437,7 @@ def main(argv=None):
         "ideal_overlap": s["step_s_off"] / bound if bound else None,
         "baseline_deterministic": deterministic, "checks": checks, "mismatches": mismatches[:20],
         "identical": identical, "totals": totals, "environment": ibp.environment(shim),
+        "gpu_split": traces or None,
     }
     res.update(s)
     verdict = "logits identical" if identical else "LOGITS DIFFER (%d steps)" % len(mismatches)
@@ -439,6 +452,8 @@ def main(argv=None):
               "n/a" if s["wire_ratio"] is None else "%.1f%%" % (100 * s["wire_ratio"]),
               res["copy_only"]["gbps_on"], res["copy_only"]["gbps_off"], compute_only * 1e3, verdict,
               "preloaded" if shim.present else "NOT preloaded (control run)"))
+    for key, sp in traces.items():
+        print("%s: trace %s: %s" % (NAME, key, ibp.fmt_split(sp)))
     ibp.write_json(args.json, res)
     return 0 if identical else 1
 
