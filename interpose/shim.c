@@ -74,10 +74,24 @@ __attribute__((constructor)) static void shim_constructor(void)
     ibp_shim_init();
 }
 
-/* A process that never copied from a tracked region gets no exit report unless a JSON report
- * was asked for: the shim stays silent in programs it does not help. */
+static int cuda_calls_seen(void)
+{
+    IbpshimCallCount c[IBPSHIM_CALL_KIND_COUNT];
+    const size_t n = ibpshim_call_counts(c, IBPSHIM_CALL_KIND_COUNT);
+    for (size_t k = 0; k < n; k++)
+        if (c[k].calls)
+            return 1;
+    return 0;
+}
+
+/* A process that made no CUDA call the shim intercepts (a shell or a launcher that inherited
+ * LD_PRELOAD) writes no exit report: it would replace the report of the program it ran.  One
+ * that never copied from a tracked region gets none either unless a JSON report was asked for:
+ * the shim stays silent in programs it does not help. */
 static int exit_report_wanted(void)
 {
+    if (!cuda_calls_seen())
+        return 0;
     if (shim_config.report.path[0])
         return 1;
     IbpLedgerSnapshot *snap = NULL;
