@@ -14,6 +14,7 @@
 #define IBP_SAMPLE_CHUNKS 64u
 #define IBP_CHUNK_MIN ((size_t)4096)
 #define IBP_CHUNK_MAX ((size_t)64 * 1024)
+#define IBP_SCREEN_COL_WORDS 16u /* fewest words a column has in the screen's fitting half */
 #define IBP_PERIOD_BYTES ((size_t)16 * 1024) /* bytes the period search correlates */
 #define IBP_PERIOD_MAX 2048u                 /* longest row period searched, bytes */
 #define IBP_PERIOD_PICKS 8u
@@ -1204,6 +1205,11 @@ static void ibp_collect_candidates(IbpSearch *s, const IbpCodecPlanOptions *opts
             else
                 c_count = periods[pi - 1] / ibp_gcd(periods[pi - 1], w); /* lcm(period, W) / W */
             if (!c_count || c_count > IBP_MAX_COLUMNS || (uint64_t)c_count * w * 4u > s->len)
+                continue;
+            /* A column with a few words in the screen's fitting half cannot be judged: its mask
+             * fits those words, not the column (periods of a few hundred bytes that are not a
+             * multiple of W give as many columns).  Only the period the caller asked for stays. */
+            if (!opts->columns && (uint64_t)c_count * w * IBP_SCREEN_COL_WORDS > s->screen->bytes)
                 continue;
             int dup = 0;
             for (uint32_t k = 0; k < s->ncand; k++)
