@@ -14,6 +14,7 @@
 #define IBP_SAMPLE_CHUNKS 64u
 #define IBP_CHUNK_MIN ((size_t)4096)
 #define IBP_CHUNK_MAX ((size_t)64 * 1024)
+#define IBP_SAME_PERMILLE 1u     /* sizes this close (per mille) make a longer period a repeat */
 #define IBP_SCREEN_COL_WORDS 16u /* fewest words a column has in the screen's fitting half */
 #define IBP_PERIOD_BYTES ((size_t)16 * 1024) /* bytes the period search correlates */
 #define IBP_PERIOD_MAX 2048u                 /* longest row period searched, bytes */
@@ -1242,6 +1243,42 @@ static uint32_t ibp_wide_twin(const IbpSearch *s, uint32_t k)
     return s->ncand;
 }
 
+/* Whether candidate k only repeats a candidate of the same word size with fewer columns that
+ * divide its own: its size (by `size`, which each candidate compared must have) within
+ * IBP_SAME_PERMILLE either way.  Every column then found the masks the shorter period finds, so
+ * the period is noise (float data: bytes repeat at many lags about equally), and its trials
+ * would only repeat the shorter one's with more metadata.  One clearly better or clearly worse
+ * has columns that differ, which mask sets may use (fashion_mnist's rows of 28 bytes: worse than
+ * one column with one set, best with three). */
+static int ibp_repeats_shorter(const IbpSearch *s, uint32_t k, uint64_t (*size)(const IbpCandidate *))
+{
+    const IbpCandidate *c = &s->cand[k];
+    const uint64_t mine = size(c);
+    if (mine == UINT64_MAX)
+        return 0;
+    for (uint32_t j = 0; j < s->ncand; j++) {
+        const IbpCandidate *d = &s->cand[j];
+        const uint64_t theirs = size(d);
+        if (j == k || d->word_size != c->word_size || d->columns >= c->columns || c->columns % d->columns ||
+            theirs == UINT64_MAX)
+            continue;
+        const uint64_t margin = theirs / 1000u * IBP_SAME_PERMILLE;
+        if (mine + margin >= theirs && mine <= theirs + margin)
+            return 1;
+    }
+    return 0;
+}
+
+static uint64_t ibp_size_screen(const IbpCandidate *c)
+{
+    return c->est_bits;
+}
+
+static uint64_t ibp_size_one_set(const IbpCandidate *c)
+{
+    return c->one_set;
+}
+
 /* The winner among every trial, in the order they were made: each finalist's one-set trials
  * (plain, then transformed) in rank order, then the more-set trials of the picks in pick order
  * (s->jobs of the last phase), those with the candidate's transforms before those with the other
@@ -1434,7 +1471,8 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     s->njobs = 0;
     for (uint32_t k = 0; k < s->ncand; k++) {
         const uint32_t bit = 1u << s->cand[k].word_size;
-        if (k < IBP_FINALISTS || !(seen_any & bit) || (s->cand[k].columns == 1u && !(seen_single & bit)))
+        if ((k < IBP_FINALISTS || !(seen_any & bit) || (s->cand[k].columns == 1u && !(seen_single & bit))) &&
+            !ibp_repeats_shorter(s, k, ibp_size_screen))
             s->jobs[s->njobs++] = k;
         seen_any |= bit;
         if (s->cand[k].columns == 1u)
@@ -1444,7 +1482,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
      * within a margin). */
     for (uint32_t j = 0, n = s->njobs; j < n; j++) {
         const uint32_t k = ibp_wide_twin(s, s->jobs[j]);
-        int listed = k == s->ncand;
+        int listed = k == s->ncand || ibp_repeats_shorter(s, k, ibp_size_screen);
         for (uint32_t i = 0; i < s->njobs && !listed; i++)
             listed = s->jobs[i] == k;
         if (!listed)
@@ -1467,12 +1505,14 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         if (pick == s->ncand)
             break;
         picked[pick] = 1;
-        s->jobs[s->njobs++] = pick;
+        if (!ibp_repeats_shorter(s, pick, ibp_size_one_set))
+            s->jobs[s->njobs++] = pick;
     }
     /* Each 2-byte-word one's row in 4-byte words too. */
     for (uint32_t j = 0, n = s->njobs; j < n; j++) {
         const uint32_t k = ibp_wide_twin(s, s->jobs[j]);
-        if (k < s->ncand && s->cand[k].one_set != UINT64_MAX && !picked[k]) {
+        if (k < s->ncand && s->cand[k].one_set != UINT64_MAX && !picked[k] &&
+            !ibp_repeats_shorter(s, k, ibp_size_one_set)) {
             picked[k] = 1;
             s->jobs[s->njobs++] = k;
         }
