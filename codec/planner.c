@@ -21,6 +21,10 @@
 #define IBP_PERIOD_PICKS 8u
 #define IBP_FINALISTS 3u
 #define IBP_SET_FINALISTS 3u /* finalists that try more than one mask set */
+/* Refinement rounds of the mask-set trials (the winner's refit takes IBP_REFIT_ROUNDS): a second
+ * round changed no plan of the six tensors or their 4-256 MiB tiles. */
+#define IBP_TRIAL_ROUNDS 1
+#define IBP_REFIT_ROUNDS 2
 #define IBP_PLAN_MAX_THREADS 16u
 
 typedef struct IbpChunk {
@@ -720,12 +724,12 @@ static void ibp_fit_greedy(const IbpWords *ws, uint32_t from, uint32_t to, IbpFi
     }
 }
 
-/* Refines greedy sets: two rounds of reassigning every word to its cheapest set and refitting
- * each set to its own words; the sets end ordered by invariant bits. */
-static void ibp_refine_sets(const IbpWords *ws, IbpFit *f, uint8_t *member, IbpMasks *m)
+/* Refines greedy sets: rounds of reassigning every word to its cheapest set and refitting each
+ * set to its own words; the sets end ordered by invariant bits. */
+static void ibp_refine_sets(const IbpWords *ws, IbpFit *f, uint8_t *member, IbpMasks *m, int rounds)
 {
     const uint32_t c_count = ws->columns;
-    for (int round = 0; round < 2 && m->nsets > 1; round++) {
+    for (int round = 0; round < rounds && m->nsets > 1; round++) {
         ibp_masks_sort(m, c_count);
         ibp_assign_shared(f, ws, m, member, NULL);
         ibp_fit_masks(ws, member, IBP_FIT_SETS, m->nsets, f, m->mask, m->value);
@@ -738,7 +742,7 @@ static void ibp_fit_sets(const IbpWords *ws, uint32_t nsets, IbpFit *f, uint8_t 
 {
     out->nsets = nsets;
     ibp_fit_greedy(ws, 0, nsets, f, member, out->mask, out->value);
-    ibp_refine_sets(ws, f, member, out);
+    ibp_refine_sets(ws, f, member, out, IBP_REFIT_ROUNDS);
 }
 
 /* Best row length for per-word sizes: rows are packed (selectors + fields) or raw, whichever
@@ -1118,7 +1122,7 @@ static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const 
         memcpy(wk->m.mask, wk->greedy_mask, nsets * set_len);
         memcpy(wk->m.value, wk->greedy_value, nsets * set_len);
         wk->m.nsets = nsets;
-        ibp_refine_sets(ws, &wk->fit, wk->member, &wk->m);
+        ibp_refine_sets(ws, &wk->fit, wk->member, &wk->m, IBP_TRIAL_ROUNDS);
         rc = ibp_judge(s, wk, ws, xform, &trials[nsets - 2u]);
         if (nsets == 2u && trials[0].bytes >= bound)
             break;
