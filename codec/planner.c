@@ -997,6 +997,9 @@ typedef struct IbpCandidate {
     IbpTrial more_alt[IBP_MAX_SETS - 1u]; /* the same with the other one-set variant's transforms */
     uint8_t *xform;                   /* the better one-set variant's transforms */
     uint8_t *alt_xform;               /* the other variant's (with has_alt) */
+    /* Each variant's one-set masks ({mask, value} x C, then the alt variant's): the first greedy
+     * set of its mask-set trials, fitted to the same words. */
+    uint64_t *set1;
     int has_alt;
     uint64_t one_set;                 /* its bytes */
 } IbpCandidate;
@@ -1067,6 +1070,14 @@ static int ibp_job_screen(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     return 0;
 }
 
+/* The one-set masks just fitted (wk->m) as variant v's of candidate c (0 the better, 1 the alt). */
+static void ibp_keep_set1(IbpCandidate *c, const IbpWork *wk, int v)
+{
+    uint64_t *to = c->set1 + (size_t)v * 2u * c->columns;
+    memcpy(to, wk->m.mask, c->columns * sizeof(uint64_t));
+    memcpy(to + c->columns, wk->m.value, c->columns * sizeof(uint64_t));
+}
+
 /* Phase 2 job: one set, without and with the transforms the screen sample suggests; the better
  * variant's transforms stay with the candidate. */
 static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
@@ -1078,6 +1089,7 @@ static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     int rc = ibp_try_one_set(s, wk, w, c_count, c->xform, &c->plain);
     if (rc)
         return rc;
+    ibp_keep_set1(c, wk, 0);
     c->one_set = c->plain.bytes;
     if (s->faithful)
         return 0;
@@ -1099,16 +1111,20 @@ static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
         c->one_set = c->xformed.bytes;
         memcpy(c->xform, wk->xform, c_count);
         memset(c->alt_xform, 0, c_count);
+        memcpy(c->set1 + 2u * c_count, c->set1, 2u * c_count * sizeof(uint64_t));
+        ibp_keep_set1(c, wk, 0);
     } else {
         memcpy(c->alt_xform, wk->xform, c_count);
+        ibp_keep_set1(c, wk, 1);
     }
     return 0;
 }
 
-/* 2 .. IBP_MAX_SETS sets with the transforms xform, into trials[0 ..], stopping after two sets
- * when they are no smaller than `bound` bytes.  The greedy start of K sets is that of K - 1 sets
- * plus one, so the words are loaded and each greedy set fitted once for all K. */
-static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const uint8_t *xform,
+/* 2 .. IBP_MAX_SETS sets with the transforms xform (variant v's), into trials[0 ..], stopping
+ * after two sets when they are no smaller than `bound` bytes.  The greedy start of K sets is that
+ * of K - 1 sets plus one, its first set the variant's one-set masks, so the words are loaded and
+ * each greedy set fitted once for all K. */
+static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const uint8_t *xform, int v,
                         uint64_t bound, IbpTrial *trials)
 {
     IbpWords *const ws = &wk->ws;
@@ -1116,9 +1132,11 @@ static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const 
     if (rc)
         return rc;
     const size_t set_len = (size_t)c->columns * sizeof(uint64_t);
+    const uint64_t *set1 = c->set1 + (size_t)v * 2u * c->columns;
+    memcpy(wk->greedy_mask, set1, set_len);
+    memcpy(wk->greedy_value, set1 + c->columns, set_len);
     for (uint32_t nsets = 2; nsets <= IBP_MAX_SETS && !rc; nsets++) {
-        ibp_fit_greedy(ws, nsets == 2 ? 0 : nsets - 1u, nsets, &wk->fit, wk->member, wk->greedy_mask,
-                       wk->greedy_value);
+        ibp_fit_greedy(ws, nsets - 1u, nsets, &wk->fit, wk->member, wk->greedy_mask, wk->greedy_value);
         memcpy(wk->m.mask, wk->greedy_mask, nsets * set_len);
         memcpy(wk->m.value, wk->greedy_value, nsets * set_len);
         wk->m.nsets = nsets;
@@ -1135,8 +1153,8 @@ static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const 
  * where its two sets beat the first variant's. */
 static int ibp_job_sets(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
 {
-    const int rc = ibp_try_sets(s, wk, c, c->xform, UINT64_MAX, c->more);
-    return rc || !c->has_alt ? rc : ibp_try_sets(s, wk, c, c->alt_xform, c->more[0].bytes, c->more_alt);
+    const int rc = ibp_try_sets(s, wk, c, c->xform, 0, UINT64_MAX, c->more);
+    return rc || !c->has_alt ? rc : ibp_try_sets(s, wk, c, c->alt_xform, 1, c->more[0].bytes, c->more_alt);
 }
 
 /* Takes jobs of the current phase until none is left or one failed. */
@@ -1385,6 +1403,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     IbpWork work[IBP_PLAN_MAX_THREADS];
     unsigned nwork = 0;
     uint8_t *cand_xform = NULL;
+    uint64_t *cand_set1 = NULL;
     uint8_t *plain = NULL;
     IbpCodecPlan *best = NULL;
     IbpSearch *s = NULL;
@@ -1444,11 +1463,13 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
             goto fail;
     }
     cand_xform = calloc((size_t)(s->ncand ? s->ncand : 1u) * 2u, max_cols);
+    cand_set1 = calloc((size_t)(s->ncand ? s->ncand : 1u) * 4u * max_cols, sizeof(uint64_t));
     rc = -ENOMEM;
-    if (!cand_xform)
+    if (!cand_xform || !cand_set1)
         goto fail;
     for (uint32_t k = 0; k < s->ncand; k++) {
         s->cand[k].xform = cand_xform + (size_t)k * 2u * max_cols;
+        s->cand[k].set1 = cand_set1 + (size_t)k * 4u * max_cols;
         s->cand[k].alt_xform = s->cand[k].xform + max_cols;
         s->jobs[k] = k;
     }
@@ -1570,6 +1591,7 @@ fail:
     free(screen.chunks);
     free(screen_eval.chunks);
     free(cand_xform);
+    free(cand_set1);
     free(plain);
     free(s);
     return rc;
