@@ -290,22 +290,31 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count;
     const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    /* Locals: the pending counters are bytes, which may alias anything, so fields read through
+     * f and ws would be loaded again after every word. */
+    const uint64_t *restrict const words = ws->w;
+    const uint32_t *restrict const cols = ws->col;
+    const uint64_t *restrict const spread = f->spread;
+    uint64_t *restrict const acc = f->acc;
+    uint8_t *restrict const pending = f->pending;
+    uint32_t *restrict const cnt = f->cnt;
+    uint32_t *restrict const ncol = f->ncol;
     for (size_t i = lo; i < hi; i++) {
         const size_t at =
-            ((i & (slots - 1u)) * (nfit + 1u) + ibp_fit_route(member, mode, i)) * c_count + ws->col[i];
-        const uint64_t x = ws->w[i];
-        uint64_t *a = f->acc + at * w;
+            ((i & (slots - 1u)) * (nfit + 1u) + ibp_fit_route(member, mode, i)) * c_count + cols[i];
+        const uint64_t x = words[i];
+        uint64_t *a = acc + at * w;
         for (uint32_t q = 0; q < w; q++)
-            a[q] += f->spread[(x >> (8u * q)) & 0xffu];
-        if (++f->pending[at] == 255u) {
+            a[q] += spread[(x >> (8u * q)) & 0xffu];
+        if (++pending[at] == 255u) {
             const size_t sc_at = at % sc;
             for (uint32_t q = 0; q < w; q++) {
                 for (uint32_t b = 0; b < 8u; b++)
-                    f->cnt[sc_at * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
+                    cnt[sc_at * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
                 a[q] = 0;
             }
-            f->ncol[sc_at] += 255u;
-            f->pending[at] = 0;
+            ncol[sc_at] += 255u;
+            pending[at] = 0;
         }
     }
 }
@@ -320,17 +329,22 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_rank(const IbpWor
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count;
     const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    const uint64_t *restrict const words = ws->w;
+    const uint32_t *restrict const cols = ws->col;
+    const uint64_t *restrict const maj = f->maj;
+    const uint8_t *restrict const rank = f->rank;
+    uint32_t *restrict const hist = out->hist;
     for (size_t i = lo; i < hi; i++) {
-        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + ws->col[i];
-        const uint64_t d = ws->w[i] ^ f->maj[at];
-        const uint8_t *t = f->rank + at * w * 256u;
+        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + cols[i];
+        const uint64_t d = words[i] ^ maj[at];
+        const uint8_t *t = rank + at * w * 256u;
         uint32_t agree = t[d & 0xffu];
         for (uint32_t q = 1; q < w; q++) {
             const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
             agree = r < agree ? r : agree;
         }
         agree = agree < wbits ? agree : wbits;
-        out->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+        hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
     }
 }
 
@@ -342,10 +356,15 @@ ibp_fit_hist_search(const IbpWords *ws, const uint8_t *member, uint32_t nfit, co
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count;
     const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    const uint64_t *restrict const words = ws->w;
+    const uint32_t *restrict const cols = ws->col;
+    const uint64_t *restrict const maj = f->maj;
+    const uint64_t *restrict const prefix = f->prefix;
+    uint32_t *restrict const hist = out->hist;
     for (size_t i = lo; i < hi; i++) {
-        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + ws->col[i];
-        const uint32_t agree = ibp_agree_len(f->prefix + at * 65u, wbits, ws->w[i] ^ f->maj[at]);
-        out->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + cols[i];
+        const uint32_t agree = ibp_agree_len(prefix + at * 65u, wbits, words[i] ^ maj[at]);
+        hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
     }
 }
 
@@ -637,24 +656,57 @@ static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWord
     const uint32_t wbits = ws->word_size * 8u;
     const uint32_t sb = ibp_fmt_sel_bits(k_count);
     const uint32_t c_count = ws->columns;
+    /* Locals, restrict: member and size are bytes, which may alias anything. */
+    const uint64_t *restrict const words = ws->w;
+    const uint32_t *restrict const cols = ws->col;
+    const uint64_t *restrict const mask = m->mask;
+    const uint64_t *restrict const value = m->value;
+    uint8_t *restrict const mem = member;
+    uint8_t *restrict const sizes = size;
     uint64_t bits = 0;
+    if (c_count == 1u) {
+        /* One column: the sets stay in registers. */
+        uint64_t mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
+        uint32_t vbk[IBP_MAX_SETS];
+        for (uint32_t k = 0; k < k_count; k++) {
+            mk[k] = mask[k];
+            vl[k] = value[k];
+            vbk[k] = vb[k];
+        }
+        for (size_t i = lo; i < hi; i++) {
+            const uint64_t x = words[i];
+            uint32_t s = 0;
+            uint32_t sz = wbits;
+            for (uint32_t k = k_count; k > 0; k--) {
+                const int hit = (x & mk[k - 1u]) == vl[k - 1u];
+                s = hit ? k : s;
+                sz = hit ? vbk[k - 1u] : sz;
+            }
+            if (mem)
+                mem[i] = (uint8_t)s;
+            if (sizes)
+                sizes[i] = (uint8_t)sz;
+            bits += sz + sb;
+        }
+        return bits;
+    }
     for (size_t i = lo; i < hi; i++) {
-        const uint32_t c = ws->col[i];
-        const uint64_t x = ws->w[i];
+        const uint32_t c = cols[i];
+        const uint64_t x = words[i];
         /* The first matching set, by conditional moves from the last (which set matches is data,
          * and a branch on it mispredicts). */
         uint32_t s = 0;
         uint32_t sz = wbits;
         for (uint32_t k = k_count; k > 0; k--) {
             const size_t idx = (size_t)(k - 1u) * c_count + c;
-            const int hit = (x & m->mask[idx]) == m->value[idx];
+            const int hit = (x & mask[idx]) == value[idx];
             s = hit ? k : s;
             sz = hit ? vb[idx] : sz;
         }
-        if (member)
-            member[i] = (uint8_t)s;
-        if (size)
-            size[i] = (uint8_t)sz;
+        if (mem)
+            mem[i] = (uint8_t)s;
+        if (sizes)
+            sizes[i] = (uint8_t)sz;
         bits += sz + sb;
     }
     return bits;
