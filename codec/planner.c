@@ -12,6 +12,9 @@
 #define IBP_SAMPLE_MIN ((size_t)256 * 1024)  /* sample for the final choices */
 #define IBP_SAMPLE_MAX ((size_t)1024 * 1024)
 #define IBP_SAMPLE_CHUNKS 64u
+/* Most bytes the trials fit masks to (every other chunk of the fitting half where that is more):
+ * their exact sizes on the whole judging half decide, and fitting is most of a trial's cost. */
+#define IBP_FIT_BYTES ((size_t)256 * 1024)
 #define IBP_CHUNK_MIN ((size_t)4096)
 #define IBP_CHUNK_MAX ((size_t)64 * 1024)
 #define IBP_SAME_PERMILLE 1u     /* sizes this close (per mille) make a longer period a repeat */
@@ -68,9 +71,10 @@ static size_t ibp_min_sz(size_t a, size_t b)
  * tensors of different scales, so a few large chunks misjudge it); each starts 64-byte aligned
  * so that every word size sees whole words, like a real block.  With `part` 0 or 1 only the
  * even or odd chunks are kept: masks are fitted on one half and judged on the other, which
- * keeps many-column plans from fitting the sample instead of the region. */
+ * keeps many-column plans from fitting the sample instead of the region.  Of that half only
+ * every stride-th chunk is kept (stride 1: all). */
 static int ibp_sample_make(const uint8_t *region, size_t len, size_t block_size, size_t target, int part,
-                           IbpSample *s)
+                           size_t stride, IbpSample *s)
 {
     size_t chunk = target / IBP_SAMPLE_CHUNKS;
     chunk = chunk < IBP_CHUNK_MIN ? IBP_CHUNK_MIN : chunk;
@@ -83,7 +87,7 @@ static int ibp_sample_make(const uint8_t *region, size_t len, size_t block_size,
     s->n = 0;
     s->bytes = 0;
     for (size_t i = 0; i < total; i++) {
-        if (part >= 0 && !whole && (int)(i % 2u) != part)
+        if (part >= 0 && !whole && ((int)(i % 2u) != part || (i / 2u) % stride))
             continue;
         size_t off;
         if (whole)
@@ -1436,7 +1440,7 @@ int ibp_codec_plan_judge(const IbpCodecPlan *plan, const void *region, size_t le
     if (!plan || !ratio || !region || len < 64u)
         return -EINVAL;
     IbpSample all_s = {0};
-    const int rc = ibp_sample_make(region, len, plan->block_size, ibp_sample_target(len, 0), -1, &all_s);
+    const int rc = ibp_sample_make(region, len, plan->block_size, ibp_sample_target(len, 0), -1, 1, &all_s);
     if (rc)
         return rc;
     *ratio = all_s.bytes ? (double)ibp_exact_bytes(plan, &all_s, all_s.bytes) / (double)all_s.bytes : 1.0;
@@ -1478,15 +1482,15 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     s = calloc(1, sizeof(*s));
     rc = s ? 0 : -ENOMEM;
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, target, 0, &fit_s);
+        rc = ibp_sample_make(region, len, bs, target, 0, (target / 2u + IBP_FIT_BYTES - 1u) / IBP_FIT_BYTES, &fit_s);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, target, 1, &eval_s);
+        rc = ibp_sample_make(region, len, bs, target, 1, 1, &eval_s);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, target, -1, &all_s);
+        rc = ibp_sample_make(region, len, bs, target, -1, 1, &all_s);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, &screen);
+        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, 1, &screen);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 1, &screen_eval);
+        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 1, 1, &screen_eval);
     if (rc)
         goto fail;
     *s = (IbpSearch){
