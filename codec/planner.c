@@ -1360,6 +1360,19 @@ static uint64_t ibp_size_one_set(const IbpCandidate *c)
     return c->one_set;
 }
 
+static uint64_t ibp_size_plain(const IbpCandidate *c)
+{
+    return c->plain.bytes;
+}
+
+/* ibp_repeats_shorter by the one-set trials: without transforms (the same words, so a repeating
+ * period finds the same masks) and with the better variant's (a period whose transforms pay is
+ * no repeat). */
+static int ibp_repeats_shorter_trials(const IbpSearch *s, uint32_t k)
+{
+    return ibp_repeats_shorter(s, k, ibp_size_plain) && ibp_repeats_shorter(s, k, ibp_size_one_set);
+}
+
 /* The winner among every trial, in the order they were made: each finalist's one-set trials
  * (plain, then transformed) in rank order, then the more-set trials of the picks in pick order
  * (s->jobs of the last phase), those with the candidate's transforms before those with the other
@@ -1593,14 +1606,14 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         if (pick == s->ncand)
             break;
         picked[pick] = 1;
-        if (!ibp_repeats_shorter(s, pick, ibp_size_one_set))
+        if (!ibp_repeats_shorter_trials(s, pick))
             s->jobs[s->njobs++] = pick;
     }
     /* Each 2-byte-word one's row in 4-byte words too. */
     for (uint32_t j = 0, n = s->njobs; j < n; j++) {
         const uint32_t k = ibp_wide_twin(s, s->jobs[j]);
         if (k < s->ncand && s->cand[k].one_set != UINT64_MAX && !picked[k] &&
-            !ibp_repeats_shorter(s, k, ibp_size_one_set)) {
+            !ibp_repeats_shorter_trials(s, k)) {
             picked[k] = 1;
             s->jobs[s->njobs++] = k;
         }
