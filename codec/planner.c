@@ -12,9 +12,11 @@
 #define IBP_SAMPLE_MIN ((size_t)256 * 1024)  /* sample for the final choices */
 #define IBP_SAMPLE_MAX ((size_t)1024 * 1024)
 #define IBP_SAMPLE_CHUNKS 64u
-/* Most bytes the trials fit masks to (every other chunk of the fitting half where that is more):
- * their exact sizes on the whole judging half decide, and fitting is most of a trial's cost. */
-#define IBP_FIT_BYTES ((size_t)256 * 1024)
+/* Most bytes the trials fit masks to: each chunk of the fitting half cut to its share, so that
+ * the fits still see every spot; their exact sizes on the whole judging half decide, and fitting
+ * is most of a trial's cost. */
+#define IBP_FIT_BYTES ((size_t)64 * 1024)
+#define IBP_FIT_CHUNK_MIN ((size_t)1024) /* shortest piece of a chunk the fits take */
 /* Most bytes the winner is refitted to (every other pair of chunks where the sample is more). */
 #define IBP_REFIT_BYTES ((size_t)512 * 1024)
 #define IBP_CHUNK_MIN ((size_t)4096)
@@ -70,14 +72,20 @@ static size_t ibp_min_sz(size_t a, size_t b)
     return a < b ? a : b;
 }
 
+static size_t ibp_max_sz(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
 /* Spreads many small chunks evenly over the region (a region is often a concatenation of
  * tensors of different scales, so a few large chunks misjudge it); each starts 64-byte aligned
  * so that every word size sees whole words, like a real block.  With `part` 0 or 1 only the
  * even or odd chunks are kept: masks are fitted on one half and judged on the other, which
  * keeps many-column plans from fitting the sample instead of the region.  Of each pair of
- * chunks (the even one and the odd one after it) only every stride-th is kept (stride 1: all). */
+ * chunks (the even one and the odd one after it) only every stride-th is kept (stride 1: all);
+ * with cap, each kept chunk is cut to the start that keeps them within about cap bytes. */
 static int ibp_sample_make(const uint8_t *region, size_t len, size_t block_size, size_t target, int part,
-                           size_t stride, IbpSample *s)
+                           size_t stride, size_t cap, IbpSample *s)
 {
     size_t chunk = target / IBP_SAMPLE_CHUNKS;
     chunk = chunk < IBP_CHUNK_MIN ? IBP_CHUNK_MIN : chunk;
@@ -89,6 +97,9 @@ static int ibp_sample_make(const uint8_t *region, size_t len, size_t block_size,
         return -ENOMEM;
     s->n = 0;
     s->bytes = 0;
+    const size_t kept = part >= 0 ? (total + 1u - (size_t)part) / 2u : total; /* with stride 1 */
+    const size_t piece = cap && !whole ? ibp_max_sz(cap / (kept ? kept : 1u), IBP_FIT_CHUNK_MIN) & ~(size_t)63
+                                       : chunk;
     for (size_t i = 0; i < total; i++) {
         if (!whole && ((part >= 0 && (int)(i % 2u) != part) || (i / 2u) % stride))
             continue;
@@ -101,7 +112,7 @@ static int ibp_sample_make(const uint8_t *region, size_t len, size_t block_size,
         IbpChunk *ch = &s->chunks[s->n++];
         ch->p = region + off;
         ch->off = off;
-        ch->len = (uint32_t)ibp_min_sz(chunk, len - off);
+        ch->len = (uint32_t)ibp_min_sz(ibp_min_sz(chunk, piece), len - off);
         s->bytes += ch->len;
     }
     return 0;
@@ -1456,7 +1467,7 @@ int ibp_codec_plan_judge(const IbpCodecPlan *plan, const void *region, size_t le
     if (!plan || !ratio || !region || len < 64u)
         return -EINVAL;
     IbpSample all_s = {0};
-    const int rc = ibp_sample_make(region, len, plan->block_size, ibp_sample_target(len, 0), -1, 1, &all_s);
+    const int rc = ibp_sample_make(region, len, plan->block_size, ibp_sample_target(len, 0), -1, 1, 0, &all_s);
     if (rc)
         return rc;
     *ratio = all_s.bytes ? (double)ibp_exact_bytes(plan, &all_s, all_s.bytes) / (double)all_s.bytes : 1.0;
@@ -1499,18 +1510,18 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     s = calloc(1, sizeof(*s));
     rc = s ? 0 : -ENOMEM;
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, target, 0, (target / 2u + IBP_FIT_BYTES - 1u) / IBP_FIT_BYTES, &fit_s);
+        rc = ibp_sample_make(region, len, bs, target, 0, 1, IBP_FIT_BYTES, &fit_s);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, target, 1, 1, &eval_s);
+        rc = ibp_sample_make(region, len, bs, target, 1, 1, 0, &eval_s);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, target, -1, 1, &all_s);
+        rc = ibp_sample_make(region, len, bs, target, -1, 1, 0, &all_s);
     if (!rc)
         rc = ibp_sample_make(region, len, bs, target, -1, (target + IBP_REFIT_BYTES - 1u) / IBP_REFIT_BYTES,
-                             &refit_s);
+                             0, &refit_s);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, 1, &screen);
+        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, 1, 0, &screen);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 1, 1, &screen_eval);
+        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 1, 1, 0, &screen_eval);
     if (rc)
         goto fail;
     *s = (IbpSearch){
