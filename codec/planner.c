@@ -17,7 +17,8 @@
  * is most of a trial's cost. */
 #define IBP_FIT_BYTES ((size_t)64 * 1024)
 #define IBP_FIT_CHUNK_MIN ((size_t)1024) /* shortest piece of a chunk the fits take */
-/* Most bytes the winner is refitted to (every other pair of chunks where the sample is more). */
+/* Most bytes the winner is refitted to and its sample ratio (and a reused plan's) is taken on:
+ * every other pair of chunks where the sample is more. */
 #define IBP_REFIT_BYTES ((size_t)512 * 1024)
 #define IBP_CHUNK_MIN ((size_t)4096)
 #define IBP_CHUNK_MAX ((size_t)64 * 1024)
@@ -1462,12 +1463,20 @@ static size_t ibp_sample_target(size_t len, size_t asked)
     return target;
 }
 
+/* Stride of the sample the winner is refitted to and the plan's sample ratio is taken on (every
+ * pair of chunks of the target sample, or fewer to keep it within IBP_REFIT_BYTES). */
+static size_t ibp_whole_stride(size_t target)
+{
+    return (target + IBP_REFIT_BYTES - 1u) / IBP_REFIT_BYTES;
+}
+
 int ibp_codec_plan_judge(const IbpCodecPlan *plan, const void *region, size_t len, double *ratio)
 {
     if (!plan || !ratio || !region || len < 64u)
         return -EINVAL;
     IbpSample all_s = {0};
-    const int rc = ibp_sample_make(region, len, plan->block_size, ibp_sample_target(len, 0), -1, 1, 0, &all_s);
+    const size_t target = ibp_sample_target(len, 0);
+    const int rc = ibp_sample_make(region, len, plan->block_size, target, -1, ibp_whole_stride(target), 0, &all_s);
     if (rc)
         return rc;
     *ratio = all_s.bytes ? (double)ibp_exact_bytes(plan, &all_s, all_s.bytes) / (double)all_s.bytes : 1.0;
@@ -1483,7 +1492,6 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     IbpSample fit_s = {0};
     IbpSample eval_s = {0};
     IbpSample all_s = {0};
-    IbpSample refit_s = {0};
     IbpWork work[IBP_PLAN_MAX_THREADS];
     unsigned nwork = 0;
     uint8_t *cand_xform = NULL;
@@ -1514,10 +1522,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     if (!rc)
         rc = ibp_sample_make(region, len, bs, target, 1, 1, 0, &eval_s);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, target, -1, 1, 0, &all_s);
-    if (!rc)
-        rc = ibp_sample_make(region, len, bs, target, -1, (target + IBP_REFIT_BYTES - 1u) / IBP_REFIT_BYTES,
-                             0, &refit_s);
+        rc = ibp_sample_make(region, len, bs, target, -1, ibp_whole_stride(target), 0, &all_s);
     if (!rc)
         rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, 1, 0, &screen);
     if (!rc)
@@ -1644,7 +1649,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     const IbpCandidate *bc = &s->cand[bk];
     const uint8_t *bxform = xformed == 2 ? bc->alt_xform : xformed ? bc->xform : plain;
     IbpWords *const ws = &work[0].ws;
-    rc = ibp_words_load(&refit_s, bc->word_size, bc->columns, bxform, ws);
+    rc = ibp_words_load(&all_s, bc->word_size, bc->columns, bxform, ws);
     if (rc)
         goto fail;
     /* Alone now: the refit's word passes spread over every planning thread's counters. */
@@ -1675,7 +1680,6 @@ fail:
     free(fit_s.chunks);
     free(eval_s.chunks);
     free(all_s.chunks);
-    free(refit_s.chunks);
     free(screen.chunks);
     free(screen_eval.chunks);
     free(cand_xform);
