@@ -1362,11 +1362,6 @@ static int ibp_repeats_shorter(const IbpSearch *s, uint32_t k, uint64_t (*size)(
     return 0;
 }
 
-static uint64_t ibp_size_screen(const IbpCandidate *c)
-{
-    return c->est_bits;
-}
-
 static uint64_t ibp_size_one_set(const IbpCandidate *c)
 {
     return c->one_set;
@@ -1379,7 +1374,8 @@ static uint64_t ibp_size_plain(const IbpCandidate *c)
 
 /* ibp_repeats_shorter by the one-set trials: without transforms (the same words, so a repeating
  * period finds the same masks) and with the better variant's (a period whose transforms pay is
- * no repeat). */
+ * no repeat).  The screen alone cannot tell: without transforms fashion_mnist's 14 columns of
+ * 2-byte words can match one column there, and its rows are what its transforms use. */
 static int ibp_repeats_shorter_trials(const IbpSearch *s, uint32_t k)
 {
     return ibp_repeats_shorter(s, k, ibp_size_plain) && ibp_repeats_shorter(s, k, ibp_size_one_set);
@@ -1588,8 +1584,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     s->njobs = 0;
     for (uint32_t k = 0; k < s->ncand; k++) {
         const uint32_t bit = 1u << s->cand[k].word_size;
-        if ((k < IBP_FINALISTS || !(seen_any & bit) || (s->cand[k].columns == 1u && !(seen_single & bit))) &&
-            !ibp_repeats_shorter(s, k, ibp_size_screen))
+        if (k < IBP_FINALISTS || !(seen_any & bit) || (s->cand[k].columns == 1u && !(seen_single & bit)))
             s->jobs[s->njobs++] = k;
         seen_any |= bit;
         if (s->cand[k].columns == 1u)
@@ -1599,7 +1594,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
      * within a margin). */
     for (uint32_t j = 0, n = s->njobs; j < n; j++) {
         const uint32_t k = ibp_wide_twin(s, s->jobs[j]);
-        int listed = k == s->ncand || ibp_repeats_shorter(s, k, ibp_size_screen);
+        int listed = k == s->ncand;
         for (uint32_t i = 0; i < s->njobs && !listed; i++)
             listed = s->jobs[i] == k;
         if (!listed)
