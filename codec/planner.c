@@ -23,6 +23,7 @@
 #define IBP_CHUNK_MIN ((size_t)4096)
 #define IBP_CHUNK_MAX ((size_t)64 * 1024)
 #define IBP_SAME_PERMILLE 1u     /* sizes this close (per mille) make a longer period a repeat */
+#define IBP_SCREEN_FIT_BYTES ((size_t)24 * 1024) /* of the screen's fitting half, for the ranking */
 #define IBP_SCREEN_COL_WORDS 16u /* fewest words a column has in the screen's fitting half */
 #define IBP_PERIOD_BYTES ((size_t)16 * 1024) /* bytes the period search correlates */
 #define IBP_PERIOD_MAX 2048u                 /* longest row period searched, bytes */
@@ -1080,6 +1081,7 @@ typedef struct IbpCandidate {
 /* What the planning threads share: the samples, the candidates and the jobs of a phase. */
 typedef struct IbpSearch {
     const IbpSample *screen;
+    const IbpSample *screen_fit; /* the screen sample's chunks cut to IBP_SCREEN_FIT_BYTES */
     const IbpSample *screen_eval;
     const IbpSample *fit_s;
     const IbpSample *eval_s;
@@ -1125,10 +1127,11 @@ static int ibp_try_one_set(const IbpSearch *s, IbpWork *wk, uint32_t w, uint32_t
     return ibp_judge(s, wk, &wk->ws, xform, out);
 }
 
-/* Phase 1 job: single-set IBP fitted on one half of the small sample, counted on the other. */
+/* Phase 1 job: single-set IBP fitted on one half of the small sample (cut short), counted on the
+ * other. */
 static int ibp_job_screen(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
 {
-    int rc = ibp_words_load(s->screen, c->word_size, c->columns, NULL, &wk->ws);
+    int rc = ibp_words_load(s->screen_fit, c->word_size, c->columns, NULL, &wk->ws);
     if (rc)
         return rc;
     ibp_fit_masks(&wk->ws, NULL, IBP_FIT_ALL, 1, &wk->fit, wk->m.mask, wk->m.value);
@@ -1300,10 +1303,10 @@ static void ibp_collect_candidates(IbpSearch *s, const IbpCodecPlanOptions *opts
                 c_count = periods[pi - 1] / ibp_gcd(periods[pi - 1], w); /* lcm(period, W) / W */
             if (!c_count || c_count > IBP_MAX_COLUMNS || (uint64_t)c_count * w * 4u > s->len)
                 continue;
-            /* A column with a few words in the screen's fitting half cannot be judged: its mask
+            /* A column with a few words in the screen's fitting sample cannot be judged: its mask
              * fits those words, not the column (periods of a few hundred bytes that are not a
              * multiple of W give as many columns).  Only the period the caller asked for stays. */
-            if (!opts->columns && (uint64_t)c_count * w * IBP_SCREEN_COL_WORDS > s->screen->bytes)
+            if (!opts->columns && (uint64_t)c_count * w * IBP_SCREEN_COL_WORDS > s->screen_fit->bytes)
                 continue;
             int dup = 0;
             for (uint32_t k = 0; k < s->ncand; k++)
@@ -1485,6 +1488,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     const IbpCodecPlanOptions defaults = {0};
     IbpSample screen = {0};
     IbpSample screen_eval = {0};
+    IbpSample screen_fit = {0};
     IbpSample fit_s = {0};
     IbpSample eval_s = {0};
     IbpSample all_s = {0};
@@ -1523,10 +1527,14 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, 1, 0, &screen);
     if (!rc)
         rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 1, 1, 0, &screen_eval);
+    if (!rc)
+        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, 1, IBP_SCREEN_FIT_BYTES,
+                             &screen_fit);
     if (rc)
         goto fail;
     *s = (IbpSearch){
         .screen = &screen,
+        .screen_fit = &screen_fit,
         .screen_eval = &screen_eval,
         .fit_s = &fit_s,
         .eval_s = &eval_s,
@@ -1677,6 +1685,7 @@ fail:
     free(all_s.chunks);
     free(screen.chunks);
     free(screen_eval.chunks);
+    free(screen_fit.chunks);
     free(cand_xform);
     free(cand_set1);
     free(plain);
