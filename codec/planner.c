@@ -1641,7 +1641,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     if (rc)
         goto fail;
 
-    /* 3. The winner refitted on the whole sample, with the row length it was judged with. */
+    /* 3. The winner refitted on the refit sample, and its row length picked there. */
     uint32_t bk = 0, bnsets = 1, brows = 0;
     int xformed = 0;
     ibp_pick_best(s, &bk, &bnsets, &xformed, &brows);
@@ -1662,11 +1662,11 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     work[0].fit.par = nwork > 1u ? &par : NULL;
     ibp_fit_sets(ws, bnsets, &work[0].fit, work[0].member, &work[0].m);
     work[0].fit.par = NULL;
-    if (!brows) {
-        uint64_t row_bits;
-        ibp_assign(ws, &work[0].m, NULL, work[0].size);
-        brows = ibp_pick_rows(ws, work[0].size, ibp_fmt_sel_bits(bnsets), work[0].prefix, &row_bits);
-    }
+    /* The row length on the refit sample's whole chunks: the trials' fits saw pieces of 1 KiB
+     * and more, too short for long rows. */
+    uint64_t row_bits;
+    ibp_assign(ws, &work[0].m, NULL, work[0].size);
+    brows = ibp_pick_rows(ws, work[0].size, ibp_fmt_sel_bits(bnsets), work[0].prefix, &row_bits);
     rc = ibp_codec_plan_build(bc->word_size, bc->columns, brows, bnsets, (uint32_t)bs, bxform, work[0].m.mask,
                               work[0].m.value, &best);
     if (rc)
