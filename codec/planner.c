@@ -22,9 +22,9 @@
 #define IBP_REFIT_BYTES ((size_t)512 * 1024)
 #define IBP_CHUNK_MIN ((size_t)4096)
 #define IBP_CHUNK_MAX ((size_t)64 * 1024)
-#define IBP_SAME_PERMILLE 1u     /* sizes this close (per mille) make a longer period a repeat */
+#define IBP_SAME_PERMILLE 1u /* sizes this close (per mille) make a longer period a repeat */
 #define IBP_SCREEN_FIT_BYTES ((size_t)24 * 1024) /* of the screen's fitting half, for the ranking */
-#define IBP_SCREEN_COL_WORDS 16u /* fewest words a column has in the screen's fitting half */
+#define IBP_SCREEN_COL_WORDS 16u             /* fewest words a column has in the screen's fitting sample */
 #define IBP_PERIOD_BYTES ((size_t)16 * 1024) /* bytes the period search correlates */
 #define IBP_PERIOD_MAX 2048u                 /* longest row period searched, bytes */
 #define IBP_PERIOD_PICKS 8u
@@ -100,8 +100,8 @@ static int ibp_sample_make(const uint8_t *region, size_t len, size_t block_size,
     s->n = 0;
     s->bytes = 0;
     const size_t kept = part >= 0 ? (total + 1u - (size_t)part) / 2u : total; /* with stride 1 */
-    const size_t piece = cap && !whole ? ibp_max_sz(cap / (kept ? kept : 1u), IBP_FIT_CHUNK_MIN) & ~(size_t)63
-                                       : chunk;
+    const size_t piece =
+        cap && !whole ? ibp_max_sz(cap / (kept ? kept : 1u), IBP_FIT_CHUNK_MIN) & ~(size_t)63 : chunk;
     for (size_t i = 0; i < total; i++) {
         if (!whole && ((part >= 0 && (int)(i % 2u) != part) || (i / 2u) % stride))
             continue;
@@ -1069,11 +1069,11 @@ typedef struct IbpCandidate {
     IbpTrial more_alt[IBP_MAX_SETS - 1u]; /* the same with the other one-set variant's transforms */
     uint8_t *xform;                   /* the better one-set variant's transforms */
     uint8_t *alt_xform;               /* the other variant's (with has_alt) */
+    int has_alt;
+    uint64_t one_set;                 /* its bytes */
     /* Each variant's one-set masks ({mask, value} x C, then the alt variant's): the first greedy
      * set of its mask-set trials, fitted to the same words. */
     uint64_t *set1;
-    int has_alt;
-    uint64_t one_set;                 /* its bytes */
 } IbpCandidate;
 
 #define IBP_MAX_CANDIDATES (3u * (IBP_PERIOD_PICKS + 1u))
@@ -1475,7 +1475,8 @@ int ibp_codec_plan_judge(const IbpCodecPlan *plan, const void *region, size_t le
         return -EINVAL;
     IbpSample all_s = {0};
     const size_t target = ibp_sample_target(len, 0);
-    const int rc = ibp_sample_make(region, len, plan->block_size, target, -1, ibp_whole_stride(target), 0, &all_s);
+    const int rc =
+        ibp_sample_make(region, len, plan->block_size, target, -1, ibp_whole_stride(target), 0, &all_s);
     if (rc)
         return rc;
     *ratio = all_s.bytes ? (double)ibp_exact_bytes(plan, &all_s, all_s.bytes) / (double)all_s.bytes : 1.0;
@@ -1528,8 +1529,8 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     if (!rc)
         rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 1, 1, 0, &screen_eval);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, 1, IBP_SCREEN_FIT_BYTES,
-                             &screen_fit);
+        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, 1,
+                             IBP_SCREEN_FIT_BYTES, &screen_fit);
     if (rc)
         goto fail;
     *s = (IbpSearch){
