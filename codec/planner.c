@@ -12,13 +12,29 @@
 #define IBP_SAMPLE_MIN ((size_t)256 * 1024)  /* sample for the final choices */
 #define IBP_SAMPLE_MAX ((size_t)1024 * 1024)
 #define IBP_SAMPLE_CHUNKS 64u
+/* Most bytes the trials fit masks to: each chunk of the fitting half cut to its share, so that
+ * the fits still see every spot; their exact sizes on the whole judging half decide, and fitting
+ * is most of a trial's cost. */
+#define IBP_FIT_BYTES ((size_t)64 * 1024)
+#define IBP_FIT_CHUNK_MIN ((size_t)1024) /* shortest piece of a chunk the fits take */
+/* Most bytes the winner is refitted to and its sample ratio (and a reused plan's) is taken on:
+ * every other pair of chunks where the sample is more. */
+#define IBP_REFIT_BYTES ((size_t)512 * 1024)
 #define IBP_CHUNK_MIN ((size_t)4096)
 #define IBP_CHUNK_MAX ((size_t)64 * 1024)
+#define IBP_SAME_PERMILLE 1u /* sizes this close (per mille) make a longer period a repeat */
+#define IBP_SCREEN_FIT_BYTES ((size_t)24 * 1024) /* of the screen's fitting half, for the ranking */
+#define IBP_SCREEN_COL_WORDS 16u             /* fewest words a column has in the screen's fitting sample */
 #define IBP_PERIOD_BYTES ((size_t)16 * 1024) /* bytes the period search correlates */
 #define IBP_PERIOD_MAX 2048u                 /* longest row period searched, bytes */
 #define IBP_PERIOD_PICKS 8u
 #define IBP_FINALISTS 3u
 #define IBP_SET_FINALISTS 3u /* finalists that try more than one mask set */
+/* Refinement rounds of the mask-set trials and of the winner's refit: a second round in the
+ * trials changed no plan of the six tensors or their 4-256 MiB tiles, in the refit only
+ * fashion_mnist's by 0.0003-0.0005. */
+#define IBP_TRIAL_ROUNDS 1
+#define IBP_REFIT_ROUNDS 1
 #define IBP_PLAN_MAX_THREADS 16u
 
 typedef struct IbpChunk {
@@ -58,13 +74,20 @@ static size_t ibp_min_sz(size_t a, size_t b)
     return a < b ? a : b;
 }
 
+static size_t ibp_max_sz(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
 /* Spreads many small chunks evenly over the region (a region is often a concatenation of
  * tensors of different scales, so a few large chunks misjudge it); each starts 64-byte aligned
  * so that every word size sees whole words, like a real block.  With `part` 0 or 1 only the
  * even or odd chunks are kept: masks are fitted on one half and judged on the other, which
- * keeps many-column plans from fitting the sample instead of the region. */
+ * keeps many-column plans from fitting the sample instead of the region.  Of each pair of
+ * chunks (the even one and the odd one after it) only every stride-th is kept (stride 1: all);
+ * with cap, each kept chunk is cut to the start that keeps them within about cap bytes. */
 static int ibp_sample_make(const uint8_t *region, size_t len, size_t block_size, size_t target, int part,
-                           IbpSample *s)
+                           size_t stride, size_t cap, IbpSample *s)
 {
     size_t chunk = target / IBP_SAMPLE_CHUNKS;
     chunk = chunk < IBP_CHUNK_MIN ? IBP_CHUNK_MIN : chunk;
@@ -76,8 +99,11 @@ static int ibp_sample_make(const uint8_t *region, size_t len, size_t block_size,
         return -ENOMEM;
     s->n = 0;
     s->bytes = 0;
+    const size_t kept = part >= 0 ? (total + 1u - (size_t)part) / 2u : total; /* with stride 1 */
+    const size_t piece =
+        cap && !whole ? ibp_max_sz(cap / (kept ? kept : 1u), IBP_FIT_CHUNK_MIN) & ~(size_t)63 : chunk;
     for (size_t i = 0; i < total; i++) {
-        if (part >= 0 && !whole && (int)(i % 2u) != part)
+        if (!whole && ((part >= 0 && (int)(i % 2u) != part) || (i / 2u) % stride))
             continue;
         size_t off;
         if (whole)
@@ -88,7 +114,7 @@ static int ibp_sample_make(const uint8_t *region, size_t len, size_t block_size,
         IbpChunk *ch = &s->chunks[s->n++];
         ch->p = region + off;
         ch->off = off;
-        ch->len = (uint32_t)ibp_min_sz(chunk, len - off);
+        ch->len = (uint32_t)ibp_min_sz(ibp_min_sz(chunk, piece), len - off);
         s->bytes += ch->len;
     }
     return 0;
@@ -284,22 +310,31 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count;
     const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    /* Locals: the pending counters are bytes, which may alias anything, so fields read through
+     * f and ws would be loaded again after every word. */
+    const uint64_t *restrict const words = ws->w;
+    const uint32_t *restrict const cols = ws->col;
+    const uint64_t *restrict const spread = f->spread;
+    uint64_t *restrict const acc = f->acc;
+    uint8_t *restrict const pending = f->pending;
+    uint32_t *restrict const cnt = f->cnt;
+    uint32_t *restrict const ncol = f->ncol;
     for (size_t i = lo; i < hi; i++) {
         const size_t at =
-            ((i & (slots - 1u)) * (nfit + 1u) + ibp_fit_route(member, mode, i)) * c_count + ws->col[i];
-        const uint64_t x = ws->w[i];
-        uint64_t *a = f->acc + at * w;
+            ((i & (slots - 1u)) * (nfit + 1u) + ibp_fit_route(member, mode, i)) * c_count + cols[i];
+        const uint64_t x = words[i];
+        uint64_t *a = acc + at * w;
         for (uint32_t q = 0; q < w; q++)
-            a[q] += f->spread[(x >> (8u * q)) & 0xffu];
-        if (++f->pending[at] == 255u) {
+            a[q] += spread[(x >> (8u * q)) & 0xffu];
+        if (++pending[at] == 255u) {
             const size_t sc_at = at % sc;
             for (uint32_t q = 0; q < w; q++) {
                 for (uint32_t b = 0; b < 8u; b++)
-                    f->cnt[sc_at * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
+                    cnt[sc_at * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
                 a[q] = 0;
             }
-            f->ncol[sc_at] += 255u;
-            f->pending[at] = 0;
+            ncol[sc_at] += 255u;
+            pending[at] = 0;
         }
     }
 }
@@ -314,17 +349,22 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_rank(const IbpWor
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count;
     const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    const uint64_t *restrict const words = ws->w;
+    const uint32_t *restrict const cols = ws->col;
+    const uint64_t *restrict const maj = f->maj;
+    const uint8_t *restrict const rank = f->rank;
+    uint32_t *restrict const hist = out->hist;
     for (size_t i = lo; i < hi; i++) {
-        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + ws->col[i];
-        const uint64_t d = ws->w[i] ^ f->maj[at];
-        const uint8_t *t = f->rank + at * w * 256u;
+        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + cols[i];
+        const uint64_t d = words[i] ^ maj[at];
+        const uint8_t *t = rank + at * w * 256u;
         uint32_t agree = t[d & 0xffu];
         for (uint32_t q = 1; q < w; q++) {
             const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
             agree = r < agree ? r : agree;
         }
         agree = agree < wbits ? agree : wbits;
-        out->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+        hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
     }
 }
 
@@ -336,10 +376,15 @@ ibp_fit_hist_search(const IbpWords *ws, const uint8_t *member, uint32_t nfit, co
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count;
     const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    const uint64_t *restrict const words = ws->w;
+    const uint32_t *restrict const cols = ws->col;
+    const uint64_t *restrict const maj = f->maj;
+    const uint64_t *restrict const prefix = f->prefix;
+    uint32_t *restrict const hist = out->hist;
     for (size_t i = lo; i < hi; i++) {
-        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + ws->col[i];
-        const uint32_t agree = ibp_agree_len(f->prefix + at * 65u, wbits, ws->w[i] ^ f->maj[at]);
-        out->hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+        const size_t at = (size_t)ibp_fit_route(member, mode, i) * c_count + cols[i];
+        const uint32_t agree = ibp_agree_len(prefix + at * 65u, wbits, words[i] ^ maj[at]);
+        hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
     }
 }
 
@@ -631,24 +676,57 @@ static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWord
     const uint32_t wbits = ws->word_size * 8u;
     const uint32_t sb = ibp_fmt_sel_bits(k_count);
     const uint32_t c_count = ws->columns;
+    /* Locals, restrict: member and size are bytes, which may alias anything. */
+    const uint64_t *restrict const words = ws->w;
+    const uint32_t *restrict const cols = ws->col;
+    const uint64_t *restrict const mask = m->mask;
+    const uint64_t *restrict const value = m->value;
+    uint8_t *restrict const mem = member;
+    uint8_t *restrict const sizes = size;
     uint64_t bits = 0;
+    if (c_count == 1u) {
+        /* One column: the sets stay in registers. */
+        uint64_t mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
+        uint32_t vbk[IBP_MAX_SETS];
+        for (uint32_t k = 0; k < k_count; k++) {
+            mk[k] = mask[k];
+            vl[k] = value[k];
+            vbk[k] = vb[k];
+        }
+        for (size_t i = lo; i < hi; i++) {
+            const uint64_t x = words[i];
+            uint32_t s = 0;
+            uint32_t sz = wbits;
+            for (uint32_t k = k_count; k > 0; k--) {
+                const int hit = (x & mk[k - 1u]) == vl[k - 1u];
+                s = hit ? k : s;
+                sz = hit ? vbk[k - 1u] : sz;
+            }
+            if (mem)
+                mem[i] = (uint8_t)s;
+            if (sizes)
+                sizes[i] = (uint8_t)sz;
+            bits += sz + sb;
+        }
+        return bits;
+    }
     for (size_t i = lo; i < hi; i++) {
-        const uint32_t c = ws->col[i];
-        const uint64_t x = ws->w[i];
+        const uint32_t c = cols[i];
+        const uint64_t x = words[i];
         /* The first matching set, by conditional moves from the last (which set matches is data,
          * and a branch on it mispredicts). */
         uint32_t s = 0;
         uint32_t sz = wbits;
         for (uint32_t k = k_count; k > 0; k--) {
             const size_t idx = (size_t)(k - 1u) * c_count + c;
-            const int hit = (x & m->mask[idx]) == m->value[idx];
+            const int hit = (x & mask[idx]) == value[idx];
             s = hit ? k : s;
             sz = hit ? vb[idx] : sz;
         }
-        if (member)
-            member[i] = (uint8_t)s;
-        if (size)
-            size[i] = (uint8_t)sz;
+        if (mem)
+            mem[i] = (uint8_t)s;
+        if (sizes)
+            sizes[i] = (uint8_t)sz;
         bits += sz + sb;
     }
     return bits;
@@ -718,12 +796,12 @@ static void ibp_fit_greedy(const IbpWords *ws, uint32_t from, uint32_t to, IbpFi
     }
 }
 
-/* Refines greedy sets: two rounds of reassigning every word to its cheapest set and refitting
- * each set to its own words; the sets end ordered by invariant bits. */
-static void ibp_refine_sets(const IbpWords *ws, IbpFit *f, uint8_t *member, IbpMasks *m)
+/* Refines greedy sets: rounds of reassigning every word to its cheapest set and refitting each
+ * set to its own words; the sets end ordered by invariant bits. */
+static void ibp_refine_sets(const IbpWords *ws, IbpFit *f, uint8_t *member, IbpMasks *m, int rounds)
 {
     const uint32_t c_count = ws->columns;
-    for (int round = 0; round < 2 && m->nsets > 1; round++) {
+    for (int round = 0; round < rounds && m->nsets > 1; round++) {
         ibp_masks_sort(m, c_count);
         ibp_assign_shared(f, ws, m, member, NULL);
         ibp_fit_masks(ws, member, IBP_FIT_SETS, m->nsets, f, m->mask, m->value);
@@ -736,7 +814,7 @@ static void ibp_fit_sets(const IbpWords *ws, uint32_t nsets, IbpFit *f, uint8_t 
 {
     out->nsets = nsets;
     ibp_fit_greedy(ws, 0, nsets, f, member, out->mask, out->value);
-    ibp_refine_sets(ws, f, member, out);
+    ibp_refine_sets(ws, f, member, out, IBP_REFIT_ROUNDS);
 }
 
 /* Best row length for per-word sizes: rows are packed (selectors + fields) or raw, whichever
@@ -993,6 +1071,9 @@ typedef struct IbpCandidate {
     uint8_t *alt_xform;               /* the other variant's (with has_alt) */
     int has_alt;
     uint64_t one_set;                 /* its bytes */
+    /* Each variant's one-set masks ({mask, value} x C, then the alt variant's): the first greedy
+     * set of its mask-set trials, fitted to the same words. */
+    uint64_t *set1;
 } IbpCandidate;
 
 #define IBP_MAX_CANDIDATES (3u * (IBP_PERIOD_PICKS + 1u))
@@ -1000,6 +1081,7 @@ typedef struct IbpCandidate {
 /* What the planning threads share: the samples, the candidates and the jobs of a phase. */
 typedef struct IbpSearch {
     const IbpSample *screen;
+    const IbpSample *screen_fit; /* the screen sample's chunks cut to IBP_SCREEN_FIT_BYTES */
     const IbpSample *screen_eval;
     const IbpSample *fit_s;
     const IbpSample *eval_s;
@@ -1045,10 +1127,11 @@ static int ibp_try_one_set(const IbpSearch *s, IbpWork *wk, uint32_t w, uint32_t
     return ibp_judge(s, wk, &wk->ws, xform, out);
 }
 
-/* Phase 1 job: single-set IBP fitted on one half of the small sample, counted on the other. */
+/* Phase 1 job: single-set IBP fitted on one half of the small sample (cut short), counted on the
+ * other. */
 static int ibp_job_screen(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
 {
-    int rc = ibp_words_load(s->screen, c->word_size, c->columns, NULL, &wk->ws);
+    int rc = ibp_words_load(s->screen_fit, c->word_size, c->columns, NULL, &wk->ws);
     if (rc)
         return rc;
     ibp_fit_masks(&wk->ws, NULL, IBP_FIT_ALL, 1, &wk->fit, wk->m.mask, wk->m.value);
@@ -1059,6 +1142,14 @@ static int ibp_job_screen(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     const uint64_t bits = ibp_assign(&wk->ws, &wk->m, NULL, NULL);
     c->est_bits = ibp_scale(bits, s->screen_eval->bytes, s->len, 1, c->columns, c->word_size);
     return 0;
+}
+
+/* The one-set masks just fitted (wk->m) as variant v's of candidate c (0 the better, 1 the alt). */
+static void ibp_keep_set1(IbpCandidate *c, const IbpWork *wk, int v)
+{
+    uint64_t *to = c->set1 + (size_t)v * 2u * c->columns;
+    memcpy(to, wk->m.mask, c->columns * sizeof(uint64_t));
+    memcpy(to + c->columns, wk->m.value, c->columns * sizeof(uint64_t));
 }
 
 /* Phase 2 job: one set, without and with the transforms the screen sample suggests; the better
@@ -1072,6 +1163,7 @@ static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     int rc = ibp_try_one_set(s, wk, w, c_count, c->xform, &c->plain);
     if (rc)
         return rc;
+    ibp_keep_set1(c, wk, 0);
     c->one_set = c->plain.bytes;
     if (s->faithful)
         return 0;
@@ -1093,16 +1185,20 @@ static int ibp_job_one_set(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
         c->one_set = c->xformed.bytes;
         memcpy(c->xform, wk->xform, c_count);
         memset(c->alt_xform, 0, c_count);
+        memcpy(c->set1 + 2u * c_count, c->set1, 2u * c_count * sizeof(uint64_t));
+        ibp_keep_set1(c, wk, 0);
     } else {
         memcpy(c->alt_xform, wk->xform, c_count);
+        ibp_keep_set1(c, wk, 1);
     }
     return 0;
 }
 
-/* 2 .. IBP_MAX_SETS sets with the transforms xform, into trials[0 ..], stopping after two sets
- * when they are no smaller than `bound` bytes.  The greedy start of K sets is that of K - 1 sets
- * plus one, so the words are loaded and each greedy set fitted once for all K. */
-static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const uint8_t *xform,
+/* 2 .. IBP_MAX_SETS sets with the transforms xform (variant v's), into trials[0 ..], stopping
+ * after two sets when they are no smaller than `bound` bytes.  The greedy start of K sets is that
+ * of K - 1 sets plus one, its first set the variant's one-set masks, so the words are loaded and
+ * each greedy set fitted once for all K. */
+static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const uint8_t *xform, int v,
                         uint64_t bound, IbpTrial *trials)
 {
     IbpWords *const ws = &wk->ws;
@@ -1110,13 +1206,15 @@ static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const 
     if (rc)
         return rc;
     const size_t set_len = (size_t)c->columns * sizeof(uint64_t);
+    const uint64_t *set1 = c->set1 + (size_t)v * 2u * c->columns;
+    memcpy(wk->greedy_mask, set1, set_len);
+    memcpy(wk->greedy_value, set1 + c->columns, set_len);
     for (uint32_t nsets = 2; nsets <= IBP_MAX_SETS && !rc; nsets++) {
-        ibp_fit_greedy(ws, nsets == 2 ? 0 : nsets - 1u, nsets, &wk->fit, wk->member, wk->greedy_mask,
-                       wk->greedy_value);
+        ibp_fit_greedy(ws, nsets - 1u, nsets, &wk->fit, wk->member, wk->greedy_mask, wk->greedy_value);
         memcpy(wk->m.mask, wk->greedy_mask, nsets * set_len);
         memcpy(wk->m.value, wk->greedy_value, nsets * set_len);
         wk->m.nsets = nsets;
-        ibp_refine_sets(ws, &wk->fit, wk->member, &wk->m);
+        ibp_refine_sets(ws, &wk->fit, wk->member, &wk->m, IBP_TRIAL_ROUNDS);
         rc = ibp_judge(s, wk, ws, xform, &trials[nsets - 2u]);
         if (nsets == 2u && trials[0].bytes >= bound)
             break;
@@ -1129,8 +1227,8 @@ static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const 
  * where its two sets beat the first variant's. */
 static int ibp_job_sets(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
 {
-    const int rc = ibp_try_sets(s, wk, c, c->xform, UINT64_MAX, c->more);
-    return rc || !c->has_alt ? rc : ibp_try_sets(s, wk, c, c->alt_xform, c->more[0].bytes, c->more_alt);
+    const int rc = ibp_try_sets(s, wk, c, c->xform, 0, UINT64_MAX, c->more);
+    return rc || !c->has_alt ? rc : ibp_try_sets(s, wk, c, c->alt_xform, 1, c->more[0].bytes, c->more_alt);
 }
 
 /* Takes jobs of the current phase until none is left or one failed. */
@@ -1205,6 +1303,11 @@ static void ibp_collect_candidates(IbpSearch *s, const IbpCodecPlanOptions *opts
                 c_count = periods[pi - 1] / ibp_gcd(periods[pi - 1], w); /* lcm(period, W) / W */
             if (!c_count || c_count > IBP_MAX_COLUMNS || (uint64_t)c_count * w * 4u > s->len)
                 continue;
+            /* A column with a few words in the screen's fitting sample cannot be judged: its mask
+             * fits those words, not the column (periods of a few hundred bytes that are not a
+             * multiple of W give as many columns).  Only the period the caller asked for stays. */
+            if (!opts->columns && (uint64_t)c_count * w * IBP_SCREEN_COL_WORDS > s->screen_fit->bytes)
+                continue;
             int dup = 0;
             for (uint32_t k = 0; k < s->ncand; k++)
                 dup |= s->cand[k].word_size == w && s->cand[k].columns == c_count;
@@ -1234,6 +1337,51 @@ static uint32_t ibp_wide_twin(const IbpSearch *s, uint32_t k)
         if (s->cand[i].word_size == 4u && s->cand[i].columns == want)
             return i;
     return s->ncand;
+}
+
+/* Whether candidate k only repeats a candidate of the same word size with fewer columns that
+ * divide its own: its size (by `size`, which each candidate compared must have) within
+ * IBP_SAME_PERMILLE either way.  Every column then found the masks the shorter period finds, so
+ * the period is noise (float data: bytes repeat at many lags about equally), and its trials
+ * would only repeat the shorter one's with more metadata.  One clearly better or clearly worse
+ * has columns that differ, which mask sets may use (fashion_mnist's rows of 28 bytes: worse than
+ * one column with one set, best with three). */
+static int ibp_repeats_shorter(const IbpSearch *s, uint32_t k, uint64_t (*size)(const IbpCandidate *))
+{
+    const IbpCandidate *c = &s->cand[k];
+    const uint64_t mine = size(c);
+    if (mine == UINT64_MAX)
+        return 0;
+    for (uint32_t j = 0; j < s->ncand; j++) {
+        const IbpCandidate *d = &s->cand[j];
+        const uint64_t theirs = size(d);
+        if (j == k || d->word_size != c->word_size || d->columns >= c->columns || c->columns % d->columns ||
+            theirs == UINT64_MAX)
+            continue;
+        const uint64_t margin = theirs / 1000u * IBP_SAME_PERMILLE;
+        if (mine + margin >= theirs && mine <= theirs + margin)
+            return 1;
+    }
+    return 0;
+}
+
+static uint64_t ibp_size_one_set(const IbpCandidate *c)
+{
+    return c->one_set;
+}
+
+static uint64_t ibp_size_plain(const IbpCandidate *c)
+{
+    return c->plain.bytes;
+}
+
+/* ibp_repeats_shorter by the one-set trials: without transforms (the same words, so a repeating
+ * period finds the same masks) and with the better variant's (a period whose transforms pay is
+ * no repeat).  The screen alone cannot tell: without transforms fashion_mnist's 14 columns of
+ * 2-byte words can match one column there, and its rows are what its transforms use. */
+static int ibp_repeats_shorter_trials(const IbpSearch *s, uint32_t k)
+{
+    return ibp_repeats_shorter(s, k, ibp_size_plain) && ibp_repeats_shorter(s, k, ibp_size_one_set);
 }
 
 /* The winner among every trial, in the order they were made: each finalist's one-set trials
@@ -1314,12 +1462,21 @@ static size_t ibp_sample_target(size_t len, size_t asked)
     return target;
 }
 
+/* Stride of the sample the winner is refitted to and the plan's sample ratio is taken on (every
+ * pair of chunks of the target sample, or fewer to keep it within IBP_REFIT_BYTES). */
+static size_t ibp_whole_stride(size_t target)
+{
+    return (target + IBP_REFIT_BYTES - 1u) / IBP_REFIT_BYTES;
+}
+
 int ibp_codec_plan_judge(const IbpCodecPlan *plan, const void *region, size_t len, double *ratio)
 {
     if (!plan || !ratio || !region || len < 64u)
         return -EINVAL;
     IbpSample all_s = {0};
-    const int rc = ibp_sample_make(region, len, plan->block_size, ibp_sample_target(len, 0), -1, &all_s);
+    const size_t target = ibp_sample_target(len, 0);
+    const int rc =
+        ibp_sample_make(region, len, plan->block_size, target, -1, ibp_whole_stride(target), 0, &all_s);
     if (rc)
         return rc;
     *ratio = all_s.bytes ? (double)ibp_exact_bytes(plan, &all_s, all_s.bytes) / (double)all_s.bytes : 1.0;
@@ -1332,12 +1489,14 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     const IbpCodecPlanOptions defaults = {0};
     IbpSample screen = {0};
     IbpSample screen_eval = {0};
+    IbpSample screen_fit = {0};
     IbpSample fit_s = {0};
     IbpSample eval_s = {0};
     IbpSample all_s = {0};
     IbpWork work[IBP_PLAN_MAX_THREADS];
     unsigned nwork = 0;
     uint8_t *cand_xform = NULL;
+    uint64_t *cand_set1 = NULL;
     uint8_t *plain = NULL;
     IbpCodecPlan *best = NULL;
     IbpSearch *s = NULL;
@@ -1360,19 +1519,23 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     s = calloc(1, sizeof(*s));
     rc = s ? 0 : -ENOMEM;
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, target, 0, &fit_s);
+        rc = ibp_sample_make(region, len, bs, target, 0, 1, IBP_FIT_BYTES, &fit_s);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, target, 1, &eval_s);
+        rc = ibp_sample_make(region, len, bs, target, 1, 1, 0, &eval_s);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, target, -1, &all_s);
+        rc = ibp_sample_make(region, len, bs, target, -1, ibp_whole_stride(target), 0, &all_s);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, &screen);
+        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, 1, 0, &screen);
     if (!rc)
-        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 1, &screen_eval);
+        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 1, 1, 0, &screen_eval);
+    if (!rc)
+        rc = ibp_sample_make(region, len, bs, ibp_min_sz(target, IBP_SCREEN_BYTES), 0, 1,
+                             IBP_SCREEN_FIT_BYTES, &screen_fit);
     if (rc)
         goto fail;
     *s = (IbpSearch){
         .screen = &screen,
+        .screen_fit = &screen_fit,
         .screen_eval = &screen_eval,
         .fit_s = &fit_s,
         .eval_s = &eval_s,
@@ -1397,11 +1560,13 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
             goto fail;
     }
     cand_xform = calloc((size_t)(s->ncand ? s->ncand : 1u) * 2u, max_cols);
+    cand_set1 = calloc((size_t)(s->ncand ? s->ncand : 1u) * 4u * max_cols, sizeof(uint64_t));
     rc = -ENOMEM;
-    if (!cand_xform)
+    if (!cand_xform || !cand_set1)
         goto fail;
     for (uint32_t k = 0; k < s->ncand; k++) {
         s->cand[k].xform = cand_xform + (size_t)k * 2u * max_cols;
+        s->cand[k].set1 = cand_set1 + (size_t)k * 4u * max_cols;
         s->cand[k].alt_xform = s->cand[k].xform + max_cols;
         s->jobs[k] = k;
     }
@@ -1461,12 +1626,14 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         if (pick == s->ncand)
             break;
         picked[pick] = 1;
-        s->jobs[s->njobs++] = pick;
+        if (!ibp_repeats_shorter_trials(s, pick))
+            s->jobs[s->njobs++] = pick;
     }
     /* Each 2-byte-word one's row in 4-byte words too. */
     for (uint32_t j = 0, n = s->njobs; j < n; j++) {
         const uint32_t k = ibp_wide_twin(s, s->jobs[j]);
-        if (k < s->ncand && s->cand[k].one_set != UINT64_MAX && !picked[k]) {
+        if (k < s->ncand && s->cand[k].one_set != UINT64_MAX && !picked[k] &&
+            !ibp_repeats_shorter_trials(s, k)) {
             picked[k] = 1;
             s->jobs[s->njobs++] = k;
         }
@@ -1475,7 +1642,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     if (rc)
         goto fail;
 
-    /* 3. The winner refitted on the whole sample, with the row length it was judged with. */
+    /* 3. The winner refitted on the refit sample, and its row length picked there. */
     uint32_t bk = 0, bnsets = 1, brows = 0;
     int xformed = 0;
     ibp_pick_best(s, &bk, &bnsets, &xformed, &brows);
@@ -1496,11 +1663,11 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     work[0].fit.par = nwork > 1u ? &par : NULL;
     ibp_fit_sets(ws, bnsets, &work[0].fit, work[0].member, &work[0].m);
     work[0].fit.par = NULL;
-    if (!brows) {
-        uint64_t row_bits;
-        ibp_assign(ws, &work[0].m, NULL, work[0].size);
-        brows = ibp_pick_rows(ws, work[0].size, ibp_fmt_sel_bits(bnsets), work[0].prefix, &row_bits);
-    }
+    /* The row length on the refit sample's whole chunks: the trials' fits saw pieces of 1 KiB
+     * and more, too short for long rows. */
+    uint64_t row_bits;
+    ibp_assign(ws, &work[0].m, NULL, work[0].size);
+    brows = ibp_pick_rows(ws, work[0].size, ibp_fmt_sel_bits(bnsets), work[0].prefix, &row_bits);
     rc = ibp_codec_plan_build(bc->word_size, bc->columns, brows, bnsets, (uint32_t)bs, bxform, work[0].m.mask,
                               work[0].m.value, &best);
     if (rc)
@@ -1519,7 +1686,9 @@ fail:
     free(all_s.chunks);
     free(screen.chunks);
     free(screen_eval.chunks);
+    free(screen_fit.chunks);
     free(cand_xform);
+    free(cand_set1);
     free(plain);
     free(s);
     return rc;

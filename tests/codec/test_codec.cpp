@@ -912,6 +912,27 @@ TEST(Codec, JudgingAPlanOnItsRegionGivesItsSampleRatio)
     EXPECT_EQ(ibp_codec_plan_judge(nullptr, &r, 64, &r), -EINVAL);
 }
 
+// The planner's sample (what the winner is refitted to and its sample ratio is taken on) is the
+// whole of a small region, a sixteenth of a larger one, and never more than 512 KiB: from 8 MiB
+// on, planning costs the same whatever the region's size.
+TEST(Codec, SampleGrowsWithTheRegionUpTo512KiB)
+{
+    const struct {
+        size_t len, sample;
+    } cases[] = {{(size_t)64 << 10, (size_t)64 << 10},  {(size_t)1 << 20, (size_t)256 << 10},
+                 {(size_t)6 << 20, (size_t)384 << 10},  {(size_t)8 << 20, (size_t)512 << 10},
+                 {(size_t)16 << 20, (size_t)512 << 10}, {(size_t)40 << 20, (size_t)512 << 10}};
+    for (const auto &c : cases) {
+        const std::vector<uint8_t> floats = make_data(Dist::GaussF32Small, c.len, 9);
+        IbpCodecPlan *plan = nullptr;
+        ASSERT_EQ(ibp_codec_plan_create(floats.data(), c.len, nullptr, &plan), 0);
+        IbpCodecPlanInfo info;
+        ibp_codec_plan_info(plan, &info);
+        EXPECT_EQ(info.sample_bytes, c.sample) << c.len;
+        ibp_codec_plan_destroy(&plan);
+    }
+}
+
 TEST(Codec, PlanBlobRoundTripAndRejectsGarbage)
 {
     const std::vector<uint8_t> data = make_data(Dist::Rows, 200000, 5);
