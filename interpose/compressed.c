@@ -51,6 +51,10 @@ typedef struct IbpProbe {
 typedef struct IbpSpeed {
     CUcontext ctx;
     IbpProbe serial, pipe;
+    /* Recorded after each serial run's decode: while it is pending, the next run's DMA (which runs
+     * ahead of the caller's stream) overlaps that decode. */
+    CUevent busy;
+    int busy_recorded;
     double dma_ns_per_byte; /* 0 until measured */
     double dec_ns_per_byte;
     double pipe_ns_per_byte;
@@ -73,7 +77,8 @@ static IbpSpeed *speed_for(const IbpDriver *drv, CUcontext ctx)
         if (speeds[i].ctx == ctx)
             return &speeds[i];
         if (!speeds[i].ctx) {
-            if (probe_init(drv, &speeds[i].serial) || probe_init(drv, &speeds[i].pipe))
+            if (probe_init(drv, &speeds[i].serial) || probe_init(drv, &speeds[i].pipe) ||
+                (!speeds[i].busy && drv->cuEventCreate(&speeds[i].busy, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS))
                 return NULL;
             speeds[i].ctx = ctx;
             return &speeds[i];
@@ -144,9 +149,12 @@ static int speed_allows(const IbpDriver *drv, CUcontext ctx, size_t wire, size_t
             pr->state = PROBE_RESERVED;
         } else if (measured) {
             const double raw = (double)orig * sp->dma_ns_per_byte;
+            const double dma = (double)wire * sp->dma_ns_per_byte, dec = (double)orig * sp->dec_ns_per_byte;
+            /* Copies back to back: this run's DMA overlaps the last one's decode, so the copy engine
+             * is busy for the DMA alone while decodes keep up. */
+            const int overlap = !pipelined && sp->busy_recorded && drv->cuEventQuery(sp->busy) == CUDA_ERROR_NOT_READY;
             const double compressed =
-                pipelined ? (double)orig * sp->pipe_ns_per_byte
-                          : (double)wire * sp->dma_ns_per_byte + (double)orig * sp->dec_ns_per_byte;
+                pipelined ? (double)orig * sp->pipe_ns_per_byte : overlap ? (dma > dec ? dma : dec) : dma + dec;
             ok = compressed < 0.97 * raw;
         }
     }
@@ -179,6 +187,16 @@ static void speed_recorded(const IbpDriver *drv, CUcontext ctx, int pipelined, s
         pr->tag = tag;
         pr->state = PROBE_RECORDED;
     }
+    pthread_mutex_unlock(&speed_lock);
+}
+
+/* A serial run's decode is enqueued on `stream`: later runs see whether it is still going. */
+static void speed_busy(const IbpDriver *drv, CUcontext ctx, CUstream stream)
+{
+    pthread_mutex_lock(&speed_lock);
+    IbpSpeed *sp = speed_for(drv, ctx);
+    if (sp)
+        sp->busy_recorded = drv->cuEventRecord(sp->busy, stream) == CUDA_SUCCESS;
     pthread_mutex_unlock(&speed_lock);
 }
 
@@ -595,6 +613,8 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         marked = marked && !speed_mark(drv, ctx, 0, 1, l.stream);
         err = decode_on_priority(&l, &g, run, dst, scr, ctx);
     }
+    if (!err)
+        speed_busy(drv, ctx, l.stream);
     if (timed) {
         if (!err && marked && !speed_mark(drv, ctx, 0, 2, l.stream))
             speed_recorded(drv, ctx, 0, blob_len + p->run_len, p->len, 0, base->tag);
