@@ -916,7 +916,9 @@ static void maintain_region(IbpRegion *region)
                         st.recompressions - pr->seen_recompressions);
     pr->seen_recompressions = st.recompressions;
     if (st.invalidations > pr->seen_invalidations) {
-        if (!pr->churn_counted && now - pr->last_compress_ns <= eng.p.churn_window_ns) {
+        /* Churn is most of the region rewritten soon after compression (a recycled buffer); a few
+         * rows of a table updated between epochs only make their blocks go raw until recompressed. */
+        if (!pr->churn_counted && st.stale * 2 >= st.nblocks && now - pr->last_compress_ns <= eng.p.churn_window_ns) {
             pr->churn++;
             pr->churn_counted = 1;
         }
