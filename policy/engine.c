@@ -938,9 +938,10 @@ static void maintain_region(IbpRegion *region)
     }
     /* Written between every copy and never stable long enough to recompress: such a region costs
      * a tracker query at every copy and a write fault at every page it rewrites, and saves
-     * nothing. */
+     * nothing.  Only while most of it is stale: a table with a few rows written between copies
+     * still sends the rest compressed. */
     const uint32_t rewritten = atomic_load(&pr->rewritten_copies);
-    const int rewritten_often = eng.p.churn_limit && rewritten >= eng.p.churn_limit;
+    const int rewritten_often = eng.p.churn_limit && rewritten >= eng.p.churn_limit && st.stale * 2 >= st.nblocks;
     pthread_rwlock_unlock(&pr->lock);
     if (rewritten_often && !churned) {
         IBP_INFO("region %llu rewritten before each of %u copies in a row: no longer tracked",

@@ -586,14 +586,18 @@ int ibp_shadow_plan(IbpShadow *s, IbpTracker *tracker, size_t off, size_t len, s
         const size_t lo = start > off ? start : off;
         const size_t hi = start + block_len(s, b) < off + len ? start + block_len(s, b) : off + len;
         const uint32_t st = s->built ? atomic_load_explicit(&s->state[b], memory_order_acquire) : IBP_BLOCK_EMPTY;
+        /* The last slot is kept: when stale blocks cut the range into more pieces than fit, the
+         * rest of it goes raw as one piece, and the runs before it still go compressed. */
         if (st == IBP_BLOCK_VALID)
-            err = piece_push(pieces, max, &n, IBP_PIECE_COMPRESSED, IBP_PIECE_WHY_NONE, lo, hi - lo, b);
+            err = piece_push(pieces, max - 1, &n, IBP_PIECE_COMPRESSED, IBP_PIECE_WHY_NONE, lo, hi - lo, b);
         else
-            err = piece_push(pieces, max, &n, IBP_PIECE_RAW, raw_why(st), lo, hi - lo, b);
-    }
-    if (err) {
-        pthread_rwlock_unlock(&s->slab_lock);
-        return err;
+            err = piece_push(pieces, max - 1, &n, IBP_PIECE_RAW, raw_why(st), lo, hi - lo, b);
+        if (err) {
+            pieces[n++] = (IbpPiece){.kind = IBP_PIECE_RAW, .why = IBP_PIECE_WHY_STALE, .off = lo,
+                                     .len = off + len - lo, .first_block = b};
+            err = 0;
+            break;
+        }
     }
     /* Short compressed runs go raw; merge the raw neighbours they now touch. */
     size_t out = 0;

@@ -118,8 +118,9 @@ int ibp_shadow_recompress(IbpShadow *shadow, IbpTracker *tracker, unsigned max_b
 /* Plans a copy of [off, off + len) of the region: asks the tracker which pages were written
  * (consuming and re-arming them: every block touching a written page becomes STALE), then
  * splits the range into compressed runs of VALID blocks and raw pieces.  Compressed runs whose
- * original length is below min_run become raw (why SHORT).  Writes at most max pieces; -ENOSPC
- * when more would be needed (the caller then copies raw).  On success (return value = number
+ * original length is below min_run become raw (why SHORT).  Writes at most max pieces: when
+ * more would be needed, the last one covers the rest of the range raw (why STALE, since only
+ * stale blocks cut a range into many pieces).  On success (return value = number
  * of pieces) the slab is held: the caller must call ibp_shadow_plan_end() once, after it
  * enqueued the transfers.  Thread-safe. */
 int ibp_shadow_plan(IbpShadow *shadow, IbpTracker *tracker, size_t off, size_t len, size_t min_run,

@@ -253,6 +253,34 @@ TEST_P(ShadowTest, ShortRunsGoRawAndRunsAreContiguous)
     ibp_shadow_plan_end(shadow_, nullptr);
 }
 
+TEST_P(ShadowTest, RangesCutIntoTooManyPiecesEndRaw)
+{
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, nullptr), 0);
+    const size_t bs = ibp_shadow_block_size(shadow_);
+    const size_t nb = size_ / bs;
+    ASSERT_GE(nb, 8u);
+    for (size_t b = 1; b < nb; b += 2)
+        mem_[b * bs + 7] ^= 0x5a; // every other block stale: 2 pieces a pair of blocks
+    IbpPiece pieces[4];
+    const int n = ibp_shadow_plan(shadow_, tracker_, 0, size_, 0, pieces, 4);
+    ASSERT_EQ(n, 4);
+    EXPECT_EQ(pieces[0].kind, IBP_PIECE_COMPRESSED); // the runs before the cut still go compressed
+    EXPECT_EQ(pieces[2].kind, IBP_PIECE_COMPRESSED);
+    EXPECT_EQ(pieces[3].kind, IBP_PIECE_RAW);
+    EXPECT_EQ(pieces[3].off + pieces[3].len, size_);
+    size_t covered = 0;
+    for (int i = 0; i < n; i++) {
+        EXPECT_EQ(pieces[i].off, covered);
+        covered += pieces[i].len;
+    }
+    EXPECT_EQ(covered, size_);
+    std::vector<uint8_t> out(size_, 0xcd);
+    ASSERT_EQ(ibp_shadow_decode_pieces(shadow_, pieces, (size_t)n, out.data()), 0);
+    ibp_shadow_plan_end(shadow_, nullptr);
+    EXPECT_EQ(memcmp(out.data(), mem_, size_), 0);
+    expect_exact(0, size_);
+}
+
 // Content that no longer fits its slot is encoded once per write, not at every recompression,
 // and the blocks it strands count against the runs a copy can use.
 TEST_P(ShadowTest, MisfitsWaitForTheirNextWrite)
