@@ -667,6 +667,28 @@ static void ibp_masks_sort(IbpMasks *m, uint32_t c_count)
     }
 }
 
+/* Assigns word i (x) the first set whose masked bits it matches (0 = none), by conditional moves
+ * from the last set (which set matches is data, and a branch on it mispredicts); set k's mask,
+ * value and variant bits are at index (k - 1) * stride.  Returns the bits the word then costs. */
+static inline __attribute__((always_inline)) uint32_t
+ibp_assign_word(uint64_t x, const uint64_t *mk, const uint64_t *vl, const uint8_t *vb, size_t stride,
+                uint32_t k_count, uint32_t wbits, uint8_t *restrict mem, uint8_t *restrict sizes, size_t i)
+{
+    uint32_t s = 0;
+    uint32_t sz = wbits;
+    for (uint32_t k = k_count; k > 0; k--) {
+        const size_t idx = (size_t)(k - 1u) * stride;
+        const int hit = (x & mk[idx]) == vl[idx];
+        s = hit ? k : s;
+        sz = hit ? vb[idx] : sz;
+    }
+    if (mem)
+        mem[i] = (uint8_t)s;
+    if (sizes)
+        sizes[i] = (uint8_t)sz;
+    return sz;
+}
+
 /* ibp_assign's word loop with K a constant. */
 static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWords *ws, const IbpMasks *m,
                                                                    const uint8_t *vb, uint8_t *member,
@@ -687,47 +709,19 @@ static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWord
     if (c_count == 1u) {
         /* One column: the sets stay in registers. */
         uint64_t mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
-        uint32_t vbk[IBP_MAX_SETS];
+        uint8_t vbk[IBP_MAX_SETS];
         for (uint32_t k = 0; k < k_count; k++) {
             mk[k] = mask[k];
             vl[k] = value[k];
             vbk[k] = vb[k];
         }
-        for (size_t i = lo; i < hi; i++) {
-            const uint64_t x = words[i];
-            uint32_t s = 0;
-            uint32_t sz = wbits;
-            for (uint32_t k = k_count; k > 0; k--) {
-                const int hit = (x & mk[k - 1u]) == vl[k - 1u];
-                s = hit ? k : s;
-                sz = hit ? vbk[k - 1u] : sz;
-            }
-            if (mem)
-                mem[i] = (uint8_t)s;
-            if (sizes)
-                sizes[i] = (uint8_t)sz;
-            bits += sz + sb;
-        }
+        for (size_t i = lo; i < hi; i++)
+            bits += ibp_assign_word(words[i], mk, vl, vbk, 1u, k_count, wbits, mem, sizes, i) + sb;
         return bits;
     }
     for (size_t i = lo; i < hi; i++) {
         const uint32_t c = cols[i];
-        const uint64_t x = words[i];
-        /* The first matching set, by conditional moves from the last (which set matches is data,
-         * and a branch on it mispredicts). */
-        uint32_t s = 0;
-        uint32_t sz = wbits;
-        for (uint32_t k = k_count; k > 0; k--) {
-            const size_t idx = (size_t)(k - 1u) * c_count + c;
-            const int hit = (x & mask[idx]) == value[idx];
-            s = hit ? k : s;
-            sz = hit ? vb[idx] : sz;
-        }
-        if (mem)
-            mem[i] = (uint8_t)s;
-        if (sizes)
-            sizes[i] = (uint8_t)sz;
-        bits += sz + sb;
+        bits += ibp_assign_word(words[i], mask + c, value + c, vb + c, c_count, k_count, wbits, mem, sizes, i) + sb;
     }
     return bits;
 }
