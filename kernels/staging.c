@@ -6,8 +6,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "kernels/driver.h"
 
@@ -81,12 +81,6 @@ size_t ibp_staging_size_class(size_t size)
     return (size + step - 1) / step * step;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
 {
@@ -163,9 +157,9 @@ int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
         /* Exhausted: wait for the oldest buffer still in flight, then look again. */
         const CUevent ev = pending->ev;
         pthread_mutex_unlock(&staging_lock);
-        const uint64_t t0 = now_ns();
+        const uint64_t t0 = ibp_monotonic_ns();
         drv->cuEventSynchronize(ev);
-        waited += now_ns() - t0;
+        waited += ibp_monotonic_ns() - t0;
         pthread_mutex_lock(&staging_lock);
     }
 out:

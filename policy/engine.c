@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "ibpshim/codec.h"
 #include "policy/mapping.h"
@@ -118,12 +119,6 @@ const char *ibp_copy_why_name(IbpCopyWhy why)
     return (unsigned)why < IBP_COPY_WHY_COUNT ? why_names[why] : "?";
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int ibp_policy_start(const IbpPolicyParams *params)
 {
@@ -325,7 +320,7 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
         plan->why = IBP_COPY_UNTRACKABLE;
         goto raw;
     }
-    atomic_store_explicit(&pr->last_use_ns, now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&pr->last_use_ns, ibp_monotonic_ns(), memory_order_relaxed);
     switch (ibp_region_state(region)) {
     case IBP_REGION_RAW: {
         /* Only copies that find the same bytes count towards hot: a buffer given new content before
@@ -379,11 +374,11 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
     }
     d2h_apply(pr, sh, 1);
     const uintptr_t base = ibp_region_base(region);
-    const uint64_t t0 = eng.p.on_tracking_ns ? now_ns() : 0;
+    const uint64_t t0 = eng.p.on_tracking_ns ? ibp_monotonic_ns() : 0;
     const int np = ibp_shadow_plan(sh, ibp_region_tracker(region), (uintptr_t)src - base, n, eng.p.min_run,
                                    plan->pieces, IBP_POLICY_MAX_PIECES);
     if (eng.p.on_tracking_ns)
-        eng.p.on_tracking_ns(pr->tag, now_ns() - t0);
+        eng.p.on_tracking_ns(pr->tag, ibp_monotonic_ns() - t0);
     int any = 0;
     for (int i = 0; i < np; i++) /* none when the plan failed (np < 0) */
         any |= plan->pieces[i].kind == IBP_PIECE_COMPRESSED;
@@ -697,7 +692,7 @@ static void site_plans_clear(void)
  * region is reused; else the search runs and its plan is kept for the site. */
 static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
 {
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = ibp_monotonic_ns();
     const void *base = (const void *)ibp_region_base(region);
     const size_t size = ibp_region_size(region);
     const uint64_t site = ibp_region_site(region);
@@ -733,7 +728,7 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
                       (unsigned long long)ibp_region_id(region), best_here);
             atomic_fetch_add(&eng.plans_reused, 1);
             if (pr && eng.p.on_planned)
-                eng.p.on_planned(pr->tag, now_ns() - t0, 1);
+                eng.p.on_planned(pr->tag, ibp_monotonic_ns() - t0, 1);
             *out = best;
             return 0;
         }
@@ -744,7 +739,7 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
         return err;
     atomic_fetch_add(&eng.plans_made, 1);
     if (pr && eng.p.on_planned)
-        eng.p.on_planned(pr->tag, now_ns() - t0, 0);
+        eng.p.on_planned(pr->tag, ibp_monotonic_ns() - t0, 0);
     if (site && eng.p.plan_reuse >= 0)
         site_plan_put(site, *out);
     return 0;
@@ -784,7 +779,7 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
         give_up(region, pr, IBP_REGION_COMPRESSING, IBP_COPY_UNTRACKABLE);
         return 0;
     }
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = ibp_monotonic_ns();
     const void *base = (const void *)ibp_region_base(region);
     const size_t size = ibp_region_size(region);
     IbpCodecPlan *plan = NULL;
@@ -818,9 +813,9 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
         return 0;
     }
     d2h_apply(pr, sh, 0);
-    const uint64_t t_build = now_ns();
+    const uint64_t t_build = ibp_monotonic_ns();
     err = ibp_shadow_build(sh, tracker, eng.p.compressor_threads, eng.p.min_ratio, &ratio);
-    const uint64_t t_built = now_ns();
+    const uint64_t t_built = ibp_monotonic_ns();
     atomic_fetch_add(&eng.build_ns, t_built - t0);
     if (!err && eng.p.on_built)
         eng.p.on_built(pr->tag, t_built - t_build);
@@ -856,7 +851,7 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
     uint64_t peak = atomic_load(&eng.shadow_bytes_peak);
     while (held > peak && !atomic_compare_exchange_weak(&eng.shadow_bytes_peak, &peak, held))
         ;
-    pr->last_compress_ns = now_ns();
+    pr->last_compress_ns = ibp_monotonic_ns();
     pr->seen_invalidations = st.invalidations;
     pr->seen_recompressions = st.recompressions;
     pr->churn_counted = 0;
@@ -870,7 +865,7 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
     atomic_fetch_add(&eng.regions_compressed, 1);
     IBP_DEBUG("region %llu compressed: ratio %.4f, %u/%u blocks valid, %.1f ms",
               (unsigned long long)ibp_region_id(region), ratio, st.valid, st.nblocks,
-              (double)(now_ns() - t0) / 1e6);
+              (double)(ibp_monotonic_ns() - t0) / 1e6);
     enforce_budget(ibp_region_id(region));
     if (eng.p.max_shadow_bytes && atomic_load(&eng.shadow_bytes) > eng.p.max_shadow_bytes &&
         ibp_region_set_state(region, IBP_REGION_COMPRESSED, IBP_REGION_RAW)) {
@@ -909,7 +904,7 @@ static void maintain_region(IbpRegion *region)
     }
     IbpShadowStats st;
     ibp_shadow_stats(sh, &st);
-    const uint64_t now = now_ns();
+    const uint64_t now = ibp_monotonic_ns();
     int churned = 0, rebuild = 0;
     if (eng.p.on_blocks && (st.invalidations > pr->seen_invalidations || st.recompressions > pr->seen_recompressions))
         eng.p.on_blocks(pr->tag, st.invalidations - pr->seen_invalidations,
@@ -928,7 +923,7 @@ static void maintain_region(IbpRegion *region)
     } else if (st.stale && now - pr->last_write_ns >= IBP_POLICY_STABLE_NS) {
         const int made = ibp_shadow_recompress(sh, ibp_region_tracker(region), IBP_POLICY_RECOMPRESS_BATCH);
         if (made > 0) {
-            pr->last_compress_ns = now_ns();
+            pr->last_compress_ns = ibp_monotonic_ns();
             pr->churn_counted = 0;
         } else if (made == 0) {
             /* New content no longer fits the old plan's slots: plan and build afresh, at once when

@@ -4,6 +4,7 @@
 #include "policy/shadow.h"
 
 #include "codec/format.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -11,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 /* Fences kept at once; when all are pending the planner reaps or waits for the oldest, so
  * recording one never allocates. */
@@ -236,12 +236,6 @@ static struct {
     uint64_t kept_ns; /* CLOCK_MONOTONIC when it was kept */
 } staging_cache = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
 
-static uint64_t staging_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void *staging_get(size_t len, size_t *mapped)
 {
@@ -275,7 +269,7 @@ static void staging_put(void *p, size_t len)
             const size_t old_len = staging_cache.len;
             staging_cache.p = p;
             staging_cache.len = len;
-            staging_cache.kept_ns = staging_now_ns();
+            staging_cache.kept_ns = ibp_monotonic_ns();
             p = old;
             len = old_len;
         }
@@ -298,7 +292,7 @@ void ibp_shadow_release_staging(uint64_t idle_ns)
     pthread_mutex_lock(&staging_cache.lock);
     void *p = NULL;
     size_t len = 0;
-    if (staging_cache.p && staging_now_ns() - staging_cache.kept_ns >= idle_ns) {
+    if (staging_cache.p && ibp_monotonic_ns() - staging_cache.kept_ns >= idle_ns) {
         p = staging_cache.p;
         len = staging_cache.len;
         staging_cache.p = NULL;

@@ -8,8 +8,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "report/ledger_internal.h"
 
 typedef struct IbpLedgerCounters {
@@ -103,12 +103,6 @@ const char *ibp_raw_reason_name(IbpRawReason reason)
     return raw_reason_names[reason];
 }
 
-static uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void ledger_fork_prepare(void)
 {
@@ -124,14 +118,14 @@ static void ledger_fork_release(void)
 
 static void ledger_init(void)
 {
-    ledger_start_ns = monotonic_ns();
+    ledger_start_ns = ibp_monotonic_ns();
     pthread_atfork(ledger_fork_prepare, ledger_fork_release, ledger_fork_release);
 }
 
 uint64_t ibp_ledger_elapsed_ns(void)
 {
     pthread_once(&ledger_once, ledger_init);
-    return monotonic_ns() - ledger_start_ns;
+    return ibp_monotonic_ns() - ledger_start_ns;
 }
 
 static inline IbpLedgerCounters *counters_of(IbpLedgerRegion *region)

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "report/ledger.h"
 #include "report/writer.h"
@@ -207,9 +208,7 @@ static int report_dump(const char *reason)
 
 static uint64_t monotonic_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return ibp_monotonic_ns() / 1000000u;
 }
 
 static void *report_thread(void *arg)
