@@ -390,7 +390,7 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
         atomic_fetch_add(&pr->rewritten_copies, 1);
     if (np < 0) {
         pthread_rwlock_unlock(&pr->lock);
-        plan->why = np == -ENOSPC ? IBP_COPY_STALE : IBP_COPY_ERROR;
+        plan->why = IBP_COPY_ERROR;
         goto raw;
     }
     if (!any) {

@@ -572,24 +572,22 @@ int ibp_shadow_plan(IbpShadow *s, IbpTracker *tracker, size_t off, size_t len, s
     }
     pthread_rwlock_rdlock(&s->slab_lock);
     size_t n = 0;
-    int err = 0;
     const uint32_t b0 = (uint32_t)(off / s->block_size);
     const uint32_t b1 = (uint32_t)((off + len - 1) / s->block_size);
-    for (uint32_t b = b0; b <= b1 && !err; b++) {
+    for (uint32_t b = b0; b <= b1; b++) {
         const size_t start = (size_t)b * s->block_size;
         const size_t lo = start > off ? start : off;
         const size_t hi = start + block_len(s, b) < off + len ? start + block_len(s, b) : off + len;
         const uint32_t st = s->built ? atomic_load_explicit(&s->state[b], memory_order_acquire) : IBP_BLOCK_EMPTY;
         /* The last slot is kept: when stale blocks cut the range into more pieces than fit, the
          * rest of it goes raw as one piece, and the runs before it still go compressed. */
-        if (st == IBP_BLOCK_VALID)
-            err = piece_push(pieces, max - 1, &n, IBP_PIECE_COMPRESSED, IBP_PIECE_WHY_NONE, lo, hi - lo, b);
-        else
-            err = piece_push(pieces, max - 1, &n, IBP_PIECE_RAW, raw_why(st), lo, hi - lo, b);
-        if (err) {
+        const int full =
+            st == IBP_BLOCK_VALID
+                ? piece_push(pieces, max - 1, &n, IBP_PIECE_COMPRESSED, IBP_PIECE_WHY_NONE, lo, hi - lo, b)
+                : piece_push(pieces, max - 1, &n, IBP_PIECE_RAW, raw_why(st), lo, hi - lo, b);
+        if (full) {
             pieces[n++] = (IbpPiece){.kind = IBP_PIECE_RAW, .why = IBP_PIECE_WHY_STALE, .off = lo,
                                      .len = off + len - lo, .first_block = b};
-            err = 0;
             break;
         }
     }
