@@ -248,6 +248,15 @@ static size_t dec_scratch_bytes(const IbpLaunch *l)
     return l->has_pred || l->columns > 1 ? align_up(ibp_decode_scratch_bytes(l->mod)) : 0;
 }
 
+/* ibp_staging_acquire, the time it waited added to the copy's. */
+static int stage_acquire(const IbpLaunch *l, CUcontext ctx, size_t size, IbpStagingBuf **out)
+{
+    const int err = ibp_staging_acquire(ctx, size, out);
+    if (!err)
+        *l->staging_wait += (*out)->waited_ns;
+    return err;
+}
+
 /* Decodes blocks [first, first + count) of the staged run (run_base = device address of block
  * `run_first`) into dst, writing original bytes [skip, skip + len) of those blocks. */
 static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_first, uint32_t first,
@@ -410,14 +419,13 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     const size_t dec_scratch = dec_scratch_bytes(base);
     const size_t slot_stride = align_up(slot_len);
     IbpStagingBuf *stage = NULL;
-    int err = ibp_staging_acquire(
-        ctx, align_up(blob_len) + dec_scratch + scratch + IBP_PIPE_SLOTS * slot_stride, &stage);
+    int err = stage_acquire(base, ctx, align_up(blob_len) + dec_scratch + scratch + IBP_PIPE_SLOTS * slot_stride,
+                            &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 1);
         return err;
     }
-    *base->staging_wait += stage->waited_ns;
     IbpLaunch l = *base;
     l.plan = stage->ptr;
     l.stream = pp->decode;
@@ -553,10 +561,9 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         IbpStagingBuf *stage = NULL;
         const size_t dec_scratch = dec_scratch_bytes(&l);
         if (dec_scratch) {
-            const int err = ibp_staging_acquire(ctx, dec_scratch, &stage);
+            const int err = stage_acquire(base, ctx, dec_scratch, &stage);
             if (err)
                 return err;
-            *base->staging_wait += stage->waited_ns;
             l.dec_scratch = stage->ptr;
         }
         const int err = launch_decode(&l, run_dev, g.first, g.first, p->nblocks, dst, skip, p->len);
@@ -580,14 +587,13 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     }
     IbpStagingBuf *stage = NULL;
     const size_t dec_scratch = dec_scratch_bytes(&l);
-    int err = ibp_staging_acquire(
-        ctx, align_up(blob_len) + align_up(p->run_len) + align_up(scratch) + dec_scratch, &stage);
+    int err = stage_acquire(base, ctx, align_up(blob_len) + align_up(p->run_len) + align_up(scratch) + dec_scratch,
+                            &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 0);
         return err;
     }
-    *base->staging_wait += stage->waited_ns;
     l.plan = stage->ptr;
     const CUdeviceptr run = stage->ptr + align_up(blob_len);
     const CUdeviceptr scr = run + align_up(p->run_len);
