@@ -144,8 +144,9 @@ try:
 except Exception as e:
     print("no result (%s)" % e); sys.exit()
 w, t = r["weight_offload"], r["totals"]
-print("identical=%s offload %.1f GB/s on, %.1f off (x%.3f) transient %.1f ms/step sent %.0f%% of %.1f GiB" % (
-    r["all_identical"], w["gbps_on"], w["gbps_off"], w["speedup"], r["transient"]["mean_step_s"] * 1e3,
+print("identical=%s offload %.1f GB/s on (%.1f before steady), %.1f off (x%.3f) transient %.1f ms/step "
+      "sent %.0f%% of %.1f GiB" % (
+    r["all_identical"], w["gbps_on"], w.get("gbps_on_early", 0.0), w["gbps_off"], w["speedup"], r["transient"]["mean_step_s"] * 1e3,
     100.0 * t["sent"] / max(t["requested"], 1), t["requested"] / 2**30))
 PY
 )"
