@@ -17,8 +17,8 @@
 
 /* Device-to-host copies still landing in a region, kept until a plan has seen them land. */
 #define IBP_POLICY_D2H_MAX 16
-/* A region whose blocks went stale is recompressed once no write was seen for this long. */
-#define IBP_POLICY_STABLE_NS 100000000ull
+/* A stale block is recompressed once no write to it was seen for this long. */
+#define IBP_POLICY_STABLE_NS 50000000ull
 /* How often the compressor looks at compressed regions when nothing wakes it. */
 #define IBP_POLICY_TICK_NS 20000000ull
 #define IBP_POLICY_STAGING_IDLE_NS 10000000000ull /* 10 s without a build: unmap the kept staging buffer */
@@ -55,7 +55,6 @@ struct IbpPolicyRegion {
 
     /* Compressor thread only. */
     uint64_t last_compress_ns;
-    uint64_t last_write_ns;
     uint64_t seen_invalidations;
     uint64_t seen_recompressions;
     unsigned churn;
@@ -376,7 +375,7 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
     const uintptr_t base = ibp_region_base(region);
     const uint64_t t0 = eng.p.on_tracking_ns ? ibp_monotonic_ns() : 0;
     const int np = ibp_shadow_plan(sh, ibp_region_tracker(region), (uintptr_t)src - base, n, eng.p.min_run,
-                                   plan->pieces, IBP_POLICY_MAX_PIECES);
+                                   plan->pieces, IBP_POLICY_MAX_PIECES, &plan->ticket);
     if (eng.p.on_tracking_ns)
         eng.p.on_tracking_ns(pr->tag, ibp_monotonic_ns() - t0);
     int any = 0;
@@ -405,7 +404,7 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
             plan->why = IBP_COPY_STALE;
             break;
         }
-        ibp_shadow_plan_end(sh, NULL);
+        ibp_shadow_plan_end(sh, plan->ticket, NULL);
         pthread_rwlock_unlock(&pr->lock);
         wake_compressor();
         goto raw;
@@ -426,7 +425,7 @@ void ibp_policy_plan_end(IbpCopyPlan *plan, void *fence)
 {
     if (!plan->shadow)
         return;
-    ibp_shadow_plan_end(plan->shadow, fence);
+    ibp_shadow_plan_end(plan->shadow, plan->ticket, fence);
     pthread_rwlock_unlock(&plan->pr->lock);
     ibp_region_put(&plan->region);
     plan->shadow = NULL;
@@ -918,17 +917,24 @@ static void maintain_region(IbpRegion *region)
             pr->churn_counted = 1;
         }
         pr->seen_invalidations = st.invalidations;
-        pr->last_write_ns = now;
         churned = eng.p.churn_limit && pr->churn >= eng.p.churn_limit;
-    } else if (st.stale && now - pr->last_write_ns >= IBP_POLICY_STABLE_NS) {
-        const int made = ibp_shadow_recompress(sh, ibp_region_tracker(region), IBP_POLICY_RECOMPRESS_BATCH);
+    }
+    /* Block by block, while the rest of the region is still written and sent: the rows of a
+     * table updated between epochs come back compressed an epoch or two later. */
+    if (st.stale && !churned) {
+        const int made =
+            ibp_shadow_recompress(sh, ibp_region_tracker(region), IBP_POLICY_RECOMPRESS_BATCH, IBP_POLICY_STABLE_NS);
         if (made > 0) {
             pr->last_compress_ns = ibp_monotonic_ns();
             pr->churn_counted = 0;
         } else if (made == 0) {
             /* New content no longer fits the old plan's slots: plan and build afresh, at once when
-             * half the blocks are stale, else once the misfits are known to cost half. */
-            rebuild = st.stale * 2 >= st.nblocks || misfits_cost_half(sh);
+             * half the blocks are stale and what this pass tried (or every stale block) did not
+             * fit, else once the misfits are known to cost half. */
+            IbpShadowStats after;
+            ibp_shadow_stats(sh, &after);
+            const int half = after.stale * 2 >= after.nblocks;
+            rebuild = (half && (after.misfit > st.misfit || after.misfit == after.stale)) || misfits_cost_half(sh);
         }
     }
     /* Written between every copy and never stable long enough to recompress: such a region costs

@@ -71,6 +71,7 @@ typedef struct IbpCopyPlan {
     IbpPolicyRegion *pr;
     IbpShadow *shadow;
     uintptr_t region_base;
+    uint64_t ticket;             /* the shadow's plan ticket */
     int npieces;
     IbpPiece pieces[IBP_POLICY_MAX_PIECES];
 } IbpCopyPlan;

@@ -18,6 +18,14 @@
 #define IBP_SHADOW_FENCES 64
 /* Pages per tracker query: an 8 KiB bitmap on the stack covers 256 MiB of 4 KiB pages. */
 #define IBP_SHADOW_QUERY_PAGES 65536u
+/* Stale blocks re-encoded before the slab is taken to write them into their slots. */
+#define IBP_SHADOW_RECOMPRESS_GROUP 16u
+
+/* A transfer that may read the slab, and the ticket of the plan that enqueued it. */
+typedef struct IbpShadowFence {
+    void *ev;
+    uint64_t ticket;
+} IbpShadowFence;
 
 struct IbpShadow {
     IbpShadowOps ops;
@@ -41,16 +49,24 @@ struct IbpShadow {
     /* 1 + the generation whose content was encoded and found not to fit the block's slot, 0 when
      * none: recompression skips such a block until it is written again. */
     _Atomic uint64_t *misfit;
+    /* When a block went from VALID to STALE: the plan ticket then (every plan that may still read
+     * its old slot has a ticket at most this), written under query_lock; and the last time it was
+     * found written, in ibp_monotonic_ns(). */
+    _Atomic uint64_t *stale_ticket;
+    _Atomic uint64_t *touched_ns;
+    /* Tickets handed to plans, in order. */
+    _Atomic uint64_t tickets;
     int built;
     double min_ratio;
 
     /* Tracker queries consume what they report: query and marking must be one step, or a
-     * second planner could see a block as valid between another's query and its marking. */
+     * second planner could see a block as valid between another's query and its marking.  Every
+     * marking happens under it. */
     pthread_mutex_t query_lock;
     /* Readers: planners between plan and plan_end.  Writer: in-place rewrites of slots. */
     pthread_rwlock_t slab_lock;
     pthread_mutex_t fence_lock;
-    void *fences[IBP_SHADOW_FENCES];
+    IbpShadowFence fences[IBP_SHADOW_FENCES];
     size_t nfences;
 
     _Atomic uint64_t invalidations;
@@ -65,23 +81,29 @@ static size_t block_len(const IbpShadow *s, uint32_t i)
     return s->size - start < s->block_size ? s->size - start : s->block_size;
 }
 
-static void mark_stale(IbpShadow *s, uint32_t i)
+/* Called with query_lock held.  The state change and the ticket read are sequentially
+ * consistent, as are a planner's ticket and its reads of the states (ibp_shadow_plan): a plan
+ * that saw the block VALID has a ticket at most stale_ticket. */
+static void mark_stale(IbpShadow *s, uint32_t i, uint64_t now)
 {
     atomic_fetch_add_explicit(&s->gen[i], 1, memory_order_acq_rel);
     atomic_fetch_add_explicit(&s->writes, 1, memory_order_relaxed);
+    atomic_store_explicit(&s->touched_ns[i], now, memory_order_relaxed);
     uint32_t expect = IBP_BLOCK_VALID;
-    if (atomic_compare_exchange_strong(&s->state[i], &expect, IBP_BLOCK_STALE))
+    if (atomic_compare_exchange_strong(&s->state[i], &expect, IBP_BLOCK_STALE)) {
+        atomic_store_explicit(&s->stale_ticket[i], atomic_load(&s->tickets), memory_order_relaxed);
         atomic_fetch_add_explicit(&s->invalidations, 1, memory_order_relaxed);
+    }
 }
 
-static void mark_range_stale(IbpShadow *s, uintptr_t start, uintptr_t end)
+static void mark_range_stale(IbpShadow *s, uintptr_t start, uintptr_t end, uint64_t now)
 {
     if (end <= s->base || start >= s->base + s->size)
         return;
     const size_t lo = start > s->base ? start - s->base : 0;
     const size_t hi = end < s->base + s->size ? end - s->base : s->size;
     for (size_t b = lo / s->block_size; b <= (hi - 1) / s->block_size; b++)
-        mark_stale(s, (uint32_t)b);
+        mark_stale(s, (uint32_t)b, now);
 }
 
 /* Asks the tracker which pages of [addr, addr + len) were written, re-arms them and marks
@@ -92,6 +114,7 @@ static int query_consume(IbpShadow *s, IbpTracker *tracker, uintptr_t addr, size
     if (!len)
         return 0;
     uint64_t bitmap[IBP_SHADOW_QUERY_PAGES / 64];
+    const uint64_t now = ibp_monotonic_ns();
     const uintptr_t ps = s->page_size;
     const uintptr_t first = addr & ~(ps - 1);
     const uintptr_t end = addr + len;
@@ -102,7 +125,7 @@ static int query_consume(IbpShadow *s, IbpTracker *tracker, uintptr_t addr, size
         const int64_t n = ibp_tracker_query(tracker, (const void *)q, chunk_end - q, IBP_TRACK_QUERY_REARM,
                                             bitmap, IBP_SHADOW_QUERY_PAGES);
         if (n < 0) {
-            mark_range_stale(s, addr, end);
+            mark_range_stale(s, addr, end, now);
             return (int)n;
         }
         if (n > 0) {
@@ -113,7 +136,7 @@ static int query_consume(IbpShadow *s, IbpTracker *tracker, uintptr_t addr, size
                     const size_t page = w * 64 + (size_t)__builtin_ctzll(bits);
                     bits &= bits - 1;
                     const uintptr_t pa = p + page * ps;
-                    mark_range_stale(s, pa, pa + ps);
+                    mark_range_stale(s, pa, pa + ps, now);
                 }
             }
         }
@@ -147,7 +170,9 @@ int ibp_shadow_create(const IbpShadowOps *ops, const void *base, size_t size, Ib
     s->state = calloc(s->nblocks, sizeof(*s->state));
     s->gen = calloc(s->nblocks, sizeof(*s->gen));
     s->misfit = calloc(s->nblocks, sizeof(*s->misfit));
-    if (!s->comp_len || !s->state || !s->gen || !s->misfit)
+    s->stale_ticket = calloc(s->nblocks, sizeof(*s->stale_ticket));
+    s->touched_ns = calloc(s->nblocks, sizeof(*s->touched_ns));
+    if (!s->comp_len || !s->state || !s->gen || !s->misfit || !s->stale_ticket || !s->touched_ns)
         goto nomem;
     pthread_mutex_init(&s->query_lock, NULL);
     pthread_rwlock_init(&s->slab_lock, NULL);
@@ -165,6 +190,8 @@ nomem:
         free((void *)s->state);
         free((void *)s->gen);
         free((void *)s->misfit);
+        free((void *)s->stale_ticket);
+        free((void *)s->touched_ns);
         free(s);
     }
     ibp_codec_plan_destroy(plan);
@@ -175,8 +202,8 @@ static void fences_drain(IbpShadow *s)
 {
     pthread_mutex_lock(&s->fence_lock);
     for (size_t i = 0; i < s->nfences; i++) {
-        s->ops.fence_wait(s->ops.ctx, s->fences[i]);
-        s->ops.fence_release(s->ops.ctx, s->fences[i]);
+        s->ops.fence_wait(s->ops.ctx, s->fences[i].ev);
+        s->ops.fence_release(s->ops.ctx, s->fences[i].ev);
     }
     s->nfences = 0;
     pthread_mutex_unlock(&s->fence_lock);
@@ -187,13 +214,26 @@ static size_t fences_reap_locked(IbpShadow *s)
 {
     size_t kept = 0;
     for (size_t i = 0; i < s->nfences; i++) {
-        if (s->ops.fence_done(s->ops.ctx, s->fences[i]))
-            s->ops.fence_release(s->ops.ctx, s->fences[i]);
+        if (s->ops.fence_done(s->ops.ctx, s->fences[i].ev))
+            s->ops.fence_release(s->ops.ctx, s->fences[i].ev);
         else
             s->fences[kept++] = s->fences[i];
     }
     s->nfences = kept;
     return kept;
+}
+
+/* The lowest ticket of a transfer that may still read the slab, or UINT64_MAX when none. */
+static uint64_t oldest_reader(IbpShadow *s)
+{
+    uint64_t oldest = UINT64_MAX;
+    pthread_mutex_lock(&s->fence_lock);
+    fences_reap_locked(s);
+    for (size_t i = 0; i < s->nfences; i++)
+        if (s->fences[i].ticket < oldest)
+            oldest = s->fences[i].ticket;
+    pthread_mutex_unlock(&s->fence_lock);
+    return oldest;
 }
 
 void ibp_shadow_destroy(IbpShadow **shadow)
@@ -217,6 +257,8 @@ void ibp_shadow_destroy(IbpShadow **shadow)
     free((void *)s->state);
     free((void *)s->gen);
     free((void *)s->misfit);
+    free((void *)s->stale_ticket);
+    free((void *)s->touched_ns);
     free(s);
 }
 
@@ -463,68 +505,114 @@ out:
     return err;
 }
 
-int ibp_shadow_recompress(IbpShadow *s, IbpTracker *tracker, unsigned max_blocks)
-{
-    if (!s->built)
-        return -EINVAL;
-    const size_t bound = ibp_codec_block_bound(s->plan, s->block_size);
-    uint8_t *scratch = NULL;
-    int made_valid = 0;
-    unsigned tried = 0;
-    for (uint32_t i = 0; i < s->nblocks && tried < max_blocks; i++) {
-        if (atomic_load_explicit(&s->state[i], memory_order_acquire) != IBP_BLOCK_STALE)
-            continue;
-        const uint64_t g = atomic_load_explicit(&s->gen[i], memory_order_acquire);
-        if (atomic_load_explicit(&s->misfit[i], memory_order_relaxed) == g + 1)
-            continue; /* this content was tried already and does not fit */
-        tried++;
-        if (!scratch && !(scratch = aligned_alloc(16, (bound + 15) & ~(size_t)15)))
-            return made_valid ? made_valid : -ENOMEM;
-        size_t comp = 0;
-        const size_t off = (size_t)i * s->block_size;
-        if (ibp_codec_block_encode(s->plan, (const uint8_t *)s->base + off, block_len(s, i), off, scratch, bound,
-                                   &comp))
-            continue;
-        const size_t slot = s->offsets[i + 1] - s->offsets[i];
-        IbpBlockHeader h;
-        memcpy(&h, scratch, sizeof(h));
-        if (comp > slot || (h.flags & IBP_BLOCK_RAW)) {
-            /* Stays STALE until it is written again or the region is rebuilt. */
-            atomic_store_explicit(&s->misfit[i], g + 1, memory_order_relaxed);
-            continue;
-        }
-        /* The slot is rewritten only while no planner holds the slab and no transfer reads it. */
-        if (pthread_rwlock_trywrlock(&s->slab_lock)) {
-            free(scratch);
-            return made_valid ? made_valid : -EAGAIN;
-        }
-        pthread_mutex_lock(&s->fence_lock);
-        const size_t pending = fences_reap_locked(s);
-        pthread_mutex_unlock(&s->fence_lock);
-        if (pending) {
-            pthread_rwlock_unlock(&s->slab_lock);
-            free(scratch);
-            return made_valid ? made_valid : -EAGAIN;
-        }
-        memcpy(s->slab + s->offsets[i], scratch, comp);
-        s->comp_len[i] = (uint32_t)comp;
-        pthread_rwlock_unlock(&s->slab_lock);
+/* A stale block re-encoded, waiting to be written into its slot. */
+typedef struct IbpRecoded {
+    uint32_t block;
+    uint64_t gen;          /* the generation encoded */
+    uint64_t stale_ticket; /* plans up to this one may have read the old slot */
+    size_t comp;
+} IbpRecoded;
 
+/* Writes the encodings of a group into their slots (those no transfer may still read), then
+ * publishes the ones no write raced with.  Returns how many were made VALID, or -EAGAIN when a
+ * plan holds the slab. */
+static int recompress_flush(IbpShadow *s, IbpTracker *tracker, const IbpRecoded *group, unsigned n,
+                            const uint8_t *scratch, size_t stride)
+{
+    if (!n)
+        return 0;
+    if (pthread_rwlock_trywrlock(&s->slab_lock))
+        return -EAGAIN;
+    /* No plan holds the slab, so every transfer that may read it has left its fence; one
+     * planned after a block went stale sent that block raw and never reads its slot. */
+    const uint64_t oldest = oldest_reader(s);
+    unsigned written[IBP_SHADOW_RECOMPRESS_GROUP], nw = 0;
+    for (unsigned k = 0; k < n; k++) {
+        if (group[k].stale_ticket >= oldest)
+            continue; /* tried again once that transfer is done */
+        memcpy(s->slab + s->offsets[group[k].block], scratch + k * stride, group[k].comp);
+        s->comp_len[group[k].block] = (uint32_t)group[k].comp;
+        written[nw++] = k;
+    }
+    pthread_rwlock_unlock(&s->slab_lock);
+    int made = 0;
+    for (unsigned w = 0; w < nw; w++) {
+        const IbpRecoded *r = &group[written[w]];
         pthread_mutex_lock(&s->query_lock);
-        query_consume(s, tracker, s->base + off, block_len(s, i));
+        query_consume(s, tracker, s->base + (size_t)r->block * s->block_size, block_len(s, r->block));
         uint32_t expect = IBP_BLOCK_STALE;
-        const int clean = atomic_load_explicit(&s->gen[i], memory_order_acquire) == g &&
-                          atomic_compare_exchange_strong(&s->state[i], &expect, IBP_BLOCK_VALID);
+        const int clean = atomic_load_explicit(&s->gen[r->block], memory_order_acquire) == r->gen &&
+                          atomic_compare_exchange_strong(&s->state[r->block], &expect, IBP_BLOCK_VALID);
         pthread_mutex_unlock(&s->query_lock);
         if (clean) {
             atomic_fetch_add_explicit(&s->recompressions, 1, memory_order_relaxed);
-            made_valid++;
+            made++;
         } else {
             atomic_fetch_add_explicit(&s->discarded, 1, memory_order_relaxed);
         }
     }
+    return made;
+}
+
+int ibp_shadow_recompress(IbpShadow *s, IbpTracker *tracker, unsigned max_blocks, uint64_t min_age_ns)
+{
+    if (!s->built)
+        return -EINVAL;
+    const size_t bound = ibp_codec_block_bound(s->plan, s->block_size);
+    const size_t stride = (bound + 15) & ~(size_t)15;
+    uint8_t *scratch = NULL;
+    IbpRecoded group[IBP_SHADOW_RECOMPRESS_GROUP];
+    unsigned n = 0, tried = 0;
+    int made = 0;
+    for (uint32_t i = 0; i < s->nblocks && tried < max_blocks; i++) {
+        if (atomic_load_explicit(&s->state[i], memory_order_acquire) != IBP_BLOCK_STALE)
+            continue;
+        if (atomic_load_explicit(&s->misfit[i], memory_order_relaxed) ==
+            atomic_load_explicit(&s->gen[i], memory_order_acquire) + 1)
+            continue; /* this content was tried already and does not fit */
+        const uint64_t now = ibp_monotonic_ns();
+        if (atomic_load_explicit(&s->touched_ns[i], memory_order_relaxed) + min_age_ns > now)
+            continue; /* written too recently: likely to be written again */
+        /* Writes since the last query first: a block being written now is left for later. */
+        const size_t off = (size_t)i * s->block_size;
+        pthread_mutex_lock(&s->query_lock);
+        query_consume(s, tracker, s->base + off, block_len(s, i));
+        const uint64_t g = atomic_load_explicit(&s->gen[i], memory_order_acquire);
+        const uint64_t ticket = atomic_load_explicit(&s->stale_ticket[i], memory_order_relaxed);
+        const int fresh = min_age_ns && atomic_load_explicit(&s->touched_ns[i], memory_order_relaxed) + min_age_ns > now;
+        pthread_mutex_unlock(&s->query_lock);
+        if (fresh)
+            continue;
+        tried++;
+        if (!scratch && !(scratch = aligned_alloc(16, IBP_SHADOW_RECOMPRESS_GROUP * stride)))
+            return made ? made : -ENOMEM;
+        uint8_t *out = scratch + n * stride;
+        size_t comp = 0;
+        if (ibp_codec_block_encode(s->plan, (const uint8_t *)s->base + off, block_len(s, i), off, out, bound, &comp))
+            continue;
+        IbpBlockHeader h;
+        memcpy(&h, out, sizeof(h));
+        if (comp > s->offsets[i + 1] - s->offsets[i] || (h.flags & IBP_BLOCK_RAW)) {
+            /* Stays STALE until it is written again or the region is rebuilt. */
+            atomic_store_explicit(&s->misfit[i], g + 1, memory_order_relaxed);
+            continue;
+        }
+        group[n++] = (IbpRecoded){.block = i, .gen = g, .stale_ticket = ticket, .comp = comp};
+        if (n == IBP_SHADOW_RECOMPRESS_GROUP) {
+            const int r = recompress_flush(s, tracker, group, n, scratch, stride);
+            n = 0;
+            if (r < 0) {
+                free(scratch);
+                return made ? made : r;
+            }
+            made += r;
+        }
+    }
+    const int r = recompress_flush(s, tracker, group, n, scratch, stride);
     free(scratch);
-    return made_valid;
+    if (r < 0)
+        return made ? made : r;
+    return made + r;
 }
 
 static IbpPieceWhy raw_why(uint32_t state)
@@ -561,10 +649,12 @@ static int piece_push(IbpPiece *pieces, size_t max, size_t *n, IbpPieceKind kind
 }
 
 int ibp_shadow_plan(IbpShadow *s, IbpTracker *tracker, size_t off, size_t len, size_t min_run,
-                    IbpPiece *pieces, size_t max)
+                    IbpPiece *pieces, size_t max, uint64_t *ticket)
 {
     if (!len || off > s->size || len > s->size - off || !max)
         return -EINVAL;
+    /* Before the states are read, sequentially consistent with them (see mark_stale). */
+    *ticket = atomic_fetch_add(&s->tickets, 1) + 1;
     if (s->built) {
         pthread_mutex_lock(&s->query_lock);
         query_consume(s, tracker, s->base + off, len);
@@ -578,7 +668,7 @@ int ibp_shadow_plan(IbpShadow *s, IbpTracker *tracker, size_t off, size_t len, s
         const size_t start = (size_t)b * s->block_size;
         const size_t lo = start > off ? start : off;
         const size_t hi = start + block_len(s, b) < off + len ? start + block_len(s, b) : off + len;
-        const uint32_t st = s->built ? atomic_load_explicit(&s->state[b], memory_order_acquire) : IBP_BLOCK_EMPTY;
+        const uint32_t st = s->built ? atomic_load(&s->state[b]) : IBP_BLOCK_EMPTY;
         /* The last slot is kept: when stale blocks cut the range into more pieces than fit, the
          * rest of it goes raw as one piece, and the runs before it still go compressed. */
         const int full =
@@ -614,15 +704,15 @@ int ibp_shadow_plan(IbpShadow *s, IbpTracker *tracker, size_t off, size_t len, s
     return (int)out;
 }
 
-void ibp_shadow_plan_end(IbpShadow *s, void *fence)
+void ibp_shadow_plan_end(IbpShadow *s, uint64_t ticket, void *fence)
 {
     if (fence) {
         pthread_mutex_lock(&s->fence_lock);
         if (s->nfences == IBP_SHADOW_FENCES && fences_reap_locked(s) == IBP_SHADOW_FENCES) {
-            s->ops.fence_wait(s->ops.ctx, s->fences[0]);
+            s->ops.fence_wait(s->ops.ctx, s->fences[0].ev);
             fences_reap_locked(s);
         }
-        s->fences[s->nfences++] = fence;
+        s->fences[s->nfences++] = (IbpShadowFence){.ev = fence, .ticket = ticket};
         pthread_mutex_unlock(&s->fence_lock);
     }
     pthread_rwlock_unlock(&s->slab_lock);
@@ -634,7 +724,9 @@ void ibp_shadow_invalidate(IbpShadow *s, size_t off, size_t len)
         return;
     if (len > s->size - off)
         len = s->size - off;
-    mark_range_stale(s, s->base + off, s->base + off + len);
+    pthread_mutex_lock(&s->query_lock);
+    mark_range_stale(s, s->base + off, s->base + off + len, ibp_monotonic_ns());
+    pthread_mutex_unlock(&s->query_lock);
 }
 
 uint64_t ibp_shadow_writes(const IbpShadow *s)

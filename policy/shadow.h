@@ -108,12 +108,14 @@ void ibp_shadow_release_staging(uint64_t idle_ns);
 size_t ibp_shadow_staging_bytes(void);
 
 /* Re-encodes up to max_blocks STALE blocks in place, publishing those that stayed clean while
- * they were encoded and still fit their slot.  A block whose content was found too big for its
- * slot is a misfit: it is skipped (not encoded again, not counted in max_blocks) until it is
- * written again.  Never blocks a copy for longer than one block's encode: returns -EAGAIN at
- * once when a transfer still reads the slab or a copy is being planned.  Returns the number of
- * blocks made VALID. */
-int ibp_shadow_recompress(IbpShadow *shadow, IbpTracker *tracker, unsigned max_blocks);
+ * they were encoded and still fit their slot.  A block is left for later while it was found
+ * written less than min_age_ns ago (likely to be written again), and while a transfer planned
+ * before it went stale may still read its slot; the rest of the region may be written and sent
+ * meanwhile.  A block whose content was found too big for its slot is a misfit: it is skipped
+ * (not encoded again, not counted in max_blocks) until it is written again.  Never blocks a copy
+ * for longer than copying a few encoded blocks into their slots: returns -EAGAIN at once when a
+ * copy is being planned.  Returns the number of blocks made VALID. */
+int ibp_shadow_recompress(IbpShadow *shadow, IbpTracker *tracker, unsigned max_blocks, uint64_t min_age_ns);
 
 /* Plans a copy of [off, off + len) of the region: asks the tracker which pages were written
  * (consuming and re-arming them: every block touching a written page becomes STALE), then
@@ -121,14 +123,14 @@ int ibp_shadow_recompress(IbpShadow *shadow, IbpTracker *tracker, unsigned max_b
  * original length is below min_run become raw (why SHORT).  Writes at most max pieces: when
  * more would be needed, the last one covers the rest of the range raw (why STALE, since only
  * stale blocks cut a range into many pieces).  On success (return value = number
- * of pieces) the slab is held: the caller must call ibp_shadow_plan_end() once, after it
- * enqueued the transfers.  Thread-safe. */
+ * of pieces) the slab is held: the caller must call ibp_shadow_plan_end() once, with *ticket,
+ * after it enqueued the transfers.  Thread-safe. */
 int ibp_shadow_plan(IbpShadow *shadow, IbpTracker *tracker, size_t off, size_t len, size_t min_run,
-                    IbpPiece *pieces, size_t max);
+                    IbpPiece *pieces, size_t max, uint64_t *ticket);
 
-/* Ends a plan.  fence (may be NULL when no compressed piece was enqueued) completes once
- * every transfer that reads the slab has; the shadow keeps it until then. */
-void ibp_shadow_plan_end(IbpShadow *shadow, void *fence);
+/* Ends the plan that got `ticket`.  fence (may be NULL when no compressed piece was enqueued)
+ * completes once every transfer that reads the slab has; the shadow keeps it until then. */
+void ibp_shadow_plan_end(IbpShadow *shadow, uint64_t ticket, void *fence);
 
 /* Marks every block touching [off, off + len) STALE: writes the tracker cannot see. */
 void ibp_shadow_invalidate(IbpShadow *shadow, size_t off, size_t len);

@@ -55,11 +55,12 @@ int main(int argc, char **argv)
             return 1;
         const double t2 = now_s();
         IbpPiece pieces[64];
+        uint64_t ticket = 0;
         const double t3 = now_s();
-        const int np = ibp_shadow_plan(sh, tracker, 0, n, 0, pieces, 64);
+        const int np = ibp_shadow_plan(sh, tracker, 0, n, 0, pieces, 64, &ticket);
         const double t4 = now_s();
         if (np > 0)
-            ibp_shadow_plan_end(sh, NULL);
+            ibp_shadow_plan_end(sh, ticket, NULL);
         printf("  %u thread(s), %s staging: plan %.1f ms, encode+publish %.1f ms = %.2f GB/s, ratio %.4f; "
                "planning a copy of all of it %.3f ms (%d piece(s))\n",
                threads, run ? "kept" : "fresh", (t1 - t0) * 1e3, (t2 - t1) * 1e3, (double)n / (t2 - t1) / 1e9,
