@@ -339,6 +339,8 @@ static int decode_blocks(const IbpLaunch *l, const IbpGeom *g, CUdeviceptr run_b
 
 typedef struct IbpPipe {
     CUstream copy, decode;
+    /* The raw pieces of a copy that also has compressed runs, beside its decodes. */
+    CUstream raw;
 } IbpPipe;
 
 typedef struct IbpPipeSet {
@@ -371,7 +373,9 @@ static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream cal
             (priority ? drv->cuStreamCreateWithPriority(&pp->decode, CU_STREAM_NON_BLOCKING, -1000)
                       : drv->cuStreamCreate(&pp->decode, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
             pp->decode = NULL;
-        if (pp->copy && pp->decode)
+        if (pp->copy && pp->decode && !pp->raw && drv->cuStreamCreate(&pp->raw, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+            pp->raw = NULL;
+        if (pp->copy && pp->decode && pp->raw)
             found = pp;
         else
             IBP_DEBUG("internal streams for pipelined copies could not be created: DMA, then decode");
@@ -649,9 +653,31 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
     cudaError_t ret = cudaSuccess;
     const uintptr_t copy_off = (uintptr_t)src - plan->region_base;
     int shadow_read = 0;
+    /* Raw pieces between compressed runs go on an internal stream that waits for the caller's
+     * earlier work (they write dst) but not for this copy's decodes: the copy engine moves them
+     * while the runs before them decode, instead of each raw piece waiting for the decode before
+     * it in the caller's stream.  They write bytes no decode writes; the caller's stream waits
+     * for them at the end. */
+    const IbpPipe *side = NULL;
+    int side_used = 0;
+    if (gpu_ok && plan->npieces > 1) {
+        int kinds = 0;
+        for (int i = 0; i < plan->npieces; i++)
+            kinds |= plan->pieces[i].kind == IBP_PIECE_COMPRESSED ? 1 : 2;
+        if (kinds == 3 && (side = pipe_for(drv, ctx, cu_stream, opts->priority_decode)) &&
+            ibp_devmem_stream_join(ctx, cu_stream, side->raw))
+            side = NULL;
+    }
     for (int i = 0; i < plan->npieces && ret == cudaSuccess; i++) {
         const IbpPiece *p = &plan->pieces[i];
         uint8_t *dst_piece = (uint8_t *)dst + (p->off - copy_off);
+        const uint8_t *src_piece = (const uint8_t *)plan->region_base + p->off;
+        if (p->kind == IBP_PIECE_RAW && side &&
+            drv->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst_piece, src_piece, p->len, side->raw) == CUDA_SUCCESS) {
+            side_used = 1;
+            stats->raw += p->len;
+            continue;
+        }
         if (p->kind == IBP_PIECE_COMPRESSED && gpu_ok) {
             l.host_offsets = p->offsets - p->first_block;
             size_t sent = 0;
@@ -671,9 +697,13 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
                     gpu_ok = 0;
             }
         }
-        ret = raw_copy(api, dst_piece, (const uint8_t *)plan->region_base + p->off, p->len, stream);
+        /* A compressed piece that failed goes raw on the caller's stream, behind anything of it
+         * already enqueued there. */
+        ret = raw_copy(api, dst_piece, src_piece, p->len, stream);
         stats->raw += p->len;
     }
+    if (side_used && ibp_devmem_stream_join(ctx, side->raw, cu_stream))
+        drv->cuStreamSynchronize(side->raw); /* the caller's later work must see those bytes */
     void *fence = NULL;
     if (shadow_read) {
         fence = ibp_devmem_fence_record(ctx, cu_stream);
