@@ -3,7 +3,7 @@
 # ibpshim: a pinned table streamed to the GPU in slices each epoch, timed with the compressed path on and off.
 """Table streaming (GNN features, DLRM embeddings) timed with and without the shim.
 
-A float32 table of --gib GiB (rows of --dim values) lives in pinned host memory.  Every epoch copies all
+A table of --gib GiB (rows of --dim values of --dtype, float32 by default) lives in pinned host memory.  Every epoch copies all
 of it to a table on the GPU in slices of about --slice-mib MiB, in a shuffled order, with slice
 boundaries shifted by a random number of rows each epoch (so copies start and end at changing
 offsets); one cudaMemcpyAsync per slice on a copy stream.  Between epochs --updates random rows are
@@ -19,7 +19,8 @@ is filled with a poison byte; after it, the destination is compared bitwise with
 every slice of every epoch is checked.
 
 Epochs are timed with the compressed path on and off (ibpshim_set_enabled) in alternating blocks after
-a warm-up that lets the shim compress the table; medians are reported."""
+a warm-up that lets the shim compress the table; medians are reported.  --trace DIR also profiles a few
+epochs each way and splits their GPU time (DMA, decode, copy engine idle)."""
 import argparse
 import os
 import sys
@@ -32,6 +33,7 @@ import _ibpshim as ibp
 NAME = "stream_table"
 CHUNK = 64 << 20  # bytes generated at a time while filling the table
 POISON = 0xA5
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 PROFILES = {
     "full": dict(gib=4.0, slice_mib=64.0, blocks=4, iters=3, warmup_timeout=90.0),
@@ -47,7 +49,9 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a 256 MiB table and fewer epochs (the demo)")
     ap.add_argument("--gib", type=float, help="table size in GiB (default 4, quick 0.25)")
-    ap.add_argument("--dim", type=int, default=128, help="float32 values per row (default 128)")
+    ap.add_argument("--dim", type=int, default=128, help="values per row (default 128)")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
+                    help="element type of the table; row updates are computed in it (default float32)")
     ap.add_argument("--slice-mib", type=float, help="slice size in MiB (default 64, quick 16)")
     ap.add_argument("--updates", type=int, default=64, help="rows rewritten between epochs (default 64)")
     ap.add_argument("--init", choices=("random", "trained-like"), default="random",
@@ -61,6 +65,7 @@ def parse_args(argv=None):
     ap.add_argument("--warmup-timeout", type=float,
                     help="seconds to wait for the shim to compress the table (default 90, quick 40)")
     ap.add_argument("--json", metavar="PATH", help="write the result here")
+    ap.add_argument("--trace", metavar="DIR", help="profile a few epochs with the path on and off into DIR")
     args = ibp.parse_profiled(ap, argv, PROFILES)
     if args.gib <= 0 or args.slice_mib <= 0 or args.dim < 1:
         ap.error("--gib, --slice-mib and --dim must be positive")
@@ -110,7 +115,9 @@ def file_bytes(path):
 
 def content_chunks(args, nbytes, pattern):
     """(offset, pageable uint8 tensor) pieces of the table's content, in order."""
-    row = args.dim * 4
+    dtype = DTYPES[args.dtype]
+    esize = torch.empty(0, dtype=dtype).element_size()
+    row = args.dim * esize
     off = 0
     while off < nbytes:
         n = min(CHUNK - CHUNK % row, nbytes - off)
@@ -120,22 +127,24 @@ def content_chunks(args, nbytes, pattern):
             yield off, pattern.repeat(reps)[start:start + n]
         else:
             gen = torch.Generator().manual_seed(args.seed * 1000003 + off // CHUNK)
-            vals = torch.randn(n // 4, generator=gen)
+            vals = torch.randn(n // esize, generator=gen)
             if args.init == "trained-like":
                 rows = vals.view(-1, args.dim)
                 rows.mul_(torch.randn(rows.shape[0], 1, generator=gen).mul_(0.5).exp_().mul_(0.02))
-            yield off, vals.view(torch.uint8)
+            yield off, vals.to(dtype).view(torch.uint8)
         off += n
 
 
 class Table:
     def __init__(self, args, dev, pattern):
-        self.rows = max(1, int(args.gib * (1 << 30)) // (args.dim * 4))
+        self.dtype = DTYPES[args.dtype]
+        esize = torch.empty(0, dtype=self.dtype).element_size()
+        self.rows = max(1, int(args.gib * (1 << 30)) // (args.dim * esize))
         self.dim = args.dim
-        self.host = ibp.pinned_empty((self.rows, args.dim), torch.float32)
-        self.dst = torch.empty((self.rows, args.dim), dtype=torch.float32, device=dev)
+        self.host = ibp.pinned_empty((self.rows, args.dim), self.dtype)
+        self.dst = torch.empty((self.rows, args.dim), dtype=self.dtype, device=dev)
         self.ref = torch.empty_like(self.dst)
-        self.nbytes = self.rows * args.dim * 4
+        self.nbytes = self.rows * args.dim * esize
         hb, rb = self.host.view(-1).view(torch.uint8), self.ref.view(-1).view(torch.uint8)
         for off, chunk in content_chunks(args, self.nbytes, pattern):
             hb[off:off + chunk.numel()].copy_(chunk)
@@ -143,7 +152,7 @@ class Table:
         torch.cuda.synchronize()
         self.dev = dev
         self.stream = torch.cuda.Stream()
-        self.slice_rows = max(1, int(args.slice_mib * (1 << 20)) // (args.dim * 4))
+        self.slice_rows = max(1, int(args.slice_mib * (1 << 20)) // (args.dim * esize))
         self.gen = torch.Generator().manual_seed(args.seed + 7)
         self.updates = args.updates
         self.pause = args.pause
@@ -166,7 +175,7 @@ class Table:
             return
         rows = torch.randint(0, self.rows, (self.updates,), generator=self.gen).unique()
         noise = torch.randn(rows.numel(), self.dim, generator=self.gen).mul_(1e-3)
-        vals = self.host[rows].mul_(0.999).add_(noise)
+        vals = self.host[rows].float().mul_(0.999).add_(noise).to(self.dtype)
         if i % 2:
             self.host.numpy()[rows.numpy()] = vals.numpy()
         else:
@@ -191,10 +200,10 @@ class Table:
 
     def check(self, i, on):
         self.epochs += 1
-        if torch.equal(self.dst.view(-1).view(torch.int32), self.ref.view(-1).view(torch.int32)):
+        got, want = self.dst.view(-1).view(torch.uint8), self.ref.view(-1).view(torch.uint8)
+        if torch.equal(got, want):
             return
-        words = (self.dst.view(-1).view(torch.int32).view(self.rows, -1),
-                 self.ref.view(-1).view(torch.int32).view(self.rows, -1))
+        words = (got.view(self.rows, -1), want.view(self.rows, -1))
         bad = [(a, b) for a, b in self.slices if not torch.equal(words[0][a:b], words[1][a:b])]
         self.mismatches.append({"epoch": i, "path_on": on, "slices": len(bad), "first": bad[:5]})
 
@@ -231,30 +240,42 @@ def main(argv=None):
         t.epoch()
         t.check(-2 - i, True)
     ab = ibp.run_ab(shim, t.epoch, args.blocks, args.iters, before=t.before, after=t.check)
+    traces = {}
+    if args.trace:
+        os.makedirs(args.trace, exist_ok=True)
+        for on in (True, False):
+            key = "epoch_%s" % ("on" if on else "off")
+            traces[key] = ibp.profile_split(shim, t.epoch, on, args.iters,
+                                            os.path.join(args.trace, "%s.trace.json" % key))
+        t.before(-99, True, update=False)  # the traced epochs' bytes are checked too
+        t.epoch()
+        t.check(-99, True)
     totals = shim.totals()
     s = ibp.summarize_ab(ab, t.nbytes, totals, shim.present)
     identical = not t.mismatches
     res = {
         "workload": NAME, "label": "%s %s" % (NAME, content.get("init") or os.path.basename(args.table)),
         "content": content, "args": vars(args), "quick": args.quick,
-        "table": {"bytes": t.nbytes, "rows": t.rows, "dim": t.dim, "dtype": "float32",
+        "table": {"bytes": t.nbytes, "rows": t.rows, "dim": t.dim, "dtype": args.dtype,
                   "slice_rows": t.slice_rows, "slices_per_epoch": len(t.slices)},
         "setup_s": setup_s, "compressed_seen": warm["compressed_seen"], "warmup": warm,
         "gbps_on": t.nbytes / s["step_s_on"] / 1e9, "gbps_off": t.nbytes / s["step_s_off"] / 1e9,
         "epochs_checked": t.epochs, "rows_updated": t.rows_updated, "mismatches": t.mismatches[:20],
-        "identical": identical, "totals": totals, "environment": ibp.environment(shim),
+        "identical": identical, "totals": totals, "environment": ibp.environment(shim), "traces": traces,
     }
     res.update(s)
-    print("%s: %.2f GiB fp32 table (%s), %d slices of ~%.0f MiB per epoch in shuffled order, %d rows updated "
+    print("%s: %.2f GiB %s table (%s), %d slices of ~%.0f MiB per epoch in shuffled order, %d rows updated "
           "between epochs: on %.1f ms (%.1f GB/s) off %.1f ms (%.1f GB/s) speedup=%s ideal=%s ideal_codec=%s "
           "sent=%s; %s; shim %s" % (
-              NAME, t.nbytes / 2**30, content_text(content), len(t.slices), args.slice_mib, args.updates,
+              NAME, t.nbytes / 2**30, args.dtype, content_text(content), len(t.slices), args.slice_mib, args.updates,
               s["step_s_on"] * 1e3, res["gbps_on"], s["step_s_off"] * 1e3, res["gbps_off"],
               ibp.fmt_ratio(s["speedup"], 3), ibp.fmt_ratio(s["ideal"]), ibp.fmt_ratio(s["ideal_codec"]),
               "n/a" if s["wire_ratio"] is None else "%.1f%%" % (100 * s["wire_ratio"]),
               "every slice identical (%d epochs)" % t.epochs if identical
               else "SLICES DIFFER in %d of %d epochs" % (len(t.mismatches), t.epochs),
               "preloaded" if shim.present else "NOT preloaded (control run)"))
+    for key, sp in traces.items():
+        print("%s: trace %s: %s" % (NAME, key, ibp.fmt_split(sp)))
     ibp.write_json(args.json, res)
     return 0 if identical else 1
 
