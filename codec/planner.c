@@ -25,7 +25,7 @@
 #define IBP_SAME_PERMILLE 1u /* sizes this close (per mille) make a longer period a repeat */
 #define IBP_SCREEN_FIT_BYTES ((size_t)24 * 1024) /* of the screen's fitting half, for the ranking */
 #define IBP_SCREEN_COL_WORDS 16u             /* fewest words a column has in the screen's fitting sample */
-#define IBP_PERIOD_BYTES ((size_t)16 * 1024) /* bytes the period search correlates */
+#define IBP_PERIOD_BYTES ((size_t)8 * 1024) /* bytes the period search correlates */
 #define IBP_PERIOD_MAX 2048u                 /* longest row period searched, bytes */
 #define IBP_PERIOD_PICKS 8u
 #define IBP_FINALISTS 3u
