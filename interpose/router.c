@@ -318,7 +318,7 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
     }
     /* Compressed pieces that went raw: slower than a plain copy here, or a failure. */
     if (st.slower)
-        ibp_ledger_raw(plan.tag, IBP_RAW_DISABLED, st.slower);
+        ibp_ledger_raw(plan.tag, IBP_RAW_SLOWER, st.slower);
     if (st.raw > planned_raw + st.slower)
         ibp_ledger_raw(plan.tag, IBP_RAW_ERROR, st.raw - planned_raw - st.slower);
     IBP_TRACE("copy %p <- %p (%zu bytes): %zu compressed as %zu, %zu raw", dst, src, n, st.compressed_orig,

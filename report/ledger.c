@@ -74,6 +74,7 @@ static const char *const raw_reason_names[IBP_RAW_REASON_COUNT] = {
     [IBP_RAW_BUDGET] = "budget",
     [IBP_RAW_ERROR] = "error",
     [IBP_RAW_DISABLED] = "disabled",
+    [IBP_RAW_SLOWER] = "slower",
 };
 
 static IbpLedgerCounters untracked __attribute__((aligned(64)));

@@ -19,6 +19,7 @@ typedef enum IbpRawReason {
     IBP_RAW_BUDGET,              /* shadow memory bound reached */
     IBP_RAW_ERROR,               /* a failure inside the shim fell back to the real copy */
     IBP_RAW_DISABLED,            /* shim off, no decode kernels or no GPU path */
+    IBP_RAW_SLOWER,              /* compressed blocks the measured speeds judged slower than a plain copy */
     IBP_RAW_REASON_COUNT
 } IbpRawReason;
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: the report formats: JSON (schema ibpshim-report/3) and the text summary. */
+ * ibpshim: the report formats: JSON (schema ibpshim-report/4) and the text summary. */
 #include "report/writer.h"
 
 #include <dlfcn.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: the report formats: JSON (schema ibpshim-report/3) and the text summary. */
+ * ibpshim: the report formats: JSON (schema ibpshim-report/4) and the text summary. */
 #ifndef IBP_REPORT_WRITER_H
 #define IBP_REPORT_WRITER_H
 
@@ -9,7 +9,7 @@
 #include "report/json.h"
 #include "report/ledger.h"
 
-#define IBP_REPORT_SCHEMA "ibpshim-report/3"
+#define IBP_REPORT_SCHEMA "ibpshim-report/4"
 
 /* One point of the time series: cumulative process totals at a dump. */
 typedef struct IbpReportSample {

@@ -12,18 +12,21 @@
 
 /* Reports of schema 1 lack the compressor counters (plans, builds), 2 has them; 3 adds the router's
  * host times and the measured DMAs. */
-#define IBP_VIEW_SCHEMA "ibpshim-report/3"
+#define IBP_VIEW_SCHEMA "ibpshim-report/4"
+#define IBP_VIEW_SCHEMA_V3 "ibpshim-report/3"
 #define IBP_VIEW_SCHEMA_V2 "ibpshim-report/2"
 #define IBP_VIEW_SCHEMA_V1 "ibpshim-report/1"
 #define IBP_VIEW_EXIT_ERROR 2
-#define IBP_VIEW_REASONS 10
+#define IBP_VIEW_REASONS 11
+/* Reasons older schemas lack (read as 0 from them): "slower" came with /4. */
+#define IBP_VIEW_REASONS_V3 10
 #define IBP_VIEW_LABEL_MAX 160
 #define IBP_VIEW_KEY_MAX 2048
 
 /* The report schema's raw-byte reasons, in schema order. */
 static const char *const reason_names[IBP_VIEW_REASONS] = {
     "below_threshold", "not_pinned", "cold",   "stale", "incompressible",
-    "capturing",       "churn",      "budget", "error", "disabled",
+    "capturing",       "churn",      "budget", "error", "disabled", "slower",
 };
 
 typedef struct IbpViewCounters {
@@ -214,7 +217,7 @@ static void read_counters(IbpViewCtx *ctx, json_t *obj, const char *key, IbpView
     json_t *raw = member(ctx, o, "raw_bytes", JSON_OBJECT, "expected an object");
     const size_t raw_len = strlen(ctx->path);
     ctx_enter(ctx, "raw_bytes");
-    for (int r = 0; r < IBP_VIEW_REASONS; r++)
+    for (int r = 0; r < (ctx->report->version >= 4 ? IBP_VIEW_REASONS : IBP_VIEW_REASONS_V3); r++)
         c->raw[r] = get_u64(ctx, raw, reason_names[r]);
     ctx_leave(ctx, raw_len);
     c->invalidations = get_u64(ctx, o, "invalidations");
@@ -346,13 +349,15 @@ static void report_load(IbpViewReport *r, const char *file)
         die("%s: not an ibpshim report (no \"schema\" field)", file);
     const char *name = json_is_string(schema) ? json_string_value(schema) : NULL;
     r->version = !name                               ? 0
-                 : !strcmp(name, IBP_VIEW_SCHEMA)    ? 3
+                 : !strcmp(name, IBP_VIEW_SCHEMA)    ? 4
+                 : !strcmp(name, IBP_VIEW_SCHEMA_V3) ? 3
                  : !strcmp(name, IBP_VIEW_SCHEMA_V2) ? 2
                  : !strcmp(name, IBP_VIEW_SCHEMA_V1) ? 1
                                                      : 0;
     if (!r->version)
-        die("%s: unsupported schema %s (this ibp-report reads %s, %s and %s)", file,
-            name ? name : "(not a string)", IBP_VIEW_SCHEMA_V1, IBP_VIEW_SCHEMA_V2, IBP_VIEW_SCHEMA);
+        die("%s: unsupported schema %s (this ibp-report reads %s, %s, %s and %s)", file,
+            name ? name : "(not a string)", IBP_VIEW_SCHEMA_V1, IBP_VIEW_SCHEMA_V2, IBP_VIEW_SCHEMA_V3,
+            IBP_VIEW_SCHEMA);
     r->schema = name;
 
     IbpViewCtx ctx = {.report = r};
@@ -1037,7 +1042,7 @@ static void usage(FILE *f)
             "       ibp-report [--top N] --svg OUT.svg FILE.json\n"
             "       ibp-report [--top N] [--json] --diff A.json B.json\n"
             "Reads transfer reports written by libibpshim.so (schemas " IBP_VIEW_SCHEMA_V1
-            ", " IBP_VIEW_SCHEMA_V2 " and " IBP_VIEW_SCHEMA ").\n"
+            ", " IBP_VIEW_SCHEMA_V2 ", " IBP_VIEW_SCHEMA_V3 " and " IBP_VIEW_SCHEMA ").\n"
             "  --top N     rows per table and sites in the chart (default 10)\n"
             "  --json      machine-readable output instead of tables\n"
             "  --svg OUT   write a chart of requested vs sent bytes per site (and over time)\n"

@@ -59,7 +59,7 @@ IbpLedgerRegionInfo read(const IbpLedgerRegion *r)
 TEST(Ledger, ReasonNamesAreStable)
 {
     const char *expected[] = {"below_threshold", "not_pinned", "cold",   "stale", "incompressible",
-                              "capturing",       "churn",      "budget", "error", "disabled"};
+                              "capturing",       "churn",      "budget", "error", "disabled", "slower"};
     ASSERT_EQ(sizeof(expected) / sizeof(expected[0]), (size_t)IBP_RAW_REASON_COUNT);
     for (int r = 0; r < IBP_RAW_REASON_COUNT; r++)
         EXPECT_STREQ(ibp_raw_reason_name((IbpRawReason)r), expected[r]);

@@ -172,7 +172,7 @@ TEST(ReportJson, ValidAgainstTheSchemaWithKnownValues)
     for (const auto &e : errors)
         ADD_FAILURE() << e;
 
-    EXPECT_STREQ(json_string_value(json_object_get(doc, "schema")), "ibpshim-report/3");
+    EXPECT_STREQ(json_string_value(json_object_get(doc, "schema")), "ibpshim-report/4");
     EXPECT_STREQ(json_string_value(json_object_get(doc, "reason")), "request");
     EXPECT_EQ(u64(doc, "sequence"), 4u);
     EXPECT_EQ(json_array_size(json_object_get(doc, "series")), 3u);

@@ -158,35 +158,57 @@ TEST(ReportTool, UsageErrors)
     expect_clean_error(run({"--svg", "/nonexistent/dir/x.svg", "run-a.json"}, golden_dir), "unwritable svg");
 }
 
-// run-a.json (schema 3) as an older schema had it: schema 2 without the router's host times and
-// the measured DMAs, schema 1 also without the compressor counters.
-static std::string as_schema(const std::string &v3, int version)
+// run-a.json (schema 4) as an older schema had it: schema 3 without the "slower" raw bytes (the
+// last member of each raw_bytes object), schema 2 also without the router's host times and the
+// measured DMAs, schema 1 also without the compressor counters.
+static std::string as_schema(const std::string &v4, int version)
 {
     std::string out;
     size_t start = 0;
-    while (start < v3.size()) {
-        size_t end = v3.find('\n', start);
-        end = end == std::string::npos ? v3.size() : end + 1;
-        const std::string line = v3.substr(start, end - start);
+    while (start < v4.size()) {
+        size_t end = v4.find('\n', start);
+        end = end == std::string::npos ? v4.size() : end + 1;
+        const std::string line = v4.substr(start, end - start);
         start = end;
+        if (version < 4 && line.find("\"slower\":") != std::string::npos) {
+            const size_t comma = out.rfind(',');
+            out.erase(comma, 1); // the member before it is now the last
+            continue;
+        }
         bool drop = false;
         for (const char *key :
              {"\"routed_copies\":", "\"lookup_ns\":", "\"enqueue_ns\":", "\"staging_wait_ns\":", "\"dma_ns\":",
               "\"dma_bytes\":"})
-            drop |= line.find(key) != std::string::npos;
+            drop |= version < 3 && line.find(key) != std::string::npos;
         for (const char *key :
              {"\"plans\":", "\"plans_reused\":", "\"plan_ns\":", "\"builds\":", "\"build_ns\":"})
             drop |= version < 2 && line.find(key) != std::string::npos;
         if (!drop)
             out += line;
     }
-    const std::string v = "\"ibpshim-report/3\"";
+    const std::string v = "\"ibpshim-report/4\"";
     return out.replace(out.find(v), v.size(), "\"ibpshim-report/" + std::to_string(version) + "\"");
 }
 
 static std::string as_schema_1(const std::string &v3)
 {
     return as_schema(v3, 1);
+}
+
+TEST(ReportTool, ReadsSchema3WithoutTheSlowerBytes)
+{
+    const std::string v4 = slurp(golden_dir + "/run-a.json");
+    const std::string path = work_dir + "/run-a-v3.json";
+    spit(path, as_schema(v4, 3));
+    const Result r = run({path}, work_dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("ibpshim-report/3"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("host per copy"), std::string::npos) << r.out;
+    // The same document claiming schema 4 misses them.
+    std::string claims_4 = as_schema(v4, 3);
+    const std::string v = "\"ibpshim-report/3\"";
+    spit(path, claims_4.replace(claims_4.find(v), v.size(), "\"ibpshim-report/4\""));
+    expect_clean_error(run({path}, work_dir), "schema 4 without the slower bytes");
 }
 
 TEST(ReportTool, ReadsSchema2WithoutTheRouterTimes)
@@ -245,9 +267,9 @@ TEST(ReportTool, MalformedInputsFailCleanly)
          "invalid JSON"},
         {"array", "[1, 2, 3]\n", "not an ibpshim report"},
         {"no-schema", "{\"totals\": {}}\n", "no \"schema\""},
-        {"wrong-schema", replaced("ibpshim-report/3", "ibpshim-report/9"),
+        {"wrong-schema", replaced("ibpshim-report/4", "ibpshim-report/9"),
          "unsupported schema ibpshim-report/9"},
-        {"schema-type", replaced("\"ibpshim-report/3\"", "1"), "unsupported schema"},
+        {"schema-type", replaced("\"ibpshim-report/4\"", "1"), "unsupported schema"},
         {"missing-field", replaced("\"regions_merged\"", "\"regions_mergedX\""),
          "field regions_merged: missing"},
         {"string-number", replaced("\"copies\": 7900", "\"copies\": \"7900\""), "field totals.copies"},
