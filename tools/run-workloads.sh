@@ -9,8 +9,9 @@
 #   --paths "P..."  [transfer] path values to run under, each a full round (default "auto"; also dma,
 #                   zerocopy)
 #   --only "W..."   which workloads: offload (random init), offload-trained (trained-like init), table,
-#                   transient (default all four)
-#   --table FILE    a real tensor file for stream_table.py to tile (e.g. ../shared/data/ocr_det_all_f32.bin)
+#                   transient, streams (several streams at once) (default all five)
+#   --table FILE    a real tensor file for stream_table.py and streams.py to tile (e.g.
+#                   ../shared/data/ocr_det_all_f32.bin)
 #   --weights PATH  a Llama-style checkpoint for offload_llm.py (both offload runs then use it)
 #   --timeout S     seconds allowed per workload (default 600, quick 240)
 #   --plot          also write PNG plots of the results into OUTDIR (tools/plot-scaling.py)
@@ -28,7 +29,7 @@ build=build
 lib=""
 quick=0
 paths="auto"
-only="offload offload-trained table transient"
+only="offload offload-trained table transient streams"
 table=""
 weights=""
 timeout_s=""
@@ -72,8 +73,8 @@ for p in $paths; do
 done
 for w in $only; do
     case $w in
-        offload|offload-trained|table|transient) ;;
-        *) echo "run-workloads: unknown workload $w (offload, offload-trained, table, transient)" >&2
+        offload|offload-trained|table|transient|streams) ;;
+        *) echo "run-workloads: unknown workload $w (offload, offload-trained, table, transient, streams)" >&2
            exit 2 ;;
     esac
 done
@@ -169,10 +170,11 @@ for p in $paths; do
                              cmd=(examples/offload_llm.py --init trained-like) ;;
             table) name="stream_table"; cmd=(examples/stream_table.py) ;;
             transient) name="transient"; cmd=(examples/transient.py) ;;
+            streams) name="streams"; cmd=(examples/streams.py) ;;
         esac
         case $w in
             offload*) extra=("${weight_args[@]}") ;;
-            table) extra=("${table_args[@]}") ;;
+            table|streams) extra=("${table_args[@]}") ;;
             *) extra=() ;;
         esac
         say "[$total/$n_total path=$p] $name ..."
