@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "common/clock.h"
@@ -12,22 +14,30 @@
 #include "kernels/driver.h"
 
 #define IBP_STAGING_CONTEXTS 64
-#define IBP_STAGING_BUFFERS 32
-/* Buffers come in a few size classes from 1 MiB so that a few of them serve any mix of runs. */
-#define IBP_STAGING_MIN ((size_t)1 << 20)
-#define IBP_STAGING_FINE ((size_t)8 << 20) /* classes from here on are eighths of a power of two */
+/* Buffers live at once per context (each holds an event once released). */
+#define IBP_STAGING_ENTRIES 256
+#define IBP_STAGING_ALIGN ((size_t)256)
+/* Longest an exhausted acquire waits for an oldest buffer that is not yet released. */
+#define IBP_STAGING_HELD_WAIT_NS 20000000ull
 
+/* The pool of a context is one device allocation of staging_max bytes used as a ring: buffers
+ * are cut from it in acquire order and the space comes back in that order, as the events their
+ * releases recorded complete.  Compressed runs come in every size, so a pool of separately
+ * allocated buffers had to free idle ones to make room for larger runs (cuMemFree waits for the
+ * whole device) and ran out of buffers when many short runs were in flight. */
 typedef struct IbpStagingSlot {
-    IbpStagingBuf buf;
+    IbpStagingBuf buf; /* first member: a buffer is its slot */
     CUevent ev;
-    int busy;
-    int recorded;
+    int busy;     /* acquired and not released yet */
+    int recorded; /* released: ev marks when its stream is done with it */
 } IbpStagingSlot;
 
 typedef struct IbpStagingPool {
     CUcontext ctx;
-    size_t held;
-    IbpStagingSlot slot[IBP_STAGING_BUFFERS];
+    CUdeviceptr base;
+    size_t cap;
+    IbpStagingSlot slot[IBP_STAGING_ENTRIES]; /* live ones: [head, head + count) modulo */
+    unsigned head, count;
 } IbpStagingPool;
 
 static pthread_mutex_t staging_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -56,39 +66,48 @@ static IbpStagingPool *pool_for(CUcontext ctx)
     return &pools[npools++];
 }
 
-static int slot_idle(const IbpDriver *drv, IbpStagingSlot *s)
+static IbpStagingSlot *slot_at(IbpStagingPool *pool, unsigned k)
 {
-    if (s->busy || !s->buf.ptr)
-        return 0;
-    if (!s->recorded)
-        return 1;
-    if (drv->cuEventQuery(s->ev) != CUDA_SUCCESS)
-        return 0;
-    s->recorded = 0;
-    return 1;
+    return &pool->slot[(pool->head + k) % IBP_STAGING_ENTRIES];
 }
 
-size_t ibp_staging_size_class(size_t size)
+/* Gives back the space of the oldest buffers whose streams are done with them. */
+static void retire_done(const IbpDriver *drv, IbpStagingPool *pool)
 {
-    size_t r = IBP_STAGING_MIN;
-    while (r < size && r < IBP_STAGING_FINE)
-        r <<= 1;
-    if (r >= size)
-        return r;
-    while (r * 2 < size)
-        r <<= 1;
-    const size_t step = r / 8;
-    return (size + step - 1) / step * step;
+    while (pool->count) {
+        IbpStagingSlot *h = slot_at(pool, 0);
+        if (h->busy || (h->recorded && drv->cuEventQuery(h->ev) != CUDA_SUCCESS))
+            return;
+        h->recorded = 0;
+        pool->head = (pool->head + 1) % IBP_STAGING_ENTRIES;
+        pool->count--;
+    }
 }
 
+/* Offset of a free span of `want` bytes after the newest buffer (or at the start of the ring
+ * when the end is too short), or SIZE_MAX. */
+static size_t place(IbpStagingPool *pool, size_t want)
+{
+    if (!pool->count)
+        return want <= pool->cap ? 0 : SIZE_MAX;
+    const size_t first = slot_at(pool, 0)->buf.ptr - pool->base;
+    const IbpStagingSlot *last = slot_at(pool, pool->count - 1);
+    const size_t tail = last->buf.ptr - pool->base + last->buf.size;
+    if (tail > first) { /* one span [first, tail) in use */
+        if (pool->cap - tail >= want)
+            return tail;
+        return first >= want ? 0 : SIZE_MAX;
+    }
+    return first - tail >= want ? tail : SIZE_MAX; /* wrapped: free between tail and first */
+}
 
 int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
 {
     const IbpDriver *drv = ibp_driver_get();
     if (!drv)
         return -EIO;
-    const size_t want = ibp_staging_size_class(size);
-    uint64_t waited = 0;
+    const size_t want = size ? (size + IBP_STAGING_ALIGN - 1) & ~(IBP_STAGING_ALIGN - 1) : IBP_STAGING_ALIGN;
+    uint64_t waited = 0, held_ns = 0;
     int err = 0;
     pthread_mutex_lock(&staging_lock);
     IbpStagingPool *pool = pool_for(ctx);
@@ -96,70 +115,60 @@ int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
         err = -ENOSPC;
         goto out;
     }
-    if (want > staging_max) {
+    if (!pool->base) {
+        const CUresult res = drv->cuMemAlloc(&pool->base, staging_max);
+        if (res != CUDA_SUCCESS) {
+            pool->base = 0;
+            err = res == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+            goto out;
+        }
+        pool->cap = staging_max;
+    }
+    if (want > pool->cap) {
         err = -EBUSY;
         goto out;
     }
     for (;;) {
-        IbpStagingSlot *fit = NULL, *empty = NULL, *oldest_idle_small = NULL, *pending = NULL;
-        for (int i = 0; i < IBP_STAGING_BUFFERS; i++) {
-            IbpStagingSlot *s = &pool->slot[i];
-            if (!s->buf.ptr) {
-                if (!empty)
-                    empty = s;
-                continue;
-            }
-            if (slot_idle(drv, s)) {
-                if (s->buf.size >= want && (!fit || s->buf.size < fit->buf.size))
-                    fit = s;
-                else if (s->buf.size < want && !oldest_idle_small)
-                    oldest_idle_small = s;
-            } else if (!s->busy && !pending) {
-                pending = s;
-            }
-        }
-        if (fit) {
-            fit->busy = 1;
-            fit->buf.waited_ns = waited;
-            *out = &fit->buf;
-            goto out;
-        }
-        /* Make room: idle buffers that are too small go first. */
-        if (oldest_idle_small && pool->held + want > staging_max) {
-            drv->cuMemFree(oldest_idle_small->buf.ptr);
-            pool->held -= oldest_idle_small->buf.size;
-            oldest_idle_small->buf.ptr = 0;
-            continue;
-        }
-        if (empty && pool->held + want <= staging_max) {
-            if (!empty->ev && drv->cuEventCreate(&empty->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        retire_done(drv, pool);
+        const size_t off = pool->count < IBP_STAGING_ENTRIES ? place(pool, want) : SIZE_MAX;
+        if (off != SIZE_MAX) {
+            IbpStagingSlot *e = slot_at(pool, pool->count);
+            if (!e->ev && drv->cuEventCreate(&e->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+                e->ev = NULL;
                 err = -EIO;
                 goto out;
             }
-            const CUresult res = drv->cuMemAlloc(&empty->buf.ptr, want);
-            if (res != CUDA_SUCCESS) {
-                empty->buf.ptr = 0;
-                err = res == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
-                goto out;
-            }
-            empty->buf.size = want;
-            empty->buf.waited_ns = waited;
-            empty->busy = 1;
-            empty->recorded = 0;
-            pool->held += want;
-            *out = &empty->buf;
+            e->buf = (IbpStagingBuf){.ptr = pool->base + off, .size = want, .waited_ns = waited};
+            e->busy = 1;
+            e->recorded = 0;
+            pool->count++;
+            *out = &e->buf;
             goto out;
         }
-        if (!pending || !staging_wait) {
+        if (!staging_wait) {
             err = -EBUSY;
             goto out;
         }
-        /* Exhausted: wait for the oldest buffer still in flight, then look again. */
-        const CUevent ev = pending->ev;
+        /* Exhausted: wait for the oldest buffer, then look again.  One in flight on its stream
+         * is waited for on its event; one still held (being enqueued by another thread, which
+         * takes well under a millisecond) for at most IBP_STAGING_HELD_WAIT_NS, then the caller
+         * goes raw: a thread holding it itself would wait forever. */
+        IbpStagingSlot *h = slot_at(pool, 0);
+        const int held = h->busy;
+        const CUevent ev = h->ev;
+        if (held && held_ns >= IBP_STAGING_HELD_WAIT_NS) {
+            err = -EBUSY;
+            goto out;
+        }
         pthread_mutex_unlock(&staging_lock);
         const uint64_t t0 = ibp_monotonic_ns();
-        drv->cuEventSynchronize(ev);
-        waited += ibp_monotonic_ns() - t0;
+        if (held)
+            sched_yield();
+        else
+            drv->cuEventSynchronize(ev);
+        const uint64_t dt = ibp_monotonic_ns() - t0;
+        waited += dt;
+        held_ns += held ? dt : 0;
         pthread_mutex_lock(&staging_lock);
     }
 out:
@@ -173,8 +182,10 @@ int ibp_staging_release(IbpStagingBuf *buf, CUstream stream)
     IbpStagingSlot *s = (IbpStagingSlot *)buf; /* buf is the slot's first member */
     pthread_mutex_lock(&staging_lock);
     const int ok = drv && drv->cuEventRecord(s->ev, stream) == CUDA_SUCCESS;
+    if (!ok && drv)
+        drv->cuStreamSynchronize(stream); /* without an event, the space is free only once it ran */
     s->recorded = ok;
-    s->busy = !ok; /* without an event we cannot know when the stream is done with it */
+    s->busy = 0;
     pthread_mutex_unlock(&staging_lock);
     return ok ? 0 : -EIO;
 }

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: MIT
-// ibpshim: the device staging pool against the fake CUDA: size classes, the bound on bytes held,
-// reuse only after the stream that released a buffer got past it, and what an exhausted pool does.
+// ibpshim: the device staging pool against the fake CUDA: one allocation per context cut into
+// buffers in a ring, reuse only after the stream that released a buffer got past it, live buffers
+// never overlapping, and what an exhausted pool does.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <deque>
+#include <random>
 
 extern "C" {
 #include "kernels/driver.h"
@@ -15,28 +19,6 @@ namespace
 {
 
 constexpr size_t MiB = (size_t)1 << 20;
-
-TEST(StagingSizeClass, PowersOfTwoThenEighths)
-{
-    EXPECT_EQ(ibp_staging_size_class(0), MiB);
-    EXPECT_EQ(ibp_staging_size_class(1), MiB);
-    EXPECT_EQ(ibp_staging_size_class(MiB), MiB);
-    EXPECT_EQ(ibp_staging_size_class(MiB + 1), 2 * MiB);
-    EXPECT_EQ(ibp_staging_size_class(3 * MiB), 4 * MiB);
-    EXPECT_EQ(ibp_staging_size_class(8 * MiB), 8 * MiB);
-    EXPECT_EQ(ibp_staging_size_class(8 * MiB + 1), 9 * MiB);
-    // A 68 MiB run of an 87 MiB copy: 72 MiB, where powers of two gave 128.
-    EXPECT_EQ(ibp_staging_size_class(68 * MiB + 5), 72 * MiB);
-    EXPECT_EQ(ibp_staging_size_class(128 * MiB), 128 * MiB);
-    EXPECT_EQ(ibp_staging_size_class(129 * MiB), 144 * MiB);
-    // Never more than an eighth above what was asked, past 8 MiB.
-    for (size_t s = 8 * MiB + 1; s < 600 * MiB; s += 7 * MiB + 12345) {
-        const size_t c = ibp_staging_size_class(s);
-        EXPECT_GE(c, s);
-        EXPECT_LE(c - s, s / 8) << s;
-        EXPECT_EQ(ibp_staging_size_class(c), c) << "a class is its own class";
-    }
-}
 
 class Staging : public ::testing::Test
 {
@@ -71,22 +53,23 @@ class Staging : public ::testing::Test
     bool pushed_ = false;
 };
 
-// One test: the pool is per context and lives as long as the process.
+// The pool is per context and lives as long as the process: its size is set once, here.
 TEST_F(Staging, BoundReuseAndExhaustion)
 {
     ibp_staging_configure(24 * MiB, 0);
     IbpStagingBuf *a = nullptr, *b = nullptr, *c = nullptr;
-    ASSERT_EQ(ibp_staging_acquire(ctx_, 9 * MiB + 512 * 1024, &a), 0);
-    EXPECT_EQ(a->size, 10 * MiB);
+    ASSERT_EQ(ibp_staging_acquire(ctx_, 9 * MiB + 512 * 1024 + 1, &a), 0);
+    EXPECT_EQ(a->size, 9 * MiB + 512 * 1024 + 256); // rounded to 256 bytes, no size classes
     EXPECT_EQ(a->waited_ns, 0u);
     ASSERT_EQ(ibp_staging_acquire(ctx_, 10 * MiB, &b), 0);
-    EXPECT_NE(a->ptr, b->ptr);
-    // 20 MiB held, both in use: a third does not fit, and this pool may not wait.
+    EXPECT_EQ(b->ptr, a->ptr + a->size); // cut one after the other
+    // 19.5 MiB in use: a third does not fit, and this pool may not wait.
     EXPECT_EQ(ibp_staging_acquire(ctx_, 9 * MiB, &c), -EBUSY);
-    // Above the bound on its own: never.
+    // Above the pool's size on its own: never.
     EXPECT_EQ(ibp_staging_acquire(ctx_, 25 * MiB, &c), -EBUSY);
 
-    // Released on a stream with work queued: reused once the stream got past it.
+    // Released on a stream with work queued: its space is reused once the stream got past it; the
+    // end of the ring is too short for 9 MiB, so the buffer wraps to the start.
     ASSERT_EQ(drv_->cuMemcpyDtoDAsync(a->ptr + a->size / 2, a->ptr, a->size / 2, stream_), CUDA_SUCCESS);
     const CUdeviceptr a_ptr = a->ptr;
     ASSERT_EQ(ibp_staging_release(a, stream_), 0);
@@ -103,18 +86,67 @@ TEST_F(Staging, BoundReuseAndExhaustion)
     ASSERT_EQ(ibp_staging_release(c, stream_), 0);
     IbpStagingBuf *d = nullptr, *e = nullptr;
     ASSERT_EQ(ibp_staging_acquire(ctx_, 10 * MiB, &d), 0);
-    ASSERT_EQ(ibp_staging_acquire(ctx_, 10 * MiB, &e), 0);
-    EXPECT_NE(d->ptr, e->ptr);
-    EXPECT_LT(d->waited_ns + e->waited_ns, 10ull * 1000 * 1000 * 1000);
-
-    // A larger class than any idle buffer: the idle small ones are freed to make room.
+    const uint64_t d_waited = d->waited_ns;
+    ASSERT_EQ(drv_->cuMemcpyDtoDAsync(d->ptr + d->size / 2, d->ptr, d->size / 2, stream_), CUDA_SUCCESS);
     ASSERT_EQ(ibp_staging_release(d, stream_), 0);
+    // Space comes back in order: 20 MiB in one piece only once everything before it is done.
+    ASSERT_EQ(ibp_staging_acquire(ctx_, 20 * MiB, &e), 0);
+    EXPECT_LT(d_waited + e->waited_ns, 10ull * 1000 * 1000 * 1000);
+
+    // All given back: the whole pool serves one run.
     ASSERT_EQ(ibp_staging_release(e, stream_), 0);
     ASSERT_EQ(drv_->cuStreamSynchronize(stream_), CUDA_SUCCESS);
     IbpStagingBuf *big = nullptr;
-    ASSERT_EQ(ibp_staging_acquire(ctx_, 18 * MiB + 1, &big), 0);
-    EXPECT_EQ(big->size, 20 * MiB);
+    ASSERT_EQ(ibp_staging_acquire(ctx_, 24 * MiB, &big), 0);
+    EXPECT_EQ(big->size, 24 * MiB);
     ASSERT_EQ(ibp_staging_release(big, stream_), 0);
+    ASSERT_EQ(drv_->cuStreamSynchronize(stream_), CUDA_SUCCESS);
+}
+
+// Runs of every size acquired and released in random interleavings, a few held at once (as
+// threads enqueueing copies hold them): no two held buffers share a byte, every buffer lies inside
+// the pool, and the pool keeps serving.  An acquire may give up (-EBUSY) only while the oldest
+// buffer is one this thread holds, which nobody else will release.
+TEST_F(Staging, HeldBuffersNeverOverlap)
+{
+    ibp_staging_configure(24 * MiB, 1);
+    std::mt19937_64 rng(5);
+    std::deque<IbpStagingBuf *> held;
+    CUdeviceptr lo = ~(CUdeviceptr)0, hi = 0;
+    int acquired = 0, gave_up = 0;
+    for (int step = 0; step < 3000; step++) {
+        if (held.size() < 3 && rng() % 2) {
+            const size_t want = 1 + rng() % (rng() % 8 ? 512 * 1024 : 6 * MiB);
+            IbpStagingBuf *b = nullptr;
+            const int rc = ibp_staging_acquire(ctx_, want, &b);
+            if (rc == -EBUSY && !held.empty()) {
+                gave_up++;
+                continue;
+            }
+            ASSERT_EQ(rc, 0) << "step " << step;
+            acquired++;
+            EXPECT_GE(b->size, want);
+            EXPECT_EQ(b->size % 256, 0u);
+            for (const IbpStagingBuf *o : held)
+                ASSERT_TRUE(b->ptr + b->size <= o->ptr || o->ptr + o->size <= b->ptr) << "step " << step;
+            lo = std::min(lo, b->ptr);
+            hi = std::max(hi, b->ptr + b->size);
+            held.push_back(b);
+        } else if (!held.empty()) {
+            const size_t k = rng() % 4 ? 0 : rng() % held.size(); // mostly the oldest first
+            IbpStagingBuf *b = held[k];
+            held.erase(held.begin() + (long)k);
+            if (rng() % 2) {
+                ASSERT_EQ(drv_->cuMemcpyDtoDAsync(b->ptr + b->size / 2, b->ptr, b->size / 2, stream_), CUDA_SUCCESS);
+            }
+            ASSERT_EQ(ibp_staging_release(b, stream_), 0);
+        }
+    }
+    EXPECT_LE(hi - lo, 24 * MiB);
+    EXPECT_GT(acquired, 1000);
+    EXPECT_LT(gave_up * 10, acquired);
+    for (IbpStagingBuf *b : held)
+        ASSERT_EQ(ibp_staging_release(b, stream_), 0);
     ASSERT_EQ(drv_->cuStreamSynchronize(stream_), CUDA_SUCCESS);
 }
 
