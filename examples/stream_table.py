@@ -177,7 +177,9 @@ class Table:
         noise = torch.randn(rows.numel(), self.dim, generator=self.gen).mul_(1e-3)
         vals = self.host[rows].float().mul_(0.999).add_(noise).to(self.dtype)
         if i % 2:
-            self.host.numpy()[rows.numpy()] = vals.numpy()
+            # numpy has no bf16: write the rows' bits through integer views of the same width
+            ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[vals.element_size()]
+            self.host.view(ints).numpy()[rows.numpy()] = vals.view(ints).numpy()
         else:
             self.host[rows] = vals
         self.ref[rows.to(self.dev)] = vals.to(self.dev)
