@@ -17,8 +17,11 @@
 #include "report/ledger.h"
 
 #define IBP_STAGE_ALIGN 256u
-/* Runs between two timed runs once the path has been measured. */
+/* Runs between two timed runs once the path has been measured, and while it is judged slower
+ * than a plain copy: a verdict from a bad sample (copies on other streams sharing the link, a
+ * shadow still being built) is then revisited soon, since it costs every run in between. */
 #define IBP_PROBE_EVERY 64u
+#define IBP_PROBE_EVERY_SLOWER 8u
 #define IBP_SPEED_CONTEXTS 16
 /* Pipelined runs: a few pairs of internal streams per context, picked by the caller's stream, so
  * copies enqueued on different streams do not queue behind each other's earlier work; and two
@@ -42,6 +45,7 @@ typedef struct IbpProbe {
     size_t orig;      /* pipelined: original bytes of the whole run */
     void *tag;        /* report entry of the timed run */
     unsigned runs;
+    int slower;       /* the last run judged went raw as slower */
 } IbpProbe;
 
 /* What the compressed path costs on each context, measured on real runs with timing events:
@@ -144,7 +148,7 @@ static int speed_allows(const IbpDriver *drv, CUcontext ctx, size_t wire, size_t
         const unsigned n = pr->runs++;
         const int measured =
             sp->dma_ns_per_byte > 0 && (pipelined ? sp->pipe_ns_per_byte > 0 : sp->dec_ns_per_byte > 0);
-        if (pr->state == PROBE_IDLE && (!measured || n % IBP_PROBE_EVERY == 0)) {
+        if (pr->state == PROBE_IDLE && (!measured || n % (pr->slower ? IBP_PROBE_EVERY_SLOWER : IBP_PROBE_EVERY) == 0)) {
             *timed = 1; /* measure; an unmeasured path gets the benefit of the doubt */
             pr->state = PROBE_RESERVED;
         } else if (measured) {
@@ -156,6 +160,7 @@ static int speed_allows(const IbpDriver *drv, CUcontext ctx, size_t wire, size_t
             const double compressed =
                 pipelined ? (double)orig * sp->pipe_ns_per_byte : overlap ? (dma > dec ? dma : dec) : dma + dec;
             ok = compressed < 0.97 * raw;
+            pr->slower = !ok;
         }
     }
     pthread_mutex_unlock(&speed_lock);
