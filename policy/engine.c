@@ -118,7 +118,6 @@ const char *ibp_copy_why_name(IbpCopyWhy why)
     return (unsigned)why < IBP_COPY_WHY_COUNT ? why_names[why] : "?";
 }
 
-
 int ibp_policy_start(const IbpPolicyParams *params)
 {
     if (!params || !params->ops.alloc || !params->ops.fence_done)
@@ -876,15 +875,14 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
     return 1;
 }
 
-/* 1 when every stale block of the shadow has been re-encoded since its last write and found too
- * big for its slot (only a new plan makes it valid again), and those blocks cost copies of the
- * region at least half of what they would send compressed were the blocks valid: counted by the
- * runs a copy would use, since a few misfits spread out leave only runs shorter than min_run. */
-static int misfits_cost_half(IbpShadow *sh)
+/* 1 when every stale block of the shadow (st: its statistics, just taken) has been re-encoded
+ * since its last write and found too big for its slot (only a new plan makes it valid again), and
+ * those blocks cost copies of the region at least half of what they would send compressed were the
+ * blocks valid: counted by the runs a copy would use, since a few misfits spread out leave only
+ * runs shorter than min_run. */
+static int misfits_cost_half(IbpShadow *sh, const IbpShadowStats *st)
 {
-    IbpShadowStats st;
-    ibp_shadow_stats(sh, &st);
-    if (!st.stale || st.misfit < st.stale)
+    if (!st->stale || st->misfit < st->stale)
         return 0;
     return 2 * ibp_shadow_run_bytes(sh, eng.p.min_run, 0) <= ibp_shadow_run_bytes(sh, eng.p.min_run, 1);
 }
@@ -934,7 +932,7 @@ static void maintain_region(IbpRegion *region)
             IbpShadowStats after;
             ibp_shadow_stats(sh, &after);
             const int half = after.stale * 2 >= after.nblocks;
-            rebuild = (half && (after.misfit > st.misfit || after.misfit == after.stale)) || misfits_cost_half(sh);
+            rebuild = (half && (after.misfit > st.misfit || after.misfit == after.stale)) || misfits_cost_half(sh, &after);
         }
     }
     /* Written between every copy and never stable long enough to recompress: such a region costs

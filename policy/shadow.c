@@ -278,7 +278,6 @@ static struct {
     uint64_t kept_ns; /* CLOCK_MONOTONIC when it was kept */
 } staging_cache = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
 
-
 static void *staging_get(size_t len, size_t *mapped)
 {
     pthread_mutex_lock(&staging_cache.lock);
