@@ -190,59 +190,42 @@ static std::string as_schema(const std::string &v4, int version)
     return out.replace(out.find(v), v.size(), "\"ibpshim-report/" + std::to_string(version) + "\"");
 }
 
-static std::string as_schema_1(const std::string &v3)
+// Reads run-a.json rewritten to an older schema and returns the tool's output; the same document
+// claiming the next schema lacks that schema's fields (`missing`) and must be refused cleanly.
+static std::string read_as_schema(int version, const std::string &missing)
 {
-    return as_schema(v3, 1);
+    const std::string doc = as_schema(slurp(golden_dir + "/run-a.json"), version);
+    const std::string path = work_dir + "/run-a-v" + std::to_string(version) + ".json";
+    spit(path, doc);
+    const Result r = run({path}, work_dir);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("ibpshim-report/" + std::to_string(version)), std::string::npos) << r.out;
+    std::string claims_next = doc;
+    const std::string v = "\"ibpshim-report/" + std::to_string(version) + "\"";
+    spit(path, claims_next.replace(claims_next.find(v), v.size(),
+                                   "\"ibpshim-report/" + std::to_string(version + 1) + "\""));
+    expect_clean_error(run({path}, work_dir), "schema " + std::to_string(version + 1) + " without " + missing);
+    return r.out;
 }
 
 TEST(ReportTool, ReadsSchema3WithoutTheSlowerBytes)
 {
-    const std::string v4 = slurp(golden_dir + "/run-a.json");
-    const std::string path = work_dir + "/run-a-v3.json";
-    spit(path, as_schema(v4, 3));
-    const Result r = run({path}, work_dir);
-    ASSERT_EQ(r.status, 0) << r.err;
-    EXPECT_NE(r.out.find("ibpshim-report/3"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("host per copy"), std::string::npos) << r.out;
-    // The same document claiming schema 4 misses them.
-    std::string claims_4 = as_schema(v4, 3);
-    const std::string v = "\"ibpshim-report/3\"";
-    spit(path, claims_4.replace(claims_4.find(v), v.size(), "\"ibpshim-report/4\""));
-    expect_clean_error(run({path}, work_dir), "schema 4 without the slower bytes");
+    const std::string out = read_as_schema(3, "the slower bytes");
+    EXPECT_NE(out.find("host per copy"), std::string::npos) << out;
 }
 
 TEST(ReportTool, ReadsSchema2WithoutTheRouterTimes)
 {
-    const std::string v3 = slurp(golden_dir + "/run-a.json");
-    const std::string path = work_dir + "/run-a-v2.json";
-    spit(path, as_schema(v3, 2));
-    const Result r = run({path}, work_dir);
-    ASSERT_EQ(r.status, 0) << r.err;
-    EXPECT_NE(r.out.find("ibpshim-report/2"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("shadow builds"), std::string::npos) << r.out;
-    EXPECT_EQ(r.out.find("host per copy"), std::string::npos) << r.out;
-    // The same document claiming schema 3 misses them.
-    std::string claims_3 = as_schema(v3, 2);
-    const std::string v = "\"ibpshim-report/2\"";
-    spit(path, claims_3.replace(claims_3.find(v), v.size(), "\"ibpshim-report/3\""));
-    expect_clean_error(run({path}, work_dir), "schema 3 without the router times");
+    const std::string out = read_as_schema(2, "the router times");
+    EXPECT_NE(out.find("shadow builds"), std::string::npos) << out;
+    EXPECT_EQ(out.find("host per copy"), std::string::npos) << out;
 }
 
 TEST(ReportTool, ReadsSchema1WithoutTheCompressorCounters)
 {
-    const std::string v2 = slurp(golden_dir + "/run-a.json");
-    const std::string path = work_dir + "/run-a-v1.json";
-    spit(path, as_schema_1(v2));
-    const Result r = run({path}, work_dir);
-    ASSERT_EQ(r.status, 0) << r.err;
-    EXPECT_NE(r.out.find("ibpshim-report/1"), std::string::npos) << r.out;
-    EXPECT_EQ(r.out.find("shadow builds"), std::string::npos) << r.out;
-    EXPECT_EQ(r.out.find("host per copy"), std::string::npos) << r.out;
-    // The same document claiming schema 2 misses them.
-    std::string claims_2 = as_schema_1(v2);
-    const std::string v = "\"ibpshim-report/1\"";
-    spit(path, claims_2.replace(claims_2.find(v), v.size(), "\"ibpshim-report/2\""));
-    expect_clean_error(run({path}, work_dir), "schema 2 without the compressor counters");
+    const std::string out = read_as_schema(1, "the compressor counters");
+    EXPECT_EQ(out.find("shadow builds"), std::string::npos) << out;
+    EXPECT_EQ(out.find("host per copy"), std::string::npos) << out;
 }
 
 TEST(ReportTool, MalformedInputsFailCleanly)
