@@ -22,6 +22,7 @@
 /* How often the compressor looks at compressed regions when nothing wakes it. */
 #define IBP_POLICY_TICK_NS 20000000ull
 #define IBP_POLICY_STAGING_IDLE_NS 10000000000ull /* 10 s without a build: unmap the kept staging buffer */
+/* Stale blocks re-encoded per compressor thread in one maintenance pass of a region. */
 #define IBP_POLICY_RECOMPRESS_BATCH 64u
 /* Most hot regions planned side by side in one pass of the compressor. */
 #define IBP_POLICY_PREPLAN_MAX 64
@@ -920,8 +921,9 @@ static void maintain_region(IbpRegion *region)
     /* Block by block, while the rest of the region is still written and sent: the rows of a
      * table updated between epochs come back compressed an epoch or two later. */
     if (st.stale && !churned) {
-        const int made =
-            ibp_shadow_recompress(sh, ibp_region_tracker(region), IBP_POLICY_RECOMPRESS_BATCH, IBP_POLICY_STABLE_NS);
+        const int made = ibp_shadow_recompress(sh, ibp_region_tracker(region),
+                                               IBP_POLICY_RECOMPRESS_BATCH * eng.p.compressor_threads,
+                                               IBP_POLICY_STABLE_NS, eng.p.compressor_threads);
         if (made > 0) {
             pr->last_compress_ns = ibp_monotonic_ns();
             pr->churn_counted = 0;

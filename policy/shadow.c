@@ -13,15 +13,16 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* Fences kept at once; when all are pending the planner reaps or waits for the oldest, so
- * recording one never allocates. */
-#define IBP_SHADOW_FENCES 64
+/* Readers kept at once (plans being enqueued and the transfers they left); when all are pending
+ * the next plan reaps or waits for the oldest transfer, so recording one never allocates. */
+#define IBP_SHADOW_FENCES 128
 /* Pages per tracker query: an 8 KiB bitmap on the stack covers 256 MiB of 4 KiB pages. */
 #define IBP_SHADOW_QUERY_PAGES 65536u
 /* Stale blocks re-encoded before the slab is taken to write them into their slots. */
 #define IBP_SHADOW_RECOMPRESS_GROUP 16u
 
-/* A transfer that may read the slab, and the ticket of the plan that enqueued it. */
+/* A reader of the slab: a plan between ibp_shadow_plan and ibp_shadow_plan_end (ev NULL), or the
+ * transfer it enqueued (ev its fence); with the plan's ticket. */
 typedef struct IbpShadowFence {
     void *ev;
     uint64_t ticket;
@@ -63,8 +64,10 @@ struct IbpShadow {
      * second planner could see a block as valid between another's query and its marking.  Every
      * marking happens under it. */
     pthread_mutex_t query_lock;
-    /* Readers: planners between plan and plan_end.  Writer: in-place rewrites of slots. */
-    pthread_rwlock_t slab_lock;
+    /* Serialises recompression passes (they share the scratch below).  Plans never wait for it:
+     * a slot is rewritten only when no reader registered in fences may read it. */
+    pthread_mutex_t recompress_lock;
+    uint8_t *scratch; /* IBP_SHADOW_RECOMPRESS_GROUP encoder bounds, kept while blocks are stale */
     pthread_mutex_t fence_lock;
     IbpShadowFence fences[IBP_SHADOW_FENCES];
     size_t nfences;
@@ -175,7 +178,7 @@ int ibp_shadow_create(const IbpShadowOps *ops, const void *base, size_t size, Ib
     if (!s->comp_len || !s->state || !s->gen || !s->misfit || !s->stale_ticket || !s->touched_ns)
         goto nomem;
     pthread_mutex_init(&s->query_lock, NULL);
-    pthread_rwlock_init(&s->slab_lock, NULL);
+    pthread_mutex_init(&s->recompress_lock, NULL);
     pthread_mutex_init(&s->fence_lock, NULL);
     *out = s;
     return 0;
@@ -202,6 +205,8 @@ static void fences_drain(IbpShadow *s)
 {
     pthread_mutex_lock(&s->fence_lock);
     for (size_t i = 0; i < s->nfences; i++) {
+        if (!s->fences[i].ev) /* a plan never ended: nothing to wait for */
+            continue;
         s->ops.fence_wait(s->ops.ctx, s->fences[i].ev);
         s->ops.fence_release(s->ops.ctx, s->fences[i].ev);
     }
@@ -209,12 +214,13 @@ static void fences_drain(IbpShadow *s)
     pthread_mutex_unlock(&s->fence_lock);
 }
 
-/* Drops completed fences; returns how many are still pending.  Called with fence_lock held. */
+/* Drops completed fences; returns how many readers are still pending (plans being enqueued
+ * included).  Called with fence_lock held. */
 static size_t fences_reap_locked(IbpShadow *s)
 {
     size_t kept = 0;
     for (size_t i = 0; i < s->nfences; i++) {
-        if (s->ops.fence_done(s->ops.ctx, s->fences[i].ev))
+        if (s->fences[i].ev && s->ops.fence_done(s->ops.ctx, s->fences[i].ev))
             s->ops.fence_release(s->ops.ctx, s->fences[i].ev);
         else
             s->fences[kept++] = s->fences[i];
@@ -223,7 +229,33 @@ static size_t fences_reap_locked(IbpShadow *s)
     return kept;
 }
 
-/* The lowest ticket of a transfer that may still read the slab, or UINT64_MAX when none. */
+/* Registers a plan as a reader before it reads any block state and gives it its ticket, in one
+ * step under fence_lock, so a recompression pass either sees the reader or runs before the ticket
+ * existed (and then every block it rewrites went stale before this plan: the plan sees them STALE
+ * and never reads their slots).  The ticket is taken sequentially consistent with the states (see
+ * mark_stale).  Returns -EBUSY when every entry is a plan still being enqueued. */
+static int reader_enter(IbpShadow *s, uint64_t *ticket)
+{
+    pthread_mutex_lock(&s->fence_lock);
+    while (s->nfences == IBP_SHADOW_FENCES && fences_reap_locked(s) == IBP_SHADOW_FENCES) {
+        size_t oldest = IBP_SHADOW_FENCES;
+        for (size_t i = 0; i < s->nfences; i++)
+            if (s->fences[i].ev &&
+                (oldest == IBP_SHADOW_FENCES || s->fences[i].ticket < s->fences[oldest].ticket))
+                oldest = i;
+        if (oldest == IBP_SHADOW_FENCES) {
+            pthread_mutex_unlock(&s->fence_lock);
+            return -EBUSY;
+        }
+        s->ops.fence_wait(s->ops.ctx, s->fences[oldest].ev);
+    }
+    *ticket = atomic_fetch_add(&s->tickets, 1) + 1;
+    s->fences[s->nfences++] = (IbpShadowFence){.ev = NULL, .ticket = *ticket};
+    pthread_mutex_unlock(&s->fence_lock);
+    return 0;
+}
+
+/* The lowest ticket of a reader that may still read the slab, or UINT64_MAX when none. */
 static uint64_t oldest_reader(IbpShadow *s)
 {
     uint64_t oldest = UINT64_MAX;
@@ -251,7 +283,8 @@ void ibp_shadow_destroy(IbpShadow **shadow)
         s->ops.free(s->ops.ctx, s->blob, s->blob_len);
     ibp_codec_plan_destroy(&s->plan);
     pthread_mutex_destroy(&s->query_lock);
-    pthread_rwlock_destroy(&s->slab_lock);
+    pthread_mutex_destroy(&s->recompress_lock);
+    free(s->scratch);
     pthread_mutex_destroy(&s->fence_lock);
     free(s->comp_len);
     free((void *)s->state);
@@ -382,15 +415,15 @@ static void *build_worker(void *arg)
     return NULL;
 }
 
-/* Runs build_worker on `threads` threads, the calling one included. */
-static void build_run(IbpBuildJob *job, unsigned threads)
+/* Runs fn(arg) on `threads` threads, the calling one included. */
+static void run_threads(void *(*fn)(void *), void *arg, unsigned threads)
 {
     pthread_t tids[64];
     unsigned started = 0;
     for (; started + 1 < threads && started < 64; started++)
-        if (pthread_create(&tids[started], NULL, build_worker, job))
+        if (pthread_create(&tids[started], NULL, fn, arg))
             break;
-    build_worker(job);
+    fn(arg);
     for (unsigned t = 0; t < started; t++)
         pthread_join(tids[t], NULL);
 }
@@ -425,7 +458,7 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
         threads = 1;
     if (threads > s->nblocks)
         threads = s->nblocks;
-    build_run(&job, threads);
+    run_threads(build_worker, &job, threads);
     err = atomic_load(&job.err);
     if (err)
         goto out;
@@ -485,7 +518,7 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
     /* The kept blocks into the slab, on the build's threads (a region's worth of bytes). */
     job.copying = 1;
     atomic_store(&job.next, 0);
-    build_run(&job, threads);
+    run_threads(build_worker, &job, threads);
     s->offsets[s->nblocks] = at;
     for (uint32_t i = 0; i < s->nblocks; i++) {
         if (s->offsets[i + 1] == s->offsets[i]) /* settled above: no slot */
@@ -510,33 +543,57 @@ typedef struct IbpRecoded {
     uint64_t gen;          /* the generation encoded */
     uint64_t stale_ticket; /* plans up to this one may have read the old slot */
     size_t comp;
+    int fits; /* 1: encoded and fits its slot; 0: does not fit; -1: the encoder failed */
 } IbpRecoded;
 
-/* Writes the encodings of a group into their slots (those no transfer may still read), then
- * publishes the ones no write raced with.  Returns how many were made VALID, or -EAGAIN when a
- * plan holds the slab. */
-static int recompress_flush(IbpShadow *s, IbpTracker *tracker, const IbpRecoded *group, unsigned n,
-                            const uint8_t *scratch, size_t stride)
+typedef struct IbpRecodeJob {
+    IbpShadow *s;
+    IbpRecoded *group;
+    unsigned n;
+    size_t stride;
+    size_t bound;
+    _Atomic unsigned next;
+} IbpRecodeJob;
+
+/* Encodes group entries into their scratch slots until none is left. */
+static void *recode_worker(void *arg)
 {
-    if (!n)
-        return 0;
-    if (pthread_rwlock_trywrlock(&s->slab_lock))
-        return -EAGAIN;
-    /* No plan holds the slab, so every transfer that may read it has left its fence; one
-     * planned after a block went stale sent that block raw and never reads its slot. */
-    const uint64_t oldest = oldest_reader(s);
-    unsigned written[IBP_SHADOW_RECOMPRESS_GROUP], nw = 0;
-    for (unsigned k = 0; k < n; k++) {
-        if (group[k].stale_ticket >= oldest)
-            continue; /* tried again once that transfer is done */
-        memcpy(s->slab + s->offsets[group[k].block], scratch + k * stride, group[k].comp);
-        s->comp_len[group[k].block] = (uint32_t)group[k].comp;
-        written[nw++] = k;
+    IbpRecodeJob *job = arg;
+    IbpShadow *s = job->s;
+    for (;;) {
+        const unsigned k = atomic_fetch_add(&job->next, 1);
+        if (k >= job->n)
+            break;
+        IbpRecoded *r = &job->group[k];
+        const size_t off = (size_t)r->block * s->block_size;
+        uint8_t *out = s->scratch + k * job->stride;
+        if (ibp_codec_block_encode(s->plan, (const uint8_t *)s->base + off, block_len(s, r->block), off, out,
+                                   job->bound, &r->comp)) {
+            r->fits = -1;
+            continue;
+        }
+        IbpBlockHeader h;
+        memcpy(&h, out, sizeof(h));
+        r->fits = r->comp <= s->offsets[r->block + 1] - s->offsets[r->block] && !(h.flags & IBP_BLOCK_RAW);
     }
-    pthread_rwlock_unlock(&s->slab_lock);
+    return NULL;
+}
+
+/* Writes the fitting encodings of a group into their slots (those no reader may still read),
+ * then publishes the ones no write raced with.  Returns how many were made VALID.  Plans are
+ * never held up: one planned after a block went stale sent it raw and never reads its slot,
+ * one planned before is a reader with a ticket at most the block's stale_ticket. */
+static int recompress_flush(IbpShadow *s, IbpTracker *tracker, const IbpRecoded *group, unsigned n,
+                            size_t stride)
+{
+    const uint64_t oldest = oldest_reader(s);
     int made = 0;
-    for (unsigned w = 0; w < nw; w++) {
-        const IbpRecoded *r = &group[written[w]];
+    for (unsigned k = 0; k < n; k++) {
+        const IbpRecoded *r = &group[k];
+        if (r->fits != 1 || r->stale_ticket >= oldest)
+            continue; /* the latter tried again once that transfer is done */
+        memcpy(s->slab + s->offsets[r->block], s->scratch + k * stride, r->comp);
+        s->comp_len[r->block] = (uint32_t)r->comp;
         pthread_mutex_lock(&s->query_lock);
         query_consume(s, tracker, s->base + (size_t)r->block * s->block_size, block_len(s, r->block));
         uint32_t expect = IBP_BLOCK_STALE;
@@ -553,65 +610,63 @@ static int recompress_flush(IbpShadow *s, IbpTracker *tracker, const IbpRecoded 
     return made;
 }
 
-int ibp_shadow_recompress(IbpShadow *s, IbpTracker *tracker, unsigned max_blocks, uint64_t min_age_ns)
+int ibp_shadow_recompress(IbpShadow *s, IbpTracker *tracker, unsigned max_blocks, uint64_t min_age_ns,
+                          unsigned threads)
 {
     if (!s->built)
         return -EINVAL;
     const size_t bound = ibp_codec_block_bound(s->plan, s->block_size);
     const size_t stride = (bound + 15) & ~(size_t)15;
-    uint8_t *scratch = NULL;
     IbpRecoded group[IBP_SHADOW_RECOMPRESS_GROUP];
-    unsigned n = 0, tried = 0;
-    int made = 0;
-    for (uint32_t i = 0; i < s->nblocks && tried < max_blocks; i++) {
-        if (atomic_load_explicit(&s->state[i], memory_order_acquire) != IBP_BLOCK_STALE)
-            continue;
-        if (atomic_load_explicit(&s->misfit[i], memory_order_relaxed) ==
-            atomic_load_explicit(&s->gen[i], memory_order_acquire) + 1)
-            continue; /* this content was tried already and does not fit */
-        const uint64_t now = ibp_monotonic_ns();
-        if (atomic_load_explicit(&s->touched_ns[i], memory_order_relaxed) + min_age_ns > now)
-            continue; /* written too recently: likely to be written again */
-        /* Writes since the last query first: a block being written now is left for later. */
-        const size_t off = (size_t)i * s->block_size;
-        pthread_mutex_lock(&s->query_lock);
-        query_consume(s, tracker, s->base + off, block_len(s, i));
-        const uint64_t g = atomic_load_explicit(&s->gen[i], memory_order_acquire);
-        const uint64_t ticket = atomic_load_explicit(&s->stale_ticket[i], memory_order_relaxed);
-        const int fresh = min_age_ns && atomic_load_explicit(&s->touched_ns[i], memory_order_relaxed) + min_age_ns > now;
-        pthread_mutex_unlock(&s->query_lock);
-        if (fresh)
-            continue;
-        tried++;
-        if (!scratch && !(scratch = aligned_alloc(16, IBP_SHADOW_RECOMPRESS_GROUP * stride)))
-            return made ? made : -ENOMEM;
-        uint8_t *out = scratch + n * stride;
-        size_t comp = 0;
-        if (ibp_codec_block_encode(s->plan, (const uint8_t *)s->base + off, block_len(s, i), off, out, bound, &comp))
-            continue;
-        IbpBlockHeader h;
-        memcpy(&h, out, sizeof(h));
-        if (comp > s->offsets[i + 1] - s->offsets[i] || (h.flags & IBP_BLOCK_RAW)) {
-            /* Stays STALE until it is written again or the region is rebuilt. */
-            atomic_store_explicit(&s->misfit[i], g + 1, memory_order_relaxed);
-            continue;
+    unsigned tried = 0, stale_seen = 0;
+    int made = 0, err = 0;
+    uint32_t i = 0;
+    pthread_mutex_lock(&s->recompress_lock);
+    while (!err) {
+        unsigned n = 0;
+        for (; i < s->nblocks && tried < max_blocks && n < IBP_SHADOW_RECOMPRESS_GROUP; i++) {
+            if (atomic_load_explicit(&s->state[i], memory_order_acquire) != IBP_BLOCK_STALE)
+                continue;
+            stale_seen++;
+            if (atomic_load_explicit(&s->misfit[i], memory_order_relaxed) ==
+                atomic_load_explicit(&s->gen[i], memory_order_acquire) + 1)
+                continue; /* this content was tried already and does not fit */
+            const uint64_t now = ibp_monotonic_ns();
+            if (atomic_load_explicit(&s->touched_ns[i], memory_order_relaxed) + min_age_ns > now)
+                continue; /* written too recently: likely to be written again */
+            /* Writes since the last query first: a block being written now is left for later. */
+            pthread_mutex_lock(&s->query_lock);
+            query_consume(s, tracker, s->base + (size_t)i * s->block_size, block_len(s, i));
+            const uint64_t g = atomic_load_explicit(&s->gen[i], memory_order_acquire);
+            const uint64_t ticket = atomic_load_explicit(&s->stale_ticket[i], memory_order_relaxed);
+            const int fresh =
+                min_age_ns &&
+                atomic_load_explicit(&s->touched_ns[i], memory_order_relaxed) + min_age_ns > now;
+            pthread_mutex_unlock(&s->query_lock);
+            if (fresh)
+                continue;
+            tried++;
+            group[n++] = (IbpRecoded){.block = i, .gen = g, .stale_ticket = ticket};
         }
-        group[n++] = (IbpRecoded){.block = i, .gen = g, .stale_ticket = ticket, .comp = comp};
-        if (n == IBP_SHADOW_RECOMPRESS_GROUP) {
-            const int r = recompress_flush(s, tracker, group, n, scratch, stride);
-            n = 0;
-            if (r < 0) {
-                free(scratch);
-                return made ? made : r;
-            }
-            made += r;
+        if (!n)
+            break;
+        if (!s->scratch && !(s->scratch = aligned_alloc(16, IBP_SHADOW_RECOMPRESS_GROUP * stride))) {
+            err = -ENOMEM;
+            break;
         }
+        IbpRecodeJob job = {.s = s, .group = group, .n = n, .stride = stride, .bound = bound};
+        run_threads(recode_worker, &job, threads < 1 ? 1 : threads < n ? threads : n);
+        for (unsigned k = 0; k < n; k++)
+            if (!group[k].fits) /* stays STALE until it is written again or the region is rebuilt */
+                atomic_store_explicit(&s->misfit[group[k].block], group[k].gen + 1, memory_order_relaxed);
+        made += recompress_flush(s, tracker, group, n, stride);
     }
-    const int r = recompress_flush(s, tracker, group, n, scratch, stride);
-    free(scratch);
-    if (r < 0)
-        return made ? made : r;
-    return made + r;
+    if (!stale_seen && i >= s->nblocks) { /* nothing left to do: the scratch goes until needed */
+        free(s->scratch);
+        s->scratch = NULL;
+    }
+    pthread_mutex_unlock(&s->recompress_lock);
+    return made ? made : err;
 }
 
 static IbpPieceWhy raw_why(uint32_t state)
@@ -652,14 +707,15 @@ int ibp_shadow_plan(IbpShadow *s, IbpTracker *tracker, size_t off, size_t len, s
 {
     if (!len || off > s->size || len > s->size - off || !max)
         return -EINVAL;
-    /* Before the states are read, sequentially consistent with them (see mark_stale). */
-    *ticket = atomic_fetch_add(&s->tickets, 1) + 1;
+    /* Before the states are read (see reader_enter). */
+    const int busy = reader_enter(s, ticket);
+    if (busy)
+        return busy;
     if (s->built) {
         pthread_mutex_lock(&s->query_lock);
         query_consume(s, tracker, s->base + off, len);
         pthread_mutex_unlock(&s->query_lock);
     }
-    pthread_rwlock_rdlock(&s->slab_lock);
     size_t n = 0;
     const uint32_t b0 = (uint32_t)(off / s->block_size);
     const uint32_t b1 = (uint32_t)((off + len - 1) / s->block_size);
@@ -705,16 +761,17 @@ int ibp_shadow_plan(IbpShadow *s, IbpTracker *tracker, size_t off, size_t len, s
 
 void ibp_shadow_plan_end(IbpShadow *s, uint64_t ticket, void *fence)
 {
-    if (fence) {
-        pthread_mutex_lock(&s->fence_lock);
-        if (s->nfences == IBP_SHADOW_FENCES && fences_reap_locked(s) == IBP_SHADOW_FENCES) {
-            s->ops.fence_wait(s->ops.ctx, s->fences[0].ev);
-            fences_reap_locked(s);
-        }
-        s->fences[s->nfences++] = (IbpShadowFence){.ev = fence, .ticket = ticket};
-        pthread_mutex_unlock(&s->fence_lock);
+    pthread_mutex_lock(&s->fence_lock);
+    for (size_t i = 0; i < s->nfences; i++) {
+        if (s->fences[i].ev || s->fences[i].ticket != ticket)
+            continue;
+        if (fence)
+            s->fences[i].ev = fence; /* the plan's reader becomes its transfer's */
+        else
+            s->fences[i] = s->fences[--s->nfences];
+        break;
     }
-    pthread_rwlock_unlock(&s->slab_lock);
+    pthread_mutex_unlock(&s->fence_lock);
 }
 
 void ibp_shadow_invalidate(IbpShadow *s, size_t off, size_t len)

@@ -107,24 +107,28 @@ void ibp_shadow_release_staging(uint64_t idle_ns);
 /* Bytes of the staging buffer kept now. */
 size_t ibp_shadow_staging_bytes(void);
 
-/* Re-encodes up to max_blocks STALE blocks in place, publishing those that stayed clean while
- * they were encoded and still fit their slot.  A block is left for later while it was found
- * written less than min_age_ns ago (likely to be written again), and while a transfer planned
- * before it went stale may still read its slot; the rest of the region may be written and sent
- * meanwhile.  A block whose content was found too big for its slot is a misfit: it is skipped
- * (not encoded again, not counted in max_blocks) until it is written again.  Never blocks a copy
- * for longer than copying a few encoded blocks into their slots: returns -EAGAIN at once when a
- * copy is being planned.  Returns the number of blocks made VALID. */
-int ibp_shadow_recompress(IbpShadow *shadow, IbpTracker *tracker, unsigned max_blocks, uint64_t min_age_ns);
+/* Re-encodes up to max_blocks STALE blocks in place on `threads` threads (the caller's
+ * included), publishing those that stayed clean while they were encoded and still fit their
+ * slot.  A block is left for later while it was found written less than min_age_ns ago (likely
+ * to be written again), and while a plan made before it went stale (or that plan's transfer)
+ * may still read its slot; the rest of the region may be written and sent meanwhile, and plans
+ * never wait for a pass.  A block whose content was found too big for its slot is a misfit: it
+ * is skipped (not encoded again, not counted in max_blocks) until it is written again.  Passes
+ * on one shadow run one at a time.  Returns the number of blocks made VALID, or -ENOMEM when
+ * none was and scratch memory was short. */
+int ibp_shadow_recompress(IbpShadow *shadow, IbpTracker *tracker, unsigned max_blocks, uint64_t min_age_ns,
+                          unsigned threads);
 
 /* Plans a copy of [off, off + len) of the region: asks the tracker which pages were written
  * (consuming and re-arming them: every block touching a written page becomes STALE), then
  * splits the range into compressed runs of VALID blocks and raw pieces.  Compressed runs whose
  * original length is below min_run become raw (why SHORT).  Writes at most max pieces: when
  * more would be needed, the last one covers the rest of the range raw (why STALE, since only
- * stale blocks cut a range into many pieces).  On success (return value = number
- * of pieces) the slab is held: the caller must call ibp_shadow_plan_end() once, with *ticket,
- * after it enqueued the transfers.  Thread-safe. */
+ * stale blocks cut a range into many pieces).  On success (return value = number of pieces)
+ * the plan is a reader of the slab (no slot it may read is rewritten) until the caller calls
+ * ibp_shadow_plan_end() once, with *ticket, after it enqueued the transfers.  Returns -EINVAL
+ * for a range outside the region, -EBUSY when as many plans are being enqueued at once as the
+ * shadow keeps readers (128).  Thread-safe. */
 int ibp_shadow_plan(IbpShadow *shadow, IbpTracker *tracker, size_t off, size_t len, size_t min_run,
                     IbpPiece *pieces, size_t max, uint64_t *ticket);
 

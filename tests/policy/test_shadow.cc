@@ -164,7 +164,7 @@ TEST_P(ShadowTest, WritesMakeExactlyTheirBlocksStale)
     EXPECT_EQ(ibp_shadow_block_state(shadow_, 4), IBP_BLOCK_VALID);
     EXPECT_EQ(ibp_shadow_block_state(shadow_, 10), IBP_BLOCK_VALID);
     // Recompression brings them back, and the bytes still match.
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0), 2);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0, 1), 2);
     EXPECT_EQ(ibp_shadow_block_state(shadow_, 3), IBP_BLOCK_VALID);
     expect_exact(0, size_);
 }
@@ -189,7 +189,7 @@ TEST_P(ShadowTest, BlocksRewrittenDuringTheBuildAreStaleNotIncompressible)
     EXPECT_EQ(st.stale, 1u);
     EXPECT_EQ(st.discarded, 1u);
     // Its slot is empty: recompression tries the content once and finds it does not fit.
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0), 0);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0, 1), 0);
     ibp_shadow_stats(shadow_, &st);
     EXPECT_EQ(st.misfit, 1u);
     expect_exact(0, size_);
@@ -304,13 +304,13 @@ TEST_P(ShadowTest, MisfitsWaitForTheirNextWrite)
     }
     mem_[9 * bs] ^= 1; // block 9: a small change that still fits
     expect_exact(0, size_);
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0), 1);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0, 1), 1);
     ibp_shadow_stats(shadow_, &st);
     EXPECT_EQ(st.stale, 1u);
     EXPECT_EQ(st.misfit, 1u);
     EXPECT_EQ(ibp_shadow_block_state(shadow_, 5), IBP_BLOCK_STALE);
     // Nothing left to try: no encode, nothing made.
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0), 0);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0, 1), 0);
     // Runs: the whole region but block 5, split in two; with min_run above block 5's offset the
     // head run no longer counts.
     EXPECT_EQ(ibp_shadow_run_bytes(shadow_, 0, 0), all - bs);
@@ -321,12 +321,12 @@ TEST_P(ShadowTest, MisfitsWaitForTheirNextWrite)
     expect_exact(0, size_);
     ibp_shadow_stats(shadow_, &st);
     EXPECT_EQ(st.misfit, 0u);
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0), 0);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0, 1), 0);
     ibp_shadow_stats(shadow_, &st);
     EXPECT_EQ(st.misfit, 1u);
     memcpy(mem_ + 5 * bs, saved.data(), bs);
     expect_exact(0, size_);
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0), 1);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0, 1), 1);
     EXPECT_EQ(ibp_shadow_block_state(shadow_, 5), IBP_BLOCK_VALID);
     EXPECT_EQ(ibp_shadow_run_bytes(shadow_, 0, 0), all);
     expect_exact(0, size_);
@@ -344,10 +344,10 @@ TEST_P(ShadowTest, FencesHoldSlotsUntilDone)
     ibp_shadow_plan_end(shadow_, ticket, &fence);
     mem_[1000] ^= 1;
     expect_exact(0, 4096); // consumes the write: block 0 is STALE
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 0), 0); // the transfer may still read slot 0
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 0, 1), 0); // the transfer may still read slot 0
     EXPECT_EQ(ibp_shadow_block_state(shadow_, 0), IBP_BLOCK_STALE);
     fence.done = 1;
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 0), 1);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 0, 1), 1);
     EXPECT_EQ(fence.released.load(), 1);
     expect_exact(0, size_);
 }
@@ -371,11 +371,37 @@ TEST_P(ShadowTest, LaterTransfersDoNotHoldStaleSlots)
         }
     }
     ibp_shadow_plan_end(shadow_, ticket, &fence); // still pending
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 0), 1);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 0, 1), 1);
     EXPECT_EQ(ibp_shadow_block_state(shadow_, 2), IBP_BLOCK_VALID);
     EXPECT_EQ(fence.released.load(), 0);
     expect_exact(0, size_);
     fence.done = 1;
+}
+
+// A plan still being enqueued (between plan and plan_end) holds the slots it may read, and only
+// those: blocks that went stale before it are rewritten meanwhile, and no pass waits for it.
+TEST_P(ShadowTest, APlanBeingEnqueuedHoldsOnlyItsSlots)
+{
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, nullptr), 0);
+    const size_t bs = ibp_shadow_block_size(shadow_);
+    mem_[5] ^= 1;
+    expect_exact(0, size_); // block 0 STALE before the plan below
+    IbpPiece pieces[8];
+    uint64_t ticket = 0;
+    ASSERT_GT(ibp_shadow_plan(shadow_, tracker_, 0, size_, 0, pieces, 8, &ticket), 0);
+    mem_[3 * bs + 1] ^= 1;
+    IbpPiece other[8];
+    uint64_t other_ticket = 0;
+    ASSERT_GT(ibp_shadow_plan(shadow_, tracker_, 0, size_, 0, other, 8, &other_ticket), 0); // block 3 STALE
+    ibp_shadow_plan_end(shadow_, other_ticket, nullptr);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 0, 2), 1)
+        << "only block 0: the plan may read slot 3";
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 0), IBP_BLOCK_VALID);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 3), IBP_BLOCK_STALE);
+    ibp_shadow_plan_end(shadow_, ticket, nullptr);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 0, 2), 1);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 3), IBP_BLOCK_VALID);
+    expect_exact(0, size_);
 }
 
 // A block found written less than min_age ago is left alone; once older it is re-encoded.
@@ -386,10 +412,10 @@ TEST_P(ShadowTest, RecentlyWrittenBlocksWait)
     mem_[4 * bs + 9] ^= 1;
     expect_exact(0, size_);
     const uint64_t hour = 3600ull * 1000000000ull;
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, hour), 0);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, hour, 1), 0);
     EXPECT_EQ(ibp_shadow_block_state(shadow_, 4), IBP_BLOCK_STALE);
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 20000000ull), 1);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 20000000ull, 1), 1);
     EXPECT_EQ(ibp_shadow_block_state(shadow_, 4), IBP_BLOCK_VALID);
     // Stale and old enough, but written again since no copy looked: the pass's own query sees
     // the write and leaves the block for later.
@@ -397,10 +423,10 @@ TEST_P(ShadowTest, RecentlyWrittenBlocksWait)
     expect_exact(0, size_);
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     mem_[4 * bs + 10] ^= 1;
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 20000000ull), 0);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 20000000ull, 1), 0);
     EXPECT_EQ(ibp_shadow_block_state(shadow_, 4), IBP_BLOCK_STALE);
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 20000000ull), 1);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 10, 20000000ull, 1), 1);
     expect_exact(0, size_);
 }
 
@@ -420,7 +446,7 @@ TEST_P(ShadowTest, RandomInterleavings)
             const size_t off = (rng() % (size_ / 4)) * 4;
             fill_weights(mem_ + off, std::min<size_t>(size_ - off, 4096 * (1 + rng() % 8)), (uint32_t)rng());
         } else if (op < 6) {
-            ibp_shadow_recompress(shadow_, tracker_, 1 + (unsigned)(rng() % 8), 0);
+            ibp_shadow_recompress(shadow_, tracker_, 1 + (unsigned)(rng() % 8), 0, 1 + (unsigned)(rng() % 3));
         } else if (op < 7) {
             const size_t off = rng() % size_;
             ibp_shadow_invalidate(shadow_, off, 1 + rng() % 100000);
@@ -468,7 +494,7 @@ TEST_P(ShadowTest, ConcurrentPlannersAndRecompressor)
             });
         threads.emplace_back([&] {
             for (int k = 0; k < 10; k++)
-                ibp_shadow_recompress(shadow_, tracker_, 4, 0);
+                ibp_shadow_recompress(shadow_, tracker_, 4, 0, 2);
         });
         for (auto &t : threads)
             t.join();
