@@ -19,6 +19,10 @@
 #define IBP_STAGING_ALIGN ((size_t)256)
 /* Longest an exhausted acquire waits for an oldest buffer that is not yet released. */
 #define IBP_STAGING_HELD_WAIT_NS 20000000ull
+/* A device short of memory gets a ring of half the size, and so on down to this; below it, no
+ * ring, and the context's copies go raw until IBP_STAGING_RETRY_NS later. */
+#define IBP_STAGING_MIN_BYTES ((size_t)16 << 20)
+#define IBP_STAGING_RETRY_NS 10000000000ull
 
 /* The pool of a context is one device allocation of staging_max bytes used as a ring: buffers
  * are cut from it in acquire order and the space comes back in that order, as the events their
@@ -36,6 +40,7 @@ typedef struct IbpStagingPool {
     CUcontext ctx;
     CUdeviceptr base;
     size_t cap;
+    uint64_t failed_ns;                       /* when no ring could be allocated (0: never) */
     IbpStagingSlot slot[IBP_STAGING_ENTRIES]; /* live ones: [head, head + count) modulo */
     unsigned head, count;
 } IbpStagingPool;
@@ -101,6 +106,39 @@ static size_t place(IbpStagingPool *pool, size_t want)
     return first - tail >= want ? tail : SIZE_MAX; /* wrapped: free between tail and first */
 }
 
+/* Allocates the context's ring: staging_max bytes, or on a device short of memory the largest
+ * half, quarter .. of it down to IBP_STAGING_MIN_BYTES that fits.  A failure is remembered, so
+ * copies do not each try again (and go raw) for IBP_STAGING_RETRY_NS.  Called with
+ * staging_lock held. */
+static int pool_allocate(const IbpDriver *drv, IbpStagingPool *pool)
+{
+    const uint64_t now = ibp_monotonic_ns();
+    if (pool->failed_ns && now - pool->failed_ns < IBP_STAGING_RETRY_NS)
+        return -ENOMEM;
+    CUresult res = CUDA_ERROR_OUT_OF_MEMORY;
+    size_t cap = staging_max;
+    for (;;) {
+        res = drv->cuMemAlloc(&pool->base, cap);
+        if (res != CUDA_ERROR_OUT_OF_MEMORY || cap / 2 < IBP_STAGING_MIN_BYTES)
+            break;
+        cap /= 2;
+    }
+    if (res != CUDA_SUCCESS) {
+        pool->base = 0;
+        pool->failed_ns = now ? now : 1;
+        IBP_WARN("staging: no device memory for a staging ring of %zu MiB or less (CUDA error %d); "
+                 "compressed copies on this context go raw, retried in %llu s",
+                 cap >> 20, (int)res, (unsigned long long)(IBP_STAGING_RETRY_NS / 1000000000ull));
+        return res == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+    }
+    if (cap < staging_max)
+        IBP_WARN("staging: device short of memory: a staging ring of %zu MiB instead of %zu MiB", cap >> 20,
+                 staging_max >> 20);
+    pool->cap = cap;
+    pool->failed_ns = 0;
+    return 0;
+}
+
 int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
 {
     const IbpDriver *drv = ibp_driver_get();
@@ -115,15 +153,8 @@ int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
         err = -ENOSPC;
         goto out;
     }
-    if (!pool->base) {
-        const CUresult res = drv->cuMemAlloc(&pool->base, staging_max);
-        if (res != CUDA_SUCCESS) {
-            pool->base = 0;
-            err = res == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
-            goto out;
-        }
-        pool->cap = staging_max;
-    }
+    if (!pool->base && (err = pool_allocate(drv, pool)))
+        goto out;
     if (want > pool->cap) {
         err = -EBUSY;
         goto out;

@@ -23,8 +23,10 @@ void ibp_staging_configure(size_t max_bytes_per_context, int wait_when_exhausted
 /* Returns a device buffer of `size` bytes rounded up to 256 in `ctx` (current on the calling
  * thread).  The buffer's waited_ns says how long the call waited for the pool.
  * Errors: -EBUSY (pool exhausted and not allowed to wait, or its oldest buffer not released for
- * 20 ms, or size above the bound), -ENOMEM,
- * -EIO (driver error), -ENOSPC (too many contexts).  Thread-safety: any thread; several streams
+ * 20 ms, or size above the bound), -ENOMEM (no device memory for the pool: on a device short of
+ * memory it is made a half, a quarter .. of the size set, down to 16 MiB; below that the context
+ * has none, and acquires fail at once for 10 s before the next try), -EIO (driver error),
+ * -ENOSPC (too many contexts).  Thread-safety: any thread; several streams
  * and threads may hold buffers at once. */
 int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out);
 

@@ -35,9 +35,8 @@ void fakecuda_set_copy_delay_us(unsigned us);
 /* Failure injection: after `skip` more calls of the driver entry point `entry` succeed, the next
  * `count` calls return `error` (a CUresult; 0 means CUDA_ERROR_UNKNOWN) and do nothing, as when the
  * driver refuses work.  Entry points: "cuLaunchKernel", "cuMemcpyHtoDAsync", "cuStreamCreate",
- * "cuEventRecord", "cuStreamWaitEvent", "cuFuncSetAttribute" (every _v2/_ptsz flavour, and runtime
- * calls that reach them).
- * One rule at a time: a call replaces the last; count 0 disarms. */
+ * "cuEventRecord", "cuStreamWaitEvent", "cuFuncSetAttribute", "cuMemAlloc" (every _v2/_ptsz flavour, and
+ * runtime calls that reach them). One rule at a time: a call replaces the last; count 0 disarms. */
 void fakecuda_fail_calls(const char *entry, unsigned skip, unsigned count, int error);
 
 /* Failures injected since start-up. */

@@ -198,6 +198,7 @@ FAKECUDA_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     r = fakecuda_capture_check_unsafe();
     if (r != CUDA_SUCCESS)
         return r;
+    FAKECUDA_RETURN_IF_INJECTED("cuMemAlloc");
     uintptr_t p = 0;
     r = device_alloc(dev, bytesize, &p);
     if (r == CUDA_SUCCESS)

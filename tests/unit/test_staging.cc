@@ -2,6 +2,7 @@
 // ibpshim: the device staging pool against the fake CUDA: one allocation per context cut into
 // buffers in a ring, reuse only after the stream that released a buffer got past it, live buffers
 // never overlapping, and what an exhausted pool does.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -148,6 +149,58 @@ TEST_F(Staging, HeldBuffersNeverOverlap)
     for (IbpStagingBuf *b : held)
         ASSERT_EQ(ibp_staging_release(b, stream_), 0);
     ASSERT_EQ(drv_->cuStreamSynchronize(stream_), CUDA_SUCCESS);
+}
+
+// A device short of memory: the ring is made a half, a quarter .. of the size set, and with no
+// memory at all the context's acquires fail at once until the retry time, not one allocation
+// attempt per copy.  Contexts of devices 1 and 2 (the pool of device 0 is set up above).
+TEST_F(Staging, ShortOfMemoryHalvesThenRemembers)
+{
+    int count = 0;
+    ASSERT_EQ(drv_->cuDeviceGetCount(&count), CUDA_SUCCESS);
+    if (count < 3)
+        GTEST_SKIP() << "needs three (fake) devices: FAKECUDA_DEVICES=3";
+    void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    using FailFn = void (*)(const char *, unsigned, unsigned, int);
+    using HitsFn = unsigned (*)(void);
+    const FailFn fail = lib ? (FailFn)dlsym(lib, "fakecuda_fail_calls") : nullptr;
+    const HitsFn hits = lib ? (HitsFn)dlsym(lib, "fakecuda_injected_failures") : nullptr;
+    if (!fail || !hits)
+        GTEST_SKIP() << "needs the fake CUDA's failure injection";
+    ibp_staging_configure(64 * MiB, 0);
+    CUdevice d1 = 0, d2 = 0;
+    CUcontext c1 = nullptr, c2 = nullptr;
+    ASSERT_EQ(drv_->cuDeviceGet(&d1, 1), CUDA_SUCCESS);
+    ASSERT_EQ(drv_->cuDeviceGet(&d2, 2), CUDA_SUCCESS);
+    ASSERT_EQ(drv_->cuDevicePrimaryCtxRetain(&c1, d1), CUDA_SUCCESS);
+    ASSERT_EQ(drv_->cuDevicePrimaryCtxRetain(&c2, d2), CUDA_SUCCESS);
+
+    // 64 and 32 MiB refused: a 16 MiB ring.
+    ASSERT_EQ(drv_->cuCtxPushCurrent(c1), CUDA_SUCCESS);
+    fail("cuMemAlloc", 0, 2, CUDA_ERROR_OUT_OF_MEMORY);
+    const unsigned before = hits();
+    IbpStagingBuf *a = nullptr, *b = nullptr;
+    ASSERT_EQ(ibp_staging_acquire(c1, 16 * MiB, &a), 0);
+    EXPECT_EQ(hits() - before, 2u);
+    EXPECT_EQ(ibp_staging_acquire(c1, 1, &b), -EBUSY) << "the ring is 16 MiB, all of it held";
+    ASSERT_EQ(ibp_staging_release(a, nullptr), 0);
+    ASSERT_EQ(drv_->cuCtxSynchronize(), CUDA_SUCCESS);
+    EXPECT_EQ(ibp_staging_acquire(c1, 17 * MiB, &b), -EBUSY) << "above the smaller ring's size";
+    CUcontext popped = nullptr;
+    ASSERT_EQ(drv_->cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+
+    // Nothing at all: 64, 32 and 16 MiB tried once, then no more tries for a while.
+    ASSERT_EQ(drv_->cuCtxPushCurrent(c2), CUDA_SUCCESS);
+    fail("cuMemAlloc", 0, 100, CUDA_ERROR_OUT_OF_MEMORY);
+    const unsigned before2 = hits();
+    EXPECT_EQ(ibp_staging_acquire(c2, MiB, &b), -ENOMEM);
+    EXPECT_EQ(hits() - before2, 3u);
+    EXPECT_EQ(ibp_staging_acquire(c2, MiB, &b), -ENOMEM);
+    EXPECT_EQ(hits() - before2, 3u) << "the failure is remembered";
+    fail("cuMemAlloc", 0, 0, 0);
+    ASSERT_EQ(drv_->cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+    drv_->cuDevicePrimaryCtxRelease(d1);
+    drv_->cuDevicePrimaryCtxRelease(d2);
 }
 
 } // namespace
