@@ -253,10 +253,29 @@ def _overlap(xs, ys):
     return _union(xs) + _union(ys) - _union(xs + ys)
 
 
-def split_trace(path, steps):
+def _step_spans(spans, steps):
+    """The spans cut into `steps` groups at the steps - 1 widest gaps between them (steps with host
+    work and a device sync in between); returns the summed extent of the groups."""
+    spans = sorted(spans)
+    if not spans:
+        return 0.0
+    gaps = sorted(((spans[i + 1][0] - max(b for _, b in spans[:i + 1]), i) for i in range(len(spans) - 1)),
+                  reverse=True)
+    cuts = sorted(i for _, i in gaps[:max(steps - 1, 0)])
+    total, first = 0.0, 0
+    for c in cuts + [len(spans) - 1]:
+        group = spans[first:c + 1]
+        total += max(b for _, b in group) - group[0][0]
+        first = c + 1
+    return total
+
+
+def split_trace(path, steps, per_step=False):
     """Where the GPU time of a profiled stretch went, per step, from a chrome trace written by
     torch.profiler: host-to-device DMA (every copy engine transfer from host memory), the shim's decode
-    kernels (ibp_k_*), other kernels, and how much of the DMA the decodes hid."""
+    kernels (ibp_k_*), other kernels, and how much of the DMA the decodes hid.  The window is the whole
+    stretch, or with per_step the sum of each step's extent of transfers and decodes (steps separated
+    by host work that is not to count, found as the widest gaps)."""
     with open(path) as f:
         events = json.load(f).get("traceEvents", [])
     h2d, dec, other, h2d_bytes, n_h2d, n_dec = [], [], [], 0, 0, 0
@@ -278,6 +297,8 @@ def split_trace(path, steps):
     if not everything:
         return None
     window = max(b for _, b in everything) - min(a for a, _ in everything)
+    if per_step:
+        window = _step_spans(h2d + dec, steps)
     busy = _union(h2d)
     ms = 1e-3 / steps  # trace times are microseconds
     return {
@@ -291,19 +312,25 @@ def split_trace(path, steps):
     }
 
 
-def profile_split(shim, fn, on, steps, path):
+def profile_split(shim, fn, on, steps, path, before=None, after=None):
     """Runs fn() `steps` times under torch.profiler (CUDA activity only) with the compressed path on or
-    off, writes the chrome trace to path and returns split_trace() of it."""
+    off, writes the chrome trace to path and returns split_trace() of it.  before(i, on) and
+    after(i, on) run around each step as in run_ab; with them the window counts each step's
+    transfers only (split_trace per_step)."""
     from torch.profiler import ProfilerActivity, profile
     with shim.path(on):
         fn()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(steps):
+            for i in range(steps):
+                if before:
+                    before(1000 + i, on)
                 fn()
+                if after:
+                    after(1000 + i, on)
             torch.cuda.synchronize()
     prof.export_chrome_trace(path)
-    return split_trace(path, steps)
+    return split_trace(path, steps, per_step=before is not None or after is not None)
 
 
 def fmt_split(sp):

@@ -249,6 +249,11 @@ def main(argv=None):
             key = "epoch_%s" % ("on" if on else "off")
             traces[key] = ibp.profile_split(shim, t.epoch, on, args.iters,
                                             os.path.join(args.trace, "%s.trace.json" % key))
+            # As timed: rows updated, the destination poisoned and the device synced before each.
+            key = "timed_%s" % ("on" if on else "off")
+            traces[key] = ibp.profile_split(shim, t.epoch, on, args.iters,
+                                            os.path.join(args.trace, "%s.trace.json" % key),
+                                            before=t.before, after=t.check)
         t.before(-99, True, update=False)  # the traced epochs' bytes are checked too
         t.epoch()
         t.check(-99, True)
