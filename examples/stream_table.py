@@ -18,6 +18,14 @@ the shim never compresses, and receives the same row updates.  Before each epoch
 is filled with a poison byte; after it, the destination is compared bitwise with the reference, so
 every slice of every epoch is checked.
 
+--access lookup is the DLRM-like pattern instead: each step draws a batch of --batch row indices
+from a Zipf distribution (--zipf; the table ordered by popularity, hot rows first, as embedding
+caches lay tables out; --spread scatters them over the table instead), copies
+the chunks of --chunk-mib MiB that hold them (one cudaMemcpyAsync per chunk, as a chunk-granular
+embedding cache fills), gathers the rows on the GPU and sums them into bags of --bag rows; the rows
+updated between steps are rows of the last batch (sparse SGD).  The copied chunks and the gathered
+rows are checked bitwise as in a scan.
+
 Epochs are timed with the compressed path on and off (ibpshim_set_enabled) in alternating blocks after
 a warm-up that lets the shim compress the table; medians are reported.  --trace DIR also profiles a few
 epochs each way and splits their GPU time (DMA, decode, copy engine idle)."""
@@ -54,6 +62,13 @@ def parse_args(argv=None):
                     help="element type of the table; row updates are computed in it (default float32)")
     ap.add_argument("--slice-mib", type=float, help="slice size in MiB (default 64, quick 16)")
     ap.add_argument("--updates", type=int, default=64, help="rows rewritten between epochs (default 64)")
+    ap.add_argument("--access", choices=("scan", "lookup"), default="scan",
+                    help="scan: every slice each epoch; lookup: the chunks of a Zipf batch of rows (DLRM-like)")
+    ap.add_argument("--batch", type=int, default=4096, help="lookup: row indices per step (default 4096)")
+    ap.add_argument("--bag", type=int, default=32, help="lookup: rows summed per bag (default 32)")
+    ap.add_argument("--zipf", type=float, default=1.2, help="lookup: Zipf exponent of row popularity (default 1.2)")
+    ap.add_argument("--chunk-mib", type=float, default=8.0, help="lookup: chunk size in MiB (default 8)")
+    ap.add_argument("--spread", action="store_true", help="lookup: hot rows scattered over the table, not first")
     ap.add_argument("--init", choices=("random", "trained-like"), default="random",
                     help="content when no --table is given (default random)")
     ap.add_argument("--table", metavar="PATH", help="a tensor file whose bytes, repeated, fill the table")
@@ -71,6 +86,8 @@ def parse_args(argv=None):
         ap.error("--gib, --slice-mib and --dim must be positive")
     if args.updates < 0 or args.pause < 0 or args.blocks < 1 or args.iters < 1:
         ap.error("--updates and --pause must not be negative, --blocks and --iters at least 1")
+    if args.batch < 1 or args.bag < 1 or args.zipf <= 0 or args.chunk_mib <= 0:
+        ap.error("--batch, --bag, --zipf and --chunk-mib must be positive")
     return args
 
 
@@ -160,9 +177,38 @@ class Table:
         self.mismatches = []
         self.epochs = 0
         self.rows_updated = 0
+        self.lookup = args.access == "lookup"
+        self.batch_rows = None  # lookup: this step's row indices (CPU) and on the device
+        self.batch_dev = None
+        self.bags = None
+        if self.lookup:
+            self.batch, self.bag = args.batch - args.batch % args.bag or args.bag, args.bag
+            self.chunk_rows = max(1, int(args.chunk_mib * (1 << 20)) // (args.dim * esize))
+            ranks = torch.arange(1, self.rows + 1, dtype=torch.float64)
+            cdf = ranks.pow(-args.zipf).cumsum(0)
+            self.cdf = cdf.div_(cdf[-1].item())
+            self.hot = (torch.randperm(self.rows, generator=torch.Generator().manual_seed(args.seed + 11))
+                        if args.spread else torch.arange(self.rows))
+            self.seed = args.seed
+            self.steps_drawn = {True: 0, False: 0}
+            self.step_bytes = {True: [], False: []}
 
-    def plan(self):
-        """This epoch's slices: boundaries shifted by a random phase, in a shuffled order."""
+    def plan(self, on=True):
+        """This epoch's slices: boundaries shifted by a random phase, in a shuffled order.  Lookup: the
+        chunks holding a Zipf batch of rows, in address order; the k-th step with the path on and the
+        k-th with it off draw the same batch."""
+        if self.lookup:
+            k = self.steps_drawn[on]
+            self.steps_drawn[on] += 1
+            gen = torch.Generator().manual_seed(self.seed * 7919 + 104729 * k)
+            ranks = torch.searchsorted(self.cdf, torch.rand(self.batch, generator=gen, dtype=torch.float64))
+            self.batch_rows = self.hot[ranks.clamp_(max=self.rows - 1)]
+            self.batch_dev = self.batch_rows.to(self.dev)
+            chunks = torch.unique(self.batch_rows // self.chunk_rows).tolist()
+            self.slices = [(c * self.chunk_rows, min((c + 1) * self.chunk_rows, self.rows)) for c in chunks]
+            row_bytes = self.host.element_size() * self.dim
+            self.step_bytes[on].append(sum(b - a for a, b in self.slices) * row_bytes)
+            return
         phase = int(torch.randint(0, self.slice_rows, (1,), generator=self.gen))
         cuts = [0] + list(range(phase or self.slice_rows, self.rows, self.slice_rows)) + [self.rows]
         pieces = [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
@@ -173,7 +219,11 @@ class Table:
         """Rewrites a few rows in place, host and reference alike (index assignment or numpy in turn)."""
         if not self.updates:
             return
-        rows = torch.randint(0, self.rows, (self.updates,), generator=self.gen).unique()
+        if self.batch_rows is not None:  # sparse SGD: rows the last batch looked up
+            looked = self.batch_rows.unique()
+            rows = looked[torch.randperm(looked.numel(), generator=self.gen)[:self.updates]].sort().values
+        else:
+            rows = torch.randint(0, self.rows, (self.updates,), generator=self.gen).unique()
         noise = torch.randn(rows.numel(), self.dim, generator=self.gen).mul_(1e-3)
         vals = self.host[rows].float().mul_(0.999).add_(noise).to(self.dtype)
         if i % 2:
@@ -190,7 +240,7 @@ class Table:
             self.update_rows(i)
             if self.pause:
                 time.sleep(self.pause)
-        self.plan()
+        self.plan(on)
         self.dst.view(-1).view(torch.uint8).fill_(POISON)
         torch.cuda.synchronize()
 
@@ -198,10 +248,20 @@ class Table:
         with torch.cuda.stream(self.stream):
             for a, b in self.slices:
                 self.dst[a:b].copy_(self.host[a:b], non_blocking=True)
+            if self.lookup:  # embedding bags: the batch's rows gathered and summed
+                rows = self.dst.index_select(0, self.batch_dev).float()
+                self.bags = rows.view(-1, self.bag, self.dim).sum(1)
         self.stream.synchronize()
 
     def check(self, i, on):
         self.epochs += 1
+        if self.lookup:
+            want_bags = self.ref.index_select(0, self.batch_dev).float().view(-1, self.bag, self.dim).sum(1)
+            bad = [(a, b) for a, b in self.slices if not torch.equal(self.dst[a:b], self.ref[a:b])]
+            if bad or not torch.equal(self.bags.view(torch.int32), want_bags.view(torch.int32)):
+                self.mismatches.append({"epoch": i, "path_on": on, "slices": len(bad), "first": bad[:5],
+                                        "bags_differ": not torch.equal(self.bags, want_bags)})
+            return
         got, want = self.dst.view(-1).view(torch.uint8), self.ref.view(-1).view(torch.uint8)
         if torch.equal(got, want):
             return
@@ -241,7 +301,15 @@ def main(argv=None):
         t.before(-2 - i, True)
         t.epoch()
         t.check(-2 - i, True)
+    if t.lookup:  # the timed steps of each side draw the same batches, in the same order
+        t.steps_drawn = {True: 0, False: 0}
+        t.step_bytes = {True: [], False: []}
     ab = ibp.run_ab(shim, t.epoch, args.blocks, args.iters, before=t.before, after=t.check)
+    # Bytes a step copies: the table in a scan; in a lookup the mean over the timed blocks' steps.
+    step_bytes = t.nbytes
+    if t.lookup:
+        drawn = t.step_bytes[True] + t.step_bytes[False]
+        step_bytes = sum(drawn) / len(drawn)
     traces = {}
     if args.trace:
         os.makedirs(args.trace, exist_ok=True)
@@ -258,23 +326,29 @@ def main(argv=None):
         t.epoch()
         t.check(-99, True)
     totals = shim.totals()
-    s = ibp.summarize_ab(ab, t.nbytes, totals, shim.present)
+    s = ibp.summarize_ab(ab, step_bytes, totals, shim.present)
     identical = not t.mismatches
     res = {
         "workload": NAME, "label": "%s %s" % (NAME, content.get("init") or os.path.basename(args.table)),
         "content": content, "args": vars(args), "quick": args.quick,
         "table": {"bytes": t.nbytes, "rows": t.rows, "dim": t.dim, "dtype": args.dtype,
                   "slice_rows": t.slice_rows, "slices_per_epoch": len(t.slices)},
+        "access": args.access, "bytes_per_step": step_bytes,
         "setup_s": setup_s, "compressed_seen": warm["compressed_seen"], "warmup": warm,
-        "gbps_on": t.nbytes / s["step_s_on"] / 1e9, "gbps_off": t.nbytes / s["step_s_off"] / 1e9,
+        "gbps_on": step_bytes / s["step_s_on"] / 1e9, "gbps_off": step_bytes / s["step_s_off"] / 1e9,
         "epochs_checked": t.epochs, "rows_updated": t.rows_updated, "mismatches": t.mismatches[:20],
         "identical": identical, "totals": totals, "environment": ibp.environment(shim), "traces": traces,
     }
     res.update(s)
-    print("%s: %.2f GiB %s table (%s), %d slices of ~%.0f MiB per epoch in shuffled order, %d rows updated "
+    if t.lookup:
+        pattern_text = ("lookup: batches of %d rows (Zipf %.2f, bags of %d) need %.0f MiB a step in chunks of %.0f MiB"
+                        % (t.batch, args.zipf, t.bag, step_bytes / 2**20, args.chunk_mib))
+    else:
+        pattern_text = "%d slices of ~%.0f MiB per epoch in shuffled order" % (len(t.slices), args.slice_mib)
+    print("%s: %.2f GiB %s table (%s), %s, %d rows updated "
           "between epochs: on %.1f ms (%.1f GB/s) off %.1f ms (%.1f GB/s) speedup=%s ideal=%s ideal_codec=%s "
           "sent=%s; %s; shim %s" % (
-              NAME, t.nbytes / 2**30, args.dtype, content_text(content), len(t.slices), args.slice_mib, args.updates,
+              NAME, t.nbytes / 2**30, args.dtype, content_text(content), pattern_text, args.updates,
               s["step_s_on"] * 1e3, res["gbps_on"], s["step_s_off"] * 1e3, res["gbps_off"],
               ibp.fmt_ratio(s["speedup"], 3), ibp.fmt_ratio(s["ideal"]), ibp.fmt_ratio(s["ideal_codec"]),
               "n/a" if s["wire_ratio"] is None else "%.1f%%" % (100 * s["wire_ratio"]),
