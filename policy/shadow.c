@@ -18,6 +18,10 @@
 #define IBP_SHADOW_FENCES 128
 /* Pages per tracker query: an 8 KiB bitmap on the stack covers 256 MiB of 4 KiB pages. */
 #define IBP_SHADOW_QUERY_PAGES 65536u
+/* Stretches of at most this many blocks that do not compress, between blocks that do, are kept
+ * in the slab as they are (raw blocks the decoder copies): a copy then sends one run instead of
+ * two runs and a raw piece, each its own DMA, and the bytes on the wire are the same. */
+#define IBP_SHADOW_RAW_BRIDGE 4u
 /* Stale blocks re-encoded before the slab is taken to write them into their slots. */
 #define IBP_SHADOW_RECOMPRESS_GROUP 16u
 
@@ -435,19 +439,40 @@ static int block_compresses(const IbpShadow *s, uint32_t i, const void *blk)
     return !(h.flags & IBP_BLOCK_RAW) && (double)s->comp_len[i] <= s->min_ratio * (double)block_len(s, i);
 }
 
+/* Which blocks get a slot: those that compress, and short stretches of others between them
+ * (IBP_SHADOW_RAW_BRIDGE). */
+static void choose_slots(const IbpShadow *s, const uint8_t *staging, size_t stride, uint8_t *keep)
+{
+    for (uint32_t i = 0; i < s->nblocks; i++)
+        keep[i] = (uint8_t)block_compresses(s, i, staging + (size_t)i * stride);
+    for (uint32_t i = 0; i < s->nblocks;) {
+        if (keep[i]) {
+            i++;
+            continue;
+        }
+        uint32_t e = i;
+        while (e < s->nblocks && !keep[e])
+            e++;
+        if (i > 0 && e < s->nblocks && e - i <= IBP_SHADOW_RAW_BRIDGE)
+            memset(keep + i, 1, e - i);
+        i = e;
+    }
+}
+
 int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double min_ratio, double *ratio)
 {
     if (s->built)
         return -EALREADY;
     s->min_ratio = min_ratio;
     uint64_t *snap = malloc((size_t)s->nblocks * sizeof(*snap));
+    uint8_t *keep = malloc(s->nblocks);
     IbpBuildJob job = {.s = s, .bound = ibp_codec_block_bound(s->plan, s->block_size)};
     /* The encoder needs its bound of room; what it keeps is at most header + data, rounded to 16. */
     job.stride = (job.bound + 15) & ~(size_t)15;
     size_t staging_len = 0;
     job.staging = staging_get((size_t)s->nblocks * job.stride, &staging_len);
     int err = 0;
-    if (!snap || !job.staging) {
+    if (!snap || !keep || !job.staging) {
         err = -ENOMEM;
         goto out;
     }
@@ -468,9 +493,10 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
     query_consume(s, tracker, s->base, s->size);
     pthread_mutex_unlock(&s->query_lock);
 
+    choose_slots(s, job.staging, job.stride, keep);
     size_t total = 0;
     for (uint32_t i = 0; i < s->nblocks; i++)
-        if (block_compresses(s, i, job.staging + (size_t)i * job.stride))
+        if (keep[i])
             total += s->comp_len[i];
     size_t blob_len = 0;
     const void *blob = ibp_codec_plan_blob(s->plan, &blob_len);
@@ -498,8 +524,7 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
     uint64_t at = 0;
     for (uint32_t i = 0; i < s->nblocks; i++) {
         s->offsets[i] = at;
-        const uint8_t *blk = job.staging + (size_t)i * job.stride;
-        if (!block_compresses(s, i, blk)) {
+        if (!keep[i]) {
             /* Incompressible only when the bytes encoded are still the block's content: a block
              * rewritten during the build (a transient buffer, or new data of another scale) says
              * nothing about what it holds now, and is left STALE for the churn and rebuild rules
@@ -534,6 +559,7 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
 out:
     staging_put(job.staging, staging_len);
     free(snap);
+    free(keep);
     return err;
 }
 
@@ -572,9 +598,8 @@ static void *recode_worker(void *arg)
             r->fits = -1;
             continue;
         }
-        IbpBlockHeader h;
-        memcpy(&h, out, sizeof(h));
-        r->fits = r->comp <= s->offsets[r->block + 1] - s->offsets[r->block] && !(h.flags & IBP_BLOCK_RAW);
+        /* A raw block fits only a bridging slot (choose_slots), made for one. */
+        r->fits = r->comp <= s->offsets[r->block + 1] - s->offsets[r->block];
     }
     return NULL;
 }

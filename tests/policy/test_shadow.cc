@@ -172,26 +172,60 @@ TEST_P(ShadowTest, WritesMakeExactlyTheirBlocksStale)
 // A block rewritten while the build encodes it (here: before the build, after tracking was
 // armed, so the encoder reads the new bytes and the build's query sees the write) is STALE, not
 // INCOMPRESSIBLE: what was encoded says nothing about what the block holds when it is copied.
+// Random bytes over blocks [first, first + count).
+void fill_random(uint8_t *p, size_t bs, size_t first, size_t count, uint64_t seed)
+{
+    std::mt19937_64 rng(seed);
+    for (size_t i = first * bs; i < (first + count) * bs; i += 8) {
+        const uint64_t v = rng();
+        memcpy(p + i, &v, 8);
+    }
+}
+
 TEST_P(ShadowTest, BlocksRewrittenDuringTheBuildAreStaleNotIncompressible)
 {
     const size_t bs = 64 * 1024;
-    std::mt19937_64 rng(11);
-    for (size_t i = 0; i < bs; i += 8) {
-        const uint64_t v = rng();
-        memcpy(mem_ + 3 * bs + i, &v, 8);
-    }
+    fill_random(mem_, bs, 3, 5, 11); // longer than a stretch kept in the slab
     ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 2, 0.98, nullptr), 0);
     ASSERT_EQ(ibp_shadow_block_size(shadow_), bs);
     EXPECT_EQ(ibp_shadow_block_state(shadow_, 3), IBP_BLOCK_STALE);
-    EXPECT_EQ(ibp_shadow_block_state(shadow_, 4), IBP_BLOCK_VALID);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 8), IBP_BLOCK_VALID);
     IbpShadowStats st;
     ibp_shadow_stats(shadow_, &st);
-    EXPECT_EQ(st.stale, 1u);
-    EXPECT_EQ(st.discarded, 1u);
-    // Its slot is empty: recompression tries the content once and finds it does not fit.
+    EXPECT_EQ(st.stale, 5u);
+    EXPECT_EQ(st.discarded, 5u);
+    // Their slots are empty: recompression tries the content once and finds it does not fit.
     EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0, 1), 0);
     ibp_shadow_stats(shadow_, &st);
-    EXPECT_EQ(st.misfit, 1u);
+    EXPECT_EQ(st.misfit, 5u);
+    expect_exact(0, size_);
+}
+
+// A few blocks that do not compress between blocks that do are kept in the slab as raw blocks, so
+// a copy over them is one compressed run; longer stretches take no slab space and go raw.
+TEST_P(ShadowTest, ShortIncompressibleStretchesRideInTheRun)
+{
+    const size_t bs = 64 * 1024;
+    fill_random(mem_, bs, 3, 2, 12);
+    fill_random(mem_, bs, 10, 6, 13);
+    ASSERT_EQ(ibp_tracker_arm(tracker_), 0); // written before the build: clean, not stale
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 2, 0.98, nullptr), 0);
+    for (uint32_t b : {3u, 4u})
+        EXPECT_EQ(ibp_shadow_block_state(shadow_, b), IBP_BLOCK_VALID) << b;
+    for (uint32_t b = 10; b < 16; b++)
+        EXPECT_EQ(ibp_shadow_block_state(shadow_, b), IBP_BLOCK_INCOMPRESSIBLE) << b;
+    IbpPiece pieces[8];
+    uint64_t ticket = 0;
+    ASSERT_EQ(ibp_shadow_plan(shadow_, tracker_, 100, 9 * bs, 0, pieces, 8, &ticket), 1);
+    EXPECT_EQ(pieces[0].kind, IBP_PIECE_COMPRESSED);
+    ibp_shadow_plan_end(shadow_, ticket, nullptr);
+    expect_exact(0, size_);
+    // Rewritten with other random bytes: the raw encoding fits the slot it was given.
+    fill_random(mem_, bs, 3, 1, 14);
+    expect_exact(0, size_);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 3), IBP_BLOCK_STALE);
+    EXPECT_EQ(ibp_shadow_recompress(shadow_, tracker_, 100, 0, 1), 1);
+    EXPECT_EQ(ibp_shadow_block_state(shadow_, 3), IBP_BLOCK_VALID);
     expect_exact(0, size_);
 }
 
