@@ -29,6 +29,8 @@
 #define IBP_PIPE_CONTEXTS 16
 #define IBP_PIPE_PAIRS 4
 #define IBP_PIPE_SLOTS 2
+/* Plan blobs kept in device memory, over all contexts. */
+#define IBP_DEV_PLANS 128
 
 /* A timed run's events: recorded (state PROBE_RECORDED) and read back once they completed.
  * Serial runs: ev[0] before the DMA, ev[1] after it, ev[2] after the decode, all on the caller's
@@ -340,6 +342,90 @@ static int decode_blocks(const IbpLaunch *l, const IbpGeom *g, CUdeviceptr run_b
     return err;
 }
 
+/* ---- Plans on the device ---- */
+
+/* A shadow's plan blob uploaded once to a context.  An entry serves a run only when its bytes
+ * equal the blob's now (a blob's address may come back with another plan); entries stay until
+ * the process ends, since a decode may still read one at any time. */
+typedef struct IbpDevPlan {
+    CUcontext ctx;
+    const void *host;
+    size_t len;
+    uint8_t *bytes;
+    CUdeviceptr dev;
+    CUevent ready; /* recorded after the upload */
+    int settled;   /* ready has completed */
+} IbpDevPlan;
+
+static pthread_mutex_t dev_plan_lock = PTHREAD_MUTEX_INITIALIZER;
+static IbpDevPlan dev_plans[IBP_DEV_PLANS];
+static int ndev_plans;
+
+/* Uploads the blob on `stream` into a new entry; NULL when there is no room or the driver
+ * refuses.  Called with dev_plan_lock held. */
+static IbpDevPlan *dev_plan_add(const IbpDriver *drv, CUcontext ctx, const void *blob, size_t len, CUstream stream)
+{
+    if (ndev_plans == IBP_DEV_PLANS || !len)
+        return NULL;
+    IbpDevPlan e = {.ctx = ctx, .host = blob, .len = len, .bytes = malloc(len)};
+    if (!e.bytes)
+        return NULL;
+    if (drv->cuMemAlloc(&e.dev, len) != CUDA_SUCCESS) {
+        free(e.bytes);
+        return NULL;
+    }
+    const int queued = drv->cuMemcpyHtoDAsync(e.dev, blob, len, stream) == CUDA_SUCCESS;
+    if (!queued || drv->cuEventCreate(&e.ready, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+        drv->cuEventRecord(e.ready, stream) != CUDA_SUCCESS) {
+        if (queued)
+            drv->cuStreamSynchronize(stream); /* the upload must not land in freed memory */
+        if (queued && e.ready)
+            drv->cuEventDestroy(e.ready);
+        drv->cuMemFree(e.dev);
+        free(e.bytes);
+        return NULL;
+    }
+    memcpy(e.bytes, blob, len);
+    dev_plans[ndev_plans] = e;
+    return &dev_plans[ndev_plans++];
+}
+
+/* Where a run's decode reads the plan, with what it needs enqueued on `stream` (the run's DMA
+ * stream, which the decode follows): the context's device copy of the blob (uploaded at its first
+ * run, waited for while that upload may still be pending), else a copy into `staged` as part of
+ * the run.  On the H200 each run's own plan copy (96 bytes to a few KiB) held the copy engine
+ * 5-25 us before the next DMA started.  *wire: the plan bytes this run moves.  0 on a driver
+ * error. */
+static CUdeviceptr plan_for_run(const IbpDriver *drv, CUcontext ctx, const void *blob, size_t len, CUstream stream,
+                                CUdeviceptr staged, size_t *wire)
+{
+    *wire = 0;
+    CUdeviceptr dev = 0;
+    CUevent wait = NULL;
+    pthread_mutex_lock(&dev_plan_lock);
+    IbpDevPlan *e = NULL;
+    for (int i = 0; i < ndev_plans && !e; i++) {
+        IbpDevPlan *c = &dev_plans[i];
+        if (c->ctx == ctx && c->host == blob && c->len == len && !memcmp(c->bytes, blob, len))
+            e = c;
+    }
+    if (e) {
+        dev = e->dev;
+        if (!e->settled && !(e->settled = drv->cuEventQuery(e->ready) == CUDA_SUCCESS))
+            wait = e->ready;
+    } else if ((e = dev_plan_add(drv, ctx, blob, len, stream))) {
+        dev = e->dev; /* uploaded on this stream: the run's DMA and decode follow it */
+        *wire = len;
+    }
+    pthread_mutex_unlock(&dev_plan_lock);
+    if (dev && (!wait || drv->cuStreamWaitEvent(stream, wait, 0) == CUDA_SUCCESS))
+        return dev;
+    if (drv->cuMemcpyHtoDAsync(staged, blob, len, stream) != CUDA_SUCCESS)
+        return 0;
+    *wire = len;
+    return staged;
+}
+
 /* ---- Pipelined runs ---- */
 
 typedef struct IbpPipe {
@@ -408,7 +494,8 @@ static uint32_t chunk_end(const uint64_t *offs, uint32_t b, uint32_t end, size_t
  * no join can be enqueued, the internal streams are synchronised on the host before returning.
  * Returns 0, -EBUSY (no staging) or -EIO. */
 static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ctx, const IbpPiece *p,
-                          const IbpGeom *g, const void *blob, size_t blob_len, CUdeviceptr dst, int timed)
+                          const IbpGeom *g, const void *blob, size_t blob_len, CUdeviceptr dst, int timed,
+                          size_t *sent)
 {
     const IbpDriver *drv = base->drv;
     const uint64_t *offs = base->host_offsets;
@@ -442,7 +529,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     const CUdeviceptr scr = stage->ptr + align_up(blob_len) + dec_scratch;
     const CUdeviceptr slots = scr + scratch;
     void *decoded[IBP_PIPE_SLOTS] = {NULL};
-    size_t dma_sample = blob_len, dec_sample = 0;
+    size_t plan_wire = 0, dma_sample = 0, dec_sample = 0;
     int marked = 0; /* probe events recorded so far */
     /* The copies write only staging slots: like a serial run's DMA (send_run), they run ahead of
      * the caller's earlier work, except in a timed run, whose first event must mark when the
@@ -452,8 +539,9 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
         err = -EIO;
     if (!err && timed && !speed_mark(drv, ctx, 1, 0, pp->copy))
         marked = 1;
-    if (!err && drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, pp->copy) != CUDA_SUCCESS)
+    if (!err && !(l.plan = plan_for_run(drv, ctx, blob, blob_len, pp->copy, stage->ptr, &plan_wire)))
         err = -EIO;
+    dma_sample = plan_wire;
     uint32_t k = 0;
     for (uint32_t b = g->first; !err && b < end; k++) {
         const uint32_t e = chunk_end(offs, b, end, chunk);
@@ -511,6 +599,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
             speed_unreserve(drv, ctx, 1);
     }
     ibp_staging_release(stage, base->stream);
+    *sent = plan_wire + p->run_len;
     return err;
 }
 
@@ -589,9 +678,10 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, pp != NULL, &timed) && !base->opts.force)
         return -ETIME;
     if (pp) {
-        const int err = send_pipelined(&l, pp, ctx, p, &g, blob, blob_len, dst, timed);
+        size_t moved = 0;
+        const int err = send_pipelined(&l, pp, ctx, p, &g, blob, blob_len, dst, timed, &moved);
         if (!err)
-            *sent += blob_len + p->run_len;
+            *sent += moved;
         return err;
     }
     IbpStagingBuf *stage = NULL;
@@ -603,7 +693,6 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
             speed_unreserve(drv, ctx, 0);
         return err;
     }
-    l.plan = stage->ptr;
     const CUdeviceptr run = stage->ptr + align_up(blob_len);
     const CUdeviceptr scr = run + align_up(p->run_len);
     l.dec_scratch = dec_scratch ? scr + align_up(scratch) : 0;
@@ -615,7 +704,8 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     const IbpPipe *ahead = timed ? NULL : pipe_for(drv, ctx, base->stream, base->opts.priority_decode);
     const CUstream dma_stream = ahead ? ahead->copy : l.stream;
     int marked = timed && !speed_mark(drv, ctx, 0, 0, l.stream);
-    if (drv->cuMemcpyHtoDAsync(l.plan, blob, blob_len, dma_stream) != CUDA_SUCCESS ||
+    size_t plan_wire = 0;
+    if (!(l.plan = plan_for_run(drv, ctx, blob, blob_len, dma_stream, stage->ptr, &plan_wire)) ||
         drv->cuMemcpyHtoDAsync(run, p->run, p->run_len, dma_stream) != CUDA_SUCCESS)
         err = -EIO;
     /* The staging buffer goes back on the caller's stream: it must wait for the DMA whatever
@@ -632,12 +722,12 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         speed_busy(drv, ctx, l.stream);
     if (timed) {
         if (!err && marked && !speed_mark(drv, ctx, 0, 2, l.stream))
-            speed_recorded(drv, ctx, 0, blob_len + p->run_len, p->len, 0, base->tag);
+            speed_recorded(drv, ctx, 0, plan_wire + p->run_len, p->len, 0, base->tag);
         else
             speed_unreserve(drv, ctx, 0);
     }
     if (!err)
-        *sent += blob_len + p->run_len;
+        *sent += plan_wire + p->run_len;
     ibp_staging_release(stage, l.stream);
     return err;
 }
