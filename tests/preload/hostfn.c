@@ -54,6 +54,11 @@ static void CUDART_CB count_callback(cudaStream_t stream, cudaError_t status, vo
     atomic_fetch_add((atomic_int *)arg, 1);
 }
 
+static void CUDART_CB count_host_fn(void *arg)
+{
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
 static void *lookup(void *handle, const char *name)
 {
     void *fn = dlsym(handle, name);
@@ -129,6 +134,31 @@ static void check_errors(cudaStream_t s)
     CHECK(atomic_load(&calls) == 0, "a refused callback ran %d times", atomic_load(&calls));
 }
 
+/* A host function captured into a graph runs at every launch of it, long after the call: it must
+ * reach the runtime as given, and leave nothing pending behind (the copies after it go compressed). */
+static void check_capture(void)
+{
+    cudaStream_t cs;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    atomic_int runs = 0;
+    CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    CHECK_CUDA(cudaLaunchHostFunc(cs, count_host_fn, &runs));
+    cudaGraph_t graph = NULL;
+    CHECK_CUDA(cudaStreamEndCapture(cs, &graph));
+    CHECK(atomic_load(&runs) == 0, "a captured host function ran at capture");
+    cudaGraphExec_t exec = NULL;
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 3; i++) {
+        CHECK_CUDA(cudaGraphLaunch(exec, cs));
+        CHECK_CUDA(cudaStreamSynchronize(cs));
+    }
+    CHECK(atomic_load(&runs) == 3, "a captured host function ran %d times in 3 graph launches",
+          atomic_load(&runs));
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    CHECK_CUDA(cudaStreamDestroy(cs));
+}
+
 /* One variant: host function, then the copy behind it, in one stream's order. */
 static void check_variant(const char *name, int ptsz, int callback, uint8_t *host, size_t n, cudaStream_t s,
                           PreloadTotalsFn totals)
@@ -198,6 +228,7 @@ int main(void)
     CHECK_CUDA(cudaStreamCreate(&s));
 
     check_errors(s);
+    check_capture();
     Waiting waiting = {.host = host, .n = n, .s = s};
     preload_wait_compressed("hostfn", "the first compression", totals, copy_all, &waiting);
     check_variant("cudaLaunchHostFunc", 0, 0, host, n, s, totals);
