@@ -10,12 +10,17 @@
  * compiled for per-thread default streams; this file defines both explicitly. */
 #undef cudaMemcpy
 #undef cudaMemcpyAsync
+#undef cudaLaunchHostFunc
+#undef cudaStreamAddCallback
 
 /* Declarations for the per-thread variants, which the header only declares
  * under CUDA_API_PER_THREAD_DEFAULT_STREAM. */
 IBP_HOOK cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
 IBP_HOOK cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                                           cudaStream_t stream);
+IBP_HOOK cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *userData);
+IBP_HOOK cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t callback,
+                                                void *userData, unsigned int flags);
 
 IBP_HOOK cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
@@ -62,4 +67,26 @@ IBP_HOOK cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t cou
                                           cudaStream_t stream)
 {
     return ibp_route_memcpy_async(IBP_STREAM_API_PER_THREAD, dst, src, count, kind, stream);
+}
+
+IBP_HOOK cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)
+{
+    return ibp_route_launch_host_func(IBP_STREAM_API_LEGACY, stream, fn, userData);
+}
+
+IBP_HOOK cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *userData)
+{
+    return ibp_route_launch_host_func(IBP_STREAM_API_PER_THREAD, stream, fn, userData);
+}
+
+IBP_HOOK cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void *userData,
+                                           unsigned int flags)
+{
+    return ibp_route_stream_add_callback(IBP_STREAM_API_LEGACY, stream, callback, userData, flags);
+}
+
+IBP_HOOK cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t callback,
+                                                void *userData, unsigned int flags)
+{
+    return ibp_route_stream_add_callback(IBP_STREAM_API_PER_THREAD, stream, callback, userData, flags);
 }

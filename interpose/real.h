@@ -7,19 +7,24 @@
 
 /* Every runtime function the shim forwards to, with its exact signature.
  * X(name, return type, parameter list) */
-#define IBP_REAL_CUDART_LIST(X)                                                                    \
-    X(cudaMallocHost, cudaError_t, (void **ptr, size_t size))                                      \
-    X(cudaHostAlloc, cudaError_t, (void **ptr, size_t size, unsigned int flags))                   \
-    X(cudaFreeHost, cudaError_t, (void *ptr))                                                      \
-    X(cudaHostRegister, cudaError_t, (void *ptr, size_t size, unsigned int flags))                 \
-    X(cudaHostUnregister, cudaError_t, (void *ptr))                                                \
-    X(cudaMemcpy, cudaError_t, (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)) \
-    X(cudaMemcpy_ptds, cudaError_t,                                                                \
-      (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind))                        \
-    X(cudaMemcpyAsync, cudaError_t,                                                                \
-      (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream))  \
-    X(cudaMemcpyAsync_ptsz, cudaError_t,                                                           \
-      (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream))
+#define IBP_REAL_CUDART_LIST(X)                                                                              \
+    X(cudaMallocHost, cudaError_t, (void **ptr, size_t size))                                                \
+    X(cudaHostAlloc, cudaError_t, (void **ptr, size_t size, unsigned int flags))                             \
+    X(cudaFreeHost, cudaError_t, (void *ptr))                                                                \
+    X(cudaHostRegister, cudaError_t, (void *ptr, size_t size, unsigned int flags))                           \
+    X(cudaHostUnregister, cudaError_t, (void *ptr))                                                          \
+    X(cudaMemcpy, cudaError_t, (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind))         \
+    X(cudaMemcpy_ptds, cudaError_t, (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind))    \
+    X(cudaMemcpyAsync, cudaError_t,                                                                          \
+      (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream))             \
+    X(cudaMemcpyAsync_ptsz, cudaError_t,                                                                     \
+      (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream))             \
+    X(cudaLaunchHostFunc, cudaError_t, (cudaStream_t stream, cudaHostFn_t fn, void *userData))               \
+    X(cudaLaunchHostFunc_ptsz, cudaError_t, (cudaStream_t stream, cudaHostFn_t fn, void *userData))          \
+    X(cudaStreamAddCallback, cudaError_t,                                                                    \
+      (cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags))              \
+    X(cudaStreamAddCallback_ptsz, cudaError_t,                                                               \
+      (cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags))
 
 typedef enum IbpRealId {
 #define IBP_REAL_ID(name, ret, params) IBP_REAL_##name,

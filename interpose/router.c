@@ -3,6 +3,7 @@
 #include "interpose/router.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "common/log.h"
 #include "interpose/compressed.h"
@@ -24,6 +25,18 @@ static atomic_int compress_on;
 static atomic_int copies_on = 1; /* ibpshim_set_enabled() */
 static uint64_t min_bytes = UINT64_MAX;
 static IbpSendOptions send_opts; /* from [transfer] */
+
+/* Host functions (cudaLaunchHostFunc, cudaStreamAddCallback) enqueued and not yet returned, plus one
+ * for good once one ran unwrapped.  A plain copy enqueued behind such a function reads the source
+ * when the stream reaches it, after the function ran, while a plan is made from the shadow of the
+ * bytes at call time: if the function writes the source, the compressed copy delivers stale
+ * bytes.  Which stream and which bytes a function touches is unknown, so while any is pending every
+ * copy that would go compressed goes raw ("stale": the shadow may not hold what the copy must
+ * read).  Release on the decrement, acquire on the copy's load: a copy that finds none pending
+ * sees the function's writes, and the tracker has seen them too (they fault or dirty pages as any
+ * write does). */
+static atomic_ulong hostfn_pending;
+static atomic_flag hostfn_unseen;
 
 static IbpshimCallKind memcpy_kind(enum cudaMemcpyKind kind, int async)
 {
@@ -271,6 +284,9 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
 {
     IbpCopyPlan plan;
     const uint64_t t_lookup = ibp_ledger_elapsed_ns();
+    /* Loaded before planning: a host function that returns after the load may have written the
+     * source behind the plan's back. */
+    const int hostfn_busy = atomic_load_explicit(&hostfn_pending, memory_order_acquire) != 0;
     if (!ibp_policy_plan_h2d(src, n, &plan)) {
         ibp_ledger_routed(plan.tag, ibp_ledger_elapsed_ns() - t_lookup, 0, 0);
         ibp_ledger_copy_raw(plan.tag, raw_reason(plan.why), n);
@@ -282,6 +298,10 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
     CUcontext ctx = NULL;
     const CUstream cu_stream = driver_stream(api, stream);
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (hostfn_busy) {
+        why = IBP_RAW_STALE;
+        goto raw;
+    }
     if (!drv || drv->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
         goto raw;
     if (drv->cuStreamIsCapturing(cu_stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE) {
@@ -398,4 +418,111 @@ cudaError_t ibp_route_memcpy_async(IbpStreamApi api, void *dst, const void *src,
     if (ret == cudaSuccess && writes_tracked_host(dst, count, kind))
         note_device_write(api, dst, count, stream, 0);
     return ret;
+}
+
+/* A host function or stream callback, wrapped while it is pending. */
+typedef struct IbpHostFnCall {
+    cudaHostFn_t fn;         /* cudaLaunchHostFunc's, or NULL */
+    cudaStreamCallback_t cb; /* cudaStreamAddCallback's, or NULL */
+    void *user_data;
+} IbpHostFnCall;
+
+static void hostfn_done(IbpHostFnCall *call)
+{
+    free(call);
+    atomic_fetch_sub_explicit(&hostfn_pending, 1, memory_order_release);
+}
+
+static void CUDART_CB hostfn_trampoline(void *arg)
+{
+    IbpHostFnCall *call = arg;
+    call->fn(call->user_data);
+    hostfn_done(call);
+}
+
+static void CUDART_CB callback_trampoline(cudaStream_t stream, cudaError_t status, void *arg)
+{
+    IbpHostFnCall *call = arg;
+    call->cb(stream, status, call->user_data);
+    hostfn_done(call);
+}
+
+/* Returns a record counted as pending, or NULL when the function goes unwrapped: the shim is off
+ * (no copy is ever planned), there is no function (the real call rejects it), or the stream is
+ * capturing (the function becomes a graph node that runs at every launch of the graph, long
+ * after any record would be freed).  *unseen is set when the function cannot be followed (no
+ * memory, the stream's capture state unknown): if the real call takes it, copies go raw for good. */
+static IbpHostFnCall *hostfn_begin(IbpStreamApi api, cudaStream_t stream, int has_fn, int *unseen)
+{
+    *unseen = 0;
+    if (!has_fn || !atomic_load_explicit(&compress_on, memory_order_relaxed))
+        return NULL;
+    const IbpDriver *drv = ibp_driver_get();
+    if (!drv)
+        return NULL; /* no driver: every copy goes raw anyway */
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (drv->cuStreamIsCapturing(driver_stream(api, stream), &capture) != CUDA_SUCCESS) {
+        *unseen = 1;
+        return NULL;
+    }
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+        return NULL;
+    IbpHostFnCall *call = calloc(1, sizeof(*call));
+    if (!call) {
+        *unseen = 1;
+        return NULL;
+    }
+    atomic_fetch_add_explicit(&hostfn_pending, 1, memory_order_relaxed);
+    return call;
+}
+
+/* After the real call: undoes a wrap it refused, or records an unwrapped function it took. */
+static cudaError_t hostfn_end(IbpHostFnCall *call, int unseen, cudaError_t err)
+{
+    if (err != cudaSuccess) {
+        if (call)
+            hostfn_done(call);
+        return err;
+    }
+    if (unseen && !atomic_flag_test_and_set(&hostfn_unseen)) {
+        atomic_fetch_add_explicit(&hostfn_pending, 1, memory_order_relaxed);
+        IBP_WARN("a host function could not be wrapped (out of memory, or its stream's capture state "
+                 "unknown): host-to-device copies go raw from now on");
+    }
+    return err;
+}
+
+cudaError_t ibp_route_launch_host_func(IbpStreamApi api, cudaStream_t stream, cudaHostFn_t fn,
+                                       void *user_data)
+{
+    ibp_shim_init();
+    const IbpReal_cudaLaunchHostFunc real =
+        api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaLaunchHostFunc_ptsz) : IBP_REAL(cudaLaunchHostFunc);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    int unseen;
+    IbpHostFnCall *call = hostfn_begin(api, stream, fn != NULL, &unseen);
+    if (!call)
+        return hostfn_end(NULL, unseen, real(stream, fn, user_data));
+    call->fn = fn;
+    call->user_data = user_data;
+    return hostfn_end(call, 0, real(stream, hostfn_trampoline, call));
+}
+
+cudaError_t ibp_route_stream_add_callback(IbpStreamApi api, cudaStream_t stream,
+                                          cudaStreamCallback_t callback, void *user_data, unsigned int flags)
+{
+    ibp_shim_init();
+    const IbpReal_cudaStreamAddCallback real = api == IBP_STREAM_API_PER_THREAD
+                                                   ? IBP_REAL(cudaStreamAddCallback_ptsz)
+                                                   : IBP_REAL(cudaStreamAddCallback);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    int unseen;
+    IbpHostFnCall *call = hostfn_begin(api, stream, callback != NULL, &unseen);
+    if (!call)
+        return hostfn_end(NULL, unseen, real(stream, callback, user_data, flags));
+    call->cb = callback;
+    call->user_data = user_data;
+    return hostfn_end(call, 0, real(stream, callback_trampoline, call, flags));
 }

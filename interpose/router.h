@@ -32,5 +32,13 @@ cudaError_t ibp_route_memcpy(IbpStreamApi api, void *dst, const void *src, size_
                              enum cudaMemcpyKind kind);
 cudaError_t ibp_route_memcpy_async(IbpStreamApi api, void *dst, const void *src, size_t count,
                                    enum cudaMemcpyKind kind, cudaStream_t stream);
+/* Host functions and stream callbacks: the user's function runs wrapped, so that the router knows
+ * while one is pending (it may write a region a later copy on its stream reads, and such copies go
+ * raw).  Each returns exactly what the real call returns; the function runs unwrapped (as given)
+ * when the shim is off, the stream is capturing, or fn is NULL. */
+cudaError_t ibp_route_launch_host_func(IbpStreamApi api, cudaStream_t stream, cudaHostFn_t fn,
+                                       void *user_data);
+cudaError_t ibp_route_stream_add_callback(IbpStreamApi api, cudaStream_t stream,
+                                          cudaStreamCallback_t callback, void *user_data, unsigned int flags);
 
 #endif /* IBP_INTERPOSE_ROUTER_H */

@@ -9,7 +9,8 @@ ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|ibpshim_[a-z0-9_]+|sigaction|signal|r
                      r"__pread_chk|__pread64_chk|readv|preadv|preadv64|preadv2|recv|__recv_chk|recvfrom|"
                      r"__recvfrom_chk|recvmsg|recvmmsg)$")
 REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister", "cudaHostUnregister",
-            "cudaMemcpy", "cudaMemcpy_ptds", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "ibpshim_version",
+            "cudaMemcpy", "cudaMemcpy_ptds", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "cudaLaunchHostFunc",
+            "cudaLaunchHostFunc_ptsz", "cudaStreamAddCallback", "cudaStreamAddCallback_ptsz", "ibpshim_version",
             "read", "sigaction", "signal", "recvmsg"]
 
 

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define RT_EXPORT __attribute__((visibility("default")))
@@ -611,6 +612,50 @@ RT_EXPORT cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t 
 {
     ENTER();
     return ret_cu(cuLaunchHostFunc_ptsz(stream, fn, user_data));
+}
+
+/* The driver's host function runs the callback; the record carries what the callback is given. */
+typedef struct RtCallback {
+    cudaStreamCallback_t callback;
+    cudaStream_t stream; /* as the application passed it */
+    void *user_data;
+} RtCallback;
+
+static void CUDA_CB run_callback(void *arg)
+{
+    RtCallback *const rc = arg;
+    rc->callback(rc->stream, cudaSuccess, rc->user_data);
+    free(rc);
+}
+
+static cudaError_t stream_add_callback(cudaStream_t stream, cudaStreamCallback_t callback, void *user_data,
+                                       unsigned int flags, bool per_thread_default)
+{
+    if (!callback || flags != 0)
+        return ret(cudaErrorInvalidValue);
+    RtCallback *const rc = malloc(sizeof(*rc));
+    if (!rc)
+        return ret(cudaErrorMemoryAllocation);
+    *rc = (RtCallback){.callback = callback, .stream = stream, .user_data = user_data};
+    const CUresult r = per_thread_default ? cuLaunchHostFunc_ptsz(stream, run_callback, rc)
+                                          : cuLaunchHostFunc(stream, run_callback, rc);
+    if (r != CUDA_SUCCESS)
+        free(rc);
+    return ret_cu(r);
+}
+
+RT_EXPORT cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback,
+                                            void *user_data, unsigned int flags)
+{
+    ENTER();
+    return stream_add_callback(stream, callback, user_data, flags, false);
+}
+
+RT_EXPORT cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t callback,
+                                                 void *user_data, unsigned int flags)
+{
+    ENTER();
+    return stream_add_callback(stream, callback, user_data, flags, true);
 }
 
 /* ---- events ---- */

@@ -440,6 +440,68 @@ TEST_F(Fake, StreamRunsItsWorkInOrder)
     EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
 }
 
+// What a stream callback saw when it ran.
+struct CallbackSeen {
+    std::atomic<int> runs{0};
+    cudaStream_t stream = nullptr;
+    cudaError_t status = cudaErrorUnknown;
+    uint8_t first = 0; // the first byte of the copy enqueued before it
+    const uint8_t *pinned = nullptr;
+};
+
+void CUDART_CB record_callback(cudaStream_t stream, cudaError_t status, void *arg)
+{
+    CallbackSeen *const seen = static_cast<CallbackSeen *>(arg);
+    seen->stream = stream;
+    seen->status = status;
+    seen->first = seen->pinned[0];
+    seen->runs++;
+}
+
+TEST_F(Fake, StreamCallbackRunsInStreamOrder)
+{
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+    const size_t n = 1 << 16;
+    uint8_t *pinned = nullptr;
+    void *dev = nullptr;
+    ASSERT_EQ(cudaMallocHost((void **)&pinned, n), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dev, n), cudaSuccess);
+    memset(pinned, 0, n);
+    CallbackSeen seen;
+    seen.pinned = pinned;
+    {
+        Gate gate;
+        gate.enqueue(s);
+        ASSERT_EQ(cudaMemsetAsync(dev, 0x3c, n, s), cudaSuccess);
+        ASSERT_EQ(cudaMemcpyAsync(pinned, dev, n, cudaMemcpyDeviceToHost, s), cudaSuccess);
+        ASSERT_EQ(cudaStreamAddCallback(s, record_callback, &seen, 0), cudaSuccess);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        EXPECT_EQ(seen.runs.load(), 0) << "the callback ran before the work ahead of it";
+    }
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(seen.runs.load(), 1);
+    EXPECT_EQ(seen.stream, s);
+    EXPECT_EQ(seen.status, cudaSuccess);
+    EXPECT_EQ(seen.first, 0x3c);
+    // The per-thread default stream is handed back as the application passed it (0).
+    seen.stream = s;
+    ASSERT_EQ(cudaStreamAddCallback_ptsz(nullptr, record_callback, &seen, 0), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize_ptsz(nullptr), cudaSuccess);
+    EXPECT_EQ(seen.runs.load(), 2);
+    EXPECT_EQ(seen.stream, nullptr);
+    // Refused as the real runtime refuses them: nothing runs.
+    EXPECT_EQ(cudaStreamAddCallback(s, nullptr, nullptr, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cudaStreamAddCallback(s, record_callback, &seen, 1), cudaErrorInvalidValue);
+    ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+    EXPECT_EQ(cudaStreamAddCallback(s, record_callback, &seen, 0), cudaErrorInvalidResourceHandle);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(seen.runs.load(), 2);
+    (void)cudaGetLastError();
+    EXPECT_EQ(cudaFree(dev), cudaSuccess);
+    EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+}
+
 TEST_F(Fake, LegacyStreamWaitsForBlockingStreams)
 {
     cudaStream_t blocking, nonblocking;

@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: a host function (cudaLaunchHostFunc, cudaStreamAddCallback, legacy and _ptsz) that
+ * rewrites a compressed region before a copy of it in stream order: the copy delivers the new bytes. */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/preload/preload_check.h"
+
+typedef cudaError_t (*LaunchHostFuncFn)(cudaStream_t stream, cudaHostFn_t fn, void *user_data);
+typedef cudaError_t (*AddCallbackFn)(cudaStream_t stream, cudaStreamCallback_t cb, void *user_data,
+                                     unsigned int flags);
+typedef cudaError_t (*MemcpyAsyncFn)(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                                     cudaStream_t stream);
+
+/* What the host function does once opened: writes patch over [dst, dst + len). */
+typedef struct Gate {
+    atomic_int open;
+    atomic_int ran;
+    atomic_int wrong_args; /* the callback got another stream or a failure status */
+    cudaStream_t stream;   /* the stream the callback must be given */
+    uint8_t *dst;
+    const uint8_t *patch;
+    size_t len;
+} Gate;
+
+static void gate_run(Gate *g)
+{
+    const double start = preload_now();
+    while (!atomic_load(&g->open) && preload_now() - start < 60.0)
+        usleep(1000);
+    memcpy(g->dst, g->patch, g->len);
+    atomic_store(&g->ran, 1);
+}
+
+static void CUDART_CB gate_host_fn(void *arg)
+{
+    gate_run(arg);
+}
+
+static void CUDART_CB gate_callback(cudaStream_t stream, cudaError_t status, void *arg)
+{
+    Gate *g = arg;
+    if (stream != g->stream || status != cudaSuccess)
+        atomic_store(&g->wrong_args, 1);
+    gate_run(g);
+}
+
+static void CUDART_CB count_callback(cudaStream_t stream, cudaError_t status, void *arg)
+{
+    (void)stream;
+    (void)status;
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static void CUDART_CB count_host_fn(void *arg)
+{
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static void *lookup(void *handle, const char *name)
+{
+    void *fn = dlsym(handle, name);
+    CHECK(fn != NULL, "%s not found", name);
+    return fn;
+}
+
+static void *dev_buf;
+static uint8_t *back;
+
+typedef struct Waiting {
+    const uint8_t *host;
+    size_t n;
+    cudaStream_t s;
+} Waiting;
+
+static void copy_all(void *arg)
+{
+    const Waiting *w = arg;
+    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, w->n, w->s));
+    CHECK_CUDA(cudaMemcpyAsync(dev_buf, w->host, w->n, cudaMemcpyHostToDevice, w->s));
+    CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, w->n, cudaMemcpyDeviceToHost, w->s));
+    CHECK_CUDA(cudaStreamSynchronize(w->s));
+    CHECK(memcmp(back, w->host, w->n) == 0, "a copy of the compressed region differs");
+}
+
+/* The hooks answer bad arguments exactly as the runtime does, and a refused function leaves no
+ * pending host function behind (the copies after this are compressed again). */
+static void check_errors(cudaStream_t s)
+{
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(rt != NULL, "libcudart.so.13 is not loaded");
+    const char *names[] = {"cudaLaunchHostFunc", "cudaLaunchHostFunc_ptsz", "cudaStreamAddCallback",
+                           "cudaStreamAddCallback_ptsz"};
+    void *hook[4], *real[4];
+    for (int i = 0; i < 4; i++) {
+        hook[i] = lookup(RTLD_DEFAULT, names[i]);
+        real[i] = lookup(rt, names[i]);
+        CHECK(hook[i] != real[i], "%s is not hooked", names[i]);
+    }
+    /* A destroyed stream's handle is only safe to pass to the fake. */
+    cudaStream_t gone = NULL;
+    const int fake = dlsym(RTLD_DEFAULT, "fakecuda_stats") != NULL;
+    if (fake) {
+        CHECK_CUDA(cudaStreamCreate(&gone));
+        CHECK_CUDA(cudaStreamDestroy(gone));
+    }
+    atomic_int calls = 0;
+    for (int i = 0; i < 4; i++) {
+        cudaError_t got[3], want[3];
+        if (i < 2) {
+            got[0] = ((LaunchHostFuncFn)hook[i])(s, NULL, NULL);
+            want[0] = ((LaunchHostFuncFn)real[i])(s, NULL, NULL);
+            got[1] = fake ? ((LaunchHostFuncFn)hook[i])(gone, gate_host_fn, NULL) : cudaErrorInvalidValue;
+            want[1] = fake ? ((LaunchHostFuncFn)real[i])(gone, gate_host_fn, NULL) : cudaErrorInvalidValue;
+            got[2] = want[2] = cudaErrorInvalidValue;
+        } else {
+            got[0] = ((AddCallbackFn)hook[i])(s, NULL, NULL, 0);
+            want[0] = ((AddCallbackFn)real[i])(s, NULL, NULL, 0);
+            got[1] = fake ? ((AddCallbackFn)hook[i])(gone, count_callback, &calls, 0) : cudaErrorInvalidValue;
+            want[1] =
+                fake ? ((AddCallbackFn)real[i])(gone, count_callback, &calls, 0) : cudaErrorInvalidValue;
+            /* flags must be 0: the wrapped call is refused and undone. */
+            got[2] = ((AddCallbackFn)hook[i])(s, count_callback, &calls, 1);
+            want[2] = ((AddCallbackFn)real[i])(s, count_callback, &calls, 1);
+        }
+        for (int k = 0; k < 3; k++)
+            CHECK(got[k] == want[k] && got[k] != cudaSuccess, "%s, case %d: %s under the shim, %s without",
+                  names[i], k, cudaGetErrorName(got[k]), cudaGetErrorName(want[k]));
+        cudaGetLastError();
+    }
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    CHECK(atomic_load(&calls) == 0, "a refused callback ran %d times", atomic_load(&calls));
+}
+
+/* A host function captured into a graph runs at every launch of it, long after the call: it must
+ * reach the runtime as given, and leave nothing pending behind (the copies after it go compressed). */
+static void check_capture(void)
+{
+    cudaStream_t cs;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    atomic_int runs = 0;
+    CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    CHECK_CUDA(cudaLaunchHostFunc(cs, count_host_fn, &runs));
+    cudaGraph_t graph = NULL;
+    CHECK_CUDA(cudaStreamEndCapture(cs, &graph));
+    CHECK(atomic_load(&runs) == 0, "a captured host function ran at capture");
+    cudaGraphExec_t exec = NULL;
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 3; i++) {
+        CHECK_CUDA(cudaGraphLaunch(exec, cs));
+        CHECK_CUDA(cudaStreamSynchronize(cs));
+    }
+    CHECK(atomic_load(&runs) == 3, "a captured host function ran %d times in 3 graph launches",
+          atomic_load(&runs));
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    CHECK_CUDA(cudaStreamDestroy(cs));
+}
+
+/* One variant: host function, then the copy behind it, in one stream's order. */
+static void check_variant(const char *name, int ptsz, int callback, uint8_t *host, size_t n, cudaStream_t s,
+                          PreloadTotalsFn totals)
+{
+    const MemcpyAsyncFn copy =
+        (MemcpyAsyncFn)lookup(RTLD_DEFAULT, ptsz ? "cudaMemcpyAsync_ptsz" : "cudaMemcpyAsync");
+    /* _ptsz on stream 0 is the calling thread's default stream. */
+    const cudaStream_t stream = ptsz ? NULL : s;
+    const cudaStream_t memset_stream = ptsz ? cudaStreamPerThread : s;
+    /* 64 KiB and a bit at an odd offset: the copy after it still has a long run to compress. */
+    const size_t off = (1u << 20) + 3 * 4096 + 17, len = (64u << 10) + 5;
+    uint8_t *patch = malloc(len);
+    CHECK(patch != NULL, "malloc");
+    for (size_t i = 0; i < len; i++)
+        patch[i] = (uint8_t)~host[off + i];
+    Gate gate = {.stream = stream, .dst = host + off, .patch = patch, .len = len};
+
+    IbpshimTransferTotals a, b;
+    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, memset_stream));
+    if (callback) {
+        const AddCallbackFn add = (AddCallbackFn)lookup(RTLD_DEFAULT, ptsz ? "cudaStreamAddCallback_ptsz"
+                                                                           : "cudaStreamAddCallback");
+        CHECK_CUDA(add(stream, gate_callback, &gate, 0));
+    } else {
+        const LaunchHostFuncFn launch =
+            (LaunchHostFuncFn)lookup(RTLD_DEFAULT, ptsz ? "cudaLaunchHostFunc_ptsz" : "cudaLaunchHostFunc");
+        CHECK_CUDA(launch(stream, gate_host_fn, &gate));
+    }
+    CHECK(totals(&a) == 0, "totals");
+    CHECK_CUDA(copy(dev_buf, host, n, cudaMemcpyHostToDevice, stream));
+    CHECK(totals(&b) == 0, "totals");
+    CHECK(!atomic_load(&gate.ran), "%s: the host function ran before it was released", name);
+    atomic_store(&gate.open, 1);
+    CHECK_CUDA(copy(back, dev_buf, n, cudaMemcpyDeviceToHost, stream));
+    CHECK_CUDA(ptsz ? cudaStreamSynchronize(cudaStreamPerThread) : cudaStreamSynchronize(s));
+    CHECK(atomic_load(&gate.ran), "%s: the host function did not run", name);
+    CHECK(!atomic_load(&gate.wrong_args), "%s: the callback got another stream or a failure", name);
+    for (size_t i = 0; i < n; i++)
+        CHECK(back[i] == host[i], "%s: byte %zu is 0x%02x, expected 0x%02x (%s)", name, i, back[i], host[i],
+              i >= off && i < off + len ? "written by the host function" : "unchanged");
+    CHECK(b.copies == a.copies + 1 && b.compressed_in == a.compressed_in,
+          "%s: the copy behind a pending host function went compressed (%llu bytes)", name,
+          (unsigned long long)(b.compressed_in - a.compressed_in));
+
+    /* Once it has returned, copies go compressed again (all but the blocks it wrote). */
+    Waiting waiting = {.host = host, .n = n, .s = s};
+    const unsigned copies = preload_wait_compressed("hostfn", name, totals, copy_all, &waiting);
+    printf("hostfn: %s: copy behind it raw and correct, compressed again after %u copies\n", name, copies);
+    free(patch);
+}
+
+int main(void)
+{
+    const PreloadTotalsFn totals = preload_compression_or_skip("hostfn", 1);
+    const size_t n = (6u << 20) + 1000;
+    uint8_t *host = NULL;
+    CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
+    CHECK_CUDA(cudaMalloc(&dev_buf, n));
+    back = malloc(n);
+    CHECK(back != NULL, "malloc");
+    /* Float weights of a narrow range, the kind of data the codec compresses. */
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        const float v = (float)((i * 2654435761u) % 1000u) * 1e-4f;
+        memcpy(host + i, &v, 4);
+    }
+    cudaStream_t s;
+    CHECK_CUDA(cudaStreamCreate(&s));
+
+    check_errors(s);
+    check_capture();
+    Waiting waiting = {.host = host, .n = n, .s = s};
+    preload_wait_compressed("hostfn", "the first compression", totals, copy_all, &waiting);
+    check_variant("cudaLaunchHostFunc", 0, 0, host, n, s, totals);
+    check_variant("cudaLaunchHostFunc_ptsz", 1, 0, host, n, s, totals);
+    check_variant("cudaStreamAddCallback", 0, 1, host, n, s, totals);
+    check_variant("cudaStreamAddCallback_ptsz", 1, 1, host, n, s, totals);
+    printf("hostfn: ok\n");
+
+    CHECK_CUDA(cudaStreamDestroy(s));
+    CHECK_CUDA(cudaFree(dev_buf));
+    CHECK_CUDA(cudaFreeHost(host));
+    free(back);
+    return 0;
+}
