@@ -363,7 +363,8 @@ static int ndev_plans;
 
 /* Uploads the blob on `stream` into a new entry; NULL when there is no room or the driver
  * refuses.  Called with dev_plan_lock held. */
-static IbpDevPlan *dev_plan_add(const IbpDriver *drv, CUcontext ctx, const void *blob, size_t len, CUstream stream)
+static IbpDevPlan *dev_plan_add(const IbpDriver *drv, CUcontext ctx, const void *blob, size_t len,
+                                CUstream stream)
 {
     if (ndev_plans == IBP_DEV_PLANS || !len)
         return NULL;
@@ -396,8 +397,8 @@ static IbpDevPlan *dev_plan_add(const IbpDriver *drv, CUcontext ctx, const void 
  * the run.  On the H200 each run's own plan copy (96 bytes to a few KiB) held the copy engine
  * 5-25 us before the next DMA started.  *wire: the plan bytes this run moves.  0 on a driver
  * error. */
-static CUdeviceptr plan_for_run(const IbpDriver *drv, CUcontext ctx, const void *blob, size_t len, CUstream stream,
-                                CUdeviceptr staged, size_t *wire)
+static CUdeviceptr plan_for_run(const IbpDriver *drv, CUcontext ctx, const void *blob, size_t len,
+                                CUstream stream, CUdeviceptr staged, size_t *wire)
 {
     *wire = 0;
     CUdeviceptr dev = 0;
