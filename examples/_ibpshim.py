@@ -8,7 +8,10 @@ import platform
 import statistics
 import time
 
-import torch
+try:
+    import torch
+except ImportError:  # the trace split (tools/trace-split.py) needs only the standard library
+    torch = None
 
 
 class Shim:
@@ -279,6 +282,7 @@ def split_trace(path, steps, per_step=False):
     with open(path) as f:
         events = json.load(f).get("traceEvents", [])
     h2d, dec, other, h2d_bytes, n_h2d, n_dec = [], [], [], 0, 0, 0
+    big = []  # (span, bytes) of transfers of 1 MiB or more
     for e in events:
         cat, name = e.get("cat", ""), e.get("name", "")
         if cat not in ("kernel", "gpu_memcpy", "gpu_memset") or "dur" not in e:
@@ -286,8 +290,11 @@ def split_trace(path, steps, per_step=False):
         span = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
         if cat == "gpu_memcpy" and "HtoD" in name:
             h2d.append(span)
-            h2d_bytes += int((e.get("args") or {}).get("bytes", 0))
+            nbytes = int((e.get("args") or {}).get("bytes", 0) or 0)
+            h2d_bytes += nbytes
             n_h2d += 1
+            if nbytes >= 1 << 20:
+                big.append((span, nbytes))
         elif cat == "kernel" and "ibp_k_" in name:
             dec.append(span)
             n_dec += 1
@@ -301,6 +308,14 @@ def split_trace(path, steps, per_step=False):
         window = _step_spans(h2d + dec, steps)
     busy = _union(h2d)
     ms = 1e-3 / steps  # trace times are microseconds
+
+    def rate(pairs):  # GB/s over the transfers' own durations
+        t = sum(b - a for (a, b), _ in pairs)
+        return sum(n for _, n in pairs) / (t * 1e3) if t > 0 else None
+
+    # Transfers a decode overlaps for at least a fifth of their time, against those it does not touch
+    # (under 5%): how much the decodes slow the DMA down.
+    share = [(x, _overlap([x[0]], dec) / (x[0][1] - x[0][0])) for x in big if x[0][1] > x[0][0]]
     return {
         "steps": steps, "window_ms": window * ms,
         "h2d_ms": busy * ms, "h2d_copies": n_h2d / steps, "h2d_bytes": h2d_bytes / steps,
@@ -309,6 +324,8 @@ def split_trace(path, steps, per_step=False):
         "decode_under_dma_ms": _overlap(dec, h2d) * ms,
         "other_kernels_ms": _union(other) * ms,
         "copy_engine_idle_ms": (window - busy) * ms,
+        "h2d_gbps_alone": rate([x for x, f in share if f < 0.05]),
+        "h2d_gbps_under_decode": rate([x for x, f in share if f >= 0.2]),
     }
 
 
@@ -336,11 +353,14 @@ def profile_split(shim, fn, on, steps, path, before=None, after=None):
 def fmt_split(sp):
     if not sp:
         return "no GPU activity traced"
-    return ("window %.2f ms/step: DMA %.2f ms (%.0f copies, %.1f GB/s while busy), decode %.2f ms "
-            "(%.0f launches, %.2f ms under DMA), other kernels %.2f ms, copy engine idle %.2f ms" % (
-                sp["window_ms"], sp["h2d_ms"], sp["h2d_copies"], sp["h2d_gbps_busy"] or 0.0, sp["decode_ms"],
-                sp["decode_launches"], sp["decode_under_dma_ms"], sp["other_kernels_ms"],
-                sp["copy_engine_idle_ms"]))
+    alone, under = sp.get("h2d_gbps_alone"), sp.get("h2d_gbps_under_decode")
+    return ("window %.2f ms/step: DMA %.2f ms (%.0f copies, %.1f GB/s while busy; runs of 1 MiB+ %s GB/s "
+            "alone, %s under a decode), decode %.2f ms (%.0f launches, %.2f ms under DMA), other kernels "
+            "%.2f ms, copy engine idle %.2f ms" % (
+                sp["window_ms"], sp["h2d_ms"], sp["h2d_copies"], sp["h2d_gbps_busy"] or 0.0,
+                fmt_ratio(alone, 1), fmt_ratio(under, 1), sp["decode_ms"], sp["decode_launches"],
+                sp["decode_under_dma_ms"],
+                sp["other_kernels_ms"], sp["copy_engine_idle_ms"]))
 
 
 def fmt_ratio(x, digits=2):

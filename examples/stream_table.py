@@ -63,12 +63,14 @@ def parse_args(argv=None):
     ap.add_argument("--slice-mib", type=float, help="slice size in MiB (default 64, quick 16)")
     ap.add_argument("--updates", type=int, default=64, help="rows rewritten between epochs (default 64)")
     ap.add_argument("--access", choices=("scan", "lookup"), default="scan",
-                    help="scan: every slice each epoch; lookup: the chunks of a Zipf batch of rows (DLRM-like)")
+                    help="scan: every slice each epoch; lookup: the chunks of a Zipf batch of rows")
     ap.add_argument("--batch", type=int, default=4096, help="lookup: row indices per step (default 4096)")
     ap.add_argument("--bag", type=int, default=32, help="lookup: rows summed per bag (default 32)")
-    ap.add_argument("--zipf", type=float, default=1.2, help="lookup: Zipf exponent of row popularity (default 1.2)")
+    ap.add_argument("--zipf", type=float, default=1.2,
+                    help="lookup: Zipf exponent of row popularity (default 1.2)")
     ap.add_argument("--chunk-mib", type=float, default=8.0, help="lookup: chunk size in MiB (default 8)")
-    ap.add_argument("--spread", action="store_true", help="lookup: hot rows scattered over the table, not first")
+    ap.add_argument("--spread", action="store_true",
+                    help="lookup: hot rows scattered over the table, not first")
     ap.add_argument("--init", choices=("random", "trained-like"), default="random",
                     help="content when no --table is given (default random)")
     ap.add_argument("--table", metavar="PATH", help="a tensor file whose bytes, repeated, fill the table")
@@ -341,8 +343,8 @@ def main(argv=None):
     }
     res.update(s)
     if t.lookup:
-        pattern_text = ("lookup: batches of %d rows (Zipf %.2f, bags of %d) need %.0f MiB a step in chunks of %.0f MiB"
-                        % (t.batch, args.zipf, t.bag, step_bytes / 2**20, args.chunk_mib))
+        pattern_text = ("lookup: batches of %d rows (Zipf %.2f, bags of %d) need %.0f MiB a step in chunks of "
+                        "%.0f MiB" % (t.batch, args.zipf, t.bag, step_bytes / 2**20, args.chunk_mib))
     else:
         pattern_text = "%d slices of ~%.0f MiB per epoch in shuffled order" % (len(t.slices), args.slice_mib)
     print("%s: %.2f GiB %s table (%s), %s, %d rows updated "
