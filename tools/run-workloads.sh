@@ -9,7 +9,8 @@
 #   --paths "P..."  [transfer] path values to run under, each a full round (default "auto"; also dma,
 #                   zerocopy)
 #   --only "W..."   which workloads: offload (random init), offload-trained (trained-like init), table,
-#                   transient, streams (several streams at once) (default all five)
+#                   lookup (the table read in chunks by a DLRM-like lookup), transient, streams (several
+#                   streams at once) (default all six)
 #   --table FILE    a real tensor file for stream_table.py and streams.py to tile (e.g.
 #                   ../shared/data/ocr_det_all_f32.bin)
 #   --weights PATH  a Llama-style checkpoint for offload_llm.py (both offload runs then use it)
@@ -29,7 +30,7 @@ build=build
 lib=""
 quick=0
 paths="auto"
-only="offload offload-trained table transient streams"
+only="offload offload-trained table lookup transient streams"
 table=""
 weights=""
 timeout_s=""
@@ -73,8 +74,9 @@ for p in $paths; do
 done
 for w in $only; do
     case $w in
-        offload|offload-trained|table|transient|streams) ;;
-        *) echo "run-workloads: unknown workload $w (offload, offload-trained, table, transient, streams)" >&2
+        offload|offload-trained|table|lookup|transient|streams) ;;
+        *) echo "run-workloads: unknown workload $w (offload, offload-trained, table, lookup, transient," \
+               "streams)" >&2
            exit 2 ;;
     esac
 done
@@ -169,12 +171,13 @@ for p in $paths; do
             offload-trained) name="offload_llm trained-like"
                              cmd=(examples/offload_llm.py --init trained-like) ;;
             table) name="stream_table"; cmd=(examples/stream_table.py) ;;
+            lookup) name="stream_table lookup"; cmd=(examples/stream_table.py --access lookup) ;;
             transient) name="transient"; cmd=(examples/transient.py) ;;
             streams) name="streams"; cmd=(examples/streams.py) ;;
         esac
         case $w in
             offload*) extra=("${weight_args[@]}") ;;
-            table|streams) extra=("${table_args[@]}") ;;
+            table|lookup|streams) extra=("${table_args[@]}") ;;
             *) extra=() ;;
         esac
         say "[$total/$n_total path=$p] $name ..."
