@@ -50,15 +50,9 @@ static void round_trip(const uint8_t *host, size_t off, size_t len, cudaStream_t
               back[i], host[off + i]);
 }
 
-typedef struct Waiting {
-    const uint8_t *host;
-    size_t n;
-    cudaStream_t s;
-} Waiting;
-
 static void copy_all(void *arg)
 {
-    const Waiting *w = arg;
+    const PreloadWaiting *w = arg;
     round_trip(w->host, 0, w->n, w->s, "waiting for compression");
 }
 
@@ -77,7 +71,7 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaStreamCreate(&s));
 
     round_trip(host, 0, n, s, "first copy");
-    Waiting waiting = {.host = host, .n = n, .s = s};
+    PreloadWaiting waiting = {.host = host, .n = n, .s = s};
     preload_wait_compressed("compressed", "the first compression", totals, copy_all, &waiting);
     IbpshimTransferTotals before, after;
     totals(&before);

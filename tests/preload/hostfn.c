@@ -69,15 +69,9 @@ static void *lookup(void *handle, const char *name)
 static void *dev_buf;
 static uint8_t *back;
 
-typedef struct Waiting {
-    const uint8_t *host;
-    size_t n;
-    cudaStream_t s;
-} Waiting;
-
 static void copy_all(void *arg)
 {
-    const Waiting *w = arg;
+    const PreloadWaiting *w = arg;
     CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, w->n, w->s));
     CHECK_CUDA(cudaMemcpyAsync(dev_buf, w->host, w->n, cudaMemcpyHostToDevice, w->s));
     CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, w->n, cudaMemcpyDeviceToHost, w->s));
@@ -204,7 +198,7 @@ static void check_variant(const char *name, int ptsz, int callback, uint8_t *hos
           (unsigned long long)(b.compressed_in - a.compressed_in));
 
     /* Once it has returned, copies go compressed again (all but the blocks it wrote). */
-    Waiting waiting = {.host = host, .n = n, .s = s};
+    PreloadWaiting waiting = {.host = host, .n = n, .s = s};
     const unsigned copies = preload_wait_compressed("hostfn", name, totals, copy_all, &waiting);
     printf("hostfn: %s: copy behind it raw and correct, compressed again after %u copies\n", name, copies);
     free(patch);
@@ -229,7 +223,7 @@ int main(void)
 
     check_errors(s);
     check_capture();
-    Waiting waiting = {.host = host, .n = n, .s = s};
+    PreloadWaiting waiting = {.host = host, .n = n, .s = s};
     preload_wait_compressed("hostfn", "the first compression", totals, copy_all, &waiting);
     check_variant("cudaLaunchHostFunc", 0, 0, host, n, s, totals);
     check_variant("cudaLaunchHostFunc_ptsz", 1, 0, host, n, s, totals);

@@ -68,15 +68,9 @@ static void round_trip(const uint8_t *host, size_t off, size_t len, cudaStream_t
               off, len, back[i], host[off + i]);
 }
 
-typedef struct Waiting {
-    const uint8_t *host;
-    size_t n;
-    cudaStream_t s;
-} Waiting;
-
 static void copy_all(void *arg)
 {
-    const Waiting *w = arg;
+    const PreloadWaiting *w = arg;
     round_trip(w->host, 0, w->n, w->s, "waiting for compression");
 }
 
@@ -138,7 +132,7 @@ int main(int argc, char **argv)
     if (fake && !gate)
         fake_fail("cuStreamCreate", 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
     round_trip(host, 0, n, s, "first copy");
-    Waiting waiting = {.host = host, .n = n, .s = s};
+    PreloadWaiting waiting = {.host = host, .n = n, .s = s};
     preload_wait_compressed("pipelined", "the first compression", totals, copy_all, &waiting);
     if (gate) {
         for (int k = 0; k < 3; k++)

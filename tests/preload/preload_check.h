@@ -4,6 +4,7 @@
 #define IBP_TESTS_PRELOAD_PRELOAD_CHECK_H
 
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -68,6 +69,13 @@ static inline PreloadTotalsFn preload_compression_or_skip(const char *name, int 
 
 /* One copy of the region the program waits on (its bytes checked by the callee). */
 typedef void (*PreloadCopyFn)(void *arg);
+
+/* What a PreloadCopyFn of the harnesses copies while they wait: a pinned region on a stream. */
+typedef struct PreloadWaiting {
+    const uint8_t *host;
+    size_t n;
+    cudaStream_t s;
+} PreloadWaiting;
 
 /* How long preload_wait_compressed() waits: PRELOAD_WAIT_SECONDS, default 100 s.  Compressing a
  * 40 MiB region took 6 s at most under AddressSanitizer with both cores of the CI machine busy
