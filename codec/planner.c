@@ -196,10 +196,9 @@ enum { IBP_FIT_ALL, IBP_FIT_FREE, IBP_FIT_SETS };
 /* Work space for mask fitting, sized for the largest candidate.  Everything is per (set,
  * column), set 0 being where the words no fitted set takes go (and are ignored). */
 typedef struct IbpFit {
-    uint64_t spread[256]; /* spread[v]: bit b of v in the low bit of byte lane b */
     uint32_t *cnt;        /* (K+1) * C * 64: words with each bit set */
     uint32_t *ncol;       /* (K+1) * C: words */
-    uint64_t *acc;        /* slots * (K+1) * C * 8: byte-lane counters, emptied every 255 words */
+    uint64_t *acc;        /* slots * (K+1) * C * 8: byte-lane counters (ibp_acc_lane), emptied every 255 words */
     uint8_t *pending;     /* slots * (K+1) * C */
     uint64_t *maj;        /* (K+1) * C */
     uint64_t *prefix;     /* (K+1) * C * 65 */
@@ -260,12 +259,6 @@ static int ibp_fit_alloc(IbpFit *f, uint32_t c_count)
         ibp_fit_free(f);
         return -ENOMEM;
     }
-    for (uint32_t v = 0; v < 256u; v++) {
-        uint64_t lanes = 0;
-        for (uint32_t b = 0; b < 8u; b++)
-            lanes |= (uint64_t)((v >> b) & 1u) << (8u * b);
-        f->spread[v] = lanes;
-    }
     return 0;
 }
 
@@ -300,11 +293,34 @@ static inline uint32_t ibp_fit_route(const uint8_t *member, int mode, size_t i)
     return member[i];
 }
 
+typedef uint8_t ibp_v16u8 __attribute__((vector_size(16)));
+typedef uint64_t ibp_v2u64 __attribute__((vector_size(16)));
+
+/* The bit counters of one (set, column) are W*8 byte lanes, W/2 vectors of 16: lane l of vector p
+ * counts bit p*16/W + l/W of byte l%W, so that a word repeated to fill a vector (its byte l%W in
+ * lane l) is tested against one constant per vector. */
+static inline uint32_t ibp_acc_bit(uint32_t w, uint32_t j)
+{
+    const uint32_t p = j / 16u, l = j % 16u;
+    return (l % w) * 8u + p * (16u / w) + l / w;
+}
+
+/* Adds the byte lanes of counters a to cnt (W*8 entries by bit) and empties them. */
+static inline __attribute__((always_inline)) void ibp_acc_flush(uint64_t *a, uint32_t w, uint32_t *cnt)
+{
+    uint8_t lanes[64];
+    memcpy(lanes, a, w * 8u);
+    for (uint32_t j = 0; j < w * 8u; j++)
+        cnt[ibp_acc_bit(w, j)] += lanes[j];
+    memset(a, 0, w * 8u);
+}
+
 /* The word loops of ibp_fit_masks, instantiated per word size and mode (ibp_fit_route is then a
  * load or a constant, and the per-byte loops unroll). */
 static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *ws, const uint8_t *member,
                                                                 uint32_t nfit, IbpFit *f, const uint32_t w,
-                                                                const int mode, size_t lo, size_t hi)
+                                                                const int mode, const IbpMasks *am,
+                                                                size_t lo, size_t hi)
 {
     const uint32_t wbits = w * 8u;
     const uint32_t c_count = ws->columns;
@@ -314,25 +330,50 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
      * f and ws would be loaded again after every word. */
     const uint64_t *restrict const words = ws->w;
     const uint32_t *restrict const cols = ws->col;
-    const uint64_t *restrict const spread = f->spread;
+    /* The word repeated to 8 bytes, and each vector's bit of each lane. */
+    const uint64_t rep = w == 2u ? 0x0001000100010001ull : w == 4u ? 0x0000000100000001ull : 1u;
+    ibp_v16u8 bit[4];
+    for (uint32_t p = 0; p < w / 2u; p++)
+        for (uint32_t l = 0; l < 16u; l++)
+            bit[p][l] = (uint8_t)(1u << (p * (16u / w) + l / w));
     uint64_t *restrict const acc = f->acc;
     uint8_t *restrict const pending = f->pending;
     uint32_t *restrict const cnt = f->cnt;
     uint32_t *restrict const ncol = f->ncol;
+    /* With am (a constant NULL or not where inlined), each word's set under am is found here, as
+     * ibp_assign would, and written to member before it routes the word. */
+    const uint64_t *restrict const amask = am ? am->mask : NULL;
+    const uint64_t *restrict const avalue = am ? am->value : NULL;
+    const uint32_t ak = am ? am->nsets : 0;
+    uint8_t *restrict const mem = (uint8_t *)member;
     for (size_t i = lo; i < hi; i++) {
-        const size_t at =
-            ((i & (slots - 1u)) * (nfit + 1u) + ibp_fit_route(member, mode, i)) * c_count + cols[i];
         const uint64_t x = words[i];
+        const uint32_t c = cols[i];
+        uint32_t route;
+        if (am) {
+            uint32_t sel = 0;
+            for (uint32_t k = ak; k > 0; k--) {
+                const size_t idx = (size_t)(k - 1u) * c_count + c;
+                sel = (x & amask[idx]) == avalue[idx] ? k : sel;
+            }
+            mem[i] = (uint8_t)sel;
+            route = mode == IBP_FIT_FREE ? sel == 0 : sel;
+        } else {
+            route = ibp_fit_route(member, mode, i);
+        }
+        const size_t at = ((i & (slots - 1u)) * (nfit + 1u) + route) * c_count + c;
         uint64_t *a = acc + at * w;
-        for (uint32_t q = 0; q < w; q++)
-            a[q] += spread[(x >> (8u * q)) & 0xffu];
+        const uint64_t xr = x * rep;
+        const ibp_v16u8 xv = (ibp_v16u8)(ibp_v2u64){xr, xr};
+        for (uint32_t p = 0; p < w / 2u; p++) {
+            ibp_v16u8 v;
+            memcpy(&v, a + 2u * p, 16);
+            v -= (ibp_v16u8)((xv & bit[p]) == bit[p]); /* set lanes are all ones */
+            memcpy(a + 2u * p, &v, 16);
+        }
         if (++pending[at] == 255u) {
             const size_t sc_at = at % sc;
-            for (uint32_t q = 0; q < w; q++) {
-                for (uint32_t b = 0; b < 8u; b++)
-                    cnt[sc_at * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
-                a[q] = 0;
-            }
+            ibp_acc_flush(a, w, cnt + sc_at * wbits);
             ncol[sc_at] += 255u;
             pending[at] = 0;
         }
@@ -448,7 +489,7 @@ static void ibp_rank_bits(const uint32_t *freq, uint32_t wbits, uint32_t n, uint
  * This is the threshold sweep of the paper, done exactly per column.  Returns the bits saved in
  * total; f->hist and f->ncol hold set 1's agreement histogram (W*8 + 1 entries per column) and
  * word counts afterwards. */
-/* One thread's share of a word pass of ibp_fit_masks (or of ibp_assign). */
+/* One thread's share of a word pass of ibp_fit_masks. */
 typedef struct IbpPass {
     void (*run)(struct IbpPass *p);
     const IbpWords *ws;
@@ -457,11 +498,9 @@ typedef struct IbpPass {
     uint32_t nfit;
     int use_rank;
     const IbpFit *model; /* the bit ranking, for the histogram pass */
+    const IbpMasks *am;  /* the count pass assigns member by these sets first, or NULL */
     IbpFit *f;           /* this thread's counters */
     size_t lo, hi;       /* its words */
-    const IbpMasks *m;   /* for ibp_assign */
-    uint8_t *size;
-    uint64_t bits;
 } IbpPass;
 
 static void *ibp_pass_thread(void *arg)
@@ -517,13 +556,13 @@ static void ibp_count_pass(IbpPass *p)
     memset(f->ncol, 0, sc * sizeof(uint32_t));
     memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
     memset(f->pending, 0, slots * sc);
-    IBP_FIT_DISPATCH(ibp_fit_count(ws, p->member, p->nfit, f, w_, mode_, p->lo, p->hi));
+    if (p->am)
+        IBP_FIT_DISPATCH(ibp_fit_count(ws, p->member, p->nfit, f, w_, mode_, p->am, p->lo, p->hi));
+    else
+        IBP_FIT_DISPATCH(ibp_fit_count(ws, p->member, p->nfit, f, w_, mode_, NULL, p->lo, p->hi));
     for (size_t at = 0; at < slots * sc; at++) {
         const size_t sc_at = at % sc;
-        const uint64_t *a = f->acc + at * w;
-        for (uint32_t q = 0; q < w; q++)
-            for (uint32_t b = 0; b < 8u; b++)
-                f->cnt[sc_at * wbits + q * 8u + b] += (uint32_t)((a[q] >> (8u * b)) & 0xffu);
+        ibp_acc_flush(f->acc + at * w, w, f->cnt + sc_at * wbits);
         f->ncol[sc_at] += f->pending[at];
     }
 }
@@ -554,9 +593,10 @@ static void ibp_hist_pass(IbpPass *p)
  * This is the threshold sweep of the paper, done exactly per column.  Returns the bits saved in
  * total; f->hist and f->ncol hold set 1's agreement histogram (W*8 + 1 entries per column) and
  * word counts afterwards.  With f->par, the two word passes are shared among its threads; the
- * counts, and so the masks, are the same. */
-static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mode, uint32_t nfit, IbpFit *f,
-                              uint64_t *mask, uint64_t *value)
+ * counts, and so the masks, are the same.  With am, member is first written as ibp_assign writes it
+ * for the sets am (by the count pass, which reads the same words). */
+static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode, uint32_t nfit,
+                              IbpFit *f, uint64_t *mask, uint64_t *value)
 {
     const uint32_t w = ws->word_size;
     const uint32_t wbits = w * 8u;
@@ -570,6 +610,7 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, const uint8_t *member, int mod
                            .member = member,
                            .mode = mode,
                            .nfit = nfit,
+                           .am = am,
                            .use_rank = use_rank,
                            .model = f,
                            .f = f};
@@ -726,14 +767,11 @@ static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWord
     return bits;
 }
 
-/* ibp_assign over words [lo, hi). */
-static uint64_t ibp_assign_range(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size,
-                                 size_t lo, size_t hi)
+/* ibp_assign_k with K a constant; member and size, where the caller passes NULL, constants too. */
+static inline __attribute__((always_inline)) uint64_t ibp_assign_sets(const IbpWords *ws, const IbpMasks *m,
+                                                                      const uint8_t *vb, uint8_t *member,
+                                                                      uint8_t *size, size_t lo, size_t hi)
 {
-    const uint32_t wbits = ws->word_size * 8u;
-    uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
-    for (uint32_t i = 0; i < m->nsets * ws->columns; i++)
-        vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
     switch (m->nsets) {
     case 1:
         return ibp_assign_k(ws, m, vb, member, size, 1u, lo, hi);
@@ -744,31 +782,29 @@ static uint64_t ibp_assign_range(const IbpWords *ws, const IbpMasks *m, uint8_t 
     }
 }
 
+/* ibp_assign over words [lo, hi).  A loop per output wanted: with the NULL tests inside, the
+ * word loop kept both and its branches (the trials ask for one output, the screen for none). */
+static uint64_t ibp_assign_range(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size,
+                                 size_t lo, size_t hi)
+{
+    const uint32_t wbits = ws->word_size * 8u;
+    uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
+    for (uint32_t i = 0; i < m->nsets * ws->columns; i++)
+        vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
+    if (member && size)
+        return ibp_assign_sets(ws, m, vb, member, size, lo, hi);
+    if (member)
+        return ibp_assign_sets(ws, m, vb, member, NULL, lo, hi);
+    if (size)
+        return ibp_assign_sets(ws, m, vb, NULL, size, lo, hi);
+    return ibp_assign_sets(ws, m, vb, NULL, NULL, lo, hi);
+}
+
 /* Per word of the sample: selector (0 = no set) under masks m; returns the estimated bits of
  * all words with per-word selectors and no row grouping. */
 static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size)
 {
     return ibp_assign_range(ws, m, member, size, 0, ws->n);
-}
-
-static void ibp_assign_pass(IbpPass *p)
-{
-    p->bits = ibp_assign_range(p->ws, p->m, (uint8_t *)p->member, p->size, p->lo, p->hi);
-}
-
-/* ibp_assign on the threads of f->par, where it has some. */
-static uint64_t ibp_assign_shared(const IbpFit *f, const IbpWords *ws, const IbpMasks *m, uint8_t *member,
-                                  uint8_t *size)
-{
-    const IbpPass proto = {
-        .run = ibp_assign_pass, .ws = ws, .member = member, .m = m, .size = size, .f = (IbpFit *)f};
-    IbpPass passes[IBP_PLAN_MAX_THREADS];
-    const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
-    ibp_passes_run(passes, nt);
-    uint64_t bits = 0;
-    for (unsigned t = 0; t < nt; t++)
-        bits += passes[t].bits;
-    return bits;
 }
 
 /* The greedy start of the clustered variant: sets [from, to) fitted one after the other, set 1
@@ -780,11 +816,10 @@ static void ibp_fit_greedy(const IbpWords *ws, uint32_t from, uint32_t to, IbpFi
     const uint32_t c_count = ws->columns;
     for (uint32_t k = from; k < to; k++) {
         if (k == 0) {
-            ibp_fit_masks(ws, NULL, IBP_FIT_ALL, 1, f, mask, value);
+            ibp_fit_masks(ws, NULL, NULL, IBP_FIT_ALL, 1, f, mask, value);
         } else {
-            IbpMasks partial = {.nsets = k, .mask = mask, .value = value};
-            ibp_assign_shared(f, ws, &partial, member, NULL);
-            ibp_fit_masks(ws, member, IBP_FIT_FREE, 1, f, mask + (size_t)k * c_count,
+            const IbpMasks partial = {.nsets = k, .mask = mask, .value = value};
+            ibp_fit_masks(ws, member, &partial, IBP_FIT_FREE, 1, f, mask + (size_t)k * c_count,
                           value + (size_t)k * c_count);
         }
     }
@@ -797,8 +832,9 @@ static void ibp_refine_sets(const IbpWords *ws, IbpFit *f, uint8_t *member, IbpM
     const uint32_t c_count = ws->columns;
     for (int round = 0; round < rounds && m->nsets > 1; round++) {
         ibp_masks_sort(m, c_count);
-        ibp_assign_shared(f, ws, m, member, NULL);
-        ibp_fit_masks(ws, member, IBP_FIT_SETS, m->nsets, f, m->mask, m->value);
+        /* The words are assigned by m in the fit's count pass; the fit writes m only after both
+         * of its passes. */
+        ibp_fit_masks(ws, member, m, IBP_FIT_SETS, m->nsets, f, m->mask, m->value);
     }
     ibp_masks_sort(m, c_count);
 }
@@ -859,8 +895,6 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint8_t *size, uint32_t 
 
 /* Equal-byte counts at every lag up to IBP_PERIOD_MAX over a stretch of the region; the lags
  * where bytes repeat most are the candidate row periods. */
-typedef uint8_t ibp_v16u8 __attribute__((vector_size(16)));
-
 static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, uint32_t max_out)
 {
     static const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full;
@@ -966,7 +1000,7 @@ static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, Ibp
         rc = ibp_words_load(s, w, c_count, trial, ws);
         if (rc)
             goto fail;
-        ibp_fit_masks(ws, NULL, IBP_FIT_ALL, 1, f, mask, value);
+        ibp_fit_masks(ws, NULL, NULL, IBP_FIT_ALL, 1, f, mask, value);
         /* Bits per column under this transform: words * W*8 minus what its mask saves. */
         const uint32_t wbits = w * 8u;
         for (uint32_t c = 0; c < c_count; c++) {
@@ -1128,7 +1162,7 @@ static int ibp_job_screen(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     int rc = ibp_words_load(s->screen_fit, c->word_size, c->columns, NULL, &wk->ws);
     if (rc)
         return rc;
-    ibp_fit_masks(&wk->ws, NULL, IBP_FIT_ALL, 1, &wk->fit, wk->m.mask, wk->m.value);
+    ibp_fit_masks(&wk->ws, NULL, NULL, IBP_FIT_ALL, 1, &wk->fit, wk->m.mask, wk->m.value);
     rc = ibp_words_load(s->screen_eval, c->word_size, c->columns, NULL, &wk->ws);
     if (rc)
         return rc;
