@@ -418,15 +418,21 @@ TEST_F(Fake, DestinationIsStaleUntilSynchronized)
     EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
 }
 
+// A stream with a pinned and a device buffer of n bytes, for the stream-order tests.
+void stream_and_buffers(cudaStream_t *s, uint8_t **pinned, void **dev, size_t n)
+{
+    ASSERT_EQ(cudaStreamCreate(s), cudaSuccess);
+    ASSERT_EQ(cudaMallocHost((void **)pinned, n), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(dev, n), cudaSuccess);
+}
+
 TEST_F(Fake, StreamRunsItsWorkInOrder)
 {
-    cudaStream_t s;
-    ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+    cudaStream_t s = nullptr;
     const size_t n = 1 << 16;
     uint8_t *pinned = nullptr;
     void *dev = nullptr;
-    ASSERT_EQ(cudaMallocHost((void **)&pinned, n), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&dev, n), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(stream_and_buffers(&s, &pinned, &dev, n));
     fakecuda_set_copy_delay_us(200);
     for (int round = 1; round <= 20; round++) {
         ASSERT_EQ(cudaMemsetAsync(dev, round, n, s), cudaSuccess);
@@ -460,13 +466,11 @@ void CUDART_CB record_callback(cudaStream_t stream, cudaError_t status, void *ar
 
 TEST_F(Fake, StreamCallbackRunsInStreamOrder)
 {
-    cudaStream_t s;
-    ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+    cudaStream_t s = nullptr;
     const size_t n = 1 << 16;
     uint8_t *pinned = nullptr;
     void *dev = nullptr;
-    ASSERT_EQ(cudaMallocHost((void **)&pinned, n), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&dev, n), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(stream_and_buffers(&s, &pinned, &dev, n));
     memset(pinned, 0, n);
     CallbackSeen seen;
     seen.pinned = pinned;
