@@ -128,6 +128,41 @@ static void ibp_words_free(IbpWords *ws)
     memset(ws, 0, sizeof(*ws));
 }
 
+/* One chunk's nw words from p into out and their columns (from col on) into cols, untransformed. */
+static inline __attribute__((always_inline)) void ibp_words_copy(const uint8_t *p, uint32_t nw,
+                                                                 const uint32_t w, uint32_t col,
+                                                                 uint32_t c_count, uint64_t *restrict out,
+                                                                 uint32_t *restrict cols)
+{
+    for (uint32_t j = 0; j < nw; j++) {
+        out[j] = ibp_load_word(p + (size_t)j * w, w);
+        cols[j] = col;
+        if (++col == c_count)
+            col = 0;
+    }
+}
+
+/* The words of ibp_words_load without transforms, copied per word size. */
+static void ibp_words_load_plain(const IbpSample *s, uint32_t w, uint32_t c_count, IbpWords *ws)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const IbpChunk *ch = &s->chunks[i];
+        const uint32_t nw = ch->len / w;
+        const uint32_t col = (uint32_t)((ch->off / w) % c_count);
+        if (w == 2u)
+            ibp_words_copy(ch->p, nw, 2u, col, c_count, ws->w + at, ws->col + at);
+        else if (w == 4u)
+            ibp_words_copy(ch->p, nw, 4u, col, c_count, ws->w + at, ws->col + at);
+        else
+            ibp_words_copy(ch->p, nw, 8u, col, c_count, ws->w + at, ws->col + at);
+        at += nw;
+        ws->chunk_end[i] = at;
+    }
+    ws->n = at;
+    ws->nchunks = s->n;
+}
+
 /* Loads the sample as words of the candidate's shape, transformed as xform says (may be NULL).
  * Predictors look back C words within the chunk, as the encoder does within a block.  ws keeps
  * its buffers from one load to the next (zeroed before the first; ibp_words_free at the end). */
@@ -156,6 +191,13 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
     }
     ws->word_size = w;
     ws->columns = c_count;
+    int any = 0;
+    for (uint32_t c = 0; xform && c < c_count; c++)
+        any |= xform[c] != 0;
+    if (!any) {
+        ibp_words_load_plain(s, w, c_count, ws);
+        return 0;
+    }
     size_t at = 0;
     for (size_t i = 0; i < s->n; i++) {
         const IbpChunk *ch = &s->chunks[i];
@@ -198,7 +240,7 @@ enum { IBP_FIT_ALL, IBP_FIT_FREE, IBP_FIT_SETS };
 typedef struct IbpFit {
     uint32_t *cnt;        /* (K+1) * C * 64: words with each bit set */
     uint32_t *ncol;       /* (K+1) * C: words */
-    uint64_t *acc;        /* slots * (K+1) * C * 8: byte-lane counters (ibp_acc_lane), emptied every 255 words */
+    uint64_t *acc;        /* slots * (K+1) * C * 8: byte-lane counters (ibp_acc_lane), emptied by batches */
     uint8_t *pending;     /* slots * (K+1) * C */
     uint64_t *maj;        /* (K+1) * C */
     uint64_t *prefix;     /* (K+1) * C * 65 */
@@ -315,42 +357,26 @@ static inline __attribute__((always_inline)) void ibp_acc_flush(uint64_t *a, uin
     memset(a, 0, w * 8u);
 }
 
-/* The word loops of ibp_fit_masks, instantiated per word size and mode (ibp_fit_route is then a
- * load or a constant, and the per-byte loops unroll). */
-static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *ws, const uint8_t *member,
-                                                                uint32_t nfit, IbpFit *f, const uint32_t w,
-                                                                const int mode, const IbpMasks *am,
-                                                                size_t lo, size_t hi)
+/* The words [lo, hi) of ibp_fit_count into the byte-lane counters acc, counted in pending (the
+ * caller keeps every counter at most 255). */
+static inline __attribute__((always_inline)) void
+ibp_fit_count_run(const uint64_t *restrict words, const uint32_t *restrict cols, uint8_t *restrict mem,
+                  uint32_t nfit, uint32_t c_count, uint32_t slots, uint64_t *restrict acc,
+                  uint8_t *restrict pending, const uint32_t w, const int mode, const int assign,
+                  const uint64_t *restrict amask, const uint64_t *restrict avalue, uint32_t ak, size_t lo,
+                  size_t hi)
 {
-    const uint32_t wbits = w * 8u;
-    const uint32_t c_count = ws->columns;
-    const size_t sc = (size_t)(nfit + 1u) * c_count;
-    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
-    /* Locals: the pending counters are bytes, which may alias anything, so fields read through
-     * f and ws would be loaded again after every word. */
-    const uint64_t *restrict const words = ws->w;
-    const uint32_t *restrict const cols = ws->col;
     /* The word repeated to 8 bytes, and each vector's bit of each lane. */
     const uint64_t rep = w == 2u ? 0x0001000100010001ull : w == 4u ? 0x0000000100000001ull : 1u;
     ibp_v16u8 bit[4];
     for (uint32_t p = 0; p < w / 2u; p++)
         for (uint32_t l = 0; l < 16u; l++)
             bit[p][l] = (uint8_t)(1u << (p * (16u / w) + l / w));
-    uint64_t *restrict const acc = f->acc;
-    uint8_t *restrict const pending = f->pending;
-    uint32_t *restrict const cnt = f->cnt;
-    uint32_t *restrict const ncol = f->ncol;
-    /* With am (a constant NULL or not where inlined), each word's set under am is found here, as
-     * ibp_assign would, and written to member before it routes the word. */
-    const uint64_t *restrict const amask = am ? am->mask : NULL;
-    const uint64_t *restrict const avalue = am ? am->value : NULL;
-    const uint32_t ak = am ? am->nsets : 0;
-    uint8_t *restrict const mem = (uint8_t *)member;
     for (size_t i = lo; i < hi; i++) {
         const uint64_t x = words[i];
         const uint32_t c = cols[i];
         uint32_t route;
-        if (am) {
+        if (assign) {
             uint32_t sel = 0;
             for (uint32_t k = ak; k > 0; k--) {
                 const size_t idx = (size_t)(k - 1u) * c_count + c;
@@ -359,7 +385,7 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
             mem[i] = (uint8_t)sel;
             route = mode == IBP_FIT_FREE ? sel == 0 : sel;
         } else {
-            route = ibp_fit_route(member, mode, i);
+            route = ibp_fit_route(mem, mode, i);
         }
         const size_t at = ((i & (slots - 1u)) * (nfit + 1u) + route) * c_count + c;
         uint64_t *a = acc + at * w;
@@ -371,11 +397,71 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
             v -= (ibp_v16u8)((xv & bit[p]) == bit[p]); /* set lanes are all ones */
             memcpy(a + 2u * p, &v, 16);
         }
-        if (++pending[at] == 255u) {
-            const size_t sc_at = at % sc;
-            ibp_acc_flush(a, w, cnt + sc_at * wbits);
-            ncol[sc_at] += 255u;
-            pending[at] = 0;
+        pending[at]++;
+    }
+}
+
+/* The word loops of ibp_fit_masks, instantiated per word size and mode (ibp_fit_route is then a
+ * load or a constant, and the per-byte loops unroll). */
+static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *ws, const uint8_t *member,
+                                                                uint32_t nfit, IbpFit *f, const uint32_t w,
+                                                                const int mode, const IbpMasks *am, size_t lo,
+                                                                size_t hi)
+{
+    const uint32_t wbits = w * 8u;
+    const uint32_t c_count = ws->columns;
+    const size_t sc = (size_t)(nfit + 1u) * c_count;
+    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    /* Locals: the pending counters are bytes, which may alias anything, so fields read through
+     * f and ws would be loaded again after every word. */
+    const uint64_t *restrict const words = ws->w;
+    const uint32_t *restrict const cols = ws->col;
+    uint64_t *restrict const acc = f->acc;
+    uint8_t *restrict const pending = f->pending;
+    uint32_t *restrict const cnt = f->cnt;
+    uint32_t *restrict const ncol = f->ncol;
+    /* With am (a constant NULL or not where inlined), each word's set under am is found here, as
+     * ibp_assign would, and written to member before it routes the word. */
+    const uint64_t *restrict const amask = am ? am->mask : NULL;
+    const uint64_t *restrict const avalue = am ? am->value : NULL;
+    const uint32_t ak = am ? am->nsets : 0;
+    uint8_t *restrict const mem = (uint8_t *)member;
+    /* Words go in batches that add at most 255 to any one counter, emptied after each batch
+     * instead of checked after each word: within a chunk a counter (slot and column) comes back
+     * every lcm(slots, C) words, so a run of n words adds at most ceil(n / lcm) to it. */
+    const size_t *const cend = ws->chunk_end;
+    const size_t nch = ws->nchunks;
+    const size_t nacc = (size_t)slots * sc;
+    size_t period = c_count;
+    while (period % slots)
+        period += c_count;
+    size_t ch = 0;
+    for (size_t i = lo; i < hi;) {
+        size_t end = i;
+        size_t budget = 255u;
+        while (end < hi && budget > 0) {
+            while (ch < nch && cend[ch] <= end)
+                ch++;
+            const size_t stop = ch < nch && cend[ch] < hi ? cend[ch] : hi;
+            const size_t most = budget * period;
+            if (stop - end >= most) {
+                end += most;
+                budget = 0;
+            } else {
+                budget -= (stop - end + period - 1u) / period;
+                end = stop;
+            }
+        }
+        ibp_fit_count_run(words, cols, mem, nfit, c_count, slots, acc, pending, w, mode, am != NULL, amask,
+                          avalue, ak, i, end);
+        i = end;
+        for (size_t at = 0; at < nacc; at++) {
+            if (pending[at]) {
+                const size_t sc_at = at % sc;
+                ibp_acc_flush(acc + at * w, w, cnt + sc_at * wbits);
+                ncol[sc_at] += pending[at];
+                pending[at] = 0;
+            }
         }
     }
 }
@@ -560,11 +646,6 @@ static void ibp_count_pass(IbpPass *p)
         IBP_FIT_DISPATCH(ibp_fit_count(ws, p->member, p->nfit, f, w_, mode_, p->am, p->lo, p->hi));
     else
         IBP_FIT_DISPATCH(ibp_fit_count(ws, p->member, p->nfit, f, w_, mode_, NULL, p->lo, p->hi));
-    for (size_t at = 0; at < slots * sc; at++) {
-        const size_t sc_at = at % sc;
-        ibp_acc_flush(f->acc + at * w, w, f->cnt + sc_at * wbits);
-        f->ncol[sc_at] += f->pending[at];
-    }
 }
 
 /* Agreement histograms of a share of the words into p->f->hist (its slots summed into slot 0). */
