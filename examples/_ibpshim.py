@@ -262,8 +262,11 @@ def _step_spans(spans, steps):
     spans = sorted(spans)
     if not spans:
         return 0.0
-    gaps = sorted(((spans[i + 1][0] - max(b for _, b in spans[:i + 1]), i) for i in range(len(spans) - 1)),
-                  reverse=True)
+    gaps, end = [], spans[0][1]  # end: the latest end among the spans so far
+    for i in range(len(spans) - 1):
+        end = max(end, spans[i][1])
+        gaps.append((spans[i + 1][0] - end, i))
+    gaps.sort(reverse=True)
     cuts = sorted(i for _, i in gaps[:max(steps - 1, 0)])
     total, first = 0.0, 0
     for c in cuts + [len(spans) - 1]:

@@ -250,19 +250,23 @@ class Table:
         with torch.cuda.stream(self.stream):
             for a, b in self.slices:
                 self.dst[a:b].copy_(self.host[a:b], non_blocking=True)
-            if self.lookup:  # embedding bags: the batch's rows gathered and summed
-                rows = self.dst.index_select(0, self.batch_dev).float()
-                self.bags = rows.view(-1, self.bag, self.dim).sum(1)
+            if self.lookup:
+                self.bags = self.bags_of(self.dst)
         self.stream.synchronize()
+
+    def bags_of(self, table):
+        """Embedding bags: the batch's rows of `table` gathered and summed, bag rows at a time."""
+        return table.index_select(0, self.batch_dev).float().view(-1, self.bag, self.dim).sum(1)
 
     def check(self, i, on):
         self.epochs += 1
         if self.lookup:
-            want_bags = self.ref.index_select(0, self.batch_dev).float().view(-1, self.bag, self.dim).sum(1)
+            want_bags = self.bags_of(self.ref)
             bad = [(a, b) for a, b in self.slices if not torch.equal(self.dst[a:b], self.ref[a:b])]
-            if bad or not torch.equal(self.bags.view(torch.int32), want_bags.view(torch.int32)):
+            bags_same = torch.equal(self.bags.view(torch.int32), want_bags.view(torch.int32))
+            if bad or not bags_same:
                 self.mismatches.append({"epoch": i, "path_on": on, "slices": len(bad), "first": bad[:5],
-                                        "bags_differ": not torch.equal(self.bags, want_bags)})
+                                        "bags_differ": not bags_same})
             return
         got, want = self.dst.view(-1).view(torch.uint8), self.ref.view(-1).view(torch.uint8)
         if torch.equal(got, want):
