@@ -335,6 +335,8 @@ struct Block {
     const uint32_t *sel;
     const uint8_t *payload;
     uint32_t payload_words;  // whole 4-byte words of the payload section (it is padded to 16)
+    uint32_t flag_words;     // of the row flags section
+    uint32_t sel_words;      // of the selector section
     uint32_t nwords;
 };
 
@@ -345,6 +347,8 @@ __device__ __forceinline__ Block block_view(const IbpBlockHeader &h, const uint8
     b.sel = (const uint32_t *)(blk + h.sel_off);
     b.payload = blk + h.payload_off;
     b.payload_words = (h.sel_off - h.payload_off) / 4;
+    b.flag_words = (h.payload_off - h.rowflag_off) / 4;
+    b.sel_words = (h.tail_off - h.sel_off) / 4;
     b.nwords = h.orig_len / w;
     return b;
 }
@@ -745,6 +749,28 @@ __device__ __forceinline__ void copy_tail(const IbpBlockHeader &h, const uint8_t
     }
 }
 
+// Block bi of the run and its header.  Offsets are read through the non-coherent path, so a
+// CTA's later blocks mostly hit the line its first read cached (the table may be host memory read
+// over PCIe); blocks start 16-aligned (IBP_ALIGN; the launcher checks the run's base), so the
+// header comes in two 16-byte loads instead of a byte at a time.
+__device__ __forceinline__ const uint8_t *block_at(const IbpDecodeArgs &a, uint32_t bi, IbpBlockHeader &h)
+{
+    static_assert(sizeof(IbpBlockHeader) == 32, "a block header is two 16-byte loads");
+    const uint64_t *offs = (const uint64_t *)a.offsets;
+    const uint8_t *blk = (const uint8_t *)a.comp + (__ldg(offs + bi) - __ldg(offs));
+    const uint2 *f = (const uint2 *)blk;
+    const uint2 a0 = __ldg(f), a1 = __ldg(f + 1), a2 = __ldg(f + 2), a3 = __ldg(f + 3);
+    h.orig_len = a0.x;
+    h.comp_len = a0.y;
+    h.flags = a1.x;
+    h.col_phase = a1.y;
+    h.rowflag_off = a2.x;
+    h.payload_off = a2.y;
+    h.sel_off = a3.x;
+    h.tail_off = a3.y;
+    return blk;
+}
+
 __device__ __forceinline__ Out out_for(const IbpDecodeArgs &a, uint32_t bi, const IbpBlockHeader &h, uint32_t w)
 {
     Out out;
@@ -760,11 +786,9 @@ template <int W> __device__ void decode_blocks_cta(const IbpDecodeArgs &a, const
 {
     const Table<W> *t = table_if<W>(table_build<W>(p, tbl), tbl);
     const bool any_pred = plan_has_xform(p, IBP_XF_PRED_MASK);
-    const uint64_t *offs = (const uint64_t *)a.offsets;
     for (uint32_t bi = blockIdx.x; bi < a.nblocks; bi += gridDim.x) {
-        const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
         IbpBlockHeader h;
-        memcpy(&h, blk, sizeof(h));
+        const uint8_t *blk = block_at(a, bi, h);
         const Out out = out_for(a, bi, h, W);
         if (h.flags & IBP_BLOCK_RAW) {
             copy_raw(blk + IBP_BLOCK_HEADER_SIZE, h.orig_len, out.dst, out.origin, out.len, threadIdx.x, kThreads);
@@ -855,16 +879,14 @@ __device__ SegPos stage_segment(const Plan &p, const Block &b, const IbpBlockHea
     sp.j0 = j0;
     sp.j1 = j1;
     sp.flag_word0 = j0 / p.r / 32;
-    const uint32_t flag_words = (h.payload_off - h.rowflag_off) / 4;
     const uint32_t nflag = min(20u, (j1 - 1) / p.r / 32 - sp.flag_word0 + 1);
     if (lane < nflag)
-        st.flags[lane] = sp.flag_word0 + lane < flag_words
+        st.flags[lane] = sp.flag_word0 + lane < b.flag_words
                              ? __ldg((const uint32_t *)b.rowflags + sp.flag_word0 + lane)
                              : 0;
     const uint32_t sel_word0 = sel0 * p.sb / 32;
-    const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
     for (uint32_t i = lane; i < 36; i += 32)
-        st.sel[i] = sel_word0 + i < sel_words ? __ldg(b.sel + sel_word0 + i) : 0;
+        st.sel[i] = sel_word0 + i < b.sel_words ? __ldg(b.sel + sel_word0 + i) : 0;
     sp.sel_bit = sel0 * p.sb - sel_word0 * 32;
     sp.pay_bit = bits ? stage_payload(b, bit0, bits, st) : 0;
     __syncwarp();
@@ -1198,10 +1220,9 @@ __device__ __forceinline__ uint32_t count_segment(const Plan &p, const Table<W> 
                                                   uint32_t sel, SegStage &st, LaneStart &ls)
 {
     if constexpr (C1) {
-        const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
         const uint32_t nsel = packed_before(p, b, j1) - sel;
         return 8 * W * (j1 - j0) -
-               warp_sum(selector_savings<W>(p, t, b, sel_words, sel, nsel, threadIdx.x & 31, 32));
+               warp_sum(selector_savings<W>(p, t, b, b.sel_words, sel, nsel, threadIdx.x & 31, 32));
     } else {
         const SegPos sp = stage_segment(p, b, h, j0, j1, sel, 0, 0, st);
         ls = lane_start<W>(p, t, h, st, sp);
@@ -1269,10 +1290,9 @@ __device__ uint32_t block_bits_before(const Plan &p, const Table<W> *t, const Bl
 {
     if constexpr (C1) {
         const uint32_t j0 = s0 * IBP_DECODE_SEG_WORDS;
-        const uint32_t sel_words = (h.tail_off - h.sel_off) / 4;
         const uint32_t nsel = packed_before(p, b, j0);
         return 8 * W * j0 -
-               cta_sum(selector_savings<W>(p, t, b, sel_words, 0, nsel, threadIdx.x, kThreads), red);
+               cta_sum(selector_savings<W>(p, t, b, b.sel_words, 0, nsel, threadIdx.x, kThreads), red);
     } else {
         return block_bits_range<W>(p, t, b, h, 0, s0, st, red);
     }
@@ -1386,15 +1406,13 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
     const uint32_t per_block = (nseg + kWarps - 1) / kWarps; // groups of a block
     const uint64_t ngroups = (uint64_t)a.nblocks * per_block;
     const uint64_t g0 = blockIdx.x * ngroups / gridDim.x, g1 = (blockIdx.x + 1) * ngroups / gridDim.x;
-    const uint64_t *offs = (const uint64_t *)a.offsets;
     uint32_t bi = (uint32_t)(g0 / per_block), s0 = (uint32_t)(g0 % per_block) * kWarps;
     uint32_t carry = 0, carry_block = ~0u;
     for (uint32_t left = (uint32_t)(g1 - g0); left;
          left--, s0 = s0 + kWarps >= nseg ? (bi++, 0) : s0 + kWarps) {
         const uint32_t s = s0 + warp;
-        const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
         IbpBlockHeader h;
-        memcpy(&h, blk, sizeof(h));
+        const uint8_t *blk = block_at(a, bi, h);
         const Out out = out_for(a, bi, h, W);
         if (h.flags & IBP_BLOCK_RAW) { // the same block for the whole CTA
             copy_raw_segment<W>(h, blk, s, out);
@@ -1541,7 +1559,6 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
     uint8_t *seg = segbuf + warp * IBP_DECODE_SEG_WORDS * W;
     const ResLanes rl = res_lanes(p.c);
     const Share sh = cta_share(a, W);
-    const uint64_t *offs = (const uint64_t *)a.offsets;
     uint64_t *edge = (uint64_t *)a.scratch;
     const uint32_t bi0 = (uint32_t)(sh.g0 / sh.per_block);
     const bool head_rel = sh.g0 % sh.per_block != 0; // the share starts inside its first block
@@ -1551,9 +1568,8 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
          left--, s0 = s0 + kWarps >= sh.nseg ? (bi++, 0) : s0 + kWarps) {
         last_bi = bi;
         const uint32_t s = s0 + warp;
-        const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
         IbpBlockHeader h;
-        memcpy(&h, blk, sizeof(h));
+        const uint8_t *blk = block_at(a, bi, h);
         const Out out = out_for(a, bi, h, W);
         if (h.flags & IBP_BLOCK_RAW) {
             copy_raw_segment<W>(h, blk, s, out);
@@ -1628,10 +1644,8 @@ template <int W> __device__ void fix_share(const IbpDecodeArgs &a, const Plan &p
     if (sh.g0 % sh.per_block == 0 || sh.g0 >= sh.g1)
         return;
     const uint32_t bi = (uint32_t)(sh.g0 / sh.per_block);
-    const uint64_t *offs = (const uint64_t *)a.offsets;
-    const uint8_t *blk = (const uint8_t *)a.comp + (offs[bi] - offs[0]);
     IbpBlockHeader h;
-    memcpy(&h, blk, sizeof(h));
+    const uint8_t *blk = block_at(a, bi, h);
     const uint32_t nwords = h.orig_len / W;
     const uint32_t g_end = (uint32_t)min(sh.g1 - (uint64_t)bi * sh.per_block, (uint64_t)sh.per_block);
     const uint32_t j_begin = (uint32_t)(sh.g0 % sh.per_block) * kWarps * IBP_DECODE_SEG_WORDS;
@@ -1721,10 +1735,8 @@ __device__ void count_share(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl
     const uint64_t gs = max(sh.g0, (uint64_t)bl * sh.per_block);
     const uint32_t sa = (uint32_t)(gs - (uint64_t)bl * sh.per_block) * kWarps;
     const uint32_t sb = min(sh.nseg, (uint32_t)(sh.g1 - (uint64_t)bl * sh.per_block) * kWarps);
-    const uint64_t *offs = (const uint64_t *)a.offsets;
-    const uint8_t *blk = (const uint8_t *)a.comp + (offs[bl] - offs[0]);
     IbpBlockHeader h;
-    memcpy(&h, blk, sizeof(h));
+    const uint8_t *blk = block_at(a, bl, h);
     uint32_t bits = 0;
     if (!(h.flags & IBP_BLOCK_RAW))
         bits = block_bits_range<W>(p, t, block_view(h, blk, W), h, sa, sb, stages[threadIdx.x >> 5], red);
