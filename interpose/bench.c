@@ -14,6 +14,7 @@
 
 #define BENCH_EVENTS 64
 #define BENCH_MAX_ITERS 64
+#define BENCH_MAX_ROTATION 64
 
 typedef struct Bench {
     const IbpDriver *drv;
@@ -25,7 +26,13 @@ typedef struct Bench {
     uint64_t *offsets;    /* pinned, nblocks + 1 */
     unsigned word_size, columns;
     int has_pred;
-    CUdeviceptr d_run, d_plan, d_out, d_offsets;
+    CUdeviceptr d_run, d_plan, d_out;
+    CUdeviceptr d_offsets_mapped; /* the pinned offsets' device address */
+    CUdeviceptr d_offsets;        /* where the DMA paths' decodes read them */
+    size_t offsets_len;
+    size_t run_stride, out_stride; /* between the rotation's copies of d_run and d_out */
+    int rotation;                  /* copies of each, together more than twice the L2 */
+    unsigned max_sms;
     CUdeviceptr d_scratch[2]; /* the predictor decode's scratch: decodes on s_copy, on s_dec */
     CUstream s_copy, s_copy2, s_dec;
     CUevent t0, t1;
@@ -40,18 +47,20 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int decode(const Bench *b, CUdeviceptr comp, uint32_t first, uint32_t count, uint64_t len, CUstream s)
+static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdeviceptr out, uint32_t first,
+                  uint32_t count, uint64_t len, CUstream s)
 {
     IbpDecodeArgs a = {.comp = comp,
-                       .offsets = b->d_offsets + (CUdeviceptr)first * 8,
+                       .offsets = offsets + (CUdeviceptr)first * 8,
                        .plan = b->d_plan,
-                       .dst = b->d_out + (CUdeviceptr)first * b->block_size,
+                       .dst = out + (CUdeviceptr)first * b->block_size,
                        .len = len,
                        .skip = 0,
                        .scratch = b->d_scratch[s == b->s_dec],
                        .nblocks = count,
                        .block_size = (uint32_t)b->block_size};
-    return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->has_pred ? IBP_DECODE_PRED : 0u, 0, s);
+    return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->has_pred ? IBP_DECODE_PRED : 0u, b->max_sms,
+                             s);
 }
 
 static uint64_t span(const Bench *b, uint32_t first, uint32_t end)
@@ -60,17 +69,28 @@ static uint64_t span(const Bench *b, uint32_t first, uint32_t end)
     return (hi < b->total ? hi : b->total) - (uint64_t)first * b->block_size;
 }
 
-/* One run of `path`: 0 raw, 1 DMA + decode, 2 pipelined, 3 zero-copy, 4 decode only. */
-static int run_path(const Bench *b, int path, CUdeviceptr zc_run)
+/* The DMA paths send the offsets ahead of the run, as the shim does (unless they are read mapped). */
+static int send_offsets(const Bench *b, CUstream s)
+{
+    if (b->d_offsets == b->d_offsets_mapped)
+        return 0;
+    return b->drv->cuMemcpyHtoDAsync(b->d_offsets, b->offsets, b->offsets_len, s) == CUDA_SUCCESS ? 0 : -EIO;
+}
+
+/* One run of `path`: 0 raw, 1 DMA + decode, 2 pipelined, 3 zero-copy, 4 decode only; into copy
+ * `slot` of the rotation. */
+static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
 {
     const IbpDriver *drv = b->drv;
+    const CUdeviceptr d_run = b->d_run + (CUdeviceptr)slot * b->run_stride;
+    const CUdeviceptr d_out = b->d_out + (CUdeviceptr)slot * b->out_stride;
     switch (path) {
     case 0:
-        return drv->cuMemcpyHtoDAsync(b->d_out, b->src, b->total, b->s_copy) == CUDA_SUCCESS ? 0 : -EIO;
+        return drv->cuMemcpyHtoDAsync(d_out, b->src, b->total, b->s_copy) == CUDA_SUCCESS ? 0 : -EIO;
     case 1:
-        if (drv->cuMemcpyHtoDAsync(b->d_run, b->run, b->run_len, b->s_copy) != CUDA_SUCCESS)
+        if (send_offsets(b, b->s_copy) || drv->cuMemcpyHtoDAsync(d_run, b->run, b->run_len, b->s_copy) != CUDA_SUCCESS)
             return -EIO;
-        return decode(b, b->d_run, 0, b->nblocks, b->total, b->s_copy);
+        return decode(b, d_run, b->d_offsets, d_out, 0, b->nblocks, b->total, b->s_copy);
     case 2: {
         /* Chunks of about b->chunk compressed bytes: each chunk's DMA on one of the copy streams
          * (alternating, so one copy's start-up hides behind the other's transfer), its decode on
@@ -78,7 +98,7 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run)
         CUevent start = b->ev[BENCH_EVENTS], done = b->ev[BENCH_EVENTS + 1];
         if (drv->cuEventRecord(start, b->s_copy) != CUDA_SUCCESS ||
             drv->cuStreamWaitEvent(b->s_copy2, start, 0) != CUDA_SUCCESS ||
-            drv->cuStreamWaitEvent(b->s_dec, start, 0) != CUDA_SUCCESS)
+            drv->cuStreamWaitEvent(b->s_dec, start, 0) != CUDA_SUCCESS || send_offsets(b, b->s_copy))
             return -EIO;
         int err = 0;
         uint32_t s = 0, k = 0;
@@ -88,12 +108,12 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run)
                 e++;
             const CUstream cs = (k & 1) && b->copy_streams > 1 ? b->s_copy2 : b->s_copy;
             const CUevent ev = b->ev[k % BENCH_EVENTS];
-            if (drv->cuMemcpyHtoDAsync(b->d_run + b->offsets[s], b->run + b->offsets[s], b->offsets[e] - b->offsets[s],
+            if (drv->cuMemcpyHtoDAsync(d_run + b->offsets[s], b->run + b->offsets[s], b->offsets[e] - b->offsets[s],
                                        cs) != CUDA_SUCCESS ||
                 drv->cuEventRecord(ev, cs) != CUDA_SUCCESS || drv->cuStreamWaitEvent(b->s_dec, ev, 0) != CUDA_SUCCESS)
                 err = -EIO;
             else
-                err = decode(b, b->d_run + b->offsets[s], s, e - s, span(b, s, e), b->s_dec);
+                err = decode(b, d_run + b->offsets[s], b->d_offsets, d_out, s, e - s, span(b, s, e), b->s_dec);
             s = e;
             k++;
         }
@@ -103,9 +123,9 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run)
         return err;
     }
     case 3:
-        return decode(b, zc_run, 0, b->nblocks, b->total, b->s_copy);
+        return decode(b, zc_run, b->d_offsets_mapped, d_out, 0, b->nblocks, b->total, b->s_copy);
     default:
-        return decode(b, b->d_run, 0, b->nblocks, b->total, b->s_copy);
+        return decode(b, d_run, b->d_offsets, d_out, 0, b->nblocks, b->total, b->s_copy);
     }
 }
 
@@ -114,7 +134,8 @@ static double time_path(const Bench *b, int path, int iters, CUdeviceptr zc_run)
     double ms[BENCH_MAX_ITERS];
     for (int i = -2; i < iters; i++) {
         float t = 0;
-        if (b->drv->cuEventRecord(b->t0, b->s_copy) != CUDA_SUCCESS || run_path(b, path, zc_run) ||
+        if (b->drv->cuEventRecord(b->t0, b->s_copy) != CUDA_SUCCESS ||
+            run_path(b, path, zc_run, (i + 2) % b->rotation) ||
             b->drv->cuEventRecord(b->t1, b->s_copy) != CUDA_SUCCESS ||
             b->drv->cuEventSynchronize(b->t1) != CUDA_SUCCESS ||
             b->drv->cuEventElapsedTime(&t, b->t0, b->t1) != CUDA_SUCCESS)
@@ -215,12 +236,21 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     b.has_pred = info.xf_delta + info.xf_xor > 0;
     const void *blob = ibp_codec_plan_blob(plan, &b.blob_len);
     CUdeviceptr zc_run;
-    if (drv->cuMemAlloc(&b.d_run, b.run_len + 16) != CUDA_SUCCESS ||
+    /* Copies of the run and the output cycled through from one timed run to the next, so that no
+     * run finds its buffers in the L2 the one before left them in. */
+    int l2 = 0;
+    drv->cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev);
+    b.run_stride = (b.run_len + 16 + 255) & ~(size_t)255;
+    b.out_stride = (b.total + 255) & ~(size_t)255;
+    b.rotation = (int)((2 * (size_t)(l2 > 0 ? l2 : 0) + b.run_stride + b.out_stride) / (b.run_stride + b.out_stride));
+    b.rotation = b.rotation < 1 ? 1 : b.rotation > BENCH_MAX_ROTATION ? BENCH_MAX_ROTATION : b.rotation;
+    b.max_sms = opts->max_sms;
+    if (drv->cuMemAlloc(&b.d_run, b.run_stride * (size_t)b.rotation) != CUDA_SUCCESS ||
         drv->cuMemAlloc(&b.d_plan, b.blob_len) != CUDA_SUCCESS ||
-        drv->cuMemAlloc(&b.d_out, b.total) != CUDA_SUCCESS ||
+        drv->cuMemAlloc(&b.d_out, b.out_stride * (size_t)b.rotation) != CUDA_SUCCESS ||
         drv->cuMemAlloc(&b.d_scratch[0], ibp_decode_scratch_bytes(b.mod)) != CUDA_SUCCESS ||
         drv->cuMemAlloc(&b.d_scratch[1], ibp_decode_scratch_bytes(b.mod)) != CUDA_SUCCESS ||
-        drv->cuMemHostGetDevicePointer(&b.d_offsets, b.offsets, 0) != CUDA_SUCCESS ||
+        drv->cuMemHostGetDevicePointer(&b.d_offsets_mapped, b.offsets, 0) != CUDA_SUCCESS ||
         drv->cuMemHostGetDevicePointer(&zc_run, b.run, 0) != CUDA_SUCCESS ||
         drv->cuMemcpyHtoD(b.d_plan, blob, b.blob_len) != CUDA_SUCCESS ||
         drv->cuStreamCreate(&b.s_copy, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
@@ -229,6 +259,19 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
         drv->cuEventCreate(&b.t0, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
         drv->cuEventCreate(&b.t1, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
         goto out;
+    b.offsets_len = ((size_t)b.nblocks + 1) * 8;
+    b.d_offsets = b.d_offsets_mapped;
+    if (!opts->offsets_mapped) {
+        if (drv->cuMemAlloc(&b.d_offsets, b.offsets_len) != CUDA_SUCCESS ||
+            drv->cuMemcpyHtoD(b.d_offsets, b.offsets, b.offsets_len) != CUDA_SUCCESS) {
+            b.d_offsets = 0;
+            goto out;
+        }
+    }
+    /* Decode only reads whichever copy of the run its turn gives it. */
+    for (int k = 0; k < b.rotation; k++)
+        if (drv->cuMemcpyHtoD(b.d_run + (CUdeviceptr)k * b.run_stride, b.run, b.run_len) != CUDA_SUCCESS)
+            goto out;
     for (int k = 0; k < BENCH_EVENTS + 2; k++)
         if (drv->cuEventCreate(&b.ev[k], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
             b.ev[k] = NULL;
@@ -241,6 +284,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
         b.chunk = b.chunk < ((size_t)4 << 20) ? (size_t)4 << 20 : b.chunk > ((size_t)64 << 20) ? (size_t)64 << 20 : b.chunk;
     }
     out->chunk = b.chunk;
+    out->rotation = b.rotation;
     /* Verify the decode once, output poisoned first. */
     uint8_t *check = malloc(b.total);
     if (!check) {
@@ -251,7 +295,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
      * wait for: let it land first. */
     drv->cuMemsetD8(b.d_out, 0xa5, b.total);
     drv->cuCtxSynchronize();
-    if (run_path(&b, 1, zc_run) == 0 && drv->cuStreamSynchronize(b.s_copy) == CUDA_SUCCESS &&
+    if (run_path(&b, 1, zc_run, 0) == 0 && drv->cuStreamSynchronize(b.s_copy) == CUDA_SUCCESS &&
         drv->cuMemcpyDtoH(check, b.d_out, b.total) == CUDA_SUCCESS)
         out->verified = memcmp(check, b.src, b.total) == 0;
     free(check);
@@ -284,6 +328,8 @@ out:
         drv->cuMemFree(b.d_plan);
     if (b.d_out)
         drv->cuMemFree(b.d_out);
+    if (b.d_offsets && b.d_offsets != b.d_offsets_mapped)
+        drv->cuMemFree(b.d_offsets);
     for (int k = 0; k < 2; k++)
         if (b.d_scratch[k])
             drv->cuMemFree(b.d_scratch[k]);

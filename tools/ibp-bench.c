@@ -10,13 +10,17 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ibp-bench FILE [--size BYTES] [--iters N] [--device D] [--chunk BYTES]\n"
-               "                 [--copy-streams 1|2] [--json]\n"
+               "                 [--copy-streams 1|2] [--max-sms N] [--offsets device|mapped] [--json]\n"
                "Plans and compresses FILE as the shim would (tiled up to --size bytes, default 1 GiB),\n"
                "then times on the GPU, original bytes per second: a plain pinned copy, DMA of the\n"
                "compressed run then decode, the same pipelined (chunks of --chunk compressed bytes,\n"
                "default an eighth of the run within 4-64 MiB, their DMAs alternating over\n"
                "--copy-streams streams, decoded as each lands), the kernel reading the pinned run\n"
-               "directly (zero-copy), and decode alone.\n");
+               "directly (zero-copy), and decode alone.  Each timed run uses the next of several copies\n"
+               "of the device buffers, together more than twice the GPU's L2.  --max-sms bounds every\n"
+               "decode's grid to N CTAs (as [transfer] max_sms).  The DMA paths send the block offsets\n"
+               "ahead of the run and decode reads them from device memory, as the shim does;\n"
+               "--offsets mapped has every decode read the pinned table through its mapped address.\n");
 }
 
 static size_t parse_size(const char *s)
@@ -46,6 +50,13 @@ int main(int argc, char **argv)
             opts.chunk = parse_size(argv[++i]);
         } else if (!strcmp(argv[i], "--copy-streams") && i + 1 < argc) {
             opts.copy_streams = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--max-sms") && i + 1 < argc) {
+            opts.max_sms = (unsigned)strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--offsets") && i + 1 < argc && !strcmp(argv[i + 1], "mapped")) {
+            opts.offsets_mapped = 1;
+            i++;
+        } else if (!strcmp(argv[i], "--offsets") && i + 1 < argc && !strcmp(argv[i + 1], "device")) {
+            i++;
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             opts.device = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--json")) {
@@ -94,9 +105,11 @@ int main(int argc, char **argv)
     if (json) {
         printf("{\"file\": \"%s\", \"device\": \"%s\", \"bytes\": %zu, \"compressed\": %zu, \"ratio\": %.4f, "
                "\"verified\": %s, \"raw_gbps\": %.2f, \"dma_decode_gbps\": %.2f, \"pipelined_gbps\": %.2f, "
-               "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu}\n",
+               "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
+               "\"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d}\n",
                path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
-               r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps, 1.0 / r.ratio, r.chunk);
+               r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps, 1.0 / r.ratio, r.chunk, opts.max_sms,
+               opts.offsets_mapped ? "mapped" : "device", r.rotation);
     } else {
         printf("ibp-bench: %s on %s, %.1f MiB, ratio %.4f, decode %s\n", path, r.device_name,
                (double)r.bytes / 1048576.0, r.ratio, r.verified ? "verified" : "WRONG");
@@ -108,6 +121,10 @@ int main(int argc, char **argv)
         printf("  %-26s %10.1f %8.3f\n", "zero-copy decode", r.zerocopy_gbps, r.zerocopy_gbps / r.raw_gbps);
         printf("  %-26s %10.1f\n", "decode only (D2D)", r.decode_gbps);
         printf("  ideal speedup 1/ratio: %.3f\n", 1.0 / r.ratio);
+        if (opts.max_sms)
+            printf("  decode grids of at most %u CTAs\n", opts.max_sms);
+        printf("  block offsets read from %s memory; %d copies of the device buffers\n",
+               opts.offsets_mapped ? "pinned host (mapped)" : "device", r.rotation);
     }
     return r.verified ? 0 : 1;
 }

@@ -15,6 +15,10 @@ typedef struct IbpshimBenchOptions {
     int device;   /* CUDA device ordinal */
     size_t chunk; /* compressed bytes per pipelined chunk (0: an eighth of the run, 4 to 64 MiB) */
     int copy_streams; /* streams the pipelined chunks' DMAs alternate over, 1 or 2 (0: 2) */
+    unsigned max_sms; /* at most this many CTAs per decode launch, as [transfer] max_sms (0: no bound) */
+    int offsets_mapped; /* the decode reads the block offsets from the pinned host table through
+                           its mapped address, instead of a copy in device memory that the DMA paths
+                           send before the run, as the shim does (zero-copy always reads them mapped) */
 } IbpshimBenchOptions;
 
 /* GB/s are original bytes per second. */
@@ -29,6 +33,7 @@ typedef struct IbpshimBenchResult {
     double decode_gbps;      /* decode only, device to device */
     int verified;            /* 1 when every decoded byte matched the input */
     size_t chunk;            /* the pipelined chunk size used */
+    int rotation;            /* device buffers cycled through, so that together they exceed twice the L2 */
     char device_name[96];
 } IbpshimBenchResult;
 
