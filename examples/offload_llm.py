@@ -452,8 +452,8 @@ def main(argv=None):
     copy_off = c["step_s_off"]
     bound = max(compute_only, copy_off * s["wire_ratio"]) if s["wire_ratio"] else None
     res = {
-        "workload": NAME, "label": "%s %s" % (NAME, weights.get("init") or (source or {}).get("name", "checkpoint")),
-        "weights": weights,
+        "workload": NAME, "weights": weights,
+        "label": "%s %s" % (NAME, weights.get("init") or (source or {}).get("name", "checkpoint")),
         "model": {"layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size,
                   "intermediate": cfg.intermediate_size, "heads": cfg.num_attention_heads,
                   "kv_heads": cfg.num_key_value_heads, "vocab": cfg.vocab_size,
