@@ -59,6 +59,8 @@ static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdevic
                        .scratch = b->d_scratch[s == b->s_dec],
                        .nblocks = count,
                        .block_size = (uint32_t)b->block_size};
+    if (b->d_offsets != b->d_offsets_mapped)
+        ibp_decode_inline_offsets(&a, b->offsets + first);
     return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->has_pred ? IBP_DECODE_PRED : 0u, b->max_sms,
                              s);
 }
@@ -69,10 +71,11 @@ static uint64_t span(const Bench *b, uint32_t first, uint32_t end)
     return (hi < b->total ? hi : b->total) - (uint64_t)first * b->block_size;
 }
 
-/* The DMA paths send the offsets ahead of the run, as the shim does (unless they are read mapped). */
+/* As the shim does, launches carry the offsets of runs that fit their arguments, and the DMA paths
+ * send the table ahead of the run when the run does not (unless they are read mapped). */
 static int send_offsets(const Bench *b, CUstream s)
 {
-    if (b->d_offsets == b->d_offsets_mapped)
+    if (b->d_offsets == b->d_offsets_mapped || b->nblocks + 1u <= IBP_DECODE_INLINE_OFFSETS)
         return 0;
     return b->drv->cuMemcpyHtoDAsync(b->d_offsets, b->offsets, b->offsets_len, s) == CUDA_SUCCESS ? 0 : -EIO;
 }

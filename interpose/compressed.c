@@ -270,10 +270,18 @@ static size_t offsets_bytes(const IbpPiece *p)
     return ((size_t)p->nblocks + 1) * sizeof(uint64_t);
 }
 
-/* Copies the piece's offset table to `at` on `stream` and points l->offsets at it.  The decode
- * reads an offset per warp and group of segments: from device memory that costs a cached load,
- * through the table's mapped address a read across PCIe, thousands of which at once slowed the
- * decode (4 MiB of bf16 weights: 87 against 255 GB/s on an H200) and the DMAs beside it. */
+/* Whether the decodes of the piece need its offset table in device memory: a launch carries
+ * the offsets of up to IBP_DECODE_INLINE_OFFSETS - 1 blocks in its arguments. */
+static int offsets_staged(const IbpPiece *p)
+{
+    return p->nblocks + 1u > IBP_DECODE_INLINE_OFFSETS;
+}
+
+/* Copies the piece's offset table to `at` on `stream` and points l->offsets at it, for runs too
+ * long to carry their offsets in the launch.  The decode reads an offset per warp and group of
+ * segments: from device memory that costs a cached load, through the table's mapped address a
+ * read across PCIe, thousands of which at once slowed the decode (4 MiB of bf16 weights: 87
+ * against 255 GB/s on an H200) and the DMAs beside it. */
 static int stage_offsets(IbpLaunch *l, const IbpPiece *p, CUdeviceptr at, CUstream stream)
 {
     if (l->drv->cuMemcpyHtoDAsync(at, p->offsets, offsets_bytes(p), stream) != CUDA_SUCCESS)
@@ -298,6 +306,8 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
         .nblocks = count,
         .block_size = (uint32_t)l->block_size,
     };
+    if (!ibp_decode_inline_offsets(&args, l->host_offsets + first) && !l->offsets)
+        return -EINVAL; /* the piece's table was not staged: its runs all fit the arguments */
     return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, l->has_pred ? IBP_DECODE_PRED : 0u,
                              l->opts.max_grid, l->stream);
 }
@@ -534,7 +544,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     const size_t dec_scratch = dec_scratch_bytes(base);
     const size_t slot_stride = align_up(slot_len);
     IbpStagingBuf *stage = NULL;
-    const size_t offs_len = align_up(offsets_bytes(p));
+    const size_t offs_len = offsets_staged(p) ? align_up(offsets_bytes(p)) : 0;
     int err = stage_acquire(base, ctx,
                             align_up(blob_len) + offs_len + dec_scratch + scratch + IBP_PIPE_SLOTS * slot_stride, &stage);
     if (err) {
@@ -561,9 +571,9 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     if (!err && timed && !speed_mark(drv, ctx, 1, 0, pp->copy))
         marked = 1;
     if (!err && (!(l.plan = plan_for_run(drv, ctx, blob, blob_len, pp->copy, stage->ptr, &plan_wire)) ||
-                 stage_offsets(&l, p, offs_dev, pp->copy)))
+                 (offs_len && stage_offsets(&l, p, offs_dev, pp->copy))))
         err = -EIO;
-    plan_wire += offsets_bytes(p);
+    plan_wire += offs_len ? offsets_bytes(p) : 0;
     dma_sample = plan_wire;
     uint32_t k = 0;
     for (uint32_t b = g->first; !err && b < end; k++) {
@@ -707,7 +717,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     }
     IbpStagingBuf *stage = NULL;
     const size_t dec_scratch = dec_scratch_bytes(&l);
-    const size_t offs_len = align_up(offsets_bytes(p));
+    const size_t offs_len = offsets_staged(p) ? align_up(offsets_bytes(p)) : 0;
     int err = stage_acquire(
         base, ctx, align_up(blob_len) + offs_len + align_up(p->run_len) + align_up(scratch) + dec_scratch, &stage);
     if (err) {
@@ -734,10 +744,10 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     int marked = timed && !speed_mark(drv, ctx, 0, 0, dma_stream);
     size_t plan_wire = 0;
     if (!(l.plan = plan_for_run(drv, ctx, blob, blob_len, dma_stream, stage->ptr, &plan_wire)) ||
-        stage_offsets(&l, p, offs_dev, dma_stream) ||
+        (offs_len && stage_offsets(&l, p, offs_dev, dma_stream)) ||
         drv->cuMemcpyHtoDAsync(run, p->run, p->run_len, dma_stream) != CUDA_SUCCESS)
         err = -EIO;
-    plan_wire += offsets_bytes(p);
+    plan_wire += offs_len ? offsets_bytes(p) : 0;
     /* The staging buffer goes back on the caller's stream: it must wait for the DMA whatever
      * happened, or the host does. */
     if (ahead && ibp_devmem_stream_join(ctx, ahead->copy, l.stream)) {

@@ -749,15 +749,18 @@ __device__ __forceinline__ void copy_tail(const IbpBlockHeader &h, const uint8_t
     }
 }
 
-// Block bi of the run and its header.  Offsets are read through the non-coherent path, so a
-// CTA's later blocks mostly hit the line its first read cached (the table may be host memory read
-// over PCIe); blocks start 16-aligned (IBP_ALIGN; the launcher checks the run's base), so the
-// header comes in two 16-byte loads instead of a byte at a time.
+// Block bi of the run and its header.  The offset comes from the arguments when the launch
+// carries them, else from the table through the non-coherent path, so that a CTA's later blocks
+// mostly hit the line its first read cached; blocks start 16-aligned (IBP_ALIGN; the launcher
+// checks the run's base), so the header comes in 8-byte loads instead of a byte at a time.
+// INL: the launch carries the offsets (a.inline_offsets), known where the caller is compiled for
+// either case.
+template <bool INL>
 __device__ __forceinline__ const uint8_t *block_at(const IbpDecodeArgs &a, uint32_t bi, IbpBlockHeader &h)
 {
-    static_assert(sizeof(IbpBlockHeader) == 32, "a block header is two 16-byte loads");
+    static_assert(sizeof(IbpBlockHeader) == 32, "a block header is four 8-byte loads");
     const uint64_t *offs = (const uint64_t *)a.offsets;
-    const uint8_t *blk = (const uint8_t *)a.comp + (__ldg(offs + bi) - __ldg(offs));
+    const uint8_t *blk = (const uint8_t *)a.comp + (INL ? (uint64_t)a.rel[bi] : __ldg(offs + bi) - __ldg(offs));
     const uint2 *f = (const uint2 *)blk;
     const uint2 a0 = __ldg(f), a1 = __ldg(f + 1), a2 = __ldg(f + 2), a3 = __ldg(f + 3);
     h.orig_len = a0.x;
@@ -769,6 +772,11 @@ __device__ __forceinline__ const uint8_t *block_at(const IbpDecodeArgs &a, uint3
     h.sel_off = a3.x;
     h.tail_off = a3.y;
     return blk;
+}
+
+__device__ __forceinline__ const uint8_t *block_at(const IbpDecodeArgs &a, uint32_t bi, IbpBlockHeader &h)
+{
+    return a.inline_offsets ? block_at<true>(a, bi, h) : block_at<false>(a, bi, h);
 }
 
 __device__ __forceinline__ Out out_for(const IbpDecodeArgs &a, uint32_t bi, const IbpBlockHeader &h, uint32_t w)
@@ -1392,8 +1400,8 @@ __device__ __forceinline__ Placed place_segment(const Plan &p, const Table<W> *t
 // contiguous share of the groups, its warps a segment of a group each.  A CTA scan of the
 // segments' payload bits and the bits of the block's earlier groups (carried from group to group,
 // counted by the whole CTA for its first group in a block) place every segment's first field.
-// C1: the plan has one column.
-template <int W, bool C1>
+// C1: the plan has one column; INL: the launch carries the block offsets.
+template <int W, bool C1, bool INL>
 __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages,
                                 uint32_t *seg_bits, uint32_t *red)
 {
@@ -1412,7 +1420,7 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
          left--, s0 = s0 + kWarps >= nseg ? (bi++, 0) : s0 + kWarps) {
         const uint32_t s = s0 + warp;
         IbpBlockHeader h;
-        const uint8_t *blk = block_at(a, bi, h);
+        const uint8_t *blk = block_at<INL>(a, bi, h);
         const Out out = out_for(a, bi, h, W);
         if (h.flags & IBP_BLOCK_RAW) { // the same block for the whole CTA
             copy_raw_segment<W>(h, blk, s, out);
@@ -1762,7 +1770,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 2) ibp_k_decode(IbpDecode
 }
 
 // The segmented decode of plans of one column (C1) or more.
-template <bool C1> __device__ __forceinline__ void decode_segments_any(const IbpDecodeArgs &a)
+// The segmented decode of plans of one column (C1) or more; INL: the launch carries the block
+// offsets.  Each case is a kernel of its own: with the choice made inside one, registers ran
+// short of the four CTAs a multiprocessor.
+template <bool C1, bool INL> __device__ __forceinline__ void decode_segments_any(const IbpDecodeArgs &a)
 {
     __shared__ TableAny tbl;
     __shared__ SegStage stages[kWarps];
@@ -1770,13 +1781,13 @@ template <bool C1> __device__ __forceinline__ void decode_segments_any(const Ibp
     const Plan p = load_plan(a.plan);
     switch (p.w) {
     case 2:
-        decode_segments<2, C1>(a, p, tbl.t2, stages, seg_bits, red);
+        decode_segments<2, C1, INL>(a, p, tbl.t2, stages, seg_bits, red);
         break;
     case 4:
-        decode_segments<4, C1>(a, p, tbl.t4, stages, seg_bits, red);
+        decode_segments<4, C1, INL>(a, p, tbl.t4, stages, seg_bits, red);
         break;
     default:
-        decode_segments<8, C1>(a, p, tbl.t8, stages, seg_bits, red);
+        decode_segments<8, C1, INL>(a, p, tbl.t8, stages, seg_bits, red);
         break;
     }
 }
@@ -1784,7 +1795,13 @@ template <bool C1> __device__ __forceinline__ void decode_segments_any(const Ibp
 extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG1_CTAS_PER_SM)
     ibp_k_decode_seg1(IbpDecodeArgs a)
 {
-    decode_segments_any<true>(a);
+    decode_segments_any<true, false>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG1_CTAS_PER_SM)
+    ibp_k_decode_seg1_inl(IbpDecodeArgs a)
+{
+    decode_segments_any<true, true>(a);
 }
 
 // More columns keep more state (a column per lane, the field sizes of a lane's run): two CTAs a
@@ -1792,7 +1809,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG1_CTAS_PER_
 extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_SM)
     ibp_k_decode_seg(IbpDecodeArgs a)
 {
-    decode_segments_any<false>(a);
+    decode_segments_any<false, false>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_SM)
+    ibp_k_decode_seg_inl(IbpDecodeArgs a)
+{
+    decode_segments_any<false, true>(a);
 }
 
 // Plans with predictor columns of a period of at most 32 words; the segments' decoded words are

@@ -12,11 +12,17 @@
 #define IBP_DECODE_HD
 #endif
 
+/* Block offsets a launch can carry in its arguments: runs of up to 255 blocks (64 MiB of 256 KiB
+ * blocks) need no offset table in device memory, so no copy of one and no reads of the pinned
+ * table across PCIe. */
+#define IBP_DECODE_INLINE_OFFSETS 256u
+
 /* One launch decodes a run of consecutive blocks of one region into [dst, dst + len).  Passed
  * by value as the kernels' only parameter. */
 typedef struct IbpDecodeArgs {
     uint64_t comp;     /* device address of the run's first block (staging buffer or mapped shadow) */
-    uint64_t offsets;  /* device address of the run's nblocks + 1 block offsets (relative to offsets[0]) */
+    uint64_t offsets;  /* device address of the run's nblocks + 1 block offsets (relative to offsets[0]);
+                        * unused when inline_offsets is set */
     uint64_t plan;     /* device address of the plan blob (codec/format.h IbpPlanHeader ...) */
     uint64_t dst;      /* device address receiving original bytes [skip, skip + len) of the run */
     uint64_t len;
@@ -25,8 +31,21 @@ typedef struct IbpDecodeArgs {
     uint32_t nblocks;
     uint32_t block_size;
     uint32_t flags; /* IBP_DECODE_ARG_*, set by the launcher */
-    uint32_t reserved;
+    uint32_t inline_offsets; /* 1: rel[] holds the nblocks + 1 offsets */
+    uint32_t rel[IBP_DECODE_INLINE_OFFSETS]; /* block offsets minus the first block's */
 } IbpDecodeArgs;
+
+/* Puts the run's nblocks + 1 block offsets (offs[0] the first block's) into the arguments when
+ * they fit; returns whether they did. */
+static inline int ibp_decode_inline_offsets(IbpDecodeArgs *a, const uint64_t *offs)
+{
+    if (a->nblocks + 1u > IBP_DECODE_INLINE_OFFSETS || offs[a->nblocks] - offs[0] > UINT32_MAX)
+        return 0;
+    for (uint32_t i = 0; i <= a->nblocks; i++)
+        a->rel[i] = (uint32_t)(offs[i] - offs[0]);
+    a->inline_offsets = 1;
+    return 1;
+}
 
 /* ibp_k_decode_count ran before with the same grid: each CTA's payload bits of its share's last
  * block are in the scratch. */

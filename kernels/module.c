@@ -173,7 +173,8 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
 {
     IbpDecodeArgs args = *a;
     void *params[] = {&args};
-    if (args.comp & 15u) /* the kernels stage sections with 16-byte copies */
+    if ((args.comp & 15u) || /* the kernels stage sections with 16-byte copies */
+        (args.inline_offsets && args.nblocks + 1u > IBP_DECODE_INLINE_OFFSETS))
         return -EINVAL;
     const int pred = (flags & IBP_DECODE_PRED) != 0;
     const int scratch = args.scratch && !(args.scratch & 7u) && mod->sm_count > 0;
@@ -209,9 +210,9 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
                    : ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FIX, grid, IBP_DECODE_THREADS, 0, stream,
                                        params);
     }
-    return err ? err
-               : ibp_kernel_launch(mod, columns == 1 ? IBP_KERNEL_DECODE_SEG1 : IBP_KERNEL_DECODE_SEG, grid,
-                                   IBP_DECODE_THREADS, 0, stream, params);
+    const IbpKernelId seg = args.inline_offsets ? (columns == 1 ? IBP_KERNEL_DECODE_SEG1_INL : IBP_KERNEL_DECODE_SEG_INL)
+                                              : (columns == 1 ? IBP_KERNEL_DECODE_SEG1 : IBP_KERNEL_DECODE_SEG);
+    return err ? err : ibp_kernel_launch(mod, seg, grid, IBP_DECODE_THREADS, 0, stream, params);
 }
 
 int ibp_kernels_selftest(int ordinal, uint32_t n, char *why, size_t why_len)

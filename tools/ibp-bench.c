@@ -18,9 +18,10 @@ static void usage(FILE *f)
                "--copy-streams streams, decoded as each lands), the kernel reading the pinned run\n"
                "directly (zero-copy), and decode alone.  Each timed run uses the next of several copies\n"
                "of the device buffers, together more than twice the GPU's L2.  --max-sms bounds every\n"
-               "decode's grid to N CTAs (as [transfer] max_sms).  The DMA paths send the block offsets\n"
-               "ahead of the run and decode reads them from device memory, as the shim does;\n"
-               "--offsets mapped has every decode read the pinned table through its mapped address.\n");
+               "decode's grid to N CTAs (as [transfer] max_sms).  As in the shim, a decode of up to\n"
+               "255 blocks carries their offsets in its arguments, and the DMA paths send a longer\n"
+               "run's offsets ahead of it; --offsets mapped has every decode read the pinned table\n"
+               "through its mapped address.\n");
 }
 
 static size_t parse_size(const char *s)

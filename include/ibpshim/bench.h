@@ -17,8 +17,9 @@ typedef struct IbpshimBenchOptions {
     int copy_streams; /* streams the pipelined chunks' DMAs alternate over, 1 or 2 (0: 2) */
     unsigned max_sms; /* at most this many CTAs per decode launch, as [transfer] max_sms (0: no bound) */
     int offsets_mapped; /* the decode reads the block offsets from the pinned host table through
-                           its mapped address, instead of a copy in device memory that the DMA paths
-                           send before the run, as the shim does (zero-copy always reads them mapped) */
+                           its mapped address, instead of as the shim does: carried in the launch's
+                           arguments (runs of up to 255 blocks), else from a copy in device memory
+                           that the DMA paths send before the run */
 } IbpshimBenchOptions;
 
 /* GB/s are original bytes per second. */

@@ -35,8 +35,15 @@ typedef struct Run {
     const IbpPlanHeader *ph;
     const void *blob;
     const uint64_t *offs;
+    uint64_t *inline_offs; /* the offsets the arguments carried (inline_offsets), owned */
     uint8_t *dst;
 } Run;
+
+static void run_close(Run *r)
+{
+    free(r->inline_offs);
+    r->inline_offs = NULL;
+}
 
 static CUresult run_open(void *const *params, Run *r)
 {
@@ -45,10 +52,26 @@ static CUresult run_open(void *const *params, Run *r)
     if (!r->ph)
         return CUDA_ERROR_ILLEGAL_ADDRESS;
     r->blob = fakecuda_mem_access((uintptr_t)r->a.plan, r->ph->blob_len, false);
-    r->offs = fakecuda_mem_access((uintptr_t)r->a.offsets, ((size_t)r->a.nblocks + 1) * 8, false);
+    r->inline_offs = NULL;
+    if (r->a.inline_offsets) {
+        /* The kernels read rel[] for every block of the run: more than the array holds is a
+         * launcher's bug the GPU would turn into garbage. */
+        if (r->a.nblocks + 1u > IBP_DECODE_INLINE_OFFSETS)
+            return CUDA_ERROR_INVALID_VALUE;
+        r->inline_offs = malloc(((size_t)r->a.nblocks + 1) * sizeof(uint64_t));
+        if (!r->inline_offs)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        for (uint32_t i = 0; i <= r->a.nblocks; i++)
+            r->inline_offs[i] = r->a.rel[i];
+        r->offs = r->inline_offs;
+    } else {
+        r->offs = fakecuda_mem_access((uintptr_t)r->a.offsets, ((size_t)r->a.nblocks + 1) * 8, false);
+    }
     r->dst = r->a.len ? fakecuda_mem_access((uintptr_t)r->a.dst, r->a.len, false) : NULL;
-    if (!r->blob || !r->offs || (r->a.len && !r->dst))
+    if (!r->blob || !r->offs || (r->a.len && !r->dst)) {
+        run_close(r);
         return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
     return CUDA_SUCCESS;
 }
 
@@ -75,8 +98,10 @@ static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
         return res;
     const IbpDecodeArgs a = r.a;
     IbpCodecPlan *plan = NULL;
-    if (ibp_codec_plan_from_blob(r.blob, r.ph->blob_len, &plan))
+    if (ibp_codec_plan_from_blob(r.blob, r.ph->blob_len, &plan)) {
+        run_close(&r);
         return CUDA_ERROR_INVALID_VALUE;
+    }
     uint8_t *tmp = malloc(a.block_size ? a.block_size : 1);
     res = tmp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     for (uint32_t b = 0; b < a.nblocks && res == CUDA_SUCCESS; b++) {
@@ -101,6 +126,7 @@ static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
     }
     free(tmp);
     ibp_codec_plan_destroy(&plan);
+    run_close(&r);
     return res;
 }
 
@@ -115,6 +141,7 @@ static CUresult k_decode_scratch_pass(const FakecudaGrid *grid, void *const *par
     if (res != CUDA_SUCCESS)
         return res;
     const uint64_t need = ibp_decode_scratch_size(grid->grid[0]);
+    run_close(&r);
     return fakecuda_mem_access((uintptr_t)r.a.scratch, need, false) ? CUDA_SUCCESS
                                                                     : CUDA_ERROR_ILLEGAL_ADDRESS;
 }
@@ -124,6 +151,8 @@ const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_decode, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg1, k_decode, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_seg_inl, k_decode, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_seg1_inl, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_segp, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_fix, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_count, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),

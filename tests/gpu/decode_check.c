@@ -93,11 +93,12 @@ static void release(Encoded *e)
     ibp_codec_plan_destroy(&e->plan);
 }
 
-/* Decodes blocks [first, first + count) with clip (skip, len) and checks against data. */
-static void check_range(const char *name, const uint8_t *data, const Encoded *e, CUdeviceptr d_run,
+/* Decodes blocks [first, first + count) with clip (skip, len) and checks against data; the offsets
+ * from the pinned table, or (inl) carried in the arguments. */
+static void check_range_from(const char *name, const uint8_t *data, const Encoded *e, CUdeviceptr d_run,
                         CUdeviceptr d_plan, CUdeviceptr d_out, uint8_t *host_out, uint32_t first,
                         uint32_t count, uint64_t skip, uint64_t len, size_t dst_misalign, unsigned grid,
-                        int cta)
+                        int cta, int inl)
 {
     CUdeviceptr d_offsets;
     CHECK_CU(drv->cuMemHostGetDevicePointer(&d_offsets, e->offsets, 0));
@@ -112,6 +113,8 @@ static void check_range(const char *name, const uint8_t *data, const Encoded *e,
                        .scratch = d_scratch,
                        .nblocks = count,
                        .block_size = (uint32_t)e->block_size};
+    if (inl)
+        ibp_decode_inline_offsets(&a, e->offsets + first);
     const unsigned flags = (e->has_pred ? IBP_DECODE_PRED : 0u) | (cta ? IBP_DECODE_BLOCK : 0u);
     if (ibp_decode_launch(mod, &a, e->word_size, e->columns, flags, grid, NULL)) {
         fprintf(stderr, "%s: launch failed\n", name);
@@ -123,8 +126,8 @@ static void check_range(const char *name, const uint8_t *data, const Encoded *e,
     const uint8_t *want = data + (size_t)first * e->block_size + skip;
     for (uint64_t i = 0; i < len; i++) {
         if (host_out[dst_misalign + i] != want[i]) {
-            fprintf(stderr, "%s: blocks %u+%u skip %llu len %llu: byte %llu is 0x%02x, expected 0x%02x\n", name,
-                    first, count, (unsigned long long)skip, (unsigned long long)len, (unsigned long long)i,
+            fprintf(stderr, "%s: blocks %u+%u%s skip %llu len %llu: byte %llu is 0x%02x, expected 0x%02x\n",
+                    name, first, count, inl ? " (offsets inline)" : "", (unsigned long long)skip, (unsigned long long)len, (unsigned long long)i,
                     host_out[dst_misalign + i], want[i]);
             failures++;
             return;
@@ -142,6 +145,18 @@ static void check_range(const char *name, const uint8_t *data, const Encoded *e,
             failures++;
             return;
         }
+}
+
+static void check_range(const char *name, const uint8_t *data, const Encoded *e, CUdeviceptr d_run,
+                        CUdeviceptr d_plan, CUdeviceptr d_out, uint8_t *host_out, uint32_t first,
+                        uint32_t count, uint64_t skip, uint64_t len, size_t dst_misalign, unsigned grid,
+                        int cta)
+{
+    check_range_from(name, data, e, d_run, d_plan, d_out, host_out, first, count, skip, len, dst_misalign, grid,
+                     cta, 0);
+    if (count + 1u <= IBP_DECODE_INLINE_OFFSETS)
+        check_range_from(name, data, e, d_run, d_plan, d_out, host_out, first, count, skip, len, dst_misalign,
+                         grid, cta, 1);
 }
 
 static void run_case(const char *name, const uint8_t *data, size_t len, size_t block_size, IbpCodecPlan *plan)
