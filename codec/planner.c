@@ -863,45 +863,40 @@ static void ibp_masks_sort(IbpMasks *m, uint32_t c_count)
     }
 }
 
-/* Assigns word i (x) the first set whose masked bits it matches (0 = none), by conditional moves
- * from the last set (which set matches is data, and a branch on it mispredicts); set k's mask,
- * value and variant bits are at index (k - 1) * stride.  Returns the bits the word then costs. */
-static inline __attribute__((always_inline)) uint32_t
-ibp_assign_word(uint64_t x, const uint64_t *mk, const uint64_t *vl, const uint8_t *vb, size_t stride,
-                uint32_t k_count, uint32_t wbits, uint8_t *restrict mem, uint8_t *restrict sizes, size_t i)
+/* The bits word x costs under the first set whose masked bits it matches (all W*8 for none), by
+ * conditional moves from the last set (which set matches is data, and a branch on it
+ * mispredicts); set k's mask, value and variant bits are at index (k - 1) * stride. */
+static inline __attribute__((always_inline)) uint32_t ibp_assign_word(uint64_t x, const uint64_t *mk,
+                                                                      const uint64_t *vl, const uint8_t *vb,
+                                                                      size_t stride, uint32_t k_count,
+                                                                      uint32_t wbits)
 {
-    uint32_t s = 0;
     uint32_t sz = wbits;
     for (uint32_t k = k_count; k > 0; k--) {
         const size_t idx = (size_t)(k - 1u) * stride;
-        const int hit = (x & mk[idx]) == vl[idx];
-        s = hit ? k : s;
-        sz = hit ? vb[idx] : sz;
+        sz = (x & mk[idx]) == vl[idx] ? vb[idx] : sz;
     }
-    if (mem)
-        mem[i] = (uint8_t)s;
-    if (sizes)
-        sizes[i] = (uint8_t)sz;
     return sz;
 }
 
-/* ibp_assign's word loop with K a constant. */
+/* ibp_assign's word loop with K a constant, and prefix (NULL or not) a constant where inlined. */
 static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWords *ws, const IbpMasks *m,
-                                                                   const uint8_t *vb, uint8_t *member,
-                                                                   uint8_t *size, const uint32_t k_count,
-                                                                   size_t lo, size_t hi)
+                                                                   const uint8_t *vb, uint32_t *prefix,
+                                                                   const uint32_t k_count)
 {
     const uint32_t wbits = ws->word_size * 8u;
     const uint32_t sb = ibp_fmt_sel_bits(k_count);
     const uint32_t c_count = ws->columns;
-    /* Locals, restrict: member and size are bytes, which may alias anything. */
+    const size_t n = ws->n;
     const uint64_t *restrict const words = ws->w;
     const uint32_t *restrict const cols = ws->col;
     const uint64_t *restrict const mask = m->mask;
     const uint64_t *restrict const value = m->value;
-    uint8_t *restrict const mem = member;
-    uint8_t *restrict const sizes = size;
+    uint32_t *restrict const run = prefix;
     uint64_t bits = 0;
+    uint32_t sum = 0;
+    if (run)
+        run[0] = 0;
     if (c_count == 1u) {
         /* One column: the sets stay in registers. */
         uint64_t mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
@@ -911,55 +906,55 @@ static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWord
             vl[k] = value[k];
             vbk[k] = vb[k];
         }
-        for (size_t i = lo; i < hi; i++)
-            bits += ibp_assign_word(words[i], mk, vl, vbk, 1u, k_count, wbits, mem, sizes, i) + sb;
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t sz = ibp_assign_word(words[i], mk, vl, vbk, 1u, k_count, wbits);
+            bits += sz + sb;
+            if (run) {
+                sum += sz;
+                run[i + 1] = sum;
+            }
+        }
         return bits;
     }
-    for (size_t i = lo; i < hi; i++) {
+    for (size_t i = 0; i < n; i++) {
         const uint32_t c = cols[i];
-        bits += ibp_assign_word(words[i], mask + c, value + c, vb + c, c_count, k_count, wbits, mem, sizes, i) + sb;
+        const uint32_t sz = ibp_assign_word(words[i], mask + c, value + c, vb + c, c_count, k_count, wbits);
+        bits += sz + sb;
+        if (run) {
+            sum += sz;
+            run[i + 1] = sum;
+        }
     }
     return bits;
 }
 
-/* ibp_assign_k with K a constant; member and size, where the caller passes NULL, constants too. */
+/* ibp_assign_k with K a constant. */
 static inline __attribute__((always_inline)) uint64_t ibp_assign_sets(const IbpWords *ws, const IbpMasks *m,
-                                                                      const uint8_t *vb, uint8_t *member,
-                                                                      uint8_t *size, size_t lo, size_t hi)
+                                                                      const uint8_t *vb, uint32_t *prefix)
 {
     switch (m->nsets) {
     case 1:
-        return ibp_assign_k(ws, m, vb, member, size, 1u, lo, hi);
+        return ibp_assign_k(ws, m, vb, prefix, 1u);
     case 2:
-        return ibp_assign_k(ws, m, vb, member, size, 2u, lo, hi);
+        return ibp_assign_k(ws, m, vb, prefix, 2u);
     default:
-        return ibp_assign_k(ws, m, vb, member, size, 3u, lo, hi);
+        return ibp_assign_k(ws, m, vb, prefix, 3u);
     }
 }
 
-/* ibp_assign over words [lo, hi).  A loop per output wanted: with the NULL tests inside, the
- * word loop kept both and its branches (the trials ask for one output, the screen for none). */
-static uint64_t ibp_assign_range(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size,
-                                 size_t lo, size_t hi)
+/* The bits of all words of the sample under masks m with per-word selectors and no row grouping.
+ * With prefix (ws->n + 1 entries), also the running sums of the words' sizes without selectors
+ * (prefix[i]: words before i), what ibp_pick_rows takes: written here, they cost no pass of
+ * their own.  A loop with prefix and one without (the screen asks for none). */
+static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint32_t *prefix)
 {
     const uint32_t wbits = ws->word_size * 8u;
     uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
     for (uint32_t i = 0; i < m->nsets * ws->columns; i++)
         vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
-    if (member && size)
-        return ibp_assign_sets(ws, m, vb, member, size, lo, hi);
-    if (member)
-        return ibp_assign_sets(ws, m, vb, member, NULL, lo, hi);
-    if (size)
-        return ibp_assign_sets(ws, m, vb, NULL, size, lo, hi);
-    return ibp_assign_sets(ws, m, vb, NULL, NULL, lo, hi);
-}
-
-/* Per word of the sample: selector (0 = no set) under masks m; returns the estimated bits of
- * all words with per-word selectors and no row grouping. */
-static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size)
-{
-    return ibp_assign_range(ws, m, member, size, 0, ws->n);
+    if (prefix)
+        return ibp_assign_sets(ws, m, vb, prefix);
+    return ibp_assign_sets(ws, m, vb, NULL);
 }
 
 /* The greedy start of the clustered variant: sets [from, to) fitted one after the other, set 1
@@ -1003,11 +998,9 @@ static void ibp_fit_sets(const IbpWords *ws, uint32_t nsets, IbpFit *f, uint8_t 
 }
 
 /* Best row length for per-word sizes: rows are packed (selectors + fields) or raw, whichever
- * is smaller, plus one flag bit each.  Rows restart at every chunk, as at every block.  prefix
- * (ws->n + 1 entries) is work space: running sums of size, so a row costs two loads whatever
- * its length. */
-static uint32_t ibp_pick_rows(const IbpWords *ws, const uint8_t *size, uint32_t sb, uint32_t *prefix,
-                              uint64_t *bits_out)
+ * is smaller, plus one flag bit each.  Rows restart at every chunk, as at every block.  prefix:
+ * the running sums of the sizes (ibp_assign), so a row costs two loads whatever its length. */
+static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32_t sb, uint64_t *bits_out)
 {
     static const uint32_t fixed[] = {8, 16, 32, 64, 128, 256, 512, 1024};
     uint32_t cand[32];
@@ -1020,9 +1013,6 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint8_t *size, uint32_t 
         if (r >= 1024u)
             break;
     }
-    prefix[0] = 0;
-    for (size_t i = 0; i < ws->n; i++)
-        prefix[i + 1] = prefix[i] + size[i];
     uint64_t best = UINT64_MAX;
     uint32_t best_r = cand[0];
     for (uint32_t ci = 0; ci < nc; ci++) {
@@ -1189,7 +1179,6 @@ typedef struct IbpWork {
     IbpWords ws; /* the sample as words of the candidate being judged */
     IbpFit fit;
     uint8_t *member;
-    uint8_t *size;
     uint32_t *prefix;
     uint8_t *xform;
     IbpMasks m;
@@ -1202,7 +1191,6 @@ static void ibp_work_free(IbpWork *wk)
     ibp_words_free(&wk->ws);
     ibp_fit_free(&wk->fit);
     free(wk->member);
-    free(wk->size);
     free(wk->prefix);
     free(wk->xform);
     free(wk->m.mask);
@@ -1220,15 +1208,14 @@ static int ibp_work_alloc(IbpWork *wk, uint32_t max_cols, size_t max_words)
     if (rc)
         return rc;
     wk->member = malloc(max_words);
-    wk->size = malloc(max_words);
     wk->prefix = malloc((max_words + 1u) * sizeof(uint32_t));
     wk->xform = malloc(max_cols);
     wk->m.mask = malloc(masks);
     wk->m.value = malloc(masks);
     wk->greedy_mask = malloc(masks);
     wk->greedy_value = malloc(masks);
-    if (!wk->member || !wk->size || !wk->prefix || !wk->xform || !wk->m.mask || !wk->m.value ||
-        !wk->greedy_mask || !wk->greedy_value) {
+    if (!wk->member || !wk->prefix || !wk->xform || !wk->m.mask || !wk->m.value || !wk->greedy_mask ||
+        !wk->greedy_value) {
         ibp_work_free(wk);
         return -ENOMEM;
     }
@@ -1287,8 +1274,8 @@ static int ibp_judge(const IbpSearch *s, IbpWork *wk, const IbpWords *ws, const 
 {
     uint64_t row_bits;
     IbpCodecPlan *p = NULL;
-    ibp_assign(ws, &wk->m, NULL, wk->size);
-    const uint32_t r_len = ibp_pick_rows(ws, wk->size, ibp_fmt_sel_bits(wk->m.nsets), wk->prefix, &row_bits);
+    ibp_assign(ws, &wk->m, wk->prefix);
+    const uint32_t r_len = ibp_pick_rows(ws, wk->prefix, ibp_fmt_sel_bits(wk->m.nsets), &row_bits);
     const int rc = ibp_codec_plan_build_lite(ws->word_size, ws->columns, r_len, wk->m.nsets, s->block_size,
                                              xform, wk->m.mask, wk->m.value, &p);
     if (rc)
@@ -1322,7 +1309,7 @@ static int ibp_job_screen(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     if (rc)
         return rc;
     wk->m.nsets = 1;
-    const uint64_t bits = ibp_assign(&wk->ws, &wk->m, NULL, NULL);
+    const uint64_t bits = ibp_assign(&wk->ws, &wk->m, NULL);
     c->est_bits = ibp_scale(bits, s->screen_eval->bytes, s->len, 1, c->columns, c->word_size);
     return 0;
 }
@@ -1868,8 +1855,8 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     /* The row length on the refit sample's whole chunks: the trials' fits saw pieces of 1 KiB
      * and more, too short for long rows. */
     uint64_t row_bits;
-    ibp_assign(ws, &work[0].m, NULL, work[0].size);
-    brows = ibp_pick_rows(ws, work[0].size, ibp_fmt_sel_bits(bnsets), work[0].prefix, &row_bits);
+    ibp_assign(ws, &work[0].m, work[0].prefix);
+    brows = ibp_pick_rows(ws, work[0].prefix, ibp_fmt_sel_bits(bnsets), &row_bits);
     rc = ibp_codec_plan_build(bc->word_size, bc->columns, brows, bnsets, (uint32_t)bs, bxform, work[0].m.mask,
                               work[0].m.value, &best);
     if (rc)
