@@ -430,22 +430,39 @@ static inline __attribute__((always_inline)) void ibp_acc_flush(uint64_t *a, uin
     memset(a, 0, w * 8u);
 }
 
+typedef uint16_t ibp_v8u16 __attribute__((vector_size(16)));
+typedef uint32_t ibp_v4u32 __attribute__((vector_size(16)));
+
+/* Word x (of w bytes) repeated to fill a vector. */
+static inline __attribute__((always_inline)) ibp_v16u8 ibp_fill(uint64_t x, const uint32_t w)
+{
+    if (w == 2u) {
+        const uint16_t h = (uint16_t)x;
+        return (ibp_v16u8)(ibp_v8u16){h, h, h, h, h, h, h, h};
+    }
+    if (w == 4u) {
+        const uint32_t h = (uint32_t)x;
+        return (ibp_v16u8)(ibp_v4u32){h, h, h, h};
+    }
+    return (ibp_v16u8)(ibp_v2u64){x, x};
+}
+
 /* The words [lo, hi) of ibp_fit_count into the byte-lane counters acc, counted in pending (the
- * caller keeps every counter at most 255). */
+ * caller keeps every counter at most 255).  w, mode, slots and ak (the sets of am, 0 without)
+ * are constants where inlined. */
 static inline __attribute__((always_inline)) void
 ibp_fit_count_run(const uint64_t *restrict words, const uint32_t *restrict cols, uint8_t *restrict mem,
-                  uint32_t nfit, uint32_t c_count, uint32_t slots, uint64_t *restrict acc,
-                  uint8_t *restrict pending, const uint32_t w, const int mode, const int assign,
-                  const uint64_t *restrict amask, const uint64_t *restrict avalue, uint32_t ak,
-                  const ibp_v16u8 *bit, size_t lo, size_t hi)
+                  uint32_t nfit, uint32_t c_count, const uint32_t slots, uint64_t *restrict acc,
+                  uint8_t *restrict pending, const uint32_t w, const int mode, const uint64_t *restrict amask,
+                  const uint64_t *restrict avalue, const uint32_t ak, const ibp_v16u8 *bit, size_t lo,
+                  size_t hi)
 {
-    /* The word repeated to 8 bytes. */
-    const uint64_t rep = w == 2u ? 0x0001000100010001ull : w == 4u ? 0x0000000100000001ull : 1u;
+    const size_t slot_stride = (size_t)(nfit + 1u) * c_count;
     for (size_t i = lo; i < hi; i++) {
         const uint64_t x = words[i];
         const uint32_t c = cols[i];
         uint32_t route;
-        if (assign) {
+        if (ak) {
             uint32_t sel = 0;
             for (uint32_t k = ak; k > 0; k--) {
                 const size_t idx = (size_t)(k - 1u) * c_count + c;
@@ -456,10 +473,9 @@ ibp_fit_count_run(const uint64_t *restrict words, const uint32_t *restrict cols,
         } else {
             route = ibp_fit_route(mem, mode, i);
         }
-        const size_t at = ((i & (slots - 1u)) * (nfit + 1u) + route) * c_count + c;
+        const size_t at = (i & (slots - 1u)) * slot_stride + (size_t)route * c_count + c;
         uint64_t *a = acc + at * w;
-        const uint64_t xr = x * rep;
-        const ibp_v16u8 xv = (ibp_v16u8)(ibp_v2u64){xr, xr};
+        const ibp_v16u8 xv = ibp_fill(x, w);
         for (uint32_t p = 0; p < w / 2u; p++) {
             ibp_v16u8 v;
             memcpy(&v, a + 2u * p, 16);
@@ -474,13 +490,13 @@ ibp_fit_count_run(const uint64_t *restrict words, const uint32_t *restrict cols,
  * load or a constant, and the per-byte loops unroll). */
 static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *ws, const uint8_t *member,
                                                                 uint32_t nfit, IbpFit *f, const uint32_t w,
-                                                                const int mode, const IbpMasks *am, size_t lo,
-                                                                size_t hi)
+                                                                const int mode, const uint32_t slots,
+                                                                const uint32_t ak, const IbpMasks *am,
+                                                                size_t lo, size_t hi)
 {
     const uint32_t wbits = w * 8u;
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count;
-    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
     /* Locals: the pending counters are bytes, which may alias anything, so fields read through
      * f and ws would be loaded again after every word. */
     const uint64_t *restrict const words = ws->w;
@@ -493,7 +509,6 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
      * ibp_assign would, and written to member before it routes the word. */
     const uint64_t *restrict const amask = am ? am->mask : NULL;
     const uint64_t *restrict const avalue = am ? am->value : NULL;
-    const uint32_t ak = am ? am->nsets : 0;
     uint8_t *restrict const mem = (uint8_t *)member;
     /* Words go in batches that add at most 255 to any one counter, emptied after each batch
      * instead of checked after each word: within a chunk a counter (slot and column) comes back
@@ -526,8 +541,8 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
                 end = stop;
             }
         }
-        ibp_fit_count_run(words, cols, mem, nfit, c_count, slots, acc, pending, w, mode, am != NULL, amask,
-                          avalue, ak, bit, i, end);
+        ibp_fit_count_run(words, cols, mem, nfit, c_count, slots, acc, pending, w, mode, amask, avalue, ak,
+                          bit, i, end);
         i = end;
         for (size_t at = 0; at < nacc; at++) {
             if (pending[at]) {
@@ -702,6 +717,26 @@ static unsigned ibp_passes_split(const IbpWords *ws, const IbpFit *f, IbpPass *p
     return n;
 }
 
+/* The count pass's word loops are compiled per word size, mode, counter slots and sets assigned
+ * by (am; a greedy set's fit assigns by the one or two before it, a refinement by two or three):
+ * with the counter index and the set tests constants, a word takes about half the instructions. */
+#define IBP_COUNT_KEY(W, MODE, S, K) (((((W)*4u + (uint32_t)(MODE)) * 8u) + (S)) * 4u + (K))
+#define IBP_COUNT_CASE(W, MODE, S, K)                                                                        \
+    case IBP_COUNT_KEY(W, MODE, S, K):                                                                       \
+        ibp_fit_count(ws, p->member, p->nfit, f, (W), (MODE), (S), (K), (K) ? p->am : NULL, p->lo, p->hi);   \
+        break;
+#define IBP_COUNT_CASES(W)                                                                                   \
+    IBP_COUNT_CASE(W, IBP_FIT_ALL, 1u, 0u)                                                                   \
+    IBP_COUNT_CASE(W, IBP_FIT_ALL, IBP_FIT_SLOTS, 0u)                                                        \
+    IBP_COUNT_CASE(W, IBP_FIT_FREE, 1u, 1u)                                                                  \
+    IBP_COUNT_CASE(W, IBP_FIT_FREE, IBP_FIT_SLOTS, 1u)                                                       \
+    IBP_COUNT_CASE(W, IBP_FIT_FREE, 1u, 2u)                                                                  \
+    IBP_COUNT_CASE(W, IBP_FIT_FREE, IBP_FIT_SLOTS, 2u)                                                       \
+    IBP_COUNT_CASE(W, IBP_FIT_SETS, 1u, 2u)                                                                  \
+    IBP_COUNT_CASE(W, IBP_FIT_SETS, IBP_FIT_SLOTS, 2u)                                                       \
+    IBP_COUNT_CASE(W, IBP_FIT_SETS, 1u, 3u)                                                                  \
+    IBP_COUNT_CASE(W, IBP_FIT_SETS, IBP_FIT_SLOTS, 3u)
+
 /* Bit counts of a share of the words into p->f->cnt / ncol. */
 static void ibp_count_pass(IbpPass *p)
 {
@@ -716,10 +751,15 @@ static void ibp_count_pass(IbpPass *p)
     memset(f->ncol, 0, sc * sizeof(uint32_t));
     memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
     memset(f->pending, 0, slots * sc);
-    if (p->am)
-        IBP_FIT_DISPATCH(ibp_fit_count(ws, p->member, p->nfit, f, w_, mode_, p->am, p->lo, p->hi));
-    else
-        IBP_FIT_DISPATCH(ibp_fit_count(ws, p->member, p->nfit, f, w_, mode_, NULL, p->lo, p->hi));
+    const uint32_t ak = p->am ? p->am->nsets : 0;
+    switch (IBP_COUNT_KEY(w, mode, slots, ak)) {
+        IBP_COUNT_CASES(2u)
+        IBP_COUNT_CASES(4u)
+        IBP_COUNT_CASES(8u)
+    default:
+        ibp_fit_count(ws, p->member, p->nfit, f, w, mode, slots, ak, p->am, p->lo, p->hi);
+        break;
+    }
 }
 
 /* Agreement histograms of a share of the words into p->f->hist (its slots summed into slot 0). */
