@@ -320,7 +320,7 @@ typedef struct IbpFit {
     uint32_t *hist;       /* slots * (K+1) * C * (W*8 + 1) */
     /* (K+1) * C * W * 256, when that is at most IBP_FIT_RANK_MAX bytes: for byte q of a word and
      * its value v, the lowest rank (position in the column's bit ranking) of a bit set in v, or
-     * 64 for v = 0; a word's agreement length is the least over its bytes. */
+     * W*8 for v = 0; a word's agreement length is the least over its bytes. */
     uint8_t *rank;
     size_t rank_cap;
     const struct IbpPar *par; /* threads its word passes may spread over, or NULL */
@@ -556,15 +556,13 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
 }
 
 /* Agreement histograms of words [lo, hi) into out->hist, by the bit ranking of model. */
-static inline __attribute__((always_inline)) void ibp_fit_hist_rank(const IbpWords *ws, const uint8_t *member,
-                                                                    uint32_t nfit, const IbpFit *f,
-                                                                    IbpFit *out, const uint32_t w,
-                                                                    const int mode, size_t lo, size_t hi)
+static inline __attribute__((always_inline)) void
+ibp_fit_hist_rank(const IbpWords *ws, const uint8_t *member, uint32_t nfit, const IbpFit *f, IbpFit *out,
+                  const uint32_t w, const int mode, const uint32_t slots, size_t lo, size_t hi)
 {
     const uint32_t wbits = w * 8u;
     const uint32_t c_count = ws->columns;
-    const size_t sc = (size_t)(nfit + 1u) * c_count;
-    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    const size_t slot_stride = (size_t)(nfit + 1u) * c_count * (wbits + 1u);
     const uint64_t *restrict const words = ws->w;
     const uint32_t *restrict const cols = ws->col;
     const uint64_t *restrict const maj = f->maj;
@@ -579,8 +577,7 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_rank(const IbpWor
             const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
             agree = r < agree ? r : agree;
         }
-        agree = agree < wbits ? agree : wbits;
-        hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+        hist[(i & (slots - 1u)) * slot_stride + at * (wbits + 1u) + agree]++;
     }
 }
 
@@ -773,8 +770,11 @@ static void ibp_hist_pass(IbpPass *p)
     const uint32_t slots = ws->columns < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
     const size_t hs = w * 8u + 1u;
     memset(f->hist, 0, slots * sc * hs * sizeof(uint32_t));
-    if (p->use_rank)
-        IBP_FIT_DISPATCH(ibp_fit_hist_rank(ws, p->member, p->nfit, p->model, f, w_, mode_, p->lo, p->hi));
+    if (p->use_rank && slots == 1u)
+        IBP_FIT_DISPATCH(ibp_fit_hist_rank(ws, p->member, p->nfit, p->model, f, w_, mode_, 1u, p->lo, p->hi));
+    else if (p->use_rank)
+        IBP_FIT_DISPATCH(
+            ibp_fit_hist_rank(ws, p->member, p->nfit, p->model, f, w_, mode_, IBP_FIT_SLOTS, p->lo, p->hi));
     else
         IBP_FIT_DISPATCH(ibp_fit_hist_search(ws, p->member, p->nfit, p->model, f, w_, mode_, p->lo, p->hi));
     for (uint32_t slot = 1; slot < slots; slot++)
@@ -822,7 +822,7 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
     memset(f->maj, 0, c_count * sizeof(uint64_t));
     memset(f->prefix, 0, c_count * 65u * sizeof(uint64_t));
     if (use_rank)
-        memset(f->rank, 64, (size_t)c_count * w * 256u);
+        memset(f->rank, (int)wbits, (size_t)c_count * w * 256u);
     for (size_t at = c_count; at < sc; at++) {
         const uint32_t *cnt = f->cnt + at * wbits;
         const uint32_t n = f->ncol[at];
@@ -846,7 +846,7 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
                 rk[order[m]] = (uint8_t)m;
             uint8_t *t = f->rank + at * w * 256u;
             for (uint32_t q = 0; q < w; q++, t += 256) {
-                t[0] = 64;
+                t[0] = (uint8_t)wbits;
                 for (uint32_t v = 1; v < 256u; v++) {
                     const uint8_t low = rk[8u * q + (uint32_t)__builtin_ctz(v)];
                     const uint8_t rest = t[v & (v - 1u)];
