@@ -35,6 +35,7 @@
  * fashion_mnist's by 0.0003-0.0005. */
 #define IBP_TRIAL_ROUNDS 1
 #define IBP_REFIT_ROUNDS 1
+_Static_assert(IBP_TRIAL_ROUNDS >= 1, "a trial's first refinement round fits its next greedy set");
 #define IBP_PLAN_MAX_THREADS 16u
 
 typedef struct IbpChunk {
@@ -790,8 +791,23 @@ static void ibp_hist_pass(IbpPass *p)
  * word counts afterwards.  With f->par, the two word passes are shared among its threads; the
  * counts, and so the masks, are the same.  With am, member is first written as ibp_assign writes it
  * for the sets am (by the count pass, which reads the same words). */
+static uint64_t ibp_fit_masks_free(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode,
+                                   uint32_t nfit, IbpFit *f, uint64_t *mask, uint64_t *value,
+                                   uint64_t *free_mask, uint64_t *free_value);
+
 static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode, uint32_t nfit,
                               IbpFit *f, uint64_t *mask, uint64_t *value)
+{
+    return ibp_fit_masks_free(ws, member, am, mode, nfit, f, mask, value, NULL, NULL);
+}
+
+/* ibp_fit_masks, and with free_mask (mode IBP_FIT_SETS only) one more set fitted to the words no
+ * set of am takes, into free_mask/free_value: the set a greedy fit after am's sets would fit
+ * (IBP_FIT_FREE), since which words no set takes does not depend on the sets' order.  Those words
+ * go through both passes anyway (as set 0), so the extra set costs no word pass. */
+static uint64_t ibp_fit_masks_free(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode,
+                                   uint32_t nfit, IbpFit *f, uint64_t *mask, uint64_t *value,
+                                   uint64_t *free_mask, uint64_t *free_value)
 {
     const uint32_t w = ws->word_size;
     const uint32_t wbits = w * 8u;
@@ -818,12 +834,16 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
         for (size_t k = 0; k < sc; k++)
             f->ncol[k] += passes[t].f->ncol[k];
     }
-    /* Set 0's words are ignored: its constants only need to be valid. */
-    memset(f->maj, 0, c_count * sizeof(uint64_t));
-    memset(f->prefix, 0, c_count * 65u * sizeof(uint64_t));
-    if (use_rank)
-        memset(f->rank, (int)wbits, (size_t)c_count * w * 256u);
-    for (size_t at = c_count; at < sc; at++) {
+    /* Set 0's words are ignored unless free_mask asks for them: its constants only need to be
+     * valid. */
+    const size_t first = free_mask ? 0 : c_count;
+    if (!free_mask) {
+        memset(f->maj, 0, c_count * sizeof(uint64_t));
+        memset(f->prefix, 0, c_count * 65u * sizeof(uint64_t));
+        if (use_rank)
+            memset(f->rank, (int)wbits, (size_t)c_count * w * 256u);
+    }
+    for (size_t at = first; at < sc; at++) {
         const uint32_t *cnt = f->cnt + at * wbits;
         const uint32_t n = f->ncol[at];
         uint8_t order[64];
@@ -862,7 +882,7 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
         for (size_t k = 0; k < sc * hs; k++)
             f->hist[k] += passes[t].f->hist[k];
     uint64_t saved = 0;
-    for (size_t at = c_count; at < sc; at++) {
+    for (size_t at = first; at < sc; at++) {
         const uint32_t *h = f->hist + at * hs;
         uint64_t at_least = 0;
         uint64_t best = 0;
@@ -873,6 +893,11 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
                 best = (uint64_t)m * at_least;
                 best_m = m;
             }
+        }
+        if (at < c_count) {
+            free_mask[at] = f->prefix[at * 65u + best_m];
+            free_value[at] = f->maj[at] & free_mask[at];
+            continue;
         }
         mask[at - c_count] = f->prefix[at * 65u + best_m];
         value[at - c_count] = f->maj[at] & mask[at - c_count];
@@ -1017,14 +1042,17 @@ static void ibp_fit_greedy(const IbpWords *ws, uint32_t from, uint32_t to, IbpFi
 
 /* Refines greedy sets: rounds of reassigning every word to its cheapest set and refitting each
  * set to its own words; the sets end ordered by invariant bits. */
-static void ibp_refine_sets(const IbpWords *ws, IbpFit *f, uint8_t *member, IbpMasks *m, int rounds)
+static void ibp_refine_sets(const IbpWords *ws, IbpFit *f, uint8_t *member, IbpMasks *m, int rounds,
+                            uint64_t *free_mask, uint64_t *free_value)
 {
     const uint32_t c_count = ws->columns;
     for (int round = 0; round < rounds && m->nsets > 1; round++) {
         ibp_masks_sort(m, c_count);
         /* The words are assigned by m in the fit's count pass; the fit writes m only after both
-         * of its passes. */
-        ibp_fit_masks(ws, member, m, IBP_FIT_SETS, m->nsets, f, m->mask, m->value);
+         * of its passes.  The first round's words that no set takes are those of the sets m
+         * starts with, whatever their order: the greedy set after them, where asked for. */
+        ibp_fit_masks_free(ws, member, m, IBP_FIT_SETS, m->nsets, f, m->mask, m->value,
+                           round ? NULL : free_mask, round ? NULL : free_value);
     }
     ibp_masks_sort(m, c_count);
 }
@@ -1034,7 +1062,7 @@ static void ibp_fit_sets(const IbpWords *ws, uint32_t nsets, IbpFit *f, uint8_t 
 {
     out->nsets = nsets;
     ibp_fit_greedy(ws, 0, nsets, f, member, out->mask, out->value);
-    ibp_refine_sets(ws, f, member, out, IBP_REFIT_ROUNDS);
+    ibp_refine_sets(ws, f, member, out, IBP_REFIT_ROUNDS, NULL, NULL);
 }
 
 /* Best row length for per-word sizes: rows are packed (selectors + fields) or raw, whichever
@@ -1423,12 +1451,17 @@ static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const 
     const uint64_t *set1 = c->set1 + (size_t)v * 2u * c->columns;
     memcpy(wk->greedy_mask, set1, set_len);
     memcpy(wk->greedy_value, set1 + c->columns, set_len);
+    ibp_fit_greedy(ws, 1, 2, &wk->fit, wk->member, wk->greedy_mask, wk->greedy_value);
     for (uint32_t nsets = 2; nsets <= IBP_MAX_SETS && !rc; nsets++) {
-        ibp_fit_greedy(ws, nsets - 1u, nsets, &wk->fit, wk->member, wk->greedy_mask, wk->greedy_value);
         memcpy(wk->m.mask, wk->greedy_mask, nsets * set_len);
         memcpy(wk->m.value, wk->greedy_value, nsets * set_len);
         wk->m.nsets = nsets;
-        ibp_refine_sets(ws, &wk->fit, wk->member, &wk->m, IBP_TRIAL_ROUNDS);
+        /* Refining K greedy sets also fits greedy set K + 1 (see ibp_fit_masks_free), the start
+         * of the next trial. */
+        const int more = nsets < IBP_MAX_SETS;
+        ibp_refine_sets(ws, &wk->fit, wk->member, &wk->m, IBP_TRIAL_ROUNDS,
+                        more ? wk->greedy_mask + (size_t)nsets * c->columns : NULL,
+                        more ? wk->greedy_value + (size_t)nsets * c->columns : NULL);
         rc = ibp_judge(s, wk, ws, xform, &trials[nsets - 2u]);
         if (nsets == 2u && trials[0].bytes >= bound)
             break;
