@@ -1077,7 +1077,13 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
         cand[nc++] = fixed[i];
     for (uint32_t r = ws->columns; r <= IBP_MAX_ROW_WORDS && nc < 32u; r *= 2u) {
-        cand[nc++] = r;
+        /* A length already listed (a power-of-two period) would only be counted again: a later
+         * equal count never wins. */
+        int listed = 0;
+        for (uint32_t k = 0; k < nc; k++)
+            listed |= cand[k] == r;
+        if (!listed)
+            cand[nc++] = r;
         if (r >= 1024u)
             break;
     }
@@ -1085,13 +1091,20 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
     uint32_t best_r = cand[0];
     for (uint32_t ci = 0; ci < nc; ci++) {
         const uint32_t r_len = cand[ci];
+        const uint64_t row_sel = (uint64_t)r_len * sb;
+        const uint64_t row_raw = (uint64_t)r_len * wbits;
         uint64_t bits = 0;
         size_t start = 0;
         for (size_t ch = 0; ch < ws->nchunks; ch++) {
             const size_t end = ws->chunk_end[ch];
-            for (size_t j = start; j < end; j += r_len) {
-                const size_t n = ibp_min_sz(r_len, end - j);
-                const uint64_t packed = (uint64_t)n * sb + (prefix[j + n] - prefix[j]);
+            size_t j = start;
+            for (; j + r_len <= end; j += r_len) {
+                const uint64_t packed = row_sel + (prefix[j + r_len] - prefix[j]);
+                bits += (packed < row_raw ? packed : row_raw) + 1u;
+            }
+            if (j < end) {
+                const size_t n = end - j;
+                const uint64_t packed = (uint64_t)n * sb + (prefix[end] - prefix[j]);
                 const uint64_t raw = (uint64_t)n * wbits;
                 bits += (packed < raw ? packed : raw) + 1u;
             }
