@@ -1134,17 +1134,39 @@ static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, ui
         uint32_t eq = 0;
         size_t i = 0;
         /* 16 bytes at a time in byte-lane counters (equal lanes are all ones: subtracting counts
-         * them), then the 8-byte loop for what is left, which counts the same bytes. */
-        while (i + lag + 16u <= n) {
-            ibp_v16u8 lanes = {0};
-            for (uint32_t k = 0; k < 255u && i + lag + 16u <= n; k++, i += 16u) {
-                ibp_v16u8 a, b;
-                memcpy(&a, p + i, 16);
-                memcpy(&b, p + i + lag, 16);
-                lanes -= (ibp_v16u8)(a == b);
+         * them), four vectors a step in counters of their own, emptied before any lane can pass
+         * 255; then the 8-byte loop for what is left, which counts the same bytes. */
+        size_t vecs = n - lag >= 16u ? (n - lag) / 16u : 0;
+        while (vecs) {
+            const size_t run = vecs < 4u * 252u ? vecs : 4u * 252u;
+            ibp_v16u8 l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0};
+            const uint8_t *a = p + i;
+            const uint8_t *const stop = a + run / 4u * 64u;
+            for (; a < stop; a += 64) {
+                ibp_v16u8 x0, x1, x2, x3, y0, y1, y2, y3;
+                memcpy(&x0, a, 16);
+                memcpy(&y0, a + lag, 16);
+                memcpy(&x1, a + 16, 16);
+                memcpy(&y1, a + 16 + lag, 16);
+                memcpy(&x2, a + 32, 16);
+                memcpy(&y2, a + 32 + lag, 16);
+                memcpy(&x3, a + 48, 16);
+                memcpy(&y3, a + 48 + lag, 16);
+                l0 -= (ibp_v16u8)(x0 == y0);
+                l1 -= (ibp_v16u8)(x1 == y1);
+                l2 -= (ibp_v16u8)(x2 == y2);
+                l3 -= (ibp_v16u8)(x3 == y3);
             }
-            for (uint32_t k = 0; k < 16u; k++)
-                eq += lanes[k];
+            for (size_t k = run / 4u * 4u; k < run; k++, a += 16) {
+                ibp_v16u8 x, y;
+                memcpy(&x, a, 16);
+                memcpy(&y, a + lag, 16);
+                l0 -= (ibp_v16u8)(x == y);
+            }
+            i += run * 16u;
+            vecs -= run;
+            for (uint32_t l = 0; l < 16u; l++)
+                eq += (uint32_t)l0[l] + l1[l] + l2[l] + l3[l];
         }
         while (i + lag + 8u <= n) {
             /* Equal bytes counted in byte lanes, emptied before any lane can pass 255. */
