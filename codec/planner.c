@@ -301,8 +301,9 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
 }
 
 /* Which words a fit takes: all of them into set 1, those no set takes yet (member 0) into set 1,
- * or each into the set member names (several sets at once, as one round of ibp_fit_sets). */
-enum { IBP_FIT_ALL, IBP_FIT_FREE, IBP_FIT_SETS };
+ * or each into the set member names (several sets at once, as one round of ibp_fit_sets); or, in
+ * a count pass alone, each into set 1 or 2 by its top bit (ibp_pick_xforms). */
+enum { IBP_FIT_ALL, IBP_FIT_FREE, IBP_FIT_SETS, IBP_FIT_SIGN };
 
 /* Counters are kept in this many interleaved copies when there are fewer than 4 columns, so that
  * consecutive words do not update the same memory one after the other (each update would wait
@@ -471,6 +472,8 @@ ibp_fit_count_run(const uint64_t *restrict words, const uint32_t *restrict cols,
             }
             mem[i] = (uint8_t)sel;
             route = mode == IBP_FIT_FREE ? sel == 0 : sel;
+        } else if (mode == IBP_FIT_SIGN) {
+            route = 1u + (uint32_t)((x >> (w * 8u - 1u)) & 1u);
         } else {
             route = ibp_fit_route(mem, mode, i);
         }
@@ -726,6 +729,8 @@ static unsigned ibp_passes_split(const IbpWords *ws, const IbpFit *f, IbpPass *p
 #define IBP_COUNT_CASES(W)                                                                                   \
     IBP_COUNT_CASE(W, IBP_FIT_ALL, 1u, 0u)                                                                   \
     IBP_COUNT_CASE(W, IBP_FIT_ALL, IBP_FIT_SLOTS, 0u)                                                        \
+    IBP_COUNT_CASE(W, IBP_FIT_SIGN, 1u, 0u)                                                                  \
+    IBP_COUNT_CASE(W, IBP_FIT_SIGN, IBP_FIT_SLOTS, 0u)                                                       \
     IBP_COUNT_CASE(W, IBP_FIT_FREE, 1u, 1u)                                                                  \
     IBP_COUNT_CASE(W, IBP_FIT_FREE, IBP_FIT_SLOTS, 1u)                                                       \
     IBP_COUNT_CASE(W, IBP_FIT_FREE, 1u, 2u)                                                                  \
@@ -805,26 +810,15 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
  * set of am takes, into free_mask/free_value: the set a greedy fit after am's sets would fit
  * (IBP_FIT_FREE), since which words no set takes does not depend on the sets' order.  Those words
  * go through both passes anyway (as set 0), so the extra set costs no word pass. */
-static uint64_t ibp_fit_masks_free(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode,
-                                   uint32_t nfit, IbpFit *f, uint64_t *mask, uint64_t *value,
-                                   uint64_t *free_mask, uint64_t *free_value)
+/* The count pass of ibp_fit_masks: each (set, column)'s words and bit counts into f->ncol and
+ * f->cnt (with am, member written first, as ibp_fit_masks says). */
+static void ibp_fit_count_words(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode,
+                                uint32_t nfit, IbpFit *f)
 {
-    const uint32_t w = ws->word_size;
-    const uint32_t wbits = w * 8u;
-    const uint32_t c_count = ws->columns;
-    const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
-    const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
-    /* Rank tables where they take less building than the words take looking up. */
-    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 256u <= ws->n * 4u;
-    const IbpPass proto = {.run = ibp_count_pass,
-                           .ws = ws,
-                           .member = member,
-                           .mode = mode,
-                           .nfit = nfit,
-                           .am = am,
-                           .use_rank = use_rank,
-                           .model = f,
-                           .f = f};
+    const uint32_t wbits = ws->word_size * 8u;
+    const size_t sc = (size_t)(nfit + 1u) * ws->columns;
+    const IbpPass proto = {
+        .run = ibp_count_pass, .ws = ws, .member = member, .mode = mode, .nfit = nfit, .am = am, .f = f};
     IbpPass passes[IBP_PLAN_MAX_THREADS];
     const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
     ibp_passes_run(passes, nt);
@@ -834,6 +828,41 @@ static uint64_t ibp_fit_masks_free(const IbpWords *ws, uint8_t *member, const Ib
         for (size_t k = 0; k < sc; k++)
             f->ncol[k] += passes[t].f->ncol[k];
     }
+}
+
+static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mode, uint32_t nfit, IbpFit *f,
+                               uint64_t *mask, uint64_t *value, uint64_t *free_mask, uint64_t *free_value);
+
+static uint64_t ibp_fit_masks_free(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode,
+                                   uint32_t nfit, IbpFit *f, uint64_t *mask, uint64_t *value,
+                                   uint64_t *free_mask, uint64_t *free_value)
+{
+    ibp_fit_count_words(ws, member, am, mode, nfit, f);
+    return ibp_fit_finish(ws, member, mode, nfit, f, mask, value, free_mask, free_value);
+}
+
+/* ibp_fit_masks after its count pass, from the counts in f (which need not come from a count
+ * pass over ws, only equal what one in this mode would count). */
+static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mode, uint32_t nfit, IbpFit *f,
+                               uint64_t *mask, uint64_t *value, uint64_t *free_mask, uint64_t *free_value)
+{
+    const uint32_t w = ws->word_size;
+    const uint32_t wbits = w * 8u;
+    const uint32_t c_count = ws->columns;
+    const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
+    const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
+    /* Rank tables where they take less building than the words take looking up. */
+    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 256u <= ws->n * 4u;
+    const IbpPass proto = {.run = ibp_hist_pass,
+                           .ws = ws,
+                           .member = member,
+                           .mode = mode,
+                           .nfit = nfit,
+                           .use_rank = use_rank,
+                           .model = f,
+                           .f = f};
+    IbpPass passes[IBP_PLAN_MAX_THREADS];
+    const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
     /* Set 0's words are ignored unless free_mask asks for them: its constants only need to be
      * valid. */
     const size_t first = free_mask ? 0 : c_count;
@@ -875,8 +904,6 @@ static uint64_t ibp_fit_masks_free(const IbpWords *ws, uint8_t *member, const Ib
             }
         }
     }
-    for (unsigned t = 0; t < nt; t++)
-        passes[t].run = ibp_hist_pass;
     ibp_passes_run(passes, nt);
     for (unsigned t = 1; t < nt; t++)
         for (size_t k = 0; k < sc * hs; k++)
@@ -1229,6 +1256,38 @@ static uint64_t ibp_exact_bytes(const IbpCodecPlan *plan, const IbpSample *s, si
     return (uint64_t)scaled + plan->blob_len;
 }
 
+/* The counts of a one-set fit to all the words of ws (set 1 of f, as a count pass in mode
+ * IBP_FIT_ALL leaves them), and those of the same words zigzagged kept in set 3 for
+ * ibp_counts_take_zigzag: the words are counted in two sets by their top bit, and bit b of a
+ * zigzagged word is bit b - 1 of the word, flipped where the top bit is set (bit 0 the top bit). */
+static void ibp_counts_by_sign(const IbpWords *ws, IbpFit *f)
+{
+    const uint32_t c_count = ws->columns;
+    const uint32_t wbits = ws->word_size * 8u;
+    ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_SIGN, 2, f);
+    for (uint32_t c = 0; c < c_count; c++) {
+        uint32_t *const pos = f->cnt + (size_t)(c_count + c) * wbits; /* top bit clear */
+        const uint32_t *const neg = f->cnt + (size_t)(2u * c_count + c) * wbits;
+        uint32_t *const zz = f->cnt + (size_t)(3u * c_count + c) * wbits;
+        const uint32_t npos = f->ncol[c_count + c], nneg = f->ncol[2u * c_count + c];
+        zz[0] = nneg;
+        for (uint32_t b = 1; b < wbits; b++)
+            zz[b] = pos[b - 1u] + (nneg - neg[b - 1u]);
+        for (uint32_t b = 0; b < wbits; b++)
+            pos[b] += neg[b];
+        f->ncol[c_count + c] = npos + nneg;
+        f->ncol[3u * c_count + c] = npos + nneg;
+    }
+}
+
+/* The zigzagged words' counts ibp_counts_by_sign kept, as set 1's. */
+static void ibp_counts_take_zigzag(IbpFit *f, uint32_t c_count, uint32_t w)
+{
+    const size_t wbits = (size_t)w * 8u;
+    memcpy(f->cnt + c_count * wbits, f->cnt + 3u * c_count * wbits, c_count * wbits * sizeof(uint32_t));
+    memcpy(f->ncol + c_count, f->ncol + 3u * c_count, c_count * sizeof(uint32_t));
+}
+
 /* Picks the transform of each column among none, zigzag, delta, delta+zigzag and xor by the
  * single-set bits each leaves; a transform must save 1% of the column to be taken. */
 static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, IbpWords *ws, IbpFit *f,
@@ -1244,11 +1303,20 @@ static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, Ibp
         goto fail;
     memset(xform, 0, c_count);
     for (size_t o = 0; o <= nopt; o++) {
-        memset(trial, o ? options[o - 1] : 0, c_count);
+        const uint8_t xf = o ? options[o - 1] : 0;
+        const uint8_t before = o > 1u ? options[o - 2] : 0; /* the option tried before, if o > 0 */
+        memset(trial, xf, c_count);
         rc = ibp_words_load(s, w, c_count, trial, ws);
         if (rc)
             goto fail;
-        ibp_fit_masks(ws, NULL, NULL, IBP_FIT_ALL, 1, f, mask, value);
+        /* An option that only zigzags the one before takes the counts that one left. */
+        if (o && xf == (before | IBP_XF_ZIGZAG) && !(before & IBP_XF_ZIGZAG))
+            ibp_counts_take_zigzag(f, c_count, w);
+        else if (o < nopt && options[o] == (xf | IBP_XF_ZIGZAG) && !(xf & IBP_XF_ZIGZAG))
+            ibp_counts_by_sign(ws, f);
+        else
+            ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_ALL, 1, f);
+        ibp_fit_finish(ws, NULL, IBP_FIT_ALL, 1, f, mask, value, NULL, NULL);
         /* Bits per column under this transform: words * W*8 minus what its mask saves. */
         const uint32_t wbits = w * 8u;
         for (uint32_t c = 0; c < c_count; c++) {

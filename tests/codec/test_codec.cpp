@@ -930,6 +930,38 @@ TEST(Codec, PlanningThreadsGiveTheSamePlan)
 // A pinned block is often data followed by zero padding (allocators round sizes up to a power
 // of two).  One mask set fits the zeros there, whatever the transforms; the mask sets must still
 // find the data: the whole compresses about as its parts do.
+// The transform search on records of three int32 fields: small signed values (zigzag pays),
+// a growing timestamp (delta pays) and noise (nothing pays).  Each column gets its transform:
+// the zigzag options take their counts from the option before them, so a wrong count would show
+// here as a wrong pick.
+TEST(Codec, TransformSearchPicksEachColumnsTransform)
+{
+    const size_t rows = 256u * 1024u;
+    std::vector<uint8_t> data(rows * 12u);
+    std::mt19937_64 rng(5);
+    uint32_t t = 1500000000u;
+    for (size_t r = 0; r < rows; r++) {
+        const int32_t small = (int32_t)(rng() % 33u) - 16;
+        t += (uint32_t)(rng() % 16u);
+        const uint32_t noise = (uint32_t)rng();
+        std::memcpy(&data[r * 12u], &small, 4);
+        std::memcpy(&data[r * 12u + 4u], &t, 4);
+        std::memcpy(&data[r * 12u + 8u], &noise, 4);
+    }
+    IbpCodecPlanOptions opts = {};
+    opts.word_size = 4;
+    opts.columns = 3;
+    IbpCodecPlan *plan = nullptr;
+    ASSERT_EQ(ibp_codec_plan_create(data.data(), data.size(), &opts, &plan), 0);
+    IbpCodecPlanInfo info;
+    ibp_codec_plan_info(plan, &info);
+    EXPECT_EQ(info.columns, 3u);
+    EXPECT_EQ(info.xf_zigzag, 1u);
+    EXPECT_EQ(info.xf_delta, 1u);
+    EXPECT_EQ(info.xf_xor, 0u);
+    ibp_codec_plan_destroy(&plan);
+}
+
 TEST(Codec, ZeroPaddingDoesNotHideTheDataFromTheMaskSets)
 {
     const size_t n = 12u << 20, used = 8u << 20;
