@@ -35,6 +35,7 @@
  * fashion_mnist's by 0.0003-0.0005. */
 #define IBP_TRIAL_ROUNDS 1
 #define IBP_REFIT_ROUNDS 1
+_Static_assert(IBP_TRIAL_ROUNDS >= 1, "a trial's first refinement round fits its next greedy set");
 #define IBP_PLAN_MAX_THREADS 16u
 
 typedef struct IbpChunk {
@@ -163,6 +164,72 @@ static void ibp_words_load_plain(const IbpSample *s, uint32_t w, uint32_t c_coun
     ws->nchunks = s->n;
 }
 
+/* One chunk's nw words from p into out and their columns into cols, every column transformed as
+ * xf says (a constant where inlined, as w is). */
+static inline __attribute__((always_inline)) void
+ibp_words_xf_copy(const uint8_t *p, uint32_t nw, const uint32_t w, const uint32_t xf, uint32_t col,
+                  uint32_t c_count, uint64_t *restrict out, uint32_t *restrict cols)
+{
+    for (uint32_t j = 0; j < nw; j++) {
+        uint64_t x = ibp_load_word(p + (size_t)j * w, w);
+        if (xf & IBP_XF_PRED_MASK) {
+            const uint64_t prev = j >= c_count ? ibp_load_word(p + (size_t)(j - c_count) * w, w) : 0;
+            x = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? (x - prev) & ibp_fmt_word_mask(w) : x ^ prev;
+        }
+        if (xf & IBP_XF_ZIGZAG)
+            x = ibp_fmt_zigzag(x, w);
+        out[j] = x;
+        cols[j] = col;
+        if (++col == c_count)
+            col = 0;
+    }
+}
+
+/* ibp_words_xf_copy with W and XF constants. */
+#define IBP_XF_COPY_CASE(W, XF)                                                                              \
+    case (W)*8u + (XF):                                                                                      \
+        ibp_words_xf_copy(ch->p, nw, (W), (XF), col, c_count, ws->w + at, ws->col + at);                     \
+        break;
+
+/* The words of ibp_words_load with the same transform xf (not none) in every column, copied per
+ * word size and transform: the transform searches load each option that way, and testing each
+ * word's column for its transform took half of their loading's instructions. */
+static void ibp_words_load_uniform(const IbpSample *s, uint32_t w, uint32_t c_count, uint32_t xf,
+                                   IbpWords *ws)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const IbpChunk *ch = &s->chunks[i];
+        const uint32_t nw = ch->len / w;
+        const uint32_t col = (uint32_t)((ch->off / w) % c_count);
+        switch (w * 8u + xf) {
+            IBP_XF_COPY_CASE(2u, IBP_XF_ZIGZAG)
+            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA)
+            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
+            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_XOR)
+            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+            IBP_XF_COPY_CASE(4u, IBP_XF_ZIGZAG)
+            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_DELTA)
+            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
+            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_XOR)
+            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+            IBP_XF_COPY_CASE(8u, IBP_XF_ZIGZAG)
+            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_DELTA)
+            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
+            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR)
+            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+        default:
+            ibp_words_xf_copy(ch->p, nw, w, xf, col, c_count, ws->w + at, ws->col + at);
+            break;
+        }
+        at += nw;
+        ws->chunk_end[i] = at;
+    }
+    ws->n = at;
+    ws->nchunks = s->n;
+}
+#undef IBP_XF_COPY_CASE
+
 /* Loads the sample as words of the candidate's shape, transformed as xform says (may be NULL).
  * Predictors look back C words within the chunk, as the encoder does within a block.  ws keeps
  * its buffers from one load to the next (zeroed before the first; ibp_words_free at the end). */
@@ -192,10 +259,17 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
     ws->word_size = w;
     ws->columns = c_count;
     int any = 0;
-    for (uint32_t c = 0; xform && c < c_count; c++)
+    int uniform = 1;
+    for (uint32_t c = 0; xform && c < c_count; c++) {
         any |= xform[c] != 0;
+        uniform &= xform[c] == xform[0];
+    }
     if (!any) {
         ibp_words_load_plain(s, w, c_count, ws);
+        return 0;
+    }
+    if (uniform) {
+        ibp_words_load_uniform(s, w, c_count, xform[0], ws);
         return 0;
     }
     size_t at = 0;
@@ -227,8 +301,9 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
 }
 
 /* Which words a fit takes: all of them into set 1, those no set takes yet (member 0) into set 1,
- * or each into the set member names (several sets at once, as one round of ibp_fit_sets). */
-enum { IBP_FIT_ALL, IBP_FIT_FREE, IBP_FIT_SETS };
+ * or each into the set member names (several sets at once, as one round of ibp_fit_sets); or, in
+ * a count pass alone, each into set 1 or 2 by its top bit (ibp_pick_xforms). */
+enum { IBP_FIT_ALL, IBP_FIT_FREE, IBP_FIT_SETS, IBP_FIT_SIGN };
 
 /* Counters are kept in this many interleaved copies when there are fewer than 4 columns, so that
  * consecutive words do not update the same memory one after the other (each update would wait
@@ -247,7 +322,7 @@ typedef struct IbpFit {
     uint32_t *hist;       /* slots * (K+1) * C * (W*8 + 1) */
     /* (K+1) * C * W * 256, when that is at most IBP_FIT_RANK_MAX bytes: for byte q of a word and
      * its value v, the lowest rank (position in the column's bit ranking) of a bit set in v, or
-     * 64 for v = 0; a word's agreement length is the least over its bytes. */
+     * W*8 for v = 0; a word's agreement length is the least over its bytes. */
     uint8_t *rank;
     size_t rank_cap;
     const struct IbpPar *par; /* threads its word passes may spread over, or NULL */
@@ -357,26 +432,39 @@ static inline __attribute__((always_inline)) void ibp_acc_flush(uint64_t *a, uin
     memset(a, 0, w * 8u);
 }
 
+typedef uint16_t ibp_v8u16 __attribute__((vector_size(16)));
+typedef uint32_t ibp_v4u32 __attribute__((vector_size(16)));
+
+/* Word x (of w bytes) repeated to fill a vector. */
+static inline __attribute__((always_inline)) ibp_v16u8 ibp_fill(uint64_t x, const uint32_t w)
+{
+    if (w == 2u) {
+        const uint16_t h = (uint16_t)x;
+        return (ibp_v16u8)(ibp_v8u16){h, h, h, h, h, h, h, h};
+    }
+    if (w == 4u) {
+        const uint32_t h = (uint32_t)x;
+        return (ibp_v16u8)(ibp_v4u32){h, h, h, h};
+    }
+    return (ibp_v16u8)(ibp_v2u64){x, x};
+}
+
 /* The words [lo, hi) of ibp_fit_count into the byte-lane counters acc, counted in pending (the
- * caller keeps every counter at most 255). */
+ * caller keeps every counter at most 255).  w, mode, slots and ak (the sets of am, 0 without)
+ * are constants where inlined. */
 static inline __attribute__((always_inline)) void
 ibp_fit_count_run(const uint64_t *restrict words, const uint32_t *restrict cols, uint8_t *restrict mem,
-                  uint32_t nfit, uint32_t c_count, uint32_t slots, uint64_t *restrict acc,
-                  uint8_t *restrict pending, const uint32_t w, const int mode, const int assign,
-                  const uint64_t *restrict amask, const uint64_t *restrict avalue, uint32_t ak, size_t lo,
+                  uint32_t nfit, uint32_t c_count, const uint32_t slots, uint64_t *restrict acc,
+                  uint8_t *restrict pending, const uint32_t w, const int mode, const uint64_t *restrict amask,
+                  const uint64_t *restrict avalue, const uint32_t ak, const ibp_v16u8 *bit, size_t lo,
                   size_t hi)
 {
-    /* The word repeated to 8 bytes, and each vector's bit of each lane. */
-    const uint64_t rep = w == 2u ? 0x0001000100010001ull : w == 4u ? 0x0000000100000001ull : 1u;
-    ibp_v16u8 bit[4];
-    for (uint32_t p = 0; p < w / 2u; p++)
-        for (uint32_t l = 0; l < 16u; l++)
-            bit[p][l] = (uint8_t)(1u << (p * (16u / w) + l / w));
+    const size_t slot_stride = (size_t)(nfit + 1u) * c_count;
     for (size_t i = lo; i < hi; i++) {
         const uint64_t x = words[i];
         const uint32_t c = cols[i];
         uint32_t route;
-        if (assign) {
+        if (ak) {
             uint32_t sel = 0;
             for (uint32_t k = ak; k > 0; k--) {
                 const size_t idx = (size_t)(k - 1u) * c_count + c;
@@ -384,13 +472,14 @@ ibp_fit_count_run(const uint64_t *restrict words, const uint32_t *restrict cols,
             }
             mem[i] = (uint8_t)sel;
             route = mode == IBP_FIT_FREE ? sel == 0 : sel;
+        } else if (mode == IBP_FIT_SIGN) {
+            route = 1u + (uint32_t)((x >> (w * 8u - 1u)) & 1u);
         } else {
             route = ibp_fit_route(mem, mode, i);
         }
-        const size_t at = ((i & (slots - 1u)) * (nfit + 1u) + route) * c_count + c;
+        const size_t at = (i & (slots - 1u)) * slot_stride + (size_t)route * c_count + c;
         uint64_t *a = acc + at * w;
-        const uint64_t xr = x * rep;
-        const ibp_v16u8 xv = (ibp_v16u8)(ibp_v2u64){xr, xr};
+        const ibp_v16u8 xv = ibp_fill(x, w);
         for (uint32_t p = 0; p < w / 2u; p++) {
             ibp_v16u8 v;
             memcpy(&v, a + 2u * p, 16);
@@ -405,13 +494,13 @@ ibp_fit_count_run(const uint64_t *restrict words, const uint32_t *restrict cols,
  * load or a constant, and the per-byte loops unroll). */
 static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *ws, const uint8_t *member,
                                                                 uint32_t nfit, IbpFit *f, const uint32_t w,
-                                                                const int mode, const IbpMasks *am, size_t lo,
-                                                                size_t hi)
+                                                                const int mode, const uint32_t slots,
+                                                                const uint32_t ak, const IbpMasks *am,
+                                                                size_t lo, size_t hi)
 {
     const uint32_t wbits = w * 8u;
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count;
-    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
     /* Locals: the pending counters are bytes, which may alias anything, so fields read through
      * f and ws would be loaded again after every word. */
     const uint64_t *restrict const words = ws->w;
@@ -424,7 +513,6 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
      * ibp_assign would, and written to member before it routes the word. */
     const uint64_t *restrict const amask = am ? am->mask : NULL;
     const uint64_t *restrict const avalue = am ? am->value : NULL;
-    const uint32_t ak = am ? am->nsets : 0;
     uint8_t *restrict const mem = (uint8_t *)member;
     /* Words go in batches that add at most 255 to any one counter, emptied after each batch
      * instead of checked after each word: within a chunk a counter (slot and column) comes back
@@ -435,6 +523,11 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
     size_t period = c_count;
     while (period % slots)
         period += c_count;
+    /* Each vector's bit of each lane, built once a pass: built per batch, it took 3% of a plan. */
+    ibp_v16u8 bit[4];
+    for (uint32_t p = 0; p < w / 2u; p++)
+        for (uint32_t l = 0; l < 16u; l++)
+            bit[p][l] = (uint8_t)(1u << (p * (16u / w) + l / w));
     size_t ch = 0;
     for (size_t i = lo; i < hi;) {
         size_t end = i;
@@ -452,8 +545,8 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
                 end = stop;
             }
         }
-        ibp_fit_count_run(words, cols, mem, nfit, c_count, slots, acc, pending, w, mode, am != NULL, amask,
-                          avalue, ak, i, end);
+        ibp_fit_count_run(words, cols, mem, nfit, c_count, slots, acc, pending, w, mode, amask, avalue, ak,
+                          bit, i, end);
         i = end;
         for (size_t at = 0; at < nacc; at++) {
             if (pending[at]) {
@@ -467,15 +560,13 @@ static inline __attribute__((always_inline)) void ibp_fit_count(const IbpWords *
 }
 
 /* Agreement histograms of words [lo, hi) into out->hist, by the bit ranking of model. */
-static inline __attribute__((always_inline)) void ibp_fit_hist_rank(const IbpWords *ws, const uint8_t *member,
-                                                                    uint32_t nfit, const IbpFit *f,
-                                                                    IbpFit *out, const uint32_t w,
-                                                                    const int mode, size_t lo, size_t hi)
+static inline __attribute__((always_inline)) void
+ibp_fit_hist_rank(const IbpWords *ws, const uint8_t *member, uint32_t nfit, const IbpFit *f, IbpFit *out,
+                  const uint32_t w, const int mode, const uint32_t slots, size_t lo, size_t hi)
 {
     const uint32_t wbits = w * 8u;
     const uint32_t c_count = ws->columns;
-    const size_t sc = (size_t)(nfit + 1u) * c_count;
-    const uint32_t slots = c_count < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
+    const size_t slot_stride = (size_t)(nfit + 1u) * c_count * (wbits + 1u);
     const uint64_t *restrict const words = ws->w;
     const uint32_t *restrict const cols = ws->col;
     const uint64_t *restrict const maj = f->maj;
@@ -490,8 +581,7 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_rank(const IbpWor
             const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
             agree = r < agree ? r : agree;
         }
-        agree = agree < wbits ? agree : wbits;
-        hist[((i & (slots - 1u)) * sc + at) * (wbits + 1u) + agree]++;
+        hist[(i & (slots - 1u)) * slot_stride + at * (wbits + 1u) + agree]++;
     }
 }
 
@@ -628,6 +718,28 @@ static unsigned ibp_passes_split(const IbpWords *ws, const IbpFit *f, IbpPass *p
     return n;
 }
 
+/* The count pass's word loops are compiled per word size, mode, counter slots and sets assigned
+ * by (am; a greedy set's fit assigns by the one or two before it, a refinement by two or three):
+ * with the counter index and the set tests constants, a word takes about half the instructions. */
+#define IBP_COUNT_KEY(W, MODE, S, K) (((((W)*4u + (uint32_t)(MODE)) * 8u) + (S)) * 4u + (K))
+#define IBP_COUNT_CASE(W, MODE, S, K)                                                                        \
+    case IBP_COUNT_KEY(W, MODE, S, K):                                                                       \
+        ibp_fit_count(ws, p->member, p->nfit, f, (W), (MODE), (S), (K), (K) ? p->am : NULL, p->lo, p->hi);   \
+        break;
+#define IBP_COUNT_CASES(W)                                                                                   \
+    IBP_COUNT_CASE(W, IBP_FIT_ALL, 1u, 0u)                                                                   \
+    IBP_COUNT_CASE(W, IBP_FIT_ALL, IBP_FIT_SLOTS, 0u)                                                        \
+    IBP_COUNT_CASE(W, IBP_FIT_SIGN, 1u, 0u)                                                                  \
+    IBP_COUNT_CASE(W, IBP_FIT_SIGN, IBP_FIT_SLOTS, 0u)                                                       \
+    IBP_COUNT_CASE(W, IBP_FIT_FREE, 1u, 1u)                                                                  \
+    IBP_COUNT_CASE(W, IBP_FIT_FREE, IBP_FIT_SLOTS, 1u)                                                       \
+    IBP_COUNT_CASE(W, IBP_FIT_FREE, 1u, 2u)                                                                  \
+    IBP_COUNT_CASE(W, IBP_FIT_FREE, IBP_FIT_SLOTS, 2u)                                                       \
+    IBP_COUNT_CASE(W, IBP_FIT_SETS, 1u, 2u)                                                                  \
+    IBP_COUNT_CASE(W, IBP_FIT_SETS, IBP_FIT_SLOTS, 2u)                                                       \
+    IBP_COUNT_CASE(W, IBP_FIT_SETS, 1u, 3u)                                                                  \
+    IBP_COUNT_CASE(W, IBP_FIT_SETS, IBP_FIT_SLOTS, 3u)
+
 /* Bit counts of a share of the words into p->f->cnt / ncol. */
 static void ibp_count_pass(IbpPass *p)
 {
@@ -642,10 +754,15 @@ static void ibp_count_pass(IbpPass *p)
     memset(f->ncol, 0, sc * sizeof(uint32_t));
     memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
     memset(f->pending, 0, slots * sc);
-    if (p->am)
-        IBP_FIT_DISPATCH(ibp_fit_count(ws, p->member, p->nfit, f, w_, mode_, p->am, p->lo, p->hi));
-    else
-        IBP_FIT_DISPATCH(ibp_fit_count(ws, p->member, p->nfit, f, w_, mode_, NULL, p->lo, p->hi));
+    const uint32_t ak = p->am ? p->am->nsets : 0;
+    switch (IBP_COUNT_KEY(w, mode, slots, ak)) {
+        IBP_COUNT_CASES(2u)
+        IBP_COUNT_CASES(4u)
+        IBP_COUNT_CASES(8u)
+    default:
+        ibp_fit_count(ws, p->member, p->nfit, f, w, mode, slots, ak, p->am, p->lo, p->hi);
+        break;
+    }
 }
 
 /* Agreement histograms of a share of the words into p->f->hist (its slots summed into slot 0). */
@@ -659,8 +776,11 @@ static void ibp_hist_pass(IbpPass *p)
     const uint32_t slots = ws->columns < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
     const size_t hs = w * 8u + 1u;
     memset(f->hist, 0, slots * sc * hs * sizeof(uint32_t));
-    if (p->use_rank)
-        IBP_FIT_DISPATCH(ibp_fit_hist_rank(ws, p->member, p->nfit, p->model, f, w_, mode_, p->lo, p->hi));
+    if (p->use_rank && slots == 1u)
+        IBP_FIT_DISPATCH(ibp_fit_hist_rank(ws, p->member, p->nfit, p->model, f, w_, mode_, 1u, p->lo, p->hi));
+    else if (p->use_rank)
+        IBP_FIT_DISPATCH(
+            ibp_fit_hist_rank(ws, p->member, p->nfit, p->model, f, w_, mode_, IBP_FIT_SLOTS, p->lo, p->hi));
     else
         IBP_FIT_DISPATCH(ibp_fit_hist_search(ws, p->member, p->nfit, p->model, f, w_, mode_, p->lo, p->hi));
     for (uint32_t slot = 1; slot < slots; slot++)
@@ -676,25 +796,29 @@ static void ibp_hist_pass(IbpPass *p)
  * word counts afterwards.  With f->par, the two word passes are shared among its threads; the
  * counts, and so the masks, are the same.  With am, member is first written as ibp_assign writes it
  * for the sets am (by the count pass, which reads the same words). */
+static uint64_t ibp_fit_masks_free(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode,
+                                   uint32_t nfit, IbpFit *f, uint64_t *mask, uint64_t *value,
+                                   uint64_t *free_mask, uint64_t *free_value);
+
 static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode, uint32_t nfit,
                               IbpFit *f, uint64_t *mask, uint64_t *value)
 {
-    const uint32_t w = ws->word_size;
-    const uint32_t wbits = w * 8u;
-    const uint32_t c_count = ws->columns;
-    const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
-    const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
-    /* Rank tables where they take less building than the words take looking up. */
-    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 256u <= ws->n * 4u;
-    const IbpPass proto = {.run = ibp_count_pass,
-                           .ws = ws,
-                           .member = member,
-                           .mode = mode,
-                           .nfit = nfit,
-                           .am = am,
-                           .use_rank = use_rank,
-                           .model = f,
-                           .f = f};
+    return ibp_fit_masks_free(ws, member, am, mode, nfit, f, mask, value, NULL, NULL);
+}
+
+/* ibp_fit_masks, and with free_mask (mode IBP_FIT_SETS only) one more set fitted to the words no
+ * set of am takes, into free_mask/free_value: the set a greedy fit after am's sets would fit
+ * (IBP_FIT_FREE), since which words no set takes does not depend on the sets' order.  Those words
+ * go through both passes anyway (as set 0), so the extra set costs no word pass. */
+/* The count pass of ibp_fit_masks: each (set, column)'s words and bit counts into f->ncol and
+ * f->cnt (with am, member written first, as ibp_fit_masks says). */
+static void ibp_fit_count_words(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode,
+                                uint32_t nfit, IbpFit *f)
+{
+    const uint32_t wbits = ws->word_size * 8u;
+    const size_t sc = (size_t)(nfit + 1u) * ws->columns;
+    const IbpPass proto = {
+        .run = ibp_count_pass, .ws = ws, .member = member, .mode = mode, .nfit = nfit, .am = am, .f = f};
     IbpPass passes[IBP_PLAN_MAX_THREADS];
     const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
     ibp_passes_run(passes, nt);
@@ -704,12 +828,51 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
         for (size_t k = 0; k < sc; k++)
             f->ncol[k] += passes[t].f->ncol[k];
     }
-    /* Set 0's words are ignored: its constants only need to be valid. */
-    memset(f->maj, 0, c_count * sizeof(uint64_t));
-    memset(f->prefix, 0, c_count * 65u * sizeof(uint64_t));
-    if (use_rank)
-        memset(f->rank, 64, (size_t)c_count * w * 256u);
-    for (size_t at = c_count; at < sc; at++) {
+}
+
+static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mode, uint32_t nfit, IbpFit *f,
+                               uint64_t *mask, uint64_t *value, uint64_t *free_mask, uint64_t *free_value);
+
+static uint64_t ibp_fit_masks_free(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode,
+                                   uint32_t nfit, IbpFit *f, uint64_t *mask, uint64_t *value,
+                                   uint64_t *free_mask, uint64_t *free_value)
+{
+    ibp_fit_count_words(ws, member, am, mode, nfit, f);
+    return ibp_fit_finish(ws, member, mode, nfit, f, mask, value, free_mask, free_value);
+}
+
+/* ibp_fit_masks after its count pass, from the counts in f (which need not come from a count
+ * pass over ws, only equal what one in this mode would count). */
+static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mode, uint32_t nfit, IbpFit *f,
+                               uint64_t *mask, uint64_t *value, uint64_t *free_mask, uint64_t *free_value)
+{
+    const uint32_t w = ws->word_size;
+    const uint32_t wbits = w * 8u;
+    const uint32_t c_count = ws->columns;
+    const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
+    const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
+    /* Rank tables where they take less building than the words take looking up. */
+    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 256u <= ws->n * 4u;
+    const IbpPass proto = {.run = ibp_hist_pass,
+                           .ws = ws,
+                           .member = member,
+                           .mode = mode,
+                           .nfit = nfit,
+                           .use_rank = use_rank,
+                           .model = f,
+                           .f = f};
+    IbpPass passes[IBP_PLAN_MAX_THREADS];
+    const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
+    /* Set 0's words are ignored unless free_mask asks for them: its constants only need to be
+     * valid. */
+    const size_t first = free_mask ? 0 : c_count;
+    if (!free_mask) {
+        memset(f->maj, 0, c_count * sizeof(uint64_t));
+        memset(f->prefix, 0, c_count * 65u * sizeof(uint64_t));
+        if (use_rank)
+            memset(f->rank, (int)wbits, (size_t)c_count * w * 256u);
+    }
+    for (size_t at = first; at < sc; at++) {
         const uint32_t *cnt = f->cnt + at * wbits;
         const uint32_t n = f->ncol[at];
         uint8_t order[64];
@@ -732,7 +895,7 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
                 rk[order[m]] = (uint8_t)m;
             uint8_t *t = f->rank + at * w * 256u;
             for (uint32_t q = 0; q < w; q++, t += 256) {
-                t[0] = 64;
+                t[0] = (uint8_t)wbits;
                 for (uint32_t v = 1; v < 256u; v++) {
                     const uint8_t low = rk[8u * q + (uint32_t)__builtin_ctz(v)];
                     const uint8_t rest = t[v & (v - 1u)];
@@ -741,14 +904,12 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
             }
         }
     }
-    for (unsigned t = 0; t < nt; t++)
-        passes[t].run = ibp_hist_pass;
     ibp_passes_run(passes, nt);
     for (unsigned t = 1; t < nt; t++)
         for (size_t k = 0; k < sc * hs; k++)
             f->hist[k] += passes[t].f->hist[k];
     uint64_t saved = 0;
-    for (size_t at = c_count; at < sc; at++) {
+    for (size_t at = first; at < sc; at++) {
         const uint32_t *h = f->hist + at * hs;
         uint64_t at_least = 0;
         uint64_t best = 0;
@@ -759,6 +920,11 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
                 best = (uint64_t)m * at_least;
                 best_m = m;
             }
+        }
+        if (at < c_count) {
+            free_mask[at] = f->prefix[at * 65u + best_m];
+            free_value[at] = f->maj[at] & free_mask[at];
+            continue;
         }
         mask[at - c_count] = f->prefix[at * 65u + best_m];
         value[at - c_count] = f->maj[at] & mask[at - c_count];
@@ -789,45 +955,40 @@ static void ibp_masks_sort(IbpMasks *m, uint32_t c_count)
     }
 }
 
-/* Assigns word i (x) the first set whose masked bits it matches (0 = none), by conditional moves
- * from the last set (which set matches is data, and a branch on it mispredicts); set k's mask,
- * value and variant bits are at index (k - 1) * stride.  Returns the bits the word then costs. */
-static inline __attribute__((always_inline)) uint32_t
-ibp_assign_word(uint64_t x, const uint64_t *mk, const uint64_t *vl, const uint8_t *vb, size_t stride,
-                uint32_t k_count, uint32_t wbits, uint8_t *restrict mem, uint8_t *restrict sizes, size_t i)
+/* The bits word x costs under the first set whose masked bits it matches (all W*8 for none), by
+ * conditional moves from the last set (which set matches is data, and a branch on it
+ * mispredicts); set k's mask, value and variant bits are at index (k - 1) * stride. */
+static inline __attribute__((always_inline)) uint32_t ibp_assign_word(uint64_t x, const uint64_t *mk,
+                                                                      const uint64_t *vl, const uint8_t *vb,
+                                                                      size_t stride, uint32_t k_count,
+                                                                      uint32_t wbits)
 {
-    uint32_t s = 0;
     uint32_t sz = wbits;
     for (uint32_t k = k_count; k > 0; k--) {
         const size_t idx = (size_t)(k - 1u) * stride;
-        const int hit = (x & mk[idx]) == vl[idx];
-        s = hit ? k : s;
-        sz = hit ? vb[idx] : sz;
+        sz = (x & mk[idx]) == vl[idx] ? vb[idx] : sz;
     }
-    if (mem)
-        mem[i] = (uint8_t)s;
-    if (sizes)
-        sizes[i] = (uint8_t)sz;
     return sz;
 }
 
-/* ibp_assign's word loop with K a constant. */
+/* ibp_assign's word loop with K a constant, and prefix (NULL or not) a constant where inlined. */
 static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWords *ws, const IbpMasks *m,
-                                                                   const uint8_t *vb, uint8_t *member,
-                                                                   uint8_t *size, const uint32_t k_count,
-                                                                   size_t lo, size_t hi)
+                                                                   const uint8_t *vb, uint32_t *prefix,
+                                                                   const uint32_t k_count)
 {
     const uint32_t wbits = ws->word_size * 8u;
     const uint32_t sb = ibp_fmt_sel_bits(k_count);
     const uint32_t c_count = ws->columns;
-    /* Locals, restrict: member and size are bytes, which may alias anything. */
+    const size_t n = ws->n;
     const uint64_t *restrict const words = ws->w;
     const uint32_t *restrict const cols = ws->col;
     const uint64_t *restrict const mask = m->mask;
     const uint64_t *restrict const value = m->value;
-    uint8_t *restrict const mem = member;
-    uint8_t *restrict const sizes = size;
+    uint32_t *restrict const run = prefix;
     uint64_t bits = 0;
+    uint32_t sum = 0;
+    if (run)
+        run[0] = 0;
     if (c_count == 1u) {
         /* One column: the sets stay in registers. */
         uint64_t mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
@@ -837,55 +998,55 @@ static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWord
             vl[k] = value[k];
             vbk[k] = vb[k];
         }
-        for (size_t i = lo; i < hi; i++)
-            bits += ibp_assign_word(words[i], mk, vl, vbk, 1u, k_count, wbits, mem, sizes, i) + sb;
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t sz = ibp_assign_word(words[i], mk, vl, vbk, 1u, k_count, wbits);
+            bits += sz + sb;
+            if (run) {
+                sum += sz;
+                run[i + 1] = sum;
+            }
+        }
         return bits;
     }
-    for (size_t i = lo; i < hi; i++) {
+    for (size_t i = 0; i < n; i++) {
         const uint32_t c = cols[i];
-        bits += ibp_assign_word(words[i], mask + c, value + c, vb + c, c_count, k_count, wbits, mem, sizes, i) + sb;
+        const uint32_t sz = ibp_assign_word(words[i], mask + c, value + c, vb + c, c_count, k_count, wbits);
+        bits += sz + sb;
+        if (run) {
+            sum += sz;
+            run[i + 1] = sum;
+        }
     }
     return bits;
 }
 
-/* ibp_assign_k with K a constant; member and size, where the caller passes NULL, constants too. */
+/* ibp_assign_k with K a constant. */
 static inline __attribute__((always_inline)) uint64_t ibp_assign_sets(const IbpWords *ws, const IbpMasks *m,
-                                                                      const uint8_t *vb, uint8_t *member,
-                                                                      uint8_t *size, size_t lo, size_t hi)
+                                                                      const uint8_t *vb, uint32_t *prefix)
 {
     switch (m->nsets) {
     case 1:
-        return ibp_assign_k(ws, m, vb, member, size, 1u, lo, hi);
+        return ibp_assign_k(ws, m, vb, prefix, 1u);
     case 2:
-        return ibp_assign_k(ws, m, vb, member, size, 2u, lo, hi);
+        return ibp_assign_k(ws, m, vb, prefix, 2u);
     default:
-        return ibp_assign_k(ws, m, vb, member, size, 3u, lo, hi);
+        return ibp_assign_k(ws, m, vb, prefix, 3u);
     }
 }
 
-/* ibp_assign over words [lo, hi).  A loop per output wanted: with the NULL tests inside, the
- * word loop kept both and its branches (the trials ask for one output, the screen for none). */
-static uint64_t ibp_assign_range(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size,
-                                 size_t lo, size_t hi)
+/* The bits of all words of the sample under masks m with per-word selectors and no row grouping.
+ * With prefix (ws->n + 1 entries), also the running sums of the words' sizes without selectors
+ * (prefix[i]: words before i), what ibp_pick_rows takes: written here, they cost no pass of
+ * their own.  A loop with prefix and one without (the screen asks for none). */
+static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint32_t *prefix)
 {
     const uint32_t wbits = ws->word_size * 8u;
     uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
     for (uint32_t i = 0; i < m->nsets * ws->columns; i++)
         vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
-    if (member && size)
-        return ibp_assign_sets(ws, m, vb, member, size, lo, hi);
-    if (member)
-        return ibp_assign_sets(ws, m, vb, member, NULL, lo, hi);
-    if (size)
-        return ibp_assign_sets(ws, m, vb, NULL, size, lo, hi);
-    return ibp_assign_sets(ws, m, vb, NULL, NULL, lo, hi);
-}
-
-/* Per word of the sample: selector (0 = no set) under masks m; returns the estimated bits of
- * all words with per-word selectors and no row grouping. */
-static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint8_t *member, uint8_t *size)
-{
-    return ibp_assign_range(ws, m, member, size, 0, ws->n);
+    if (prefix)
+        return ibp_assign_sets(ws, m, vb, prefix);
+    return ibp_assign_sets(ws, m, vb, NULL);
 }
 
 /* The greedy start of the clustered variant: sets [from, to) fitted one after the other, set 1
@@ -908,14 +1069,17 @@ static void ibp_fit_greedy(const IbpWords *ws, uint32_t from, uint32_t to, IbpFi
 
 /* Refines greedy sets: rounds of reassigning every word to its cheapest set and refitting each
  * set to its own words; the sets end ordered by invariant bits. */
-static void ibp_refine_sets(const IbpWords *ws, IbpFit *f, uint8_t *member, IbpMasks *m, int rounds)
+static void ibp_refine_sets(const IbpWords *ws, IbpFit *f, uint8_t *member, IbpMasks *m, int rounds,
+                            uint64_t *free_mask, uint64_t *free_value)
 {
     const uint32_t c_count = ws->columns;
     for (int round = 0; round < rounds && m->nsets > 1; round++) {
         ibp_masks_sort(m, c_count);
         /* The words are assigned by m in the fit's count pass; the fit writes m only after both
-         * of its passes. */
-        ibp_fit_masks(ws, member, m, IBP_FIT_SETS, m->nsets, f, m->mask, m->value);
+         * of its passes.  The first round's words that no set takes are those of the sets m
+         * starts with, whatever their order: the greedy set after them, where asked for. */
+        ibp_fit_masks_free(ws, member, m, IBP_FIT_SETS, m->nsets, f, m->mask, m->value,
+                           round ? NULL : free_mask, round ? NULL : free_value);
     }
     ibp_masks_sort(m, c_count);
 }
@@ -925,15 +1089,13 @@ static void ibp_fit_sets(const IbpWords *ws, uint32_t nsets, IbpFit *f, uint8_t 
 {
     out->nsets = nsets;
     ibp_fit_greedy(ws, 0, nsets, f, member, out->mask, out->value);
-    ibp_refine_sets(ws, f, member, out, IBP_REFIT_ROUNDS);
+    ibp_refine_sets(ws, f, member, out, IBP_REFIT_ROUNDS, NULL, NULL);
 }
 
 /* Best row length for per-word sizes: rows are packed (selectors + fields) or raw, whichever
- * is smaller, plus one flag bit each.  Rows restart at every chunk, as at every block.  prefix
- * (ws->n + 1 entries) is work space: running sums of size, so a row costs two loads whatever
- * its length. */
-static uint32_t ibp_pick_rows(const IbpWords *ws, const uint8_t *size, uint32_t sb, uint32_t *prefix,
-                              uint64_t *bits_out)
+ * is smaller, plus one flag bit each.  Rows restart at every chunk, as at every block.  prefix:
+ * the running sums of the sizes (ibp_assign), so a row costs two loads whatever its length. */
+static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32_t sb, uint64_t *bits_out)
 {
     static const uint32_t fixed[] = {8, 16, 32, 64, 128, 256, 512, 1024};
     uint32_t cand[32];
@@ -942,24 +1104,34 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint8_t *size, uint32_t 
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
         cand[nc++] = fixed[i];
     for (uint32_t r = ws->columns; r <= IBP_MAX_ROW_WORDS && nc < 32u; r *= 2u) {
-        cand[nc++] = r;
+        /* A length already listed (a power-of-two period) would only be counted again: a later
+         * equal count never wins. */
+        int listed = 0;
+        for (uint32_t k = 0; k < nc; k++)
+            listed |= cand[k] == r;
+        if (!listed)
+            cand[nc++] = r;
         if (r >= 1024u)
             break;
     }
-    prefix[0] = 0;
-    for (size_t i = 0; i < ws->n; i++)
-        prefix[i + 1] = prefix[i] + size[i];
     uint64_t best = UINT64_MAX;
     uint32_t best_r = cand[0];
     for (uint32_t ci = 0; ci < nc; ci++) {
         const uint32_t r_len = cand[ci];
+        const uint64_t row_sel = (uint64_t)r_len * sb;
+        const uint64_t row_raw = (uint64_t)r_len * wbits;
         uint64_t bits = 0;
         size_t start = 0;
         for (size_t ch = 0; ch < ws->nchunks; ch++) {
             const size_t end = ws->chunk_end[ch];
-            for (size_t j = start; j < end; j += r_len) {
-                const size_t n = ibp_min_sz(r_len, end - j);
-                const uint64_t packed = (uint64_t)n * sb + (prefix[j + n] - prefix[j]);
+            size_t j = start;
+            for (; j + r_len <= end; j += r_len) {
+                const uint64_t packed = row_sel + (prefix[j + r_len] - prefix[j]);
+                bits += (packed < row_raw ? packed : row_raw) + 1u;
+            }
+            if (j < end) {
+                const size_t n = end - j;
+                const uint64_t packed = (uint64_t)n * sb + (prefix[end] - prefix[j]);
                 const uint64_t raw = (uint64_t)n * wbits;
                 bits += (packed < raw ? packed : raw) + 1u;
             }
@@ -989,17 +1161,39 @@ static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, ui
         uint32_t eq = 0;
         size_t i = 0;
         /* 16 bytes at a time in byte-lane counters (equal lanes are all ones: subtracting counts
-         * them), then the 8-byte loop for what is left, which counts the same bytes. */
-        while (i + lag + 16u <= n) {
-            ibp_v16u8 lanes = {0};
-            for (uint32_t k = 0; k < 255u && i + lag + 16u <= n; k++, i += 16u) {
-                ibp_v16u8 a, b;
-                memcpy(&a, p + i, 16);
-                memcpy(&b, p + i + lag, 16);
-                lanes -= (ibp_v16u8)(a == b);
+         * them), four vectors a step in counters of their own, emptied before any lane can pass
+         * 255; then the 8-byte loop for what is left, which counts the same bytes. */
+        size_t vecs = n - lag >= 16u ? (n - lag) / 16u : 0;
+        while (vecs) {
+            const size_t run = vecs < 4u * 252u ? vecs : 4u * 252u;
+            ibp_v16u8 l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0};
+            const uint8_t *a = p + i;
+            const uint8_t *const stop = a + run / 4u * 64u;
+            for (; a < stop; a += 64) {
+                ibp_v16u8 x0, x1, x2, x3, y0, y1, y2, y3;
+                memcpy(&x0, a, 16);
+                memcpy(&y0, a + lag, 16);
+                memcpy(&x1, a + 16, 16);
+                memcpy(&y1, a + 16 + lag, 16);
+                memcpy(&x2, a + 32, 16);
+                memcpy(&y2, a + 32 + lag, 16);
+                memcpy(&x3, a + 48, 16);
+                memcpy(&y3, a + 48 + lag, 16);
+                l0 -= (ibp_v16u8)(x0 == y0);
+                l1 -= (ibp_v16u8)(x1 == y1);
+                l2 -= (ibp_v16u8)(x2 == y2);
+                l3 -= (ibp_v16u8)(x3 == y3);
             }
-            for (uint32_t k = 0; k < 16u; k++)
-                eq += lanes[k];
+            for (size_t k = run / 4u * 4u; k < run; k++, a += 16) {
+                ibp_v16u8 x, y;
+                memcpy(&x, a, 16);
+                memcpy(&y, a + lag, 16);
+                l0 -= (ibp_v16u8)(x == y);
+            }
+            i += run * 16u;
+            vecs -= run;
+            for (uint32_t l = 0; l < 16u; l++)
+                eq += (uint32_t)l0[l] + l1[l] + l2[l] + l3[l];
         }
         while (i + lag + 8u <= n) {
             /* Equal bytes counted in byte lanes, emptied before any lane can pass 255. */
@@ -1062,6 +1256,38 @@ static uint64_t ibp_exact_bytes(const IbpCodecPlan *plan, const IbpSample *s, si
     return (uint64_t)scaled + plan->blob_len;
 }
 
+/* The counts of a one-set fit to all the words of ws (set 1 of f, as a count pass in mode
+ * IBP_FIT_ALL leaves them), and those of the same words zigzagged kept in set 3 for
+ * ibp_counts_take_zigzag: the words are counted in two sets by their top bit, and bit b of a
+ * zigzagged word is bit b - 1 of the word, flipped where the top bit is set (bit 0 the top bit). */
+static void ibp_counts_by_sign(const IbpWords *ws, IbpFit *f)
+{
+    const uint32_t c_count = ws->columns;
+    const uint32_t wbits = ws->word_size * 8u;
+    ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_SIGN, 2, f);
+    for (uint32_t c = 0; c < c_count; c++) {
+        uint32_t *const pos = f->cnt + (size_t)(c_count + c) * wbits; /* top bit clear */
+        const uint32_t *const neg = f->cnt + (size_t)(2u * c_count + c) * wbits;
+        uint32_t *const zz = f->cnt + (size_t)(3u * c_count + c) * wbits;
+        const uint32_t npos = f->ncol[c_count + c], nneg = f->ncol[2u * c_count + c];
+        zz[0] = nneg;
+        for (uint32_t b = 1; b < wbits; b++)
+            zz[b] = pos[b - 1u] + (nneg - neg[b - 1u]);
+        for (uint32_t b = 0; b < wbits; b++)
+            pos[b] += neg[b];
+        f->ncol[c_count + c] = npos + nneg;
+        f->ncol[3u * c_count + c] = npos + nneg;
+    }
+}
+
+/* The zigzagged words' counts ibp_counts_by_sign kept, as set 1's. */
+static void ibp_counts_take_zigzag(IbpFit *f, uint32_t c_count, uint32_t w)
+{
+    const size_t wbits = (size_t)w * 8u;
+    memcpy(f->cnt + c_count * wbits, f->cnt + 3u * c_count * wbits, c_count * wbits * sizeof(uint32_t));
+    memcpy(f->ncol + c_count, f->ncol + 3u * c_count, c_count * sizeof(uint32_t));
+}
+
 /* Picks the transform of each column among none, zigzag, delta, delta+zigzag and xor by the
  * single-set bits each leaves; a transform must save 1% of the column to be taken. */
 static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, IbpWords *ws, IbpFit *f,
@@ -1077,11 +1303,20 @@ static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, Ibp
         goto fail;
     memset(xform, 0, c_count);
     for (size_t o = 0; o <= nopt; o++) {
-        memset(trial, o ? options[o - 1] : 0, c_count);
+        const uint8_t xf = o ? options[o - 1] : 0;
+        const uint8_t before = o > 1u ? options[o - 2] : 0; /* the option tried before, if o > 0 */
+        memset(trial, xf, c_count);
         rc = ibp_words_load(s, w, c_count, trial, ws);
         if (rc)
             goto fail;
-        ibp_fit_masks(ws, NULL, NULL, IBP_FIT_ALL, 1, f, mask, value);
+        /* An option that only zigzags the one before takes the counts that one left. */
+        if (o && xf == (before | IBP_XF_ZIGZAG) && !(before & IBP_XF_ZIGZAG))
+            ibp_counts_take_zigzag(f, c_count, w);
+        else if (o < nopt && options[o] == (xf | IBP_XF_ZIGZAG) && !(xf & IBP_XF_ZIGZAG))
+            ibp_counts_by_sign(ws, f);
+        else
+            ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_ALL, 1, f);
+        ibp_fit_finish(ws, NULL, IBP_FIT_ALL, 1, f, mask, value, NULL, NULL);
         /* Bits per column under this transform: words * W*8 minus what its mask saves. */
         const uint32_t wbits = w * 8u;
         for (uint32_t c = 0; c < c_count; c++) {
@@ -1115,7 +1350,6 @@ typedef struct IbpWork {
     IbpWords ws; /* the sample as words of the candidate being judged */
     IbpFit fit;
     uint8_t *member;
-    uint8_t *size;
     uint32_t *prefix;
     uint8_t *xform;
     IbpMasks m;
@@ -1128,7 +1362,6 @@ static void ibp_work_free(IbpWork *wk)
     ibp_words_free(&wk->ws);
     ibp_fit_free(&wk->fit);
     free(wk->member);
-    free(wk->size);
     free(wk->prefix);
     free(wk->xform);
     free(wk->m.mask);
@@ -1146,15 +1379,14 @@ static int ibp_work_alloc(IbpWork *wk, uint32_t max_cols, size_t max_words)
     if (rc)
         return rc;
     wk->member = malloc(max_words);
-    wk->size = malloc(max_words);
     wk->prefix = malloc((max_words + 1u) * sizeof(uint32_t));
     wk->xform = malloc(max_cols);
     wk->m.mask = malloc(masks);
     wk->m.value = malloc(masks);
     wk->greedy_mask = malloc(masks);
     wk->greedy_value = malloc(masks);
-    if (!wk->member || !wk->size || !wk->prefix || !wk->xform || !wk->m.mask || !wk->m.value ||
-        !wk->greedy_mask || !wk->greedy_value) {
+    if (!wk->member || !wk->prefix || !wk->xform || !wk->m.mask || !wk->m.value || !wk->greedy_mask ||
+        !wk->greedy_value) {
         ibp_work_free(wk);
         return -ENOMEM;
     }
@@ -1213,8 +1445,8 @@ static int ibp_judge(const IbpSearch *s, IbpWork *wk, const IbpWords *ws, const 
 {
     uint64_t row_bits;
     IbpCodecPlan *p = NULL;
-    ibp_assign(ws, &wk->m, NULL, wk->size);
-    const uint32_t r_len = ibp_pick_rows(ws, wk->size, ibp_fmt_sel_bits(wk->m.nsets), wk->prefix, &row_bits);
+    ibp_assign(ws, &wk->m, wk->prefix);
+    const uint32_t r_len = ibp_pick_rows(ws, wk->prefix, ibp_fmt_sel_bits(wk->m.nsets), &row_bits);
     const int rc = ibp_codec_plan_build_lite(ws->word_size, ws->columns, r_len, wk->m.nsets, s->block_size,
                                              xform, wk->m.mask, wk->m.value, &p);
     if (rc)
@@ -1248,7 +1480,7 @@ static int ibp_job_screen(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     if (rc)
         return rc;
     wk->m.nsets = 1;
-    const uint64_t bits = ibp_assign(&wk->ws, &wk->m, NULL, NULL);
+    const uint64_t bits = ibp_assign(&wk->ws, &wk->m, NULL);
     c->est_bits = ibp_scale(bits, s->screen_eval->bytes, s->len, 1, c->columns, c->word_size);
     return 0;
 }
@@ -1322,12 +1554,17 @@ static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const 
     const uint64_t *set1 = c->set1 + (size_t)v * 2u * c->columns;
     memcpy(wk->greedy_mask, set1, set_len);
     memcpy(wk->greedy_value, set1 + c->columns, set_len);
+    ibp_fit_greedy(ws, 1, 2, &wk->fit, wk->member, wk->greedy_mask, wk->greedy_value);
     for (uint32_t nsets = 2; nsets <= IBP_MAX_SETS && !rc; nsets++) {
-        ibp_fit_greedy(ws, nsets - 1u, nsets, &wk->fit, wk->member, wk->greedy_mask, wk->greedy_value);
         memcpy(wk->m.mask, wk->greedy_mask, nsets * set_len);
         memcpy(wk->m.value, wk->greedy_value, nsets * set_len);
         wk->m.nsets = nsets;
-        ibp_refine_sets(ws, &wk->fit, wk->member, &wk->m, IBP_TRIAL_ROUNDS);
+        /* Refining K greedy sets also fits greedy set K + 1 (see ibp_fit_masks_free), the start
+         * of the next trial. */
+        const int more = nsets < IBP_MAX_SETS;
+        ibp_refine_sets(ws, &wk->fit, wk->member, &wk->m, IBP_TRIAL_ROUNDS,
+                        more ? wk->greedy_mask + (size_t)nsets * c->columns : NULL,
+                        more ? wk->greedy_value + (size_t)nsets * c->columns : NULL);
         rc = ibp_judge(s, wk, ws, xform, &trials[nsets - 2u]);
         if (nsets == 2u && trials[0].bytes >= bound)
             break;
@@ -1794,8 +2031,8 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     /* The row length on the refit sample's whole chunks: the trials' fits saw pieces of 1 KiB
      * and more, too short for long rows. */
     uint64_t row_bits;
-    ibp_assign(ws, &work[0].m, NULL, work[0].size);
-    brows = ibp_pick_rows(ws, work[0].size, ibp_fmt_sel_bits(bnsets), work[0].prefix, &row_bits);
+    ibp_assign(ws, &work[0].m, work[0].prefix);
+    brows = ibp_pick_rows(ws, work[0].prefix, ibp_fmt_sel_bits(bnsets), &row_bits);
     rc = ibp_codec_plan_build(bc->word_size, bc->columns, brows, bnsets, (uint32_t)bs, bxform, work[0].m.mask,
                               work[0].m.value, &best);
     if (rc)

@@ -272,6 +272,78 @@ TEST(Codec, RandomPlansSimdEqualsReference)
     }
 }
 
+// Rows shorter than a vector or not a whole number of vectors (2 to 112 words: the planner's
+// trials pick such rows, and the vector levels count their words by vectors across rows): every
+// level's cost equals the reference's, which equals the reference encoder's length, for full
+// plans and for the planner's cost-only plans, each word size, one and several columns, 1 to 3
+// mask sets, with and without transforms, blocks that end inside a row.
+TEST(Codec, EveryLevelCostsShortRowsAsTheReference)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    ASSERT_LE(nlevels, 8u);
+    const IbpCodecKernels *ref = ibp_codec_kernels_reference();
+    std::mt19937_64 rng(4242);
+    const uint32_t sizes[] = {2, 4, 8};
+    const uint32_t rows[] = {1, 2, 4, 6, 8, 12, 14, 24, 28, 40, 56, 112};
+    const uint32_t cols[] = {1, 3, 7, 14};
+    const uint32_t bs = 16384;
+    int iter = 0;
+    for (const uint32_t w : sizes) {
+        for (const uint32_t r_len : rows) {
+            for (const uint32_t c_count : cols) {
+                iter++;
+                const uint32_t nsets = 1 + (uint32_t)(rng() % IBP_MAX_SETS);
+                std::vector<uint8_t> xform(c_count, 0);
+                if (iter % 2)
+                    for (auto &x : xform) {
+                        static const uint8_t preds[] = {IBP_XF_PRED_NONE, IBP_XF_PRED_DELTA, IBP_XF_PRED_XOR};
+                        x = (uint8_t)((rng() % 2 ? IBP_XF_ZIGZAG : 0u) | preds[rng() % 3]);
+                    }
+                // Mostly matching data, so that rows go both ways (packed and raw).
+                const Dist d = iter % 3 ? Dist::SmallInts : kAllDists[rng() % 10];
+                const std::vector<uint8_t> data = make_data(d, bs + 1, (uint32_t)iter + 9000);
+                std::vector<uint64_t> mask(nsets * c_count), value(nsets * c_count);
+                const uint64_t wmask = ibp_fmt_word_mask(w);
+                for (size_t i = 0; i < mask.size(); i++) {
+                    const uint32_t inv = (uint32_t)(rng() % (w * 8 + 1));
+                    mask[i] = inv ? (wmask & ~(inv >= 64 ? 0 : (wmask >> inv))) : 0;
+                    value[i] = ibp_load_word(data.data() + (size_t)(rng() % (bs / w)) * w, w) & mask[i];
+                }
+                for (int lite = 0; lite < 2; lite++) {
+                    IbpCodecPlan *plan = nullptr;
+                    ASSERT_EQ((lite ? ibp_codec_plan_build_lite
+                                    : ibp_codec_plan_build)(w, c_count, r_len, nsets, bs, xform.data(),
+                                                            mask.data(), value.data(), &plan),
+                              0);
+                    const size_t lens[] = {bs, bs - 1 - (size_t)(rng() % 3000), 1 + (size_t)(rng() % 300)};
+                    for (const size_t len : lens) {
+                        const uint32_t phase = (uint32_t)(rng() % c_count);
+                        std::vector<uint8_t> src(len + 1);
+                        std::memcpy(src.data() + 1, data.data(), len);
+                        const uint64_t want = ref->cost(plan, src.data() + 1, (uint32_t)len, phase);
+                        if (!lite) {
+                            const size_t cap = ibp_codec_bound_for(plan, len);
+                            std::vector<uint8_t> enc(cap);
+                            size_t enc_len = 0;
+                            ASSERT_EQ(ref->encode(plan, src.data() + 1, (uint32_t)len, phase, enc.data(), cap,
+                                                  &enc_len),
+                                      0);
+                            EXPECT_EQ(want, enc_len);
+                        }
+                        for (size_t l = 0; l < nlevels; l++)
+                            EXPECT_EQ(levels[l]->cost(plan, src.data() + 1, (uint32_t)len, phase), want)
+                                << levels[l]->name << " W " << w << " C " << c_count << " R " << r_len
+                                << " K " << nsets << " lite " << lite << " len " << len;
+                    }
+                    ibp_codec_plan_destroy(&plan);
+                }
+            }
+        }
+    }
+}
+
 // Every kernel level the CPU runs, called directly (dispatch picks only one): each must encode to
 // the reference's bytes and cost, decode any prefix to the reference's bytes, and fail on a
 // corrupt block exactly when the reference fails.  Plans cover each word size with one column
@@ -858,6 +930,38 @@ TEST(Codec, PlanningThreadsGiveTheSamePlan)
 // A pinned block is often data followed by zero padding (allocators round sizes up to a power
 // of two).  One mask set fits the zeros there, whatever the transforms; the mask sets must still
 // find the data: the whole compresses about as its parts do.
+// The transform search on records of three int32 fields: small signed values (zigzag pays),
+// a growing timestamp (delta pays) and noise (nothing pays).  Each column gets its transform:
+// the zigzag options take their counts from the option before them, so a wrong count would show
+// here as a wrong pick.
+TEST(Codec, TransformSearchPicksEachColumnsTransform)
+{
+    const size_t rows = 256u * 1024u;
+    std::vector<uint8_t> data(rows * 12u);
+    std::mt19937_64 rng(5);
+    uint32_t t = 1500000000u;
+    for (size_t r = 0; r < rows; r++) {
+        const int32_t small = (int32_t)(rng() % 33u) - 16;
+        t += (uint32_t)(rng() % 16u);
+        const uint32_t noise = (uint32_t)rng();
+        std::memcpy(&data[r * 12u], &small, 4);
+        std::memcpy(&data[r * 12u + 4u], &t, 4);
+        std::memcpy(&data[r * 12u + 8u], &noise, 4);
+    }
+    IbpCodecPlanOptions opts = {};
+    opts.word_size = 4;
+    opts.columns = 3;
+    IbpCodecPlan *plan = nullptr;
+    ASSERT_EQ(ibp_codec_plan_create(data.data(), data.size(), &opts, &plan), 0);
+    IbpCodecPlanInfo info;
+    ibp_codec_plan_info(plan, &info);
+    EXPECT_EQ(info.columns, 3u);
+    EXPECT_EQ(info.xf_zigzag, 1u);
+    EXPECT_EQ(info.xf_delta, 1u);
+    EXPECT_EQ(info.xf_xor, 0u);
+    ibp_codec_plan_destroy(&plan);
+}
+
 TEST(Codec, ZeroPaddingDoesNotHideTheDataFromTheMaskSets)
 {
     const size_t n = 12u << 20, used = 8u << 20;
