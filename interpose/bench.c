@@ -61,8 +61,8 @@ static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdevic
                        .block_size = (uint32_t)b->block_size};
     if (b->d_offsets != b->d_offsets_mapped)
         ibp_decode_inline_offsets(&a, b->offsets + first);
-    return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->has_pred ? IBP_DECODE_PRED : 0u, b->max_sms,
-                             s);
+    return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->has_pred ? IBP_DECODE_PRED : 0u,
+                             b->max_sms, s);
 }
 
 static uint64_t span(const Bench *b, uint32_t first, uint32_t end)
@@ -91,7 +91,8 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
     case 0:
         return drv->cuMemcpyHtoDAsync(d_out, b->src, b->total, b->s_copy) == CUDA_SUCCESS ? 0 : -EIO;
     case 1:
-        if (send_offsets(b, b->s_copy) || drv->cuMemcpyHtoDAsync(d_run, b->run, b->run_len, b->s_copy) != CUDA_SUCCESS)
+        if (send_offsets(b, b->s_copy) ||
+            drv->cuMemcpyHtoDAsync(d_run, b->run, b->run_len, b->s_copy) != CUDA_SUCCESS)
             return -EIO;
         return decode(b, d_run, b->d_offsets, d_out, 0, b->nblocks, b->total, b->s_copy);
     case 2: {
@@ -111,12 +112,14 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
                 e++;
             const CUstream cs = (k & 1) && b->copy_streams > 1 ? b->s_copy2 : b->s_copy;
             const CUevent ev = b->ev[k % BENCH_EVENTS];
-            if (drv->cuMemcpyHtoDAsync(d_run + b->offsets[s], b->run + b->offsets[s], b->offsets[e] - b->offsets[s],
-                                       cs) != CUDA_SUCCESS ||
-                drv->cuEventRecord(ev, cs) != CUDA_SUCCESS || drv->cuStreamWaitEvent(b->s_dec, ev, 0) != CUDA_SUCCESS)
+            if (drv->cuMemcpyHtoDAsync(d_run + b->offsets[s], b->run + b->offsets[s],
+                                       b->offsets[e] - b->offsets[s], cs) != CUDA_SUCCESS ||
+                drv->cuEventRecord(ev, cs) != CUDA_SUCCESS ||
+                drv->cuStreamWaitEvent(b->s_dec, ev, 0) != CUDA_SUCCESS)
                 err = -EIO;
             else
-                err = decode(b, d_run + b->offsets[s], b->d_offsets, d_out, s, e - s, span(b, s, e), b->s_dec);
+                err =
+                    decode(b, d_run + b->offsets[s], b->d_offsets, d_out, s, e - s, span(b, s, e), b->s_dec);
             s = e;
             k++;
         }
@@ -245,7 +248,8 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     drv->cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev);
     b.run_stride = (b.run_len + 16 + 255) & ~(size_t)255;
     b.out_stride = (b.total + 255) & ~(size_t)255;
-    b.rotation = (int)((2 * (size_t)(l2 > 0 ? l2 : 0) + b.run_stride + b.out_stride) / (b.run_stride + b.out_stride));
+    b.rotation =
+        (int)((2 * (size_t)(l2 > 0 ? l2 : 0) + b.run_stride + b.out_stride) / (b.run_stride + b.out_stride));
     b.rotation = b.rotation < 1 ? 1 : b.rotation > BENCH_MAX_ROTATION ? BENCH_MAX_ROTATION : b.rotation;
     b.max_sms = opts->max_sms;
     if (drv->cuMemAlloc(&b.d_run, b.run_stride * (size_t)b.rotation) != CUDA_SUCCESS ||

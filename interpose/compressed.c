@@ -545,8 +545,9 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     const size_t slot_stride = align_up(slot_len);
     IbpStagingBuf *stage = NULL;
     const size_t offs_len = offsets_staged(p) ? align_up(offsets_bytes(p)) : 0;
-    int err = stage_acquire(base, ctx,
-                            align_up(blob_len) + offs_len + dec_scratch + scratch + IBP_PIPE_SLOTS * slot_stride, &stage);
+    int err = stage_acquire(
+        base, ctx, align_up(blob_len) + offs_len + dec_scratch + scratch + IBP_PIPE_SLOTS * slot_stride,
+        &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 1);
@@ -719,7 +720,8 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     const size_t dec_scratch = dec_scratch_bytes(&l);
     const size_t offs_len = offsets_staged(p) ? align_up(offsets_bytes(p)) : 0;
     int err = stage_acquire(
-        base, ctx, align_up(blob_len) + offs_len + align_up(p->run_len) + align_up(scratch) + dec_scratch, &stage);
+        base, ctx, align_up(blob_len) + offs_len + align_up(p->run_len) + align_up(scratch) + dec_scratch,
+        &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 0);

@@ -760,7 +760,8 @@ __device__ __forceinline__ const uint8_t *block_at(const IbpDecodeArgs &a, uint3
 {
     static_assert(sizeof(IbpBlockHeader) == 32, "a block header is four 8-byte loads");
     const uint64_t *offs = (const uint64_t *)a.offsets;
-    const uint8_t *blk = (const uint8_t *)a.comp + (INL ? (uint64_t)a.rel[bi] : __ldg(offs + bi) - __ldg(offs));
+    const uint8_t *blk =
+        (const uint8_t *)a.comp + (INL ? (uint64_t)a.rel[bi] : __ldg(offs + bi) - __ldg(offs));
     const uint2 *f = (const uint2 *)blk;
     const uint2 a0 = __ldg(f), a1 = __ldg(f + 1), a2 = __ldg(f + 2), a3 = __ldg(f + 3);
     h.orig_len = a0.x;

@@ -31,7 +31,7 @@ typedef struct IbpDecodeArgs {
     uint32_t nblocks;
     uint32_t block_size;
     uint32_t flags; /* IBP_DECODE_ARG_*, set by the launcher */
-    uint32_t inline_offsets; /* 1: rel[] holds the nblocks + 1 offsets */
+    uint32_t inline_offsets;                 /* 1: rel[] holds the nblocks + 1 offsets */
     uint32_t rel[IBP_DECODE_INLINE_OFFSETS]; /* block offsets minus the first block's */
 } IbpDecodeArgs;
 

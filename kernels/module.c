@@ -210,8 +210,9 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
                    : ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FIX, grid, IBP_DECODE_THREADS, 0, stream,
                                        params);
     }
-    const IbpKernelId seg = args.inline_offsets ? (columns == 1 ? IBP_KERNEL_DECODE_SEG1_INL : IBP_KERNEL_DECODE_SEG_INL)
-                                              : (columns == 1 ? IBP_KERNEL_DECODE_SEG1 : IBP_KERNEL_DECODE_SEG);
+    const IbpKernelId seg = args.inline_offsets
+                                ? (columns == 1 ? IBP_KERNEL_DECODE_SEG1_INL : IBP_KERNEL_DECODE_SEG_INL)
+                                : (columns == 1 ? IBP_KERNEL_DECODE_SEG1 : IBP_KERNEL_DECODE_SEG);
     return err ? err : ibp_kernel_launch(mod, seg, grid, IBP_DECODE_THREADS, 0, stream, params);
 }
 

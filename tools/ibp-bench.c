@@ -109,8 +109,8 @@ int main(int argc, char **argv)
                "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
                "\"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d}\n",
                path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
-               r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps, 1.0 / r.ratio, r.chunk, opts.max_sms,
-               opts.offsets_mapped ? "mapped" : "device", r.rotation);
+               r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps, 1.0 / r.ratio, r.chunk,
+               opts.max_sms, opts.offsets_mapped ? "mapped" : "device", r.rotation);
     } else {
         printf("ibp-bench: %s on %s, %.1f MiB, ratio %.4f, decode %s\n", path, r.device_name,
                (double)r.bytes / 1048576.0, r.ratio, r.verified ? "verified" : "WRONG");

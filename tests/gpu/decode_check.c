@@ -96,9 +96,9 @@ static void release(Encoded *e)
 /* Decodes blocks [first, first + count) with clip (skip, len) and checks against data; the offsets
  * from the pinned table, or (inl) carried in the arguments. */
 static void check_range_from(const char *name, const uint8_t *data, const Encoded *e, CUdeviceptr d_run,
-                        CUdeviceptr d_plan, CUdeviceptr d_out, uint8_t *host_out, uint32_t first,
-                        uint32_t count, uint64_t skip, uint64_t len, size_t dst_misalign, unsigned grid,
-                        int cta, int inl)
+                             CUdeviceptr d_plan, CUdeviceptr d_out, uint8_t *host_out, uint32_t first,
+                             uint32_t count, uint64_t skip, uint64_t len, size_t dst_misalign, unsigned grid,
+                             int cta, int inl)
 {
     CUdeviceptr d_offsets;
     CHECK_CU(drv->cuMemHostGetDevicePointer(&d_offsets, e->offsets, 0));
@@ -127,8 +127,8 @@ static void check_range_from(const char *name, const uint8_t *data, const Encode
     for (uint64_t i = 0; i < len; i++) {
         if (host_out[dst_misalign + i] != want[i]) {
             fprintf(stderr, "%s: blocks %u+%u%s skip %llu len %llu: byte %llu is 0x%02x, expected 0x%02x\n",
-                    name, first, count, inl ? " (offsets inline)" : "", (unsigned long long)skip, (unsigned long long)len, (unsigned long long)i,
-                    host_out[dst_misalign + i], want[i]);
+                    name, first, count, inl ? " (offsets inline)" : "", (unsigned long long)skip,
+                    (unsigned long long)len, (unsigned long long)i, host_out[dst_misalign + i], want[i]);
             failures++;
             return;
         }
@@ -152,8 +152,8 @@ static void check_range(const char *name, const uint8_t *data, const Encoded *e,
                         uint32_t count, uint64_t skip, uint64_t len, size_t dst_misalign, unsigned grid,
                         int cta)
 {
-    check_range_from(name, data, e, d_run, d_plan, d_out, host_out, first, count, skip, len, dst_misalign, grid,
-                     cta, 0);
+    check_range_from(name, data, e, d_run, d_plan, d_out, host_out, first, count, skip, len, dst_misalign,
+                     grid, cta, 0);
     if (count + 1u <= IBP_DECODE_INLINE_OFFSETS)
         check_range_from(name, data, e, d_run, d_plan, d_out, host_out, first, count, skip, len, dst_misalign,
                          grid, cta, 1);
