@@ -637,13 +637,9 @@ IBP_KATTR static void IBP_KW(ibp_ax_xform)(const IbpCodecPlan *p, const uint8_t 
     for (; i < n && j0 + i < c_count; i++) {
         const uint32_t j = j0 + i;
         const uint32_t xf = p->xform[col];
-        uint64_t x = ibp_load_word(src + (size_t)j * w, w);
-        if (xf & IBP_XF_PRED_MASK) {
-            const uint64_t prev = j >= c_count ? ibp_load_word(src + (size_t)(j - c_count) * w, w) : 0;
-            x = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? (x - prev) & ibp_fmt_word_mask(w) : x ^ prev;
-        }
-        if (xf & IBP_XF_ZIGZAG)
-            x = ibp_fmt_zigzag(x, w);
+        const uint64_t prev =
+            (xf & IBP_XF_PRED_MASK) && j >= c_count ? ibp_load_word(src + (size_t)(j - c_count) * w, w) : 0;
+        const uint64_t x = ibp_xform(xf, ibp_load_word(src + (size_t)j * w, w), prev, w);
         ibp_store_word(t + (size_t)i * w, x, w);
         if (++col == c_count)
             col = 0;
@@ -666,13 +662,8 @@ IBP_KATTR static void IBP_KW(ibp_ax_xform)(const IbpCodecPlan *p, const uint8_t 
     for (; i < n; i++) {
         const uint32_t j = j0 + i;
         const uint32_t xf = p->xform[col];
-        uint64_t x = ibp_load_word(src + (size_t)j * w, w);
-        if (xf & IBP_XF_PRED_MASK) {
-            const uint64_t prev = ibp_load_word(src + (size_t)(j - c_count) * w, w);
-            x = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? (x - prev) & ibp_fmt_word_mask(w) : x ^ prev;
-        }
-        if (xf & IBP_XF_ZIGZAG)
-            x = ibp_fmt_zigzag(x, w);
+        const uint64_t prev = xf & IBP_XF_PRED_MASK ? ibp_load_word(src + (size_t)(j - c_count) * w, w) : 0;
+        const uint64_t x = ibp_xform(xf, ibp_load_word(src + (size_t)j * w, w), prev, w);
         ibp_store_word(t + (size_t)i * w, x, w);
         if (++col == c_count)
             col = 0;

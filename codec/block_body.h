@@ -26,13 +26,10 @@ IBP_KATTR static inline uint64_t IBP_KW(ibp_row_scan)(const IbpCodecPlan *p, con
         uint64_t x = ibp_load_word(src + (size_t)j * w, w);
         if (p->any_xform) {
             const uint32_t xf = p->xform[col];
-            if (xf & IBP_XF_PRED_MASK) {
-                const uint64_t prev = j >= c_count ? ibp_load_word(src + (size_t)(j - c_count) * w, w) : 0;
-                x = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? (x - prev) & ibp_fmt_word_mask(w)
-                                                                 : x ^ prev;
-            }
-            if (xf & IBP_XF_ZIGZAG)
-                x = ibp_fmt_zigzag(x, w);
+            const uint64_t prev = (xf & IBP_XF_PRED_MASK) && j >= c_count
+                                      ? ibp_load_word(src + (size_t)(j - c_count) * w, w)
+                                      : 0;
+            x = ibp_xform(xf, x, prev, w);
         }
         t[i] = x;
         /* The first matching set wins: walk them backwards with conditional moves, since which

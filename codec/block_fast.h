@@ -237,13 +237,10 @@ IBP_KW(ibp_fast_encode_row)(const IbpCodecPlan *p, const uint8_t *src, uint32_t 
             uint64_t x = ibp_load_word(in, w);
             if (xf_on) {
                 const uint32_t xf = xform[col];
-                if (xf & IBP_XF_PRED_MASK) {
-                    const uint64_t prev = j0 + i >= c_count ? ibp_load_word(in - (size_t)c_count * w, w) : 0;
-                    x = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? (x - prev) & ibp_fmt_word_mask(w)
-                                                                     : x ^ prev;
-                }
-                if (xf & IBP_XF_ZIGZAG)
-                    x = ibp_fmt_zigzag(x, w);
+                const uint64_t prev = (xf & IBP_XF_PRED_MASK) && j0 + i >= c_count
+                                          ? ibp_load_word(in - (size_t)c_count * w, w)
+                                          : 0;
+                x = ibp_xform(xf, x, prev, w);
             }
             in += w;
             t[i] = x;

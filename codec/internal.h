@@ -384,6 +384,18 @@ static inline int ibp_block_open(const uint8_t *blk, size_t blk_len, uint32_t or
     return 1;
 }
 
+/* A column's transform xf of word x; prev is the word C before it (0 for the first C words) and
+ * is read only by predictor transforms. */
+static inline uint64_t ibp_xform(uint32_t xf, uint64_t x, uint64_t prev, uint32_t word_size)
+{
+    if (xf & IBP_XF_PRED_MASK)
+        x = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? (x - prev) & ibp_fmt_word_mask(word_size)
+                                                         : x ^ prev;
+    if (xf & IBP_XF_ZIGZAG)
+        x = ibp_fmt_zigzag(x, word_size);
+    return x;
+}
+
 /* Undoes a column's transform; the predictor reads word j - C, already written to dst. */
 static inline uint64_t ibp_unxform(const IbpCodecPlan *p, uint64_t x, uint32_t col, uint32_t j,
                                    const uint8_t *dst, uint32_t word_size)

@@ -171,14 +171,9 @@ ibp_words_xf_copy(const uint8_t *p, uint32_t nw, const uint32_t w, const uint32_
                   uint32_t c_count, uint64_t *restrict out, uint32_t *restrict cols)
 {
     for (uint32_t j = 0; j < nw; j++) {
-        uint64_t x = ibp_load_word(p + (size_t)j * w, w);
-        if (xf & IBP_XF_PRED_MASK) {
-            const uint64_t prev = j >= c_count ? ibp_load_word(p + (size_t)(j - c_count) * w, w) : 0;
-            x = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? (x - prev) & ibp_fmt_word_mask(w) : x ^ prev;
-        }
-        if (xf & IBP_XF_ZIGZAG)
-            x = ibp_fmt_zigzag(x, w);
-        out[j] = x;
+        const uint64_t prev =
+            (xf & IBP_XF_PRED_MASK) && j >= c_count ? ibp_load_word(p + (size_t)(j - c_count) * w, w) : 0;
+        out[j] = ibp_xform(xf, ibp_load_word(p + (size_t)j * w, w), prev, w);
         cols[j] = col;
         if (++col == c_count)
             col = 0;
@@ -278,16 +273,11 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
         const uint32_t nw = ch->len / w;
         uint32_t col = (uint32_t)((ch->off / w) % c_count);
         for (uint32_t j = 0; j < nw; j++) {
-            uint64_t x = ibp_load_word(ch->p + (size_t)j * w, w);
             const uint32_t xf = xform ? xform[col] : 0;
-            if (xf & IBP_XF_PRED_MASK) {
-                const uint64_t prev = j >= c_count ? ibp_load_word(ch->p + (size_t)(j - c_count) * w, w) : 0;
-                x = (xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_DELTA ? (x - prev) & ibp_fmt_word_mask(w)
-                                                                 : x ^ prev;
-            }
-            if (xf & IBP_XF_ZIGZAG)
-                x = ibp_fmt_zigzag(x, w);
-            ws->w[at] = x;
+            const uint64_t prev = (xf & IBP_XF_PRED_MASK) && j >= c_count
+                                      ? ibp_load_word(ch->p + (size_t)(j - c_count) * w, w)
+                                      : 0;
+            ws->w[at] = ibp_xform(xf, ibp_load_word(ch->p + (size_t)j * w, w), prev, w);
             ws->col[at] = col;
             at++;
             if (++col == c_count)
