@@ -175,6 +175,12 @@ int ibp_codec_plan_build_lite(uint32_t word_size, uint32_t columns, uint32_t row
                               uint32_t block_size, const uint8_t *xform, const uint64_t *mask,
                               const uint64_t *value, IbpCodecPlan **out);
 
+/* The fewest bits one mask set can leave n words of wbits bits whose bit counts (words with each
+ * bit set) are cnt[0 .. wbits): a mask of m bits saves m bits of each word that matches it, and
+ * no more words match m bits than agree with the majority on the m-th most agreeing bit alone.
+ * The planner skips a transform's fit where this shows it cannot pay. */
+uint64_t ibp_plan_bits_bound(const uint32_t *cnt, uint32_t wbits, uint32_t n);
+
 /* Byte size of a block's worst case, as ibp_codec_block_bound() but for internal callers. */
 size_t ibp_codec_bound_for(const IbpCodecPlan *plan, size_t orig_len);
 

@@ -1278,6 +1278,24 @@ static void ibp_counts_take_zigzag(IbpFit *f, uint32_t c_count, uint32_t w)
     memcpy(f->ncol + c_count, f->ncol + 3u * c_count, c_count * sizeof(uint32_t));
 }
 
+uint64_t ibp_plan_bits_bound(const uint32_t *cnt, uint32_t wbits, uint32_t n)
+{
+    uint32_t freq[64];
+    for (uint32_t b = 0; b < wbits; b++)
+        freq[b] = cnt[b] * 2u > n ? cnt[b] : n - cnt[b];
+    /* Descending order: an insertion sort of at most 64. */
+    for (uint32_t a = 1; a < wbits; a++)
+        for (uint32_t b = a; b > 0 && freq[b] > freq[b - 1u]; b--) {
+            const uint32_t t = freq[b];
+            freq[b] = freq[b - 1u];
+            freq[b - 1u] = t;
+        }
+    uint64_t saved = 0;
+    for (uint32_t m = 1; m <= wbits; m++)
+        saved = (uint64_t)m * freq[m - 1u] > saved ? (uint64_t)m * freq[m - 1u] : saved;
+    return (uint64_t)n * wbits - saved;
+}
+
 /* Picks the transform of each column among none, zigzag, delta, delta+zigzag and xor by the
  * single-set bits each leaves; a transform must save 1% of the column to be taken. */
 static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, IbpWords *ws, IbpFit *f,
@@ -1292,23 +1310,44 @@ static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, Ibp
     if (!col_bits || !trial)
         goto fail;
     memset(xform, 0, c_count);
+    const uint32_t wbits = w * 8u;
     for (size_t o = 0; o <= nopt; o++) {
         const uint8_t xf = o ? options[o - 1] : 0;
         const uint8_t before = o > 1u ? options[o - 2] : 0; /* the option tried before, if o > 0 */
         memset(trial, xf, c_count);
-        rc = ibp_words_load(s, w, c_count, trial, ws);
-        if (rc)
-            goto fail;
-        /* An option that only zigzags the one before takes the counts that one left. */
-        if (o && xf == (before | IBP_XF_ZIGZAG) && !(before & IBP_XF_ZIGZAG))
+        /* An option that only zigzags the one before takes the counts that one left, and needs
+         * its words only for the histogram pass. */
+        const int derived = o && xf == (before | IBP_XF_ZIGZAG) && !(before & IBP_XF_ZIGZAG);
+        if (derived) {
             ibp_counts_take_zigzag(f, c_count, w);
-        else if (o < nopt && options[o] == (xf | IBP_XF_ZIGZAG) && !(xf & IBP_XF_ZIGZAG))
-            ibp_counts_by_sign(ws, f);
-        else
-            ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_ALL, 1, f);
+        } else {
+            rc = ibp_words_load(s, w, c_count, trial, ws);
+            if (rc)
+                goto fail;
+            if (o < nopt && options[o] == (xf | IBP_XF_ZIGZAG) && !(xf & IBP_XF_ZIGZAG))
+                ibp_counts_by_sign(ws, f);
+            else
+                ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_ALL, 1, f);
+        }
+        /* The histogram pass (and a derived option's words) only where the counts leave this
+         * option a chance in some column. */
+        if (o) {
+            int chance = 0;
+            for (uint32_t c = 0; c < c_count && !chance; c++)
+                chance =
+                    ibp_plan_bits_bound(f->cnt + (size_t)(c_count + c) * wbits, wbits, f->ncol[c_count + c]) *
+                        100u <
+                    col_bits[c] * 99u;
+            if (!chance)
+                continue;
+        }
+        if (derived) {
+            rc = ibp_words_load(s, w, c_count, trial, ws);
+            if (rc)
+                goto fail;
+        }
         ibp_fit_finish(ws, NULL, IBP_FIT_ALL, 1, f, mask, value, NULL, NULL);
         /* Bits per column under this transform: words * W*8 minus what its mask saves. */
-        const uint32_t wbits = w * 8u;
         for (uint32_t c = 0; c < c_count; c++) {
             const uint32_t *h = f->hist + (size_t)(c_count + c) * (wbits + 1u);
             const uint32_t m = (uint32_t)ibp_popcount(mask[c]);

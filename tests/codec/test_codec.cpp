@@ -962,6 +962,50 @@ TEST(Codec, TransformSearchPicksEachColumnsTransform)
     ibp_codec_plan_destroy(&plan);
 }
 
+// The bound the transform search skips fits by: no mask and value (any bits, not only the
+// majority's) leave fewer bits than it says, and words that are all alike meet it (nothing left).
+TEST(Codec, OneSetBitsBoundIsNeverBeaten)
+{
+    std::mt19937_64 rng(11);
+    for (uint32_t w : {2u, 4u, 8u}) {
+        const uint32_t wbits = w * 8u;
+        const uint64_t full = wbits == 64u ? ~(uint64_t)0 : ((uint64_t)1 << wbits) - 1u;
+        for (int round = 0; round < 40; round++) {
+            // Words sharing a random number of fixed bits, the others random: fits of every length.
+            const uint32_t n = 1u + (uint32_t)(rng() % 3000u);
+            const uint64_t fixed_bits = rng() & rng() & full;
+            const uint64_t fixed_value = rng() & fixed_bits;
+            const uint32_t noise_pct = (uint32_t)(rng() % 101u);
+            std::vector<uint64_t> words(n);
+            std::vector<uint32_t> cnt(wbits, 0);
+            for (uint32_t i = 0; i < n; i++) {
+                uint64_t x = rng() & full;
+                if (rng() % 100u >= noise_pct)
+                    x = (x & ~fixed_bits) | fixed_value;
+                words[i] = x;
+                for (uint32_t b = 0; b < wbits; b++)
+                    cnt[b] += (uint32_t)((x >> b) & 1u);
+            }
+            const uint64_t bound = ibp_plan_bits_bound(cnt.data(), wbits, n);
+            ASSERT_LE(bound, (uint64_t)n * wbits);
+            for (int trial = 0; trial < 64; trial++) {
+                uint64_t mask =
+                    trial == 0 ? fixed_bits : rng() & (trial % 2 ? fixed_bits | rng() : rng()) & full;
+                const uint64_t value = (trial % 3 ? fixed_value : words[rng() % n]) & mask;
+                uint64_t match = 0;
+                for (uint64_t x : words)
+                    match += (x & mask) == value;
+                const uint64_t bits = (uint64_t)n * wbits - (uint64_t)__builtin_popcountll(mask) * match;
+                EXPECT_GE(bits, bound) << "w " << w << " round " << round << " trial " << trial;
+            }
+        }
+        std::vector<uint32_t> same(wbits);
+        for (uint32_t b = 0; b < wbits; b++)
+            same[b] = b % 3u ? 500u : 0u; // 500 equal words
+        EXPECT_EQ(ibp_plan_bits_bound(same.data(), wbits, 500u), 0u) << "w " << w;
+    }
+}
+
 TEST(Codec, ZeroPaddingDoesNotHideTheDataFromTheMaskSets)
 {
     const size_t n = 12u << 20, used = 8u << 20;
