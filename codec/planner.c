@@ -374,6 +374,7 @@ static int ibp_fit_alloc(IbpFit *f, uint32_t c_count)
 static inline uint32_t ibp_agree_len(const uint64_t *prefix, uint32_t wbits, uint64_t d)
 {
     uint32_t lo = 0;
+#pragma GCC unroll 8
     for (uint32_t step = wbits; step; step >>= 1) {
         const uint32_t cand = lo + step;
         const int ok = cand <= wbits && !(d & prefix[cand <= wbits ? cand : 0]);
@@ -456,6 +457,7 @@ ibp_fit_count_run(const uint64_t *restrict words, const uint32_t *restrict cols,
         uint32_t route;
         if (ak) {
             uint32_t sel = 0;
+#pragma GCC unroll 4
             for (uint32_t k = ak; k > 0; k--) {
                 const size_t idx = (size_t)(k - 1u) * c_count + c;
                 sel = (x & amask[idx]) == avalue[idx] ? k : sel;
@@ -470,6 +472,7 @@ ibp_fit_count_run(const uint64_t *restrict words, const uint32_t *restrict cols,
         const size_t at = (i & (slots - 1u)) * slot_stride + (size_t)route * c_count + c;
         uint64_t *a = acc + at * w;
         const ibp_v16u8 xv = ibp_fill(x, w);
+#pragma GCC unroll 4
         for (uint32_t p = 0; p < w / 2u; p++) {
             ibp_v16u8 v;
             memcpy(&v, a + 2u * p, 16);
@@ -567,6 +570,7 @@ ibp_fit_hist_rank(const IbpWords *ws, const uint8_t *member, uint32_t nfit, cons
         const uint64_t d = words[i] ^ maj[at];
         const uint8_t *t = rank + at * w * 256u;
         uint32_t agree = t[d & 0xffu];
+#pragma GCC unroll 8
         for (uint32_t q = 1; q < w; q++) {
             const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
             agree = r < agree ? r : agree;
@@ -954,6 +958,7 @@ static inline __attribute__((always_inline)) uint32_t ibp_assign_word(uint64_t x
                                                                       uint32_t wbits)
 {
     uint32_t sz = wbits;
+#pragma GCC unroll 4
     for (uint32_t k = k_count; k > 0; k--) {
         const size_t idx = (size_t)(k - 1u) * stride;
         sz = (x & mk[idx]) == vl[idx] ? vb[idx] : sz;
