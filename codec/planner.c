@@ -734,6 +734,53 @@ static unsigned ibp_passes_split(const IbpWords *ws, const IbpFit *f, IbpPass *p
     IBP_COUNT_CASE(W, IBP_FIT_SETS, 1u, 3u)                                                                  \
     IBP_COUNT_CASE(W, IBP_FIT_SETS, IBP_FIT_SLOTS, 3u)
 
+/* ibp_plan_count_bits for the words whose top bit (of wbits) is set when neg, else for all: the
+ * words two at a time in a vector, bit 4k + j of each in nibble k of counter j (j < 4), the
+ * nibbles emptied into byte lanes every 15 vectors and those into cnt every 255 nibble-fulls. */
+static inline __attribute__((always_inline)) void
+ibp_count_bits_run(const uint64_t *words, size_t n, uint32_t wbits, uint32_t *cnt, const int neg)
+{
+    const ibp_v2u64 ones = {0x1111111111111111u, 0x1111111111111111u};
+    const ibp_v2u64 lows = {0x0f0f0f0f0f0f0f0fu, 0x0f0f0f0f0f0f0f0fu};
+    size_t i = 0;
+    while (i < n) {
+        ibp_v2u64 bytes[8] = {0};
+        for (uint32_t round = 0; round < 17u && i < n; round++) {
+            ibp_v2u64 nib[4] = {0};
+            for (uint32_t k = 0; k < 15u && i < n; k++, i += 2u) {
+                ibp_v2u64 x = {words[i], i + 1u < n ? words[i + 1u] : 0};
+                if (neg)
+                    x &= (ibp_v2u64){0, 0} - ((x >> (wbits - 1u)) & 1u);
+#pragma GCC unroll 4
+                for (uint32_t j = 0; j < 4u; j++)
+                    nib[j] += (x >> j) & ones;
+            }
+            for (uint32_t j = 0; j < 4u; j++) {
+                bytes[j] += nib[j] & lows;
+                bytes[4u + j] += (nib[j] >> 4) & lows;
+            }
+        }
+        /* Byte q of bytes[h * 4 + j] (q < 8, either half of the vector) counts bit 8q + 4h + j. */
+        for (uint32_t v = 0; v < 8u; v++) {
+            uint8_t lane[16];
+            memcpy(lane, &bytes[v], 16);
+            for (uint32_t q = 0; q < 8u; q++) {
+                const uint32_t b = 8u * q + 4u * (v / 4u) + v % 4u;
+                if (b < wbits)
+                    cnt[b] += (uint32_t)lane[q] + lane[8u + q];
+            }
+        }
+    }
+}
+
+void ibp_plan_count_bits(const uint64_t *words, size_t n, uint32_t wbits, int neg, uint32_t *cnt)
+{
+    if (neg)
+        ibp_count_bits_run(words, n, wbits, cnt, 1);
+    else
+        ibp_count_bits_run(words, n, wbits, cnt, 0);
+}
+
 /* Bit counts of a share of the words into p->f->cnt / ncol. */
 static void ibp_count_pass(IbpPass *p)
 {
@@ -749,6 +796,23 @@ static void ibp_count_pass(IbpPass *p)
     memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
     memset(f->pending, 0, slots * sc);
     const uint32_t ak = p->am ? p->am->nsets : 0;
+    /* One column and no sets to assign by: every word counts into the same counters, which the
+     * words' bits can be added to in parallel, nibble by nibble.  By sign, set 2 takes the words
+     * with the top bit set, set 1 the others (all words less those). */
+    if (ws->columns == 1u && !ak && (mode == IBP_FIT_ALL || mode == IBP_FIT_SIGN)) {
+        const size_t n = p->hi - p->lo;
+        ibp_plan_count_bits(ws->w + p->lo, n, wbits, 0, f->cnt + wbits);
+        f->ncol[1] = (uint32_t)n;
+        if (mode == IBP_FIT_SIGN) {
+            ibp_plan_count_bits(ws->w + p->lo, n, wbits, 1, f->cnt + 2u * wbits);
+            const uint32_t nneg = f->cnt[2u * wbits + wbits - 1u];
+            for (uint32_t b = 0; b < wbits; b++)
+                f->cnt[wbits + b] -= f->cnt[2u * wbits + b];
+            f->ncol[1] = (uint32_t)n - nneg;
+            f->ncol[2] = nneg;
+        }
+        return;
+    }
     switch (IBP_COUNT_KEY(w, mode, slots, ak)) {
         IBP_COUNT_CASES(2u)
         IBP_COUNT_CASES(4u)
