@@ -579,6 +579,28 @@ ibp_fit_hist_rank(const IbpWords *ws, const uint8_t *member, uint32_t nfit, cons
     }
 }
 
+/* ibp_fit_hist_rank for one column and every word in set 1 (IBP_FIT_ALL): one majority and one
+ * rank table for all the words, kept out of the loop. */
+static inline __attribute__((always_inline)) void
+ibp_fit_hist_one(const IbpWords *ws, const IbpFit *f, IbpFit *out, const uint32_t w, size_t lo, size_t hi)
+{
+    const uint32_t hs = w * 8u + 1u;
+    const uint64_t *restrict const words = ws->w;
+    const uint64_t maj = f->maj[1];
+    const uint8_t *restrict const t = f->rank + (size_t)w * 256u;
+    uint32_t *restrict const hist = out->hist + hs; /* set 1 of slot 0; slot s 2 * hs further */
+    for (size_t i = lo; i < hi; i++) {
+        const uint64_t d = words[i] ^ maj;
+        uint32_t agree = t[d & 0xffu];
+#pragma GCC unroll 8
+        for (uint32_t q = 1; q < w; q++) {
+            const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
+            agree = r < agree ? r : agree;
+        }
+        hist[(i & (IBP_FIT_SLOTS - 1u)) * 2u * hs + agree]++;
+    }
+}
+
 static inline __attribute__((always_inline)) void
 ibp_fit_hist_search(const IbpWords *ws, const uint8_t *member, uint32_t nfit, const IbpFit *f, IbpFit *out,
                     const uint32_t w, const int mode, size_t lo, size_t hi)
@@ -834,7 +856,20 @@ static void ibp_hist_pass(IbpPass *p)
     const uint32_t slots = ws->columns < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
     const size_t hs = w * 8u + 1u;
     memset(f->hist, 0, slots * sc * hs * sizeof(uint32_t));
-    if (p->use_rank && slots == 1u)
+    if (p->use_rank && ws->columns == 1u && mode == IBP_FIT_ALL && p->nfit == 1u) {
+        _Static_assert(IBP_FIT_SLOTS > 1u, "one column keeps IBP_FIT_SLOTS histograms");
+        switch (w) {
+        case 2:
+            ibp_fit_hist_one(ws, p->model, f, 2u, p->lo, p->hi);
+            break;
+        case 4:
+            ibp_fit_hist_one(ws, p->model, f, 4u, p->lo, p->hi);
+            break;
+        default:
+            ibp_fit_hist_one(ws, p->model, f, 8u, p->lo, p->hi);
+            break;
+        }
+    } else if (p->use_rank && slots == 1u)
         IBP_FIT_DISPATCH(ibp_fit_hist_rank(ws, p->member, p->nfit, p->model, f, w_, mode_, 1u, p->lo, p->hi));
     else if (p->use_rank)
         IBP_FIT_DISPATCH(
