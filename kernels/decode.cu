@@ -1202,14 +1202,14 @@ __device__ __forceinline__ void copy_raw_segment(const IbpBlockHeader &h, const 
 // words (a selector above K reads as K).
 template <int W>
 __device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<W> *t, const Block &b,
-                                                     uint32_t sel_words, uint32_t first, uint32_t n,
-                                                     uint32_t tid, uint32_t nthreads)
+                                                     uint32_t first, uint32_t n, uint32_t tid,
+                                                     uint32_t nthreads)
 {
     const SelSavings sv = sel_savings<W>(p, t);
     const uint32_t b0 = first * p.sb, b1 = (first + n) * p.sb;
     uint32_t sum = 0;
     for (uint32_t wi = b0 / 32 + tid; wi * 32 < b1; wi += nthreads) {
-        uint32_t v = wi < sel_words ? __ldg(b.sel + wi) : 0;
+        uint32_t v = wi < b.sel_words ? __ldg(b.sel + wi) : 0;
         const uint32_t lo_bit = wi * 32;
         if (lo_bit < b0)
             v &= ~0u << (b0 - lo_bit);
@@ -1230,8 +1230,7 @@ __device__ __forceinline__ uint32_t count_segment(const Plan &p, const Table<W> 
 {
     if constexpr (C1) {
         const uint32_t nsel = packed_before(p, b, j1) - sel;
-        return 8 * W * (j1 - j0) -
-               warp_sum(selector_savings<W>(p, t, b, b.sel_words, sel, nsel, threadIdx.x & 31, 32));
+        return 8 * W * (j1 - j0) - warp_sum(selector_savings<W>(p, t, b, sel, nsel, threadIdx.x & 31, 32));
     } else {
         const SegPos sp = stage_segment(p, b, h, j0, j1, sel, 0, 0, st);
         ls = lane_start<W>(p, t, h, st, sp);
@@ -1300,8 +1299,7 @@ __device__ uint32_t block_bits_before(const Plan &p, const Table<W> *t, const Bl
     if constexpr (C1) {
         const uint32_t j0 = s0 * IBP_DECODE_SEG_WORDS;
         const uint32_t nsel = packed_before(p, b, j0);
-        return 8 * W * j0 -
-               cta_sum(selector_savings<W>(p, t, b, b.sel_words, 0, nsel, threadIdx.x, kThreads), red);
+        return 8 * W * j0 - cta_sum(selector_savings<W>(p, t, b, 0, nsel, threadIdx.x, kThreads), red);
     } else {
         return block_bits_range<W>(p, t, b, h, 0, s0, st, red);
     }
