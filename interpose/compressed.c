@@ -271,10 +271,11 @@ static size_t offsets_bytes(const IbpPiece *p)
 }
 
 /* Whether the decodes of the piece need its offset table in device memory: a launch carries
- * the offsets of up to IBP_DECODE_INLINE_OFFSETS - 1 blocks in its arguments. */
+ * the offsets of up to IBP_DECODE_INLINE_OFFSETS - 1 blocks spanning under 4 GiB in its
+ * arguments (ibp_decode_inline_offsets). */
 static int offsets_staged(const IbpPiece *p)
 {
-    return p->nblocks + 1u > IBP_DECODE_INLINE_OFFSETS;
+    return p->nblocks + 1u > IBP_DECODE_INLINE_OFFSETS || p->run_len > UINT32_MAX;
 }
 
 /* Copies the piece's offset table to `at` on `stream` and points l->offsets at it, for runs too
