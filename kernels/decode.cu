@@ -196,6 +196,85 @@ template <int W> struct alignas(16) Entry {
     U vmask;
 };
 
+// 8-byte words are rebuilt as two 32-bit halves, each from its own field (the low half's variant
+// bits come first in a word's field), with at most two runs a half: 32-bit shifts and masks are
+// a third of the instructions of 64-bit ones, and what a word needs is two 16-byte loads.
+constexpr uint32_t kRunsHalf = 2;
+constexpr uint32_t kMetaLoShift = 16; // meta bits 16-21: variant bits of the low half
+
+template <> struct alignas(16) Entry<8> {
+    uint32_t value_lo, value_hi;
+    uint32_t run[kRuns]; // runs 0-1 of the low half, 2-3 of the high half; unused runs are 0
+    uint32_t shifts;     // byte r: the shift of run r within its half (less than 32)
+    uint32_t meta;       // kMeta*, kMetaLoShift
+    uint64_t vmask;
+};
+
+template <int W> __device__ __forceinline__ typename WordT<W>::U entry_value(const Entry<W> &e)
+{
+    if constexpr (W == 8)
+        return (uint64_t)e.value_hi << 32 | e.value_lo;
+    else
+        return e.value;
+}
+
+// Fills entry e for variant bits vmask and invariant values value; returns whether its variant
+// bits are more runs than the runs deposit takes (the entry then deposits bit run by bit run).
+template <int W>
+__device__ __forceinline__ bool entry_fill(Entry<W> &e, typename WordT<W>::U vmask,
+                                           typename WordT<W>::U value, uint32_t meta)
+{
+    using U = typename WordT<W>::U;
+    e.vmask = vmask;
+    uint32_t shifts = 0;
+    bool loop = false;
+    if constexpr (W == 8) {
+        e.value_lo = (uint32_t)value;
+        e.value_hi = (uint32_t)(value >> 32);
+        for (uint32_t half = 0; half < 2; half++) {
+            uint32_t rest = (uint32_t)(vmask >> (32 * half)), src_bit = 0, nr = 0;
+            for (uint32_t r = 0; r < kRunsHalf; r++)
+                e.run[kRunsHalf * half + r] = 0;
+            while (rest && nr <= kRunsHalf) {
+                uint32_t pos, len;
+                lowest_run<uint32_t>(rest, pos, len);
+                const uint32_t run = low_bits<uint32_t>(len) << pos;
+                if (nr < kRunsHalf) {
+                    e.run[kRunsHalf * half + nr] = run;
+                    shifts |= (pos - src_bit) << (8 * (kRunsHalf * half + nr));
+                }
+                nr++;
+                src_bit += len;
+                rest &= ~run;
+            }
+            loop |= nr > kRunsHalf;
+        }
+        meta |= (uint32_t)__popc((uint32_t)vmask) << kMetaLoShift;
+    } else {
+        e.value = value;
+        for (int r = 0; r < kRuns; r++)
+            e.run[r] = 0;
+        U rest = vmask;
+        uint32_t src_bit = 0, nr = 0;
+        while (rest && nr <= kRuns) {
+            uint32_t pos, len;
+            lowest_run<U>(rest, pos, len);
+            const U run = low_bits<U>(len) << pos;
+            if (nr < kRuns) {
+                e.run[nr] = run;
+                shifts |= (pos - src_bit) << (8 * nr);
+            }
+            nr++;
+            src_bit += len;
+            rest &= ~run;
+        }
+        loop = nr > kRuns;
+    }
+    e.shifts = shifts;
+    e.meta = meta | (uint32_t)popc(vmask) | (loop ? kMetaLoop : 0);
+    return loop;
+}
+
 template <int W> struct Table {
     Entry<W> e[kTableEntries];
 };
@@ -231,31 +310,9 @@ template <int W> __device__ TableKind table_build(const Plan &p, Table<W> &t)
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
         const uint32_t s = i / p.c, col = i - s * p.c;
         const uint8_t *src = p.masks + (size_t)(i - p.c) * 2 * W; // set s - 1, entry (s - 1) * C + col
-        Entry<W> &e = t.e[i];
         const U vmask = s ? ~ld_word<W>(src) & word_mask<W>() : word_mask<W>();
-        e.value = s ? ld_word<W>(src + W) : 0;
-        e.vmask = vmask;
-        for (int r = 0; r < kRuns; r++)
-            e.run[r] = 0;
-        uint32_t shifts = 0;
-        U rest = vmask;
-        uint32_t src_bit = 0, nr = 0;
-        while (rest && nr <= kRuns) {
-            uint32_t pos, len;
-            lowest_run<U>(rest, pos, len);
-            const U run = low_bits<U>(len) << pos;
-            if (nr < kRuns) {
-                e.run[nr] = run;
-                shifts |= (pos - src_bit) << (8 * nr);
-            }
-            nr++;
-            src_bit += len;
-            rest &= ~run;
-        }
-        e.shifts = shifts;
-        e.meta = (uint32_t)popc(vmask) | (nr > kRuns ? kMetaLoop : 0) |
-                 ((p.xform[col] & IBP_XF_ZIGZAG) ? kMetaZigzag : 0);
-        loop |= nr > kRuns;
+        loop |= entry_fill<W>(t.e[i], vmask, s ? ld_word<W>(src + W) : 0,
+                              (p.xform[col] & IBP_XF_ZIGZAG) ? kMetaZigzag : 0);
     }
     return __syncthreads_or(loop) ? TableKind::loop : TableKind::runs;
 }
@@ -278,12 +335,24 @@ template <int W>
 __device__ __forceinline__ typename WordT<W>::U runs_deposit(const Entry<W> &e, typename WordT<W>::U f)
 {
     using U = typename WordT<W>::U;
-    U x = e.value;
     const uint32_t shifts = e.shifts;
+    if constexpr (W == 8) {
+        const uint32_t f_lo = (uint32_t)f;
+        const uint32_t f_hi = __funnelshift_rc(f_lo, (uint32_t)(f >> 32), e.meta >> kMetaLoShift);
+        uint32_t lo = e.value_lo, hi = e.value_hi;
 #pragma unroll
-    for (int r = 0; r < kRuns; r++)
-        x |= shift_left<U>(f, shifts >> (8 * r)) & e.run[r];
-    return x;
+        for (uint32_t r = 0; r < kRunsHalf; r++) {
+            lo |= shift_left<uint32_t>(f_lo, shifts >> (8 * r)) & e.run[r];
+            hi |= shift_left<uint32_t>(f_hi, shifts >> (8 * (kRunsHalf + r))) & e.run[kRunsHalf + r];
+        }
+        return (uint64_t)hi << 32 | lo;
+    } else {
+        U x = e.value;
+#pragma unroll
+        for (int r = 0; r < kRuns; r++)
+            x |= shift_left<U>(f, shifts >> (8 * r)) & e.run[r];
+        return x;
+    }
 }
 
 // The word of entry e rebuilt from its field f (zigzag not undone).
@@ -292,7 +361,7 @@ __device__ __forceinline__ typename WordT<W>::U table_deposit(const Entry<W> &e,
 {
     using U = typename WordT<W>::U;
     if (e.meta & kMetaLoop)
-        return e.value | deposit<U>(e.vmask, f);
+        return entry_value<W>(e) | deposit<U>(e.vmask, f);
     return runs_deposit<W>(e, f);
 }
 
