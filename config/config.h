@@ -74,6 +74,7 @@ typedef struct IbpConfig {
         int max_sms;          /* 0 = no limit */
         IbpStagingExhausted staging_exhausted;
         uint64_t pipeline_chunk; /* 0 = no pipelining */
+        uint64_t pipeline_tail;  /* 0 = chunks of equal size */
         bool priority_decode;    /* decode on an internal stream of the highest priority */
     } transfer;
     struct {
@@ -119,7 +120,7 @@ typedef struct IbpConfigOption {
     const char *help;
 } IbpConfigOption;
 
-#define IBP_CONFIG_OPTION_COUNT 27
+#define IBP_CONFIG_OPTION_COUNT 28
 
 /* The table, IBP_CONFIG_OPTION_COUNT rows grouped by section in file order. */
 const IbpConfigOption *ibp_config_options(void);

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "interpose/devmem.h"
+#include "interpose/pipe_chunks.h"
 #include "interpose/real.h"
 #include "kernels/decode_abi.h"
 #include "kernels/driver.h"
@@ -506,15 +507,6 @@ static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream cal
     return found;
 }
 
-/* Blocks [b, e) of the run whose compressed bytes fit `chunk` (at least one block). */
-static uint32_t chunk_end(const uint64_t *offs, uint32_t b, uint32_t end, size_t chunk)
-{
-    uint32_t e = b + 1;
-    while (e < end && offs[e + 1] - offs[b] <= chunk)
-        e++;
-    return e;
-}
-
 /* Copies the piece's run in chunks on the pair's copy stream into IBP_PIPE_SLOTS staging slots
  * and decodes each chunk on the decode stream once it landed, so the DMA of a chunk overlaps the
  * decode of the one before; a slot is written again only after the decode that read it (device
@@ -536,7 +528,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     size_t slot_len = 0;
     uint32_t nchunks = 0;
     for (uint32_t b = g->first; b < end; nchunks++) {
-        const uint32_t e = chunk_end(offs, b, end, chunk);
+        const uint32_t e = ibp_pipe_chunk_end(offs, b, end, chunk, base->opts.pipeline_tail);
         if (offs[e] - offs[b] > slot_len)
             slot_len = offs[e] - offs[b];
         b = e;
@@ -579,7 +571,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     dma_sample = plan_wire;
     uint32_t k = 0;
     for (uint32_t b = g->first; !err && b < end; k++) {
-        const uint32_t e = chunk_end(offs, b, end, chunk);
+        const uint32_t e = ibp_pipe_chunk_end(offs, b, end, chunk, base->opts.pipeline_tail);
         const unsigned s = k % IBP_PIPE_SLOTS;
         const CUdeviceptr slot = slots + s * slot_stride;
         /* The slot's last reader must be done before the copy stream writes it again. */

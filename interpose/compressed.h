@@ -26,6 +26,7 @@ typedef struct IbpSendOptions {
     /* Runs longer than this go in chunks of about this many compressed bytes, the DMA of one
      * overlapping the decode of the last ([transfer] pipeline_chunk); 0 = DMA, then decode. */
     size_t pipeline_chunk;
+    size_t pipeline_tail; /* the last chunks shrink down to about this ([transfer] pipeline_tail) */
     int priority_decode; /* decode on the internal decode stream, of the highest priority */
 } IbpSendOptions;
 

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: how a pipelined copy splits its compressed run into chunks (the shim and ibp-bench). */
+#ifndef IBP_INTERPOSE_PIPE_CHUNKS_H
+#define IBP_INTERPOSE_PIPE_CHUNKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The end of the chunk that starts at block b of blocks [b, end), block i's compressed bytes
+ * starting at offs[i]: about `chunk` compressed bytes, at least one block.  With tail > 0 the
+ * chunks shrink towards the end of the run: once less than two chunks are left each takes half
+ * of what is left, and once at most two tails are left the rest goes as one.
+ * The decode of the last chunk is the part of a pipelined copy that no DMA hides, so a small last
+ * chunk shortens the copy, while each chunk more costs a copy start-up. */
+static inline uint32_t ibp_pipe_chunk_end(const uint64_t *offs, uint32_t b, uint32_t end, size_t chunk,
+                                          size_t tail)
+{
+    const uint64_t left = offs[end] - offs[b];
+    uint64_t want = chunk;
+    if (tail && left < 2 * want)
+        want = left <= 2 * (uint64_t)tail ? left : left / 2;
+    uint32_t e = b + 1;
+    while (e < end && offs[e + 1] - offs[b] <= want)
+        e++;
+    return e;
+}
+
+#endif /* IBP_INTERPOSE_PIPE_CHUNKS_H */

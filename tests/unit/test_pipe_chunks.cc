@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: MIT
+// How a pipelined copy splits its compressed run into chunks (interpose/pipe_chunks.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "interpose/pipe_chunks.h"
+
+namespace
+{
+
+// Block offsets of blocks of the given compressed sizes.
+std::vector<uint64_t> offsets_of(const std::vector<uint64_t> &sizes)
+{
+    std::vector<uint64_t> offs(1, 0);
+    for (uint64_t s : sizes)
+        offs.push_back(offs.back() + s);
+    return offs;
+}
+
+// The chunks' compressed sizes, checking that they cover [0, n) in order, each at least a block;
+// blocks: how many blocks each has.
+std::vector<uint64_t> chunks(const std::vector<uint64_t> &offs, size_t chunk, size_t tail,
+                             std::vector<uint32_t> *blocks = nullptr)
+{
+    const uint32_t end = (uint32_t)offs.size() - 1;
+    std::vector<uint64_t> out;
+    for (uint32_t b = 0; b < end;) {
+        const uint32_t e = ibp_pipe_chunk_end(offs.data(), b, end, chunk, tail);
+        EXPECT_GT(e, b);
+        EXPECT_LE(e, end);
+        if (e <= b || e > end)
+            break;
+        out.push_back(offs[e] - offs[b]);
+        if (blocks)
+            blocks->push_back(e - b);
+        b = e;
+    }
+    return out;
+}
+
+TEST(PipeChunks, EqualChunksWithoutTail)
+{
+    const auto offs = offsets_of(std::vector<uint64_t>(64, 100)); // 6400 bytes
+    const auto c = chunks(offs, 800, 0);
+    ASSERT_EQ(c.size(), 8u);
+    for (uint64_t s : c)
+        EXPECT_EQ(s, 800u);
+}
+
+TEST(PipeChunks, TailHalvesWhatIsLeft)
+{
+    const auto offs = offsets_of(std::vector<uint64_t>(64, 100)); // 6400 bytes
+    // Equal chunks of 800 while two or more are left, then 800 (half of 1600), 400, then the
+    // last 400 whole (at most two tails of 200).
+    const auto c = chunks(offs, 800, 200);
+    const std::vector<uint64_t> want = {800, 800, 800, 800, 800, 800, 800, 400, 400};
+    EXPECT_EQ(c, want);
+}
+
+TEST(PipeChunks, TailTakesTheRestWhole)
+{
+    const auto offs = offsets_of(std::vector<uint64_t>(60, 100)); // 6000 bytes
+    // 6000 < 2 * 4000: half (3000), then half of 3000, then 1500 <= 2 * 1000 whole.
+    EXPECT_EQ(chunks(offs, 4000, 1000), (std::vector<uint64_t>{3000, 1500, 1500}));
+    // A tail of half the chunk or more: what is left under two tails goes whole.
+    EXPECT_EQ(chunks(offs, 2000, 1500), (std::vector<uint64_t>{2000, 2000, 2000}));
+    EXPECT_EQ(chunks(offs, 2500, 1500), (std::vector<uint64_t>{2500, 1700, 1800}));
+}
+
+TEST(PipeChunks, BlocksLargerThanTheChunk)
+{
+    const auto offs = offsets_of({5000, 10, 7000, 1});
+    EXPECT_EQ(chunks(offs, 100, 0), (std::vector<uint64_t>{5000, 10, 7000, 1}));
+    EXPECT_EQ(chunks(offs, 100, 50), (std::vector<uint64_t>{5000, 10, 7000, 1}));
+}
+
+TEST(PipeChunks, RandomBlocksCoverTheRunAndShrink)
+{
+    std::mt19937_64 rng(7);
+    for (int round = 0; round < 200; round++) {
+        std::vector<uint64_t> sizes(1 + rng() % 300);
+        for (auto &s : sizes)
+            s = 1 + rng() % 1000;
+        const auto offs = offsets_of(sizes);
+        const size_t chunk = 1 + rng() % 20000, tail = rng() % 3 ? rng() % 5000 : 0;
+        std::vector<uint32_t> nb;
+        const auto c = chunks(offs, chunk, tail, &nb);
+        uint64_t sum = 0;
+        for (uint64_t s : c)
+            sum += s;
+        EXPECT_EQ(sum, offs.back());
+        // Only a chunk of one block exceeds the chunk size (or, with a tail, the last two tails);
+        // with a tail the last chunk is at most two tails, or one block more than the last target.
+        for (size_t k = 0; k < c.size(); k++) {
+            if (c[k] > std::max<uint64_t>(chunk, 2 * tail)) {
+                EXPECT_EQ(nb[k], 1u);
+            }
+        }
+        if (tail && c.size() > 1) {
+            EXPECT_LE(c.back(), std::max<uint64_t>(2 * tail, std::min<uint64_t>(chunk, c.back()) + 1000));
+        }
+    }
+}
+
+} // namespace
