@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ibpshim/codec.h"
+#include "interpose/pipe_chunks.h"
 #include "kernels/decode_abi.h"
 #include "kernels/driver.h"
 #include "kernels/module.h"
@@ -37,8 +38,12 @@ typedef struct Bench {
     CUstream s_copy, s_copy2, s_dec;
     CUevent t0, t1;
     CUevent ev[BENCH_EVENTS + 2];
-    size_t chunk;
+    size_t chunk, tail;
     int copy_streams;
+    /* A traced pipelined run: per chunk, timing events after its DMA, before and after its decode. */
+    CUevent tr[IBPSHIM_BENCH_TRACE_MAX][3];
+    int tracing;
+    unsigned traced;
 } Bench;
 
 static int cmp_double(const void *a, const void *b)
@@ -107,19 +112,22 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
         int err = 0;
         uint32_t s = 0, k = 0;
         while (!err && s < b->nblocks) {
-            uint32_t e = s + 1;
-            while (e < b->nblocks && b->offsets[e + 1] - b->offsets[s] <= b->chunk)
-                e++;
+            const uint32_t e = ibp_pipe_chunk_end(b->offsets, s, b->nblocks, b->chunk, b->tail);
             const CUstream cs = (k & 1) && b->copy_streams > 1 ? b->s_copy2 : b->s_copy;
             const CUevent ev = b->ev[k % BENCH_EVENTS];
+            const int tr = b->tracing && k < IBPSHIM_BENCH_TRACE_MAX;
             if (drv->cuMemcpyHtoDAsync(d_run + b->offsets[s], b->run + b->offsets[s],
                                        b->offsets[e] - b->offsets[s], cs) != CUDA_SUCCESS ||
+                (tr && drv->cuEventRecord(b->tr[k][0], cs) != CUDA_SUCCESS) ||
                 drv->cuEventRecord(ev, cs) != CUDA_SUCCESS ||
-                drv->cuStreamWaitEvent(b->s_dec, ev, 0) != CUDA_SUCCESS)
+                drv->cuStreamWaitEvent(b->s_dec, ev, 0) != CUDA_SUCCESS ||
+                (tr && drv->cuEventRecord(b->tr[k][1], b->s_dec) != CUDA_SUCCESS))
                 err = -EIO;
             else
                 err =
                     decode(b, d_run + b->offsets[s], b->d_offsets, d_out, s, e - s, span(b, s, e), b->s_dec);
+            if (!err && tr && drv->cuEventRecord(b->tr[k][2], b->s_dec) != CUDA_SUCCESS)
+                err = -EIO;
             s = e;
             k++;
         }
@@ -152,6 +160,47 @@ static double time_path(const Bench *b, int path, int iters, CUdeviceptr zc_run)
     qsort(ms, (size_t)iters, sizeof(ms[0]), cmp_double);
     const double med = ms[iters / 2];
     return med > 0 ? (double)b->total / (med * 1e6) : 0;
+}
+
+/* One more pipelined run with timing events around each chunk (the events cost the run a little). */
+static int trace_pipelined(Bench *b, CUdeviceptr zc_run, IbpshimBenchResult *out)
+{
+    const IbpDriver *drv = b->drv;
+    for (int k = 0; k < IBPSHIM_BENCH_TRACE_MAX; k++)
+        for (int j = 0; j < 3; j++)
+            if (!b->tr[k][j] && drv->cuEventCreate(&b->tr[k][j], CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+                b->tr[k][j] = NULL;
+                return -EIO;
+            }
+    b->tracing = 1;
+    float all = 0;
+    int err = drv->cuEventRecord(b->t0, b->s_copy) != CUDA_SUCCESS || run_path(b, 2, zc_run, 0) ||
+              drv->cuEventRecord(b->t1, b->s_copy) != CUDA_SUCCESS ||
+              drv->cuEventSynchronize(b->t1) != CUDA_SUCCESS ||
+              drv->cuEventElapsedTime(&all, b->t0, b->t1) != CUDA_SUCCESS;
+    b->tracing = 0;
+    if (err)
+        return -EIO;
+    out->trace_us = all * 1e3;
+    unsigned k = 0;
+    for (uint32_t s = 0; s < b->nblocks; k++) {
+        const uint32_t e = ibp_pipe_chunk_end(b->offsets, s, b->nblocks, b->chunk, b->tail);
+        if (k < IBPSHIM_BENCH_TRACE_MAX) {
+            IbpshimBenchChunk *c = &out->trace[k];
+            float t[3] = {0, 0, 0};
+            for (int j = 0; j < 3; j++)
+                if (drv->cuEventElapsedTime(&t[j], b->t0, b->tr[k][j]) != CUDA_SUCCESS)
+                    return -EIO;
+            c->compressed = b->offsets[e] - b->offsets[s];
+            c->bytes = span(b, s, e);
+            c->dma_end_us = t[0] * 1e3;
+            c->decode_start_us = t[1] * 1e3;
+            c->decode_end_us = t[2] * 1e3;
+        }
+        s = e;
+    }
+    out->trace_chunks = k;
+    return 0;
 }
 
 static int encode(Bench *b, IbpCodecPlan *plan)
@@ -284,12 +333,13 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
             b.ev[k] = NULL;
             goto out;
         }
-    b.copy_streams = opts->copy_streams == 1 ? 1 : 2;
+    b.copy_streams = opts->copy_streams == 2 ? 2 : 1;
     b.chunk = opts->chunk;
     if (!b.chunk) {
         b.chunk = b.run_len / 8;
         b.chunk = b.chunk < ((size_t)4 << 20) ? (size_t)4 << 20 : b.chunk > ((size_t)64 << 20) ? (size_t)64 << 20 : b.chunk;
     }
+    b.tail = opts->tail;
     out->chunk = b.chunk;
     out->rotation = b.rotation;
     /* Verify the decode once, output poisoned first. */
@@ -314,7 +364,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     out->pipelined_gbps = time_path(&b, 2, iters, zc_run);
     out->zerocopy_gbps = time_path(&b, 3, iters, zc_run);
     out->decode_gbps = time_path(&b, 4, iters, zc_run);
-    err = 0;
+    err = opts->trace ? trace_pipelined(&b, zc_run, out) : 0;
 out:
     if (b.t0)
         drv->cuEventDestroy(b.t0);
@@ -329,6 +379,10 @@ out:
     for (int k = 0; k < BENCH_EVENTS + 2; k++)
         if (b.ev[k])
             drv->cuEventDestroy(b.ev[k]);
+    for (int k = 0; k < IBPSHIM_BENCH_TRACE_MAX; k++)
+        for (int j = 0; j < 3; j++)
+            if (b.tr[k][j])
+                drv->cuEventDestroy(b.tr[k][j]);
     if (b.d_run)
         drv->cuMemFree(b.d_run);
     if (b.d_plan)

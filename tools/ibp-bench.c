@@ -10,18 +10,23 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ibp-bench FILE [--size BYTES] [--iters N] [--device D] [--chunk BYTES]\n"
-               "                 [--copy-streams 1|2] [--max-sms N] [--offsets device|mapped] [--json]\n"
+               "                 [--copy-streams 1|2] [--tail BYTES] [--trace] [--max-sms N]\n"
+               "                 [--offsets device|mapped] [--json]\n"
                "Plans and compresses FILE as the shim would (tiled up to --size bytes, default 1 GiB),\n"
                "then times on the GPU, original bytes per second: a plain pinned copy, DMA of the\n"
                "compressed run then decode, the same pipelined (chunks of --chunk compressed bytes,\n"
-               "default an eighth of the run within 4-64 MiB, their DMAs alternating over\n"
-               "--copy-streams streams, decoded as each lands), the kernel reading the pinned run\n"
+               "default an eighth of the run within 4-64 MiB, their DMAs on one stream as in the\n"
+               "shim or alternating over two with --copy-streams 2, decoded as each lands; the last\n"
+               "chunks shrink down to about --tail BYTES, default 1 MiB as the shim's\n"
+               "pipeline_tail, halving what is left once less than two chunks are; 0 = equal\n"
+               "chunks), the kernel reading the pinned run\n"
                "directly (zero-copy), and decode alone.  Each timed run uses the next of several copies\n"
                "of the device buffers, together more than twice the GPU's L2.  --max-sms bounds every\n"
                "decode's grid to N CTAs (as [transfer] max_sms).  As in the shim, a decode of up to\n"
                "255 blocks carries their offsets in its arguments, and the DMA paths send a longer\n"
                "run's offsets ahead of it; --offsets mapped has every decode read the pinned table\n"
-               "through its mapped address.\n");
+               "through its mapped address.  --trace times each chunk of one more pipelined run:\n"
+               "when its DMA ended, its decode started and ended.\n");
 }
 
 static size_t parse_size(const char *s)
@@ -40,7 +45,7 @@ static size_t parse_size(const char *s)
 int main(int argc, char **argv)
 {
     const char *path = NULL;
-    IbpshimBenchOptions opts = {.size = (size_t)1 << 30, .iters = 9, .device = 0};
+    IbpshimBenchOptions opts = {.size = (size_t)1 << 30, .iters = 9, .device = 0, .tail = (size_t)1 << 20};
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--size") && i + 1 < argc) {
@@ -49,6 +54,10 @@ int main(int argc, char **argv)
             opts.iters = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
             opts.chunk = parse_size(argv[++i]);
+        } else if (!strcmp(argv[i], "--tail") && i + 1 < argc) {
+            opts.tail = parse_size(argv[++i]);
+        } else if (!strcmp(argv[i], "--trace")) {
+            opts.trace = 1;
         } else if (!strcmp(argv[i], "--copy-streams") && i + 1 < argc) {
             opts.copy_streams = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--max-sms") && i + 1 < argc) {
@@ -107,10 +116,20 @@ int main(int argc, char **argv)
         printf("{\"file\": \"%s\", \"device\": \"%s\", \"bytes\": %zu, \"compressed\": %zu, \"ratio\": %.4f, "
                "\"verified\": %s, \"raw_gbps\": %.2f, \"dma_decode_gbps\": %.2f, \"pipelined_gbps\": %.2f, "
                "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
-               "\"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d}\n",
+               "\"tail\": %zu, \"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d",
                path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
                r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps, 1.0 / r.ratio, r.chunk,
-               opts.max_sms, opts.offsets_mapped ? "mapped" : "device", r.rotation);
+               opts.tail, opts.max_sms, opts.offsets_mapped ? "mapped" : "device", r.rotation);
+        if (opts.trace) {
+            printf(", \"trace_us\": %.1f, \"trace\": [", r.trace_us);
+            for (unsigned k = 0; k < r.trace_chunks && k < IBPSHIM_BENCH_TRACE_MAX; k++)
+                printf("%s{\"compressed\": %zu, \"bytes\": %zu, \"dma_end_us\": %.1f, "
+                       "\"decode_start_us\": %.1f, \"decode_end_us\": %.1f}",
+                       k ? ", " : "", r.trace[k].compressed, r.trace[k].bytes, r.trace[k].dma_end_us,
+                       r.trace[k].decode_start_us, r.trace[k].decode_end_us);
+            printf("]");
+        }
+        printf("}\n");
     } else {
         printf("ibp-bench: %s on %s, %.1f MiB, ratio %.4f, decode %s\n", path, r.device_name,
                (double)r.bytes / 1048576.0, r.ratio, r.verified ? "verified" : "WRONG");
@@ -126,6 +145,21 @@ int main(int argc, char **argv)
             printf("  decode grids of at most %u CTAs\n", opts.max_sms);
         printf("  block offsets read from %s memory; %d copies of the device buffers\n",
                opts.offsets_mapped ? "pinned host (mapped)" : "device", r.rotation);
+        if (opts.trace) {
+            printf("  traced pipelined run: %.1f us, %u chunks (us from its start)\n", r.trace_us,
+                   r.trace_chunks);
+            printf("  %5s %10s %10s %9s %9s %9s %8s\n", "chunk", "comp KiB", "orig KiB", "DMA end",
+                   "dec start", "dec end", "DMA GB/s");
+            double prev = 0;
+            for (unsigned k = 0; k < r.trace_chunks && k < IBPSHIM_BENCH_TRACE_MAX; k++) {
+                const IbpshimBenchChunk *c = &r.trace[k];
+                const double dt = c->dma_end_us - prev;
+                printf("  %5u %10.1f %10.1f %9.1f %9.1f %9.1f %8.1f\n", k, (double)c->compressed / 1024.0,
+                       (double)c->bytes / 1024.0, c->dma_end_us, c->decode_start_us, c->decode_end_us,
+                       dt > 0 ? (double)c->compressed / (dt * 1e3) : 0.0);
+                prev = c->dma_end_us;
+            }
+        }
     }
     return r.verified ? 0 : 1;
 }

@@ -14,13 +14,28 @@ typedef struct IbpshimBenchOptions {
     int iters;    /* timed repetitions per path, after two warm-ups; the median is reported (0: 9) */
     int device;   /* CUDA device ordinal */
     size_t chunk; /* compressed bytes per pipelined chunk (0: an eighth of the run, 4 to 64 MiB) */
-    int copy_streams; /* streams the pipelined chunks' DMAs alternate over, 1 or 2 (0: 2) */
+    int copy_streams; /* streams the pipelined chunks' DMAs alternate over, 1 or 2 (0: 1, as the shim;
+                         with 2 the copy engine may run one stream's chunks before the other's, and
+                         the decodes, in chunk order, wait for the late ones) */
     unsigned max_sms; /* at most this many CTAs per decode launch, as [transfer] max_sms (0: no bound) */
     int offsets_mapped; /* the decode reads the block offsets from the pinned host table through
                            its mapped address, instead of as the shim does: carried in the launch's
                            arguments (runs of up to 255 blocks), else from a copy in device memory
                            that the DMA paths send before the run */
+    size_t tail;        /* pipelined: shrink the last chunks down to about this many compressed bytes
+                           (halving what is left once less than two chunks are; 0: equal chunks), as the
+                           shim's [transfer] pipeline_tail */
+    int trace;          /* time each chunk of one more pipelined run (IbpshimBenchResult.trace) */
 } IbpshimBenchOptions;
+
+#define IBPSHIM_BENCH_TRACE_MAX 64
+
+/* One chunk of a traced pipelined run, microseconds from the run's start. */
+typedef struct IbpshimBenchChunk {
+    size_t compressed; /* bytes the chunk's DMA moved */
+    size_t bytes;      /* original bytes its decode wrote */
+    double dma_end_us, decode_start_us, decode_end_us;
+} IbpshimBenchChunk;
 
 /* GB/s are original bytes per second. */
 typedef struct IbpshimBenchResult {
@@ -35,6 +50,9 @@ typedef struct IbpshimBenchResult {
     int verified;            /* 1 when every decoded byte matched the input */
     size_t chunk;            /* the pipelined chunk size used */
     int rotation;            /* device buffers cycled through, so that together they exceed twice the L2 */
+    unsigned trace_chunks;   /* chunks of the traced run (the first IBPSHIM_BENCH_TRACE_MAX are in trace) */
+    double trace_us;         /* the traced run's time, start to the caller's join */
+    IbpshimBenchChunk trace[IBPSHIM_BENCH_TRACE_MAX];
     char device_name[96];
 } IbpshimBenchResult;
 
