@@ -40,6 +40,7 @@ typedef struct Bench {
     CUevent ev[BENCH_EVENTS + 2];
     size_t chunk, tail;
     int copy_streams;
+    int chunks_inline; /* every pipelined chunk's launch carries its offsets: no table sent */
     /* A traced pipelined run: per chunk, timing events after its DMA, before and after its decode. */
     CUevent tr[IBPSHIM_BENCH_TRACE_MAX][3];
     int tracing;
@@ -107,7 +108,8 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
         CUevent start = b->ev[BENCH_EVENTS], done = b->ev[BENCH_EVENTS + 1];
         if (drv->cuEventRecord(start, b->s_copy) != CUDA_SUCCESS ||
             drv->cuStreamWaitEvent(b->s_copy2, start, 0) != CUDA_SUCCESS ||
-            drv->cuStreamWaitEvent(b->s_dec, start, 0) != CUDA_SUCCESS || send_offsets(b, b->s_copy))
+            drv->cuStreamWaitEvent(b->s_dec, start, 0) != CUDA_SUCCESS ||
+            (!b->chunks_inline && send_offsets(b, b->s_copy)))
             return -EIO;
         int err = 0;
         uint32_t s = 0, k = 0;
@@ -340,6 +342,15 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
         b.chunk = b.chunk < ((size_t)4 << 20) ? (size_t)4 << 20 : b.chunk > ((size_t)64 << 20) ? (size_t)64 << 20 : b.chunk;
     }
     b.tail = opts->tail;
+    /* As the shim: the pipelined path sends no offset table when every chunk's launch carries its
+     * offsets (decode() carries them whenever they fit). */
+    b.chunks_inline = b.d_offsets != b.d_offsets_mapped;
+    for (uint32_t s = 0; s < b.nblocks && b.chunks_inline;) {
+        const uint32_t e = ibp_pipe_chunk_end(b.offsets, s, b.nblocks, b.chunk, b.tail);
+        b.chunks_inline =
+            e - s + 1u <= IBP_DECODE_INLINE_OFFSETS && b.offsets[e] - b.offsets[s] <= UINT32_MAX;
+        s = e;
+    }
     out->chunk = b.chunk;
     out->rotation = b.rotation;
     /* Verify the decode once, output poisoned first. */
