@@ -143,7 +143,7 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
         "(at least this) on an internal stream while another decodes the chunk before, so a copy costs "
         "about the larger of DMA and decode instead of their sum; two chunks of staging per copy. "
         "0 = DMA, then decode."),
-    OPT_SIZE("transfer", "pipeline_tail", transfer.pipeline_tail, "1MiB", 0, GIB,
+    OPT_SIZE("transfer", "pipeline_tail", transfer.pipeline_tail, "2MiB", 0, GIB,
              "dma path: the last chunks of a pipelined copy shrink down to about this many compressed bytes "
              "(each half of what is left once less than two chunks are), since the last chunk's decode is "
              "the part no DMA hides; each chunk more costs a copy start-up. 0 = chunks of equal size."),

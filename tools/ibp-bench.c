@@ -17,7 +17,7 @@ static void usage(FILE *f)
                "compressed run then decode, the same pipelined (chunks of --chunk compressed bytes,\n"
                "default an eighth of the run within 4-64 MiB, their DMAs on one stream as in the\n"
                "shim or alternating over two with --copy-streams 2, decoded as each lands; the last\n"
-               "chunks shrink down to about --tail BYTES, default 1 MiB as the shim's\n"
+               "chunks shrink down to about --tail BYTES, default 2 MiB as the shim's\n"
                "pipeline_tail, halving what is left once less than two chunks are; 0 = equal\n"
                "chunks), the kernel reading the pinned run\n"
                "directly (zero-copy), and decode alone.  Each timed run uses the next of several copies\n"
@@ -45,7 +45,7 @@ static size_t parse_size(const char *s)
 int main(int argc, char **argv)
 {
     const char *path = NULL;
-    IbpshimBenchOptions opts = {.size = (size_t)1 << 30, .iters = 9, .device = 0, .tail = (size_t)1 << 20};
+    IbpshimBenchOptions opts = {.size = (size_t)1 << 30, .iters = 9, .device = 0, .tail = (size_t)2 << 20};
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--size") && i + 1 < argc) {

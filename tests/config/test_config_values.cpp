@@ -108,7 +108,7 @@ TEST(ConfigTable, DefaultsParseAndMatchTheIssue)
     EXPECT_EQ(cfg.transfer.max_sms, 0);
     EXPECT_EQ(cfg.transfer.staging_exhausted, IBP_STAGING_EXHAUSTED_WAIT);
     EXPECT_EQ(cfg.transfer.pipeline_chunk, 16u << 20);
-    EXPECT_EQ(cfg.transfer.pipeline_tail, 1u << 20);
+    EXPECT_EQ(cfg.transfer.pipeline_tail, 2u << 20);
     EXPECT_FALSE(cfg.transfer.priority_decode);
     EXPECT_STREQ(cfg.report.path, "");
     EXPECT_EQ(cfg.report.format, IBP_REPORT_FORMAT_TEXT);
