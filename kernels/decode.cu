@@ -1289,16 +1289,37 @@ __device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<
     return sum;
 }
 
+// Words in packed rows before j0 and before j1 (j0 <= j1), from one pass over the row flags
+// before j1 (the segment's count used to take a second pass, and a global round trip, of its own).
+__device__ __forceinline__ void packed_before2(const Plan &p, const Block &b, uint32_t j0, uint32_t j1,
+                                               uint32_t &n0, uint32_t &n1)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t row0 = j0 / p.r, row1 = j1 / p.r;
+    const uint32_t *flags = (const uint32_t *)b.rowflags; // the section is 16-byte aligned and padded
+    const uint32_t f0 = __ldg(flags + row0 / 32), f1 = __ldg(flags + row1 / 32);
+    uint32_t rows0 = 0, rows1 = 0;
+    for (uint32_t i = lane; i < row1 / 32; i += 32) {
+        const uint32_t c = __popc(__ldg(flags + i));
+        rows1 += c;
+        rows0 += i < row0 / 32 ? c : 0;
+    }
+    rows0 = warp_sum(rows0) + __popc(f0 & ((1u << (row0 % 32)) - 1u));
+    rows1 = warp_sum(rows1) + __popc(f1 & ((1u << (row1 % 32)) - 1u));
+    n0 = rows0 * p.r + (((f0 >> (row0 % 32)) & 1) ? j0 - row0 * p.r : 0);
+    n1 = rows1 * p.r + (((f1 >> (row1 % 32)) & 1) ? j1 - row1 * p.r : 0);
+}
+
 // A warp's segment [j0, j1) of a packed block whose first selector is sel: its payload bits,
 // summed over the warp.  For one column by popcounts over its selectors; for more, each lane
 // sums its run's field sizes over the staged flags and selectors, kept in ls for the decode.
 template <int W, bool C1>
 __device__ __forceinline__ uint32_t count_segment(const Plan &p, const Table<W> *t, const Block &b,
                                                   const IbpBlockHeader &h, uint32_t j0, uint32_t j1,
-                                                  uint32_t sel, SegStage &st, LaneStart &ls)
+                                                  uint32_t sel, uint32_t sel_end, SegStage &st, LaneStart &ls)
 {
     if constexpr (C1) {
-        const uint32_t nsel = packed_before(p, b, j1) - sel;
+        const uint32_t nsel = sel_end - sel;
         return 8 * W * (j1 - j0) - warp_sum(selector_savings<W>(p, t, b, sel, nsel, threadIdx.x & 31, 32));
     } else {
         const SegPos sp = stage_segment(p, b, h, j0, j1, sel, 0, 0, st);
@@ -1352,7 +1373,7 @@ __device__ uint32_t block_bits_range(const Plan &p, const Table<W> *t, const Blo
     for (uint32_t q = sa + (threadIdx.x >> 5); q < sb && q * IBP_DECODE_SEG_WORDS < b.nwords; q += kWarps) {
         const uint32_t q0 = q * IBP_DECODE_SEG_WORDS, q1 = min(b.nwords, q0 + IBP_DECODE_SEG_WORDS);
         LaneStart ls;
-        part += count_segment<W, false>(p, t, b, h, q0, q1, packed_before(p, b, q0), st, ls);
+        part += count_segment<W, false>(p, t, b, h, q0, q1, packed_before(p, b, q0), 0, st, ls);
         __syncwarp(); // every lane has read the staged segment before the next is staged
     }
     // count_segment sums over the warp already: count each warp's part once.
@@ -1447,8 +1468,12 @@ __device__ __forceinline__ Placed place_segment(const Plan &p, const Table<W> *t
     pl.sel = 0;
     pl.bits = 0;
     if (pl.j0 < pl.j1) {
-        pl.sel = packed_before(p, b, pl.j0);
-        pl.bits = count_segment<W, C1>(p, t, b, h, pl.j0, pl.j1, pl.sel, st, ls);
+        uint32_t sel_end = 0;
+        if constexpr (C1)
+            packed_before2(p, b, pl.j0, pl.j1, pl.sel, sel_end);
+        else
+            pl.sel = packed_before(p, b, pl.j0);
+        pl.bits = count_segment<W, C1>(p, t, b, h, pl.j0, pl.j1, pl.sel, sel_end, st, ls);
     }
     if (lane == 0)
         seg_bits[warp] = pl.bits;
@@ -1483,12 +1508,15 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
     const uint64_t ngroups = (uint64_t)a.nblocks * per_block;
     const uint64_t g0 = blockIdx.x * ngroups / gridDim.x, g1 = (blockIdx.x + 1) * ngroups / gridDim.x;
     uint32_t bi = (uint32_t)(g0 / per_block), s0 = (uint32_t)(g0 % per_block) * kWarps;
-    uint32_t carry = 0, carry_block = ~0u;
+    uint32_t carry = 0, carry_block = ~0u, header_block = ~0u;
+    IbpBlockHeader h;
+    const uint8_t *blk = nullptr;
     for (uint32_t left = (uint32_t)(g1 - g0); left;
          left--, s0 = s0 + kWarps >= nseg ? (bi++, 0) : s0 + kWarps) {
         const uint32_t s = s0 + warp;
-        IbpBlockHeader h;
-        const uint8_t *blk = block_at<INL>(a, bi, h);
+        if (bi != header_block) // a block's groups follow each other: its header is read once
+            blk = block_at<INL>(a, bi, h);
+        header_block = bi;
         const Out out = out_for(a, bi, h, W);
         if (h.flags & IBP_BLOCK_RAW) { // the same block for the whole CTA
             copy_raw_segment<W>(h, blk, s, out);
