@@ -181,9 +181,10 @@ int ibp_codec_plan_build_lite(uint32_t word_size, uint32_t columns, uint32_t row
  * The planner skips a transform's fit where this shows it cannot pay. */
 uint64_t ibp_plan_bits_bound(const uint32_t *cnt, uint32_t wbits, uint32_t n);
 
-/* Adds to cnt[b] (b < wbits) how many of the n words have bit b set; with neg, only the words
- * whose top bit (bit wbits - 1) is set count.  The planner's count pass for one column. */
-void ibp_plan_count_bits(const uint64_t *words, size_t n, uint32_t wbits, int neg, uint32_t *cnt);
+/* Adds to cnt[b] (b < wbits) how many of the words packed in the nvec 16-byte vectors at buf
+ * (128 / wbits words of wbits bits a vector, little-endian) have bit b set.  The planner's count
+ * pass counts each (set, column)'s words so. */
+void ibp_plan_count_packed(const uint8_t *buf, size_t nvec, uint32_t wbits, uint32_t *cnt);
 
 /* Byte size of a block's worst case, as ibp_codec_block_bound() but for internal callers. */
 size_t ibp_codec_bound_for(const IbpCodecPlan *plan, size_t orig_len);

@@ -691,6 +691,7 @@ typedef struct IbpPass {
     int use_rank;
     const IbpFit *model; /* the bit ranking, for the histogram pass */
     const IbpMasks *am;  /* the count pass assigns member by these sets first, or NULL */
+    int count0;          /* the count pass counts set 0's words too (a fit reads them) */
     IbpFit *f;           /* this thread's counters */
     size_t lo, hi;       /* its words */
 } IbpPass;
@@ -756,23 +757,26 @@ static unsigned ibp_passes_split(const IbpWords *ws, const IbpFit *f, IbpPass *p
     IBP_COUNT_CASE(W, IBP_FIT_SETS, 1u, 3u)                                                                  \
     IBP_COUNT_CASE(W, IBP_FIT_SETS, IBP_FIT_SLOTS, 3u)
 
-/* ibp_plan_count_bits for the words whose top bit (of wbits) is set when neg, else for all: the
- * words two at a time in a vector, bit 4k + j of each in nibble k of counter j (j < 4), the
- * nibbles emptied into byte lanes every 15 vectors and those into cnt every 255 nibble-fulls. */
-static inline __attribute__((always_inline)) void
-ibp_count_bits_run(const uint64_t *words, size_t n, uint32_t wbits, uint32_t *cnt, const int neg)
+/* Words a column's staging buffer holds for each set. */
+#define IBP_STAGE_WORDS 256u
+#define IBP_STAGE_COLUMNS 16u /* most columns the count pass takes column by column */
+
+/* The words two 64-bit halves at a time in a vector, bit 4k + j of each half in nibble k of
+ * counter j (j < 4), the nibbles emptied into byte lanes every 15 vectors and those into cnt every
+ * 255 nibble-fulls. */
+void ibp_plan_count_packed(const uint8_t *buf, size_t nvec, uint32_t wbits, uint32_t *cnt)
 {
     const ibp_v2u64 ones = {0x1111111111111111u, 0x1111111111111111u};
     const ibp_v2u64 lows = {0x0f0f0f0f0f0f0f0fu, 0x0f0f0f0f0f0f0f0fu};
-    size_t i = 0;
-    while (i < n) {
+    size_t v = 0;
+    while (v < nvec) {
         ibp_v2u64 bytes[8] = {0};
-        for (uint32_t round = 0; round < 17u && i < n; round++) {
+        for (uint32_t round = 0; round < 17u && v < nvec; round++) {
             ibp_v2u64 nib[4] = {0};
-            for (uint32_t k = 0; k < 15u && i < n; k++, i += 2u) {
-                ibp_v2u64 x = {words[i], i + 1u < n ? words[i + 1u] : 0};
-                if (neg)
-                    x &= (ibp_v2u64){0, 0} - ((x >> (wbits - 1u)) & 1u);
+            const size_t stop = nvec - v < 15u ? nvec : v + 15u;
+            for (; v < stop; v++) {
+                ibp_v2u64 x;
+                memcpy(&x, buf + 16u * v, 16);
 #pragma GCC unroll 4
                 for (uint32_t j = 0; j < 4u; j++)
                     nib[j] += (x >> j) & ones;
@@ -783,25 +787,100 @@ ibp_count_bits_run(const uint64_t *words, size_t n, uint32_t wbits, uint32_t *cn
             }
         }
         /* Byte q of bytes[h * 4 + j] (q < 8, either half of the vector) counts bit 8q + 4h + j. */
-        for (uint32_t v = 0; v < 8u; v++) {
+        for (uint32_t k = 0; k < 8u; k++) {
             uint8_t lane[16];
-            memcpy(lane, &bytes[v], 16);
-            for (uint32_t q = 0; q < 8u; q++) {
-                const uint32_t b = 8u * q + 4u * (v / 4u) + v % 4u;
-                if (b < wbits)
-                    cnt[b] += (uint32_t)lane[q] + lane[8u + q];
-            }
+            memcpy(lane, &bytes[k], 16);
+            for (uint32_t q = 0; q < 8u; q++)
+                cnt[(8u * q + 4u * (k / 4u) + k % 4u) & (wbits - 1u)] += (uint32_t)lane[q] + lane[8u + q];
         }
     }
 }
 
-void ibp_plan_count_bits(const uint64_t *words, size_t n, uint32_t wbits, int neg, uint32_t *cnt)
+/* n words of w bytes staged at buf (room for a whole vector) into the counters of (set, column)
+ * at. */
+static inline __attribute__((always_inline)) void ibp_stage_flush(uint8_t *buf, uint32_t n, const uint32_t w,
+                                                                  IbpFit *f, size_t at)
 {
-    if (neg)
-        ibp_count_bits_run(words, n, wbits, cnt, 1);
-    else
-        ibp_count_bits_run(words, n, wbits, cnt, 0);
+    const size_t bytes = (size_t)n * w;
+    if (bytes % 16u)
+        memset(buf + bytes, 0, 16u - bytes % 16u);
+    ibp_plan_count_packed(buf, (bytes + 15u) / 16u, w * 8u, f->cnt + at * w * 8u);
+    f->ncol[at] += n;
 }
+
+/* The count pass column by column, for few columns: each column's words (every C-th of a chunk)
+ * are routed to their set as in ibp_fit_count_run and packed into that set's staging buffer,
+ * counted 16 bytes a vector when full and at the column's end.  The counts are those of
+ * ibp_fit_count, except set 0's where count0 is 0 (no fit reads them then).  w, mode and ak are
+ * constants where inlined. */
+static inline __attribute__((always_inline)) void
+ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, IbpFit *f, const uint32_t w,
+                     const int mode, const uint32_t ak, const IbpMasks *am, int count0, size_t lo, size_t hi)
+{
+    const uint32_t c_count = ws->columns;
+    const uint64_t *restrict const words = ws->w;
+    const uint32_t *restrict const cols = ws->col;
+    const size_t *const cend = ws->chunk_end;
+    uint8_t *restrict const mem = (uint8_t *)member;
+    uint8_t stage[IBP_MAX_SETS + 1u][IBP_STAGE_WORDS * 8u + 16u] __attribute__((aligned(16)));
+    for (uint32_t c = 0; c < c_count; c++) {
+        uint64_t mk[IBP_MAX_SETS] = {0}, vl[IBP_MAX_SETS] = {0};
+        for (uint32_t k = 0; k < ak; k++) {
+            mk[k] = am->mask[(size_t)k * c_count + c];
+            vl[k] = am->value[(size_t)k * c_count + c];
+        }
+        size_t fill[IBP_MAX_SETS + 1u] = {0};
+        size_t start = 0;
+        for (size_t ch = 0; ch < ws->nchunks; ch++) {
+            const size_t a = start > lo ? start : lo;
+            const size_t b = cend[ch] < hi ? cend[ch] : hi;
+            start = cend[ch];
+            if (a >= b)
+                continue;
+            for (size_t i = a + (c + c_count - cols[a]) % c_count; i < b; i += c_count) {
+                const uint64_t x = words[i];
+                uint32_t route;
+                if (ak) {
+                    uint32_t sel = 0;
+#pragma GCC unroll 4
+                    for (uint32_t k = ak; k > 0; k--)
+                        sel = (x & mk[k - 1u]) == vl[k - 1u] ? k : sel;
+                    mem[i] = (uint8_t)sel;
+                    route = mode == IBP_FIT_FREE ? sel == 0 : sel;
+                } else if (mode == IBP_FIT_SIGN) {
+                    route = 1u + (uint32_t)((x >> (w * 8u - 1u)) & 1u);
+                } else {
+                    route = ibp_fit_route(mem, mode, i);
+                }
+                const size_t at = fill[route];
+                ibp_store_word(stage[route] + at * w, x, w);
+                fill[route] = at + 1u;
+                if (at + 1u == IBP_STAGE_WORDS) {
+                    if (route || count0)
+                        ibp_stage_flush(stage[route], IBP_STAGE_WORDS, w, f, (size_t)route * c_count + c);
+                    fill[route] = 0;
+                }
+            }
+            if (hi <= cend[ch])
+                break;
+        }
+        for (uint32_t r = count0 ? 0u : 1u; r <= nfit; r++)
+            ibp_stage_flush(stage[r], (uint32_t)fill[r], w, f, (size_t)r * c_count + c);
+    }
+}
+
+#define IBP_STAGE_KEY(W, MODE, K) (((W)*4u + (uint32_t)(MODE)) * 4u + (K))
+#define IBP_STAGE_CASE(W, MODE, K)                                                                           \
+    case IBP_STAGE_KEY(W, MODE, K):                                                                          \
+        ibp_fit_count_staged(ws, p->member, p->nfit, f, (W), (MODE), (K), p->am, count0, p->lo, p->hi);      \
+        break;
+#define IBP_STAGE_CASES(W)                                                                                   \
+    IBP_STAGE_CASE(W, IBP_FIT_ALL, 0u)                                                                       \
+    IBP_STAGE_CASE(W, IBP_FIT_SIGN, 0u)                                                                      \
+    IBP_STAGE_CASE(W, IBP_FIT_FREE, 1u)                                                                      \
+    IBP_STAGE_CASE(W, IBP_FIT_FREE, 2u)                                                                      \
+    IBP_STAGE_CASE(W, IBP_FIT_SETS, 2u)                                                                      \
+    IBP_STAGE_CASE(W, IBP_FIT_SETS, 3u)
 
 /* Bit counts of a share of the words into p->f->cnt / ncol. */
 static void ibp_count_pass(IbpPass *p)
@@ -815,26 +894,22 @@ static void ibp_count_pass(IbpPass *p)
     const uint32_t slots = ws->columns < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
     memset(f->cnt, 0, sc * wbits * sizeof(uint32_t));
     memset(f->ncol, 0, sc * sizeof(uint32_t));
-    memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
-    memset(f->pending, 0, slots * sc);
     const uint32_t ak = p->am ? p->am->nsets : 0;
-    /* One column and no sets to assign by: every word counts into the same counters, which the
-     * words' bits can be added to in parallel, nibble by nibble.  By sign, set 2 takes the words
-     * with the top bit set, set 1 the others (all words less those). */
-    if (ws->columns == 1u && !ak && (mode == IBP_FIT_ALL || mode == IBP_FIT_SIGN)) {
-        const size_t n = p->hi - p->lo;
-        ibp_plan_count_bits(ws->w + p->lo, n, wbits, 0, f->cnt + wbits);
-        f->ncol[1] = (uint32_t)n;
-        if (mode == IBP_FIT_SIGN) {
-            ibp_plan_count_bits(ws->w + p->lo, n, wbits, 1, f->cnt + 2u * wbits);
-            const uint32_t nneg = f->cnt[2u * wbits + wbits - 1u];
-            for (uint32_t b = 0; b < wbits; b++)
-                f->cnt[wbits + b] -= f->cnt[2u * wbits + b];
-            f->ncol[1] = (uint32_t)n - nneg;
-            f->ncol[2] = nneg;
+    /* Few columns, each with many words a chunk: column by column through the staging buffers. */
+    if (ws->columns <= IBP_STAGE_COLUMNS && (p->hi - p->lo) >= (size_t)ws->nchunks * ws->columns * 8u) {
+        const int count0 = p->count0;
+        switch (IBP_STAGE_KEY(w, mode, ak)) {
+            IBP_STAGE_CASES(2u)
+            IBP_STAGE_CASES(4u)
+            IBP_STAGE_CASES(8u)
+        default:
+            ibp_fit_count_staged(ws, p->member, p->nfit, f, w, mode, ak, p->am, count0, p->lo, p->hi);
+            break;
         }
         return;
     }
+    memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
+    memset(f->pending, 0, slots * sc);
     switch (IBP_COUNT_KEY(w, mode, slots, ak)) {
         IBP_COUNT_CASES(2u)
         IBP_COUNT_CASES(4u)
@@ -906,12 +981,18 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
 /* The count pass of ibp_fit_masks: each (set, column)'s words and bit counts into f->ncol and
  * f->cnt (with am, member written first, as ibp_fit_masks says). */
 static void ibp_fit_count_words(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode,
-                                uint32_t nfit, IbpFit *f)
+                                uint32_t nfit, int count0, IbpFit *f)
 {
     const uint32_t wbits = ws->word_size * 8u;
     const size_t sc = (size_t)(nfit + 1u) * ws->columns;
-    const IbpPass proto = {
-        .run = ibp_count_pass, .ws = ws, .member = member, .mode = mode, .nfit = nfit, .am = am, .f = f};
+    const IbpPass proto = {.run = ibp_count_pass,
+                           .ws = ws,
+                           .member = member,
+                           .mode = mode,
+                           .nfit = nfit,
+                           .am = am,
+                           .count0 = count0,
+                           .f = f};
     IbpPass passes[IBP_PLAN_MAX_THREADS];
     const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
     ibp_passes_run(passes, nt);
@@ -930,7 +1011,7 @@ static uint64_t ibp_fit_masks_free(const IbpWords *ws, uint8_t *member, const Ib
                                    uint32_t nfit, IbpFit *f, uint64_t *mask, uint64_t *value,
                                    uint64_t *free_mask, uint64_t *free_value)
 {
-    ibp_fit_count_words(ws, member, am, mode, nfit, f);
+    ibp_fit_count_words(ws, member, am, mode, nfit, free_mask != NULL, f);
     return ibp_fit_finish(ws, member, mode, nfit, f, mask, value, free_mask, free_value);
 }
 
@@ -1358,7 +1439,7 @@ static void ibp_counts_by_sign(const IbpWords *ws, IbpFit *f)
 {
     const uint32_t c_count = ws->columns;
     const uint32_t wbits = ws->word_size * 8u;
-    ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_SIGN, 2, f);
+    ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_SIGN, 2, 0, f);
     for (uint32_t c = 0; c < c_count; c++) {
         uint32_t *const pos = f->cnt + (size_t)(c_count + c) * wbits; /* top bit clear */
         const uint32_t *const neg = f->cnt + (size_t)(2u * c_count + c) * wbits;
@@ -1431,7 +1512,7 @@ static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, Ibp
             if (o < nopt && options[o] == (xf | IBP_XF_ZIGZAG) && !(xf & IBP_XF_ZIGZAG))
                 ibp_counts_by_sign(ws, f);
             else
-                ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_ALL, 1, f);
+                ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_ALL, 1, 0, f);
         }
         /* The histogram pass (and a derived option's words) only where the counts leave this
          * option a chance in some column. */

@@ -1006,29 +1006,30 @@ TEST(Codec, OneSetBitsBoundIsNeverBeaten)
     }
 }
 
-// The one-column count pass adds bits in nibbles and bytes that it empties every so many words:
-// counts must be exact across those boundaries, for every word size, by sign or not.
-TEST(Codec, OneColumnBitCountsAreExact)
+// The count pass adds bits in nibbles and bytes that it empties every so many vectors: counts must
+// be exact across those boundaries, for every word size.
+TEST(Codec, PackedBitCountsAreExact)
 {
     std::mt19937_64 rng(12);
-    const size_t lengths[] = {0, 1, 2, 29, 30, 31, 509, 510, 511, 512, 1021, 100003};
+    const size_t lengths[] = {0, 1, 2, 14, 15, 16, 254, 255, 256, 509, 510, 511, 4001};
     for (uint32_t w : {2u, 4u, 8u}) {
         const uint32_t wbits = w * 8u;
-        const uint64_t full = wbits == 64u ? ~(uint64_t)0 : ((uint64_t)1 << wbits) - 1u;
-        for (size_t n : lengths) {
+        for (size_t nvec : lengths) {
             for (int dense = 0; dense < 2; dense++) {
-                std::vector<uint64_t> words(n);
-                for (uint64_t &x : words)
-                    x = (dense ? rng() | rng() | rng() : rng()) & full; // dense: counters near full
-                for (int neg = 0; neg < 2; neg++) {
-                    std::vector<uint32_t> want(wbits, 7u), got(wbits, 7u); // added to what is there
-                    for (uint64_t x : words)
-                        if (!neg || ((x >> (wbits - 1u)) & 1u))
-                            for (uint32_t b = 0; b < wbits; b++)
-                                want[b] += (uint32_t)((x >> b) & 1u);
-                    ibp_plan_count_bits(words.data(), n, wbits, neg, got.data());
-                    EXPECT_EQ(got, want) << "w " << w << " n " << n << " dense " << dense << " neg " << neg;
+                std::vector<uint8_t> buf(nvec * 16u);
+                for (size_t i = 0; i < buf.size(); i += 8u) {
+                    const uint64_t x = dense ? rng() | rng() | rng() : rng(); // dense: counters near full
+                    memcpy(buf.data() + i, &x, 8);
                 }
+                std::vector<uint32_t> want(wbits, 7u), got(wbits, 7u); // added to what is there
+                for (size_t i = 0; i < buf.size(); i += w) {
+                    uint64_t x = 0;
+                    memcpy(&x, buf.data() + i, w);
+                    for (uint32_t b = 0; b < wbits; b++)
+                        want[b] += (uint32_t)((x >> b) & 1u);
+                }
+                ibp_plan_count_packed(buf.data(), nvec, wbits, got.data());
+                EXPECT_EQ(got, want) << "w " << w << " vectors " << nvec << " dense " << dense;
             }
         }
     }
