@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * ibpshim: the shape-blind planner: word size, row period, masks, mask sets and transforms. */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -61,6 +62,7 @@ typedef struct IbpWords {
     size_t nchunks;
     size_t cap;       /* words w and col have room for */
     size_t chunk_cap; /* entries chunk_end has room for */
+    uint64_t gen;     /* loads so far: which load a fit's groups were made from */
 } IbpWords;
 
 /* Masks of one candidate: K sets of C {mask, value}, set-major. */
@@ -253,6 +255,7 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
     }
     ws->word_size = w;
     ws->columns = c_count;
+    ws->gen++;
     int any = 0;
     int uniform = 1;
     for (uint32_t c = 0; xform && c < c_count; c++) {
@@ -300,6 +303,16 @@ enum { IBP_FIT_ALL, IBP_FIT_FREE, IBP_FIT_SETS, IBP_FIT_SIGN };
  * for the one before). */
 #define IBP_FIT_SLOTS 4u
 
+/* Bytes of a block of grouped words (IbpFit.grp). */
+#define IBP_GROUP_BYTES 2048u
+#define IBP_STAGE_COLUMNS 16u /* most columns the count pass takes column by column */
+
+typedef struct IbpGroup {
+    uint32_t set;
+    uint32_t col;
+    uint32_t n;
+} IbpGroup;
+
 /* Work space for mask fitting, sized for the largest candidate.  Everything is per (set,
  * column), set 0 being where the words no fitted set takes go (and are ignored). */
 typedef struct IbpFit {
@@ -316,6 +329,19 @@ typedef struct IbpFit {
     uint8_t *rank;
     size_t rank_cap;
     const struct IbpPar *par; /* threads its word passes may spread over, or NULL */
+    /* The words of the last count pass that went column by column, grouped by (set, column) in
+     * blocks of IBP_GROUP_BYTES packed at their width, for its histogram pass: blk[b] is block b's
+     * set, column and words.  grp_of is the load they are of (NULL: none), with the pass's mode,
+     * sets and words [grp_lo, grp_hi). */
+    uint8_t *grp;
+    IbpGroup *blk;
+    size_t blk_cap;
+    size_t nblk;
+    const IbpWords *grp_of;
+    uint64_t grp_gen;
+    int grp_mode;
+    uint32_t grp_nfit;
+    size_t grp_lo, grp_hi;
 } IbpFit;
 
 /* Threads a fit may spread its word passes over (the final refit, which runs alone): fits[0] is
@@ -341,12 +367,16 @@ static void ibp_fit_free(IbpFit *f)
     free(f->prefix);
     free(f->hist);
     free(f->rank);
+    free(f->grp);
+    free(f->blk);
     memset(f, 0, sizeof(*f));
 }
 
-/* Sized for any candidate of at most c_count columns: those with fewer than IBP_FIT_SLOTS columns
- * keep IBP_FIT_SLOTS copies of their counters, which may take more than one copy of c_count. */
-static int ibp_fit_alloc(IbpFit *f, uint32_t c_count)
+/* Sized for any candidate of at most c_count columns and samples of at most max_bytes: those with
+ * fewer than IBP_FIT_SLOTS columns keep IBP_FIT_SLOTS copies of their counters, which may take
+ * more than one copy of c_count; grouped words take whole blocks, but for one partly filled block
+ * per (set, column). */
+static int ibp_fit_alloc(IbpFit *f, uint32_t c_count, size_t max_bytes)
 {
     const size_t sc = (size_t)(IBP_MAX_SETS + 1u) * c_count;
     const uint32_t small = c_count < IBP_FIT_SLOTS - 1u ? c_count : IBP_FIT_SLOTS - 1u;
@@ -362,7 +392,11 @@ static int ibp_fit_alloc(IbpFit *f, uint32_t c_count)
     f->hist = malloc(slot_sc * 65u * sizeof(uint32_t));
     f->rank_cap = sc * 8u * 256u < IBP_FIT_RANK_MAX ? sc * 8u * 256u : IBP_FIT_RANK_MAX;
     f->rank = malloc(f->rank_cap);
-    if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist || !f->rank) {
+    f->blk_cap = max_bytes / IBP_GROUP_BYTES + 1u + (IBP_MAX_SETS + 1u) * IBP_STAGE_COLUMNS;
+    f->grp = malloc(f->blk_cap * IBP_GROUP_BYTES);
+    f->blk = malloc(f->blk_cap * sizeof(IbpGroup));
+    if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist || !f->rank ||
+        !f->grp || !f->blk) {
         ibp_fit_free(f);
         return -ENOMEM;
     }
@@ -621,6 +655,59 @@ ibp_fit_hist_search(const IbpWords *ws, const uint8_t *member, uint32_t nfit, co
     }
 }
 
+/* The agreement length of the word of w bytes at p with the majority maj, by the rank table t
+ * (use_rank) or the ranking's prefixes. */
+static inline __attribute__((always_inline)) uint32_t ibp_group_agree(const uint8_t *p, const uint32_t w,
+                                                                      uint64_t maj, const uint8_t *t,
+                                                                      const uint64_t *prefix,
+                                                                      const int use_rank)
+{
+    const uint64_t d = ibp_load_word(p, w) ^ maj;
+    if (!use_rank)
+        return ibp_agree_len(prefix, w * 8u, d);
+    uint32_t agree = t[d & 0xffu];
+#pragma GCC unroll 8
+    for (uint32_t q = 1; q < w; q++) {
+        const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
+        agree = r < agree ? r : agree;
+    }
+    return agree;
+}
+
+/* Agreement histograms of the words that f's count pass grouped (f->blk), each block's by the bit
+ * ranking of its (set, column) in model, set 0's only where need0; with sign (groups by sign for a
+ * one-set histogram), sets 1 and 2 are both set 1.  w and use_rank are constants where inlined. */
+static inline __attribute__((always_inline)) void ibp_fit_hist_groups(const IbpFit *model, IbpFit *f,
+                                                                      uint32_t c_count, const uint32_t w,
+                                                                      const int use_rank, int sign, int need0)
+{
+    const uint32_t hs = w * 8u + 1u;
+    for (size_t b = 0; b < f->nblk; b++) {
+        const IbpGroup g = f->blk[b];
+        if (!g.n || (!g.set && !need0))
+            continue;
+        const size_t at = (size_t)(sign ? 1u : g.set) * c_count + g.col;
+        const uint8_t *restrict const buf = f->grp + b * IBP_GROUP_BYTES;
+        const uint64_t maj = model->maj[at];
+        const uint8_t *restrict const t = use_rank ? model->rank + at * w * 256u : NULL;
+        const uint64_t *const prefix = model->prefix + at * 65u;
+        /* Four histograms side by side, so that a word's count does not wait for the last one's. */
+        uint32_t h[IBP_FIT_SLOTS][65];
+        memset(h, 0, sizeof(h));
+        uint32_t j = 0;
+        for (; j + IBP_FIT_SLOTS <= g.n; j += IBP_FIT_SLOTS) {
+#pragma GCC unroll 4
+            for (uint32_t k = 0; k < IBP_FIT_SLOTS; k++)
+                h[k][ibp_group_agree(buf + (size_t)(j + k) * w, w, maj, t, prefix, use_rank)]++;
+        }
+        for (; j < g.n; j++)
+            h[0][ibp_group_agree(buf + (size_t)j * w, w, maj, t, prefix, use_rank)]++;
+        uint32_t *const hist = f->hist + at * hs;
+        for (uint32_t k = 0; k < hs; k++)
+            hist[k] += h[0][k] + h[1][k] + h[2][k] + h[3][k];
+    }
+}
+
 /* Runs CALL with w_ and mode_ constants equal to the word size w and the mode in scope, so that
  * the always-inline word loops it calls are compiled once per combination. */
 #define IBP_FIT_CASE(W, MODE, CALL)                                                                          \
@@ -691,7 +778,7 @@ typedef struct IbpPass {
     int use_rank;
     const IbpFit *model; /* the bit ranking, for the histogram pass */
     const IbpMasks *am;  /* the count pass assigns member by these sets first, or NULL */
-    int count0;          /* the count pass counts set 0's words too (a fit reads them) */
+    int count0;          /* both passes take set 0's words too (a fit reads them) */
     IbpFit *f;           /* this thread's counters */
     size_t lo, hi;       /* its words */
 } IbpPass;
@@ -757,10 +844,6 @@ static unsigned ibp_passes_split(const IbpWords *ws, const IbpFit *f, IbpPass *p
     IBP_COUNT_CASE(W, IBP_FIT_SETS, 1u, 3u)                                                                  \
     IBP_COUNT_CASE(W, IBP_FIT_SETS, IBP_FIT_SLOTS, 3u)
 
-/* Words a column's staging buffer holds for each set. */
-#define IBP_STAGE_WORDS 256u
-#define IBP_STAGE_COLUMNS 16u /* most columns the count pass takes column by column */
-
 /* The words two 64-bit halves at a time in a vector, bit 4k + j of each half in nibble k of
  * counter j (j < 4), the nibbles emptied into byte lanes every 15 vectors and those into cnt every
  * 255 nibble-fulls. */
@@ -796,21 +879,35 @@ void ibp_plan_count_packed(const uint8_t *buf, size_t nvec, uint32_t wbits, uint
     }
 }
 
-/* n words of w bytes staged at buf (room for a whole vector) into the counters of (set, column)
- * at. */
-static inline __attribute__((always_inline)) void ibp_stage_flush(uint8_t *buf, uint32_t n, const uint32_t w,
-                                                                  IbpFit *f, size_t at)
+/* Block b of f's groups, n words of w bytes, into the counters of its (set, column) where count. */
+static inline __attribute__((always_inline)) void
+ibp_group_close(IbpFit *f, size_t b, uint32_t n, const uint32_t w, uint32_t c_count, int count)
 {
+    IbpGroup *const g = &f->blk[b];
+    g->n = n;
+    if (!count)
+        return;
+    uint8_t *const buf = f->grp + b * IBP_GROUP_BYTES;
     const size_t bytes = (size_t)n * w;
     if (bytes % 16u)
         memset(buf + bytes, 0, 16u - bytes % 16u);
+    const size_t at = (size_t)g->set * c_count + g->col;
     ibp_plan_count_packed(buf, (bytes + 15u) / 16u, w * 8u, f->cnt + at * w * 8u);
     f->ncol[at] += n;
 }
 
+/* A new block of f's groups for (set, column). */
+static inline size_t ibp_group_open(IbpFit *f, uint32_t set, uint32_t col)
+{
+    const size_t b = f->nblk++;
+    f->blk[b] = (IbpGroup){.set = set, .col = col, .n = 0};
+    return b;
+}
+
 /* The count pass column by column, for few columns: each column's words (every C-th of a chunk)
- * are routed to their set as in ibp_fit_count_run and packed into that set's staging buffer,
- * counted 16 bytes a vector when full and at the column's end.  The counts are those of
+ * are routed to their set as in ibp_fit_count_run and packed into that set's block of f's groups,
+ * counted 16 bytes a vector when full and at the column's end; the histogram pass then takes the
+ * words by (set, column) from the blocks, so member is not written.  The counts are those of
  * ibp_fit_count, except set 0's where count0 is 0 (no fit reads them then).  w, mode and ak are
  * constants where inlined. */
 static inline __attribute__((always_inline)) void
@@ -818,18 +915,25 @@ ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, I
                      const int mode, const uint32_t ak, const IbpMasks *am, int count0, size_t lo, size_t hi)
 {
     const uint32_t c_count = ws->columns;
+    const uint32_t per_block = IBP_GROUP_BYTES / w;
     const uint64_t *restrict const words = ws->w;
     const uint32_t *restrict const cols = ws->col;
     const size_t *const cend = ws->chunk_end;
-    uint8_t *restrict const mem = (uint8_t *)member;
-    uint8_t stage[IBP_MAX_SETS + 1u][IBP_STAGE_WORDS * 8u + 16u] __attribute__((aligned(16)));
+    uint8_t *const grp = f->grp;
+    f->nblk = 0;
     for (uint32_t c = 0; c < c_count; c++) {
         uint64_t mk[IBP_MAX_SETS] = {0}, vl[IBP_MAX_SETS] = {0};
         for (uint32_t k = 0; k < ak; k++) {
             mk[k] = am->mask[(size_t)k * c_count + c];
             vl[k] = am->value[(size_t)k * c_count + c];
         }
+        size_t blk[IBP_MAX_SETS + 1u] = {0};
         size_t fill[IBP_MAX_SETS + 1u] = {0};
+        uint8_t *to[IBP_MAX_SETS + 1u] = {NULL};
+        for (uint32_t r = 0; r <= nfit; r++) {
+            blk[r] = ibp_group_open(f, r, c);
+            to[r] = grp + blk[r] * IBP_GROUP_BYTES;
+        }
         size_t start = 0;
         for (size_t ch = 0; ch < ws->nchunks; ch++) {
             const size_t a = start > lo ? start : lo;
@@ -845,28 +949,34 @@ ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, I
 #pragma GCC unroll 4
                     for (uint32_t k = ak; k > 0; k--)
                         sel = (x & mk[k - 1u]) == vl[k - 1u] ? k : sel;
-                    mem[i] = (uint8_t)sel;
                     route = mode == IBP_FIT_FREE ? sel == 0 : sel;
                 } else if (mode == IBP_FIT_SIGN) {
                     route = 1u + (uint32_t)((x >> (w * 8u - 1u)) & 1u);
                 } else {
-                    route = ibp_fit_route(mem, mode, i);
+                    route = ibp_fit_route(member, mode, i);
                 }
                 const size_t at = fill[route];
-                ibp_store_word(stage[route] + at * w, x, w);
+                ibp_store_word(to[route] + at * w, x, w);
                 fill[route] = at + 1u;
-                if (at + 1u == IBP_STAGE_WORDS) {
-                    if (route || count0)
-                        ibp_stage_flush(stage[route], IBP_STAGE_WORDS, w, f, (size_t)route * c_count + c);
+                if (at + 1u == per_block) {
+                    ibp_group_close(f, blk[route], per_block, w, c_count, route || count0);
+                    blk[route] = ibp_group_open(f, route, c);
+                    to[route] = grp + blk[route] * IBP_GROUP_BYTES;
                     fill[route] = 0;
                 }
             }
             if (hi <= cend[ch])
                 break;
         }
-        for (uint32_t r = count0 ? 0u : 1u; r <= nfit; r++)
-            ibp_stage_flush(stage[r], (uint32_t)fill[r], w, f, (size_t)r * c_count + c);
+        for (uint32_t r = 0; r <= nfit; r++)
+            ibp_group_close(f, blk[r], (uint32_t)fill[r], w, c_count, r || count0);
     }
+    f->grp_of = ws;
+    f->grp_gen = ws->gen;
+    f->grp_mode = mode;
+    f->grp_nfit = nfit;
+    f->grp_lo = lo;
+    f->grp_hi = hi;
 }
 
 #define IBP_STAGE_KEY(W, MODE, K) (((W)*4u + (uint32_t)(MODE)) * 4u + (K))
@@ -894,6 +1004,7 @@ static void ibp_count_pass(IbpPass *p)
     const uint32_t slots = ws->columns < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
     memset(f->cnt, 0, sc * wbits * sizeof(uint32_t));
     memset(f->ncol, 0, sc * sizeof(uint32_t));
+    f->grp_of = NULL;
     const uint32_t ak = p->am ? p->am->nsets : 0;
     /* Few columns, each with many words a chunk: column by column through the staging buffers. */
     if (ws->columns <= IBP_STAGE_COLUMNS && (p->hi - p->lo) >= (size_t)ws->nchunks * ws->columns * 8u) {
@@ -931,6 +1042,36 @@ static void ibp_hist_pass(IbpPass *p)
     const uint32_t slots = ws->columns < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
     const size_t hs = w * 8u + 1u;
     memset(f->hist, 0, slots * sc * hs * sizeof(uint32_t));
+    /* The words as this thread's count pass grouped them, where it did for these words and sets. */
+    const int sign = f->grp_mode == IBP_FIT_SIGN && mode == IBP_FIT_ALL && p->nfit == 1u;
+    if (f->grp_of == ws && f->grp_gen == ws->gen && f->grp_lo == p->lo && f->grp_hi == p->hi &&
+        ((f->grp_mode == mode && f->grp_nfit == p->nfit) || sign)) {
+        _Static_assert(IBP_FIT_SLOTS == 4u, "ibp_fit_hist_groups sums four histograms");
+        const uint32_t c_count = ws->columns;
+        switch (w * 2u + (p->use_rank != 0)) {
+        case 4:
+            ibp_fit_hist_groups(p->model, f, c_count, 2u, 0, sign, p->count0);
+            break;
+        case 5:
+            ibp_fit_hist_groups(p->model, f, c_count, 2u, 1, sign, p->count0);
+            break;
+        case 8:
+            ibp_fit_hist_groups(p->model, f, c_count, 4u, 0, sign, p->count0);
+            break;
+        case 9:
+            ibp_fit_hist_groups(p->model, f, c_count, 4u, 1, sign, p->count0);
+            break;
+        case 16:
+            ibp_fit_hist_groups(p->model, f, c_count, 8u, 0, sign, p->count0);
+            break;
+        default:
+            ibp_fit_hist_groups(p->model, f, c_count, 8u, 1, sign, p->count0);
+            break;
+        }
+        return;
+    }
+    /* A count pass that grouped the words wrote no member to route them by. */
+    assert(!f->grp_of || mode == IBP_FIT_ALL);
     if (p->use_rank && ws->columns == 1u && mode == IBP_FIT_ALL && p->nfit == 1u) {
         _Static_assert(IBP_FIT_SLOTS > 1u, "one column keeps IBP_FIT_SLOTS histograms");
         switch (w) {
@@ -1034,6 +1175,7 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
                            .nfit = nfit,
                            .use_rank = use_rank,
                            .model = f,
+                           .count0 = free_mask != NULL,
                            .f = f};
     IbpPass passes[IBP_PLAN_MAX_THREADS];
     const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
@@ -1589,7 +1731,7 @@ static int ibp_work_alloc(IbpWork *wk, uint32_t max_cols, size_t max_words)
 {
     memset(wk, 0, sizeof(*wk));
     const size_t masks = (size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t);
-    int rc = ibp_fit_alloc(&wk->fit, max_cols);
+    int rc = ibp_fit_alloc(&wk->fit, max_cols, max_words * 2u);
     if (rc)
         return rc;
     wk->member = malloc(max_words);
