@@ -762,6 +762,28 @@ static void ibp_rank_bits(const uint32_t *freq, uint32_t wbits, uint32_t n, uint
     }
 }
 
+/* The rank table of one byte of a word: t[v] is the lowest rank among the bits set in v (rk: the
+ * ranks of the byte's 8 bits), none for v = 0.  That is the lower of the low and the high
+ * nibble's, so each 16 entries with the same high nibble are the low nibble's 16 against one
+ * value, a vector. */
+static void ibp_rank_table(const uint8_t *rk, uint8_t none, uint8_t *t)
+{
+    uint8_t lo[16], hi[16];
+    lo[0] = hi[0] = none;
+    for (uint32_t v = 1; v < 16u; v++) {
+        const uint32_t b = (uint32_t)__builtin_ctz(v);
+        lo[v] = rk[b] < lo[v & (v - 1u)] ? rk[b] : lo[v & (v - 1u)];
+        hi[v] = rk[4u + b] < hi[v & (v - 1u)] ? rk[4u + b] : hi[v & (v - 1u)];
+    }
+    ibp_v16u8 low;
+    memcpy(&low, lo, 16);
+    for (uint32_t h = 0; h < 16u; h++) {
+        const ibp_v16u8 high = low - low + hi[h];
+        const ibp_v16u8 row = (low & (ibp_v16u8)(low < high)) | (high & (ibp_v16u8)(low >= high));
+        memcpy(t + 16u * h, &row, 16);
+    }
+}
+
 /* Fits one mask per column to the words of each set (mode and member as IBP_FIT_*; nfit sets,
  * written to mask/value set-major): the bits ranked by how invariant they are, then the prefix of
  * that ranking that saves most (m invariant bits save m bits on every word that agrees on all m).
@@ -1210,14 +1232,8 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
             for (uint32_t m = 0; m < wbits; m++)
                 rk[order[m]] = (uint8_t)m;
             uint8_t *t = f->rank + at * w * 256u;
-            for (uint32_t q = 0; q < w; q++, t += 256) {
-                t[0] = (uint8_t)wbits;
-                for (uint32_t v = 1; v < 256u; v++) {
-                    const uint8_t low = rk[8u * q + (uint32_t)__builtin_ctz(v)];
-                    const uint8_t rest = t[v & (v - 1u)];
-                    t[v] = low < rest ? low : rest;
-                }
-            }
+            for (uint32_t q = 0; q < w; q++, t += 256)
+                ibp_rank_table(rk + 8u * q, (uint8_t)wbits, t);
         }
     }
     ibp_passes_run(passes, nt);
