@@ -150,6 +150,13 @@ typedef struct IbpCodecKernels {
     /* Encoded size of a block without writing it (planner). */
     uint64_t (*cost)(const IbpCodecPlan *plan, const uint8_t *src, uint32_t len, uint32_t phase);
     uint32_t (*crc32c)(uint32_t crc, const void *data, size_t len);
+    /* Adds to hist[a] how many of the n words of w bytes packed at words (little-endian) have
+     * agreement length a with the majority maj: the lowest rank among the bits where they differ
+     * from it, w * 8 where none.  rank holds a rank table per byte of the word (256 entries each:
+     * rank[q * 256 + v] is the lowest rank among the bits set in v, w * 8 for v = 0), so that an
+     * entry is the lower of those of its low and its high nibble (planner). */
+    void (*agree_hist)(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj, const uint8_t *rank,
+                       uint32_t *hist);
 } IbpCodecKernels;
 
 const IbpCodecKernels *ibp_codec_kernels(void);
@@ -160,6 +167,8 @@ const IbpCodecKernels *ibp_codec_kernels_reference(void);
 size_t ibp_codec_kernels_levels(const IbpCodecKernels **levels, size_t cap);
 
 extern const IbpCodecKernels ibp_codec_kernels_ref;
+void ibp_codec_agree_hist_ref(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj, const uint8_t *rank,
+                              uint32_t *hist);
 extern const IbpCodecKernels ibp_codec_kernels_bmi2;
 extern const IbpCodecKernels ibp_codec_kernels_avx2;
 

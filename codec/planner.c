@@ -655,31 +655,13 @@ ibp_fit_hist_search(const IbpWords *ws, const uint8_t *member, uint32_t nfit, co
     }
 }
 
-/* The agreement length of the word of w bytes at p with the majority maj, by the rank table t
- * (use_rank) or the ranking's prefixes. */
-static inline __attribute__((always_inline)) uint32_t ibp_group_agree(const uint8_t *p, const uint32_t w,
-                                                                      uint64_t maj, const uint8_t *t,
-                                                                      const uint64_t *prefix,
-                                                                      const int use_rank)
-{
-    const uint64_t d = ibp_load_word(p, w) ^ maj;
-    if (!use_rank)
-        return ibp_agree_len(prefix, w * 8u, d);
-    uint32_t agree = t[d & 0xffu];
-#pragma GCC unroll 8
-    for (uint32_t q = 1; q < w; q++) {
-        const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
-        agree = r < agree ? r : agree;
-    }
-    return agree;
-}
-
 /* Agreement histograms of the words that f's count pass grouped (f->blk), each block's by the bit
- * ranking of its (set, column) in model, set 0's only where need0; with sign (groups by sign for a
+ * ranking of its (set, column) in model: by its rank tables through the kernel agree_hist where
+ * use_rank, else by binary search.  Set 0's only where need0; with sign (groups by sign for a
  * one-set histogram), sets 1 and 2 are both set 1.  w and use_rank are constants where inlined. */
-static inline __attribute__((always_inline)) void ibp_fit_hist_groups(const IbpFit *model, IbpFit *f,
-                                                                      uint32_t c_count, const uint32_t w,
-                                                                      const int use_rank, int sign, int need0)
+static inline __attribute__((always_inline)) void ibp_fit_hist_groups(
+    const IbpFit *model, IbpFit *f, uint32_t c_count, const uint32_t w, const int use_rank, int sign,
+    int need0, void (*agree_hist)(const uint8_t *, uint32_t, uint32_t, uint64_t, const uint8_t *, uint32_t *))
 {
     const uint32_t hs = w * 8u + 1u;
     for (size_t b = 0; b < f->nblk; b++) {
@@ -689,7 +671,10 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_groups(const IbpF
         const size_t at = (size_t)(sign ? 1u : g.set) * c_count + g.col;
         const uint8_t *restrict const buf = f->grp + b * IBP_GROUP_BYTES;
         const uint64_t maj = model->maj[at];
-        const uint8_t *restrict const t = use_rank ? model->rank + at * w * 256u : NULL;
+        if (use_rank) {
+            agree_hist(buf, g.n, w, maj, model->rank + at * w * 256u, f->hist + at * hs);
+            continue;
+        }
         const uint64_t *const prefix = model->prefix + at * 65u;
         /* Four histograms side by side, so that a word's count does not wait for the last one's. */
         uint32_t h[IBP_FIT_SLOTS][65];
@@ -698,10 +683,10 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_groups(const IbpF
         for (; j + IBP_FIT_SLOTS <= g.n; j += IBP_FIT_SLOTS) {
 #pragma GCC unroll 4
             for (uint32_t k = 0; k < IBP_FIT_SLOTS; k++)
-                h[k][ibp_group_agree(buf + (size_t)(j + k) * w, w, maj, t, prefix, use_rank)]++;
+                h[k][ibp_agree_len(prefix, w * 8u, ibp_load_word(buf + (size_t)(j + k) * w, w) ^ maj)]++;
         }
         for (; j < g.n; j++)
-            h[0][ibp_group_agree(buf + (size_t)j * w, w, maj, t, prefix, use_rank)]++;
+            h[0][ibp_agree_len(prefix, w * 8u, ibp_load_word(buf + (size_t)j * w, w) ^ maj)]++;
         uint32_t *const hist = f->hist + at * hs;
         for (uint32_t k = 0; k < hs; k++)
             hist[k] += h[0][k] + h[1][k] + h[2][k] + h[3][k];
@@ -1070,24 +1055,25 @@ static void ibp_hist_pass(IbpPass *p)
         ((f->grp_mode == mode && f->grp_nfit == p->nfit) || sign)) {
         _Static_assert(IBP_FIT_SLOTS == 4u, "ibp_fit_hist_groups sums four histograms");
         const uint32_t c_count = ws->columns;
+        const IbpCodecKernels *const k = ibp_codec_kernels();
         switch (w * 2u + (p->use_rank != 0)) {
         case 4:
-            ibp_fit_hist_groups(p->model, f, c_count, 2u, 0, sign, p->count0);
+            ibp_fit_hist_groups(p->model, f, c_count, 2u, 0, sign, p->count0, k->agree_hist);
             break;
         case 5:
-            ibp_fit_hist_groups(p->model, f, c_count, 2u, 1, sign, p->count0);
+            ibp_fit_hist_groups(p->model, f, c_count, 2u, 1, sign, p->count0, k->agree_hist);
             break;
         case 8:
-            ibp_fit_hist_groups(p->model, f, c_count, 4u, 0, sign, p->count0);
+            ibp_fit_hist_groups(p->model, f, c_count, 4u, 0, sign, p->count0, k->agree_hist);
             break;
         case 9:
-            ibp_fit_hist_groups(p->model, f, c_count, 4u, 1, sign, p->count0);
+            ibp_fit_hist_groups(p->model, f, c_count, 4u, 1, sign, p->count0, k->agree_hist);
             break;
         case 16:
-            ibp_fit_hist_groups(p->model, f, c_count, 8u, 0, sign, p->count0);
+            ibp_fit_hist_groups(p->model, f, c_count, 8u, 0, sign, p->count0, k->agree_hist);
             break;
         default:
-            ibp_fit_hist_groups(p->model, f, c_count, 8u, 1, sign, p->count0);
+            ibp_fit_hist_groups(p->model, f, c_count, 8u, 1, sign, p->count0, k->agree_hist);
             break;
         }
         return;

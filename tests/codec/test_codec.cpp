@@ -344,6 +344,62 @@ TEST(Codec, EveryLevelCostsShortRowsAsTheReference)
     }
 }
 
+// The planner's agreement histograms at every level: each word's agreement length (the lowest rank
+// among the bits where it differs from the majority) counted as a bit-by-bit search finds it, for
+// every word size, lengths around the vector widths, and majorities the words mostly match.
+TEST(Codec, EveryLevelCountsAgreementLengths)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    std::mt19937_64 rng(31);
+    const uint32_t lengths[] = {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 100, 1023};
+    for (uint32_t w : {2u, 4u, 8u}) {
+        const uint32_t wbits = w * 8u;
+        const uint64_t full = ibp_fmt_word_mask(w);
+        for (int round = 0; round < 8; round++) {
+            std::vector<uint8_t> order(wbits), rk(wbits);
+            for (uint32_t b = 0; b < wbits; b++)
+                order[b] = (uint8_t)b;
+            std::shuffle(order.begin(), order.end(), rng);
+            for (uint32_t m = 0; m < wbits; m++)
+                rk[order[m]] = (uint8_t)m;
+            std::vector<uint8_t> rank(w * 256u);
+            for (uint32_t q = 0; q < w; q++)
+                for (uint32_t v = 0; v < 256u; v++) {
+                    uint32_t low = wbits;
+                    for (uint32_t b = 0; b < 8u; b++)
+                        if ((v >> b) & 1u)
+                            low = std::min<uint32_t>(low, rk[8u * q + b]);
+                    rank[q * 256u + v] = (uint8_t)low;
+                }
+            const uint64_t maj = rng() & full;
+            for (uint32_t n : lengths) {
+                std::vector<uint8_t> words((size_t)n * w + 1u);
+                std::vector<uint32_t> want(wbits + 1u, 3u); // added to what is there
+                for (uint32_t j = 0; j < n; j++) {
+                    // Mostly a few bits away from the majority, so that every length shows up.
+                    uint64_t x = maj;
+                    for (uint64_t flips = rng() % 4; flips > 0; flips--)
+                        x ^= (uint64_t)1 << (rng() % wbits);
+                    if (round % 2)
+                        x = rng() & full;
+                    memcpy(words.data() + (size_t)j * w, &x, w);
+                    uint32_t agree = 0;
+                    while (agree < wbits && !(((x ^ maj) >> order[agree]) & 1u))
+                        agree++;
+                    want[agree]++;
+                }
+                for (size_t l = 0; l < nlevels; l++) {
+                    std::vector<uint32_t> got(wbits + 1u, 3u);
+                    levels[l]->agree_hist(words.data(), n, w, maj, rank.data(), got.data());
+                    EXPECT_EQ(got, want) << levels[l]->name << " w " << w << " n " << n << " round " << round;
+                }
+            }
+        }
+    }
+}
+
 // Every kernel level the CPU runs, called directly (dispatch picks only one): each must encode to
 // the reference's bytes and cost, decode any prefix to the reference's bytes, and fail on a
 // corrupt block exactly when the reference fails.  Plans cover each word size with one column
