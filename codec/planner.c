@@ -63,6 +63,9 @@ typedef struct IbpWords {
     size_t cap;       /* words w and col have room for */
     size_t chunk_cap; /* entries chunk_end has room for */
     uint64_t gen;     /* loads so far: which load a fit's groups were made from */
+    uint32_t *cycle;  /* 0 .. columns - 1 over and over, cycle_len entries: chunks' columns copied */
+    size_t cycle_len;
+    uint32_t cycle_cols;
 } IbpWords;
 
 /* Masks of one candidate: K sets of C {mask, value}, set-major. */
@@ -128,37 +131,56 @@ static void ibp_words_free(IbpWords *ws)
     free(ws->w);
     free(ws->col);
     free(ws->chunk_end);
+    free(ws->cycle);
     memset(ws, 0, sizeof(*ws));
 }
 
-/* One chunk's nw words from p into out and their columns (from col on) into cols, untransformed. */
+typedef uint16_t ibp_v8u16w __attribute__((vector_size(16)));
+typedef uint32_t ibp_v4u32w __attribute__((vector_size(16)));
+typedef uint64_t ibp_v8u64w __attribute__((vector_size(64)));
+typedef uint64_t ibp_v4u64w __attribute__((vector_size(32)));
+
+/* One chunk's nw words from p into out, untransformed: 16 bytes at a time widened to 64-bit
+ * words. */
 static inline __attribute__((always_inline)) void ibp_words_copy(const uint8_t *p, uint32_t nw,
-                                                                 const uint32_t w, uint32_t col,
-                                                                 uint32_t c_count, uint64_t *restrict out,
-                                                                 uint32_t *restrict cols)
+                                                                 const uint32_t w, uint64_t *restrict out)
 {
-    for (uint32_t j = 0; j < nw; j++) {
-        out[j] = ibp_load_word(p + (size_t)j * w, w);
-        cols[j] = col;
-        if (++col == c_count)
-            col = 0;
+    uint32_t j = 0;
+    if (w == 2u) {
+        for (; j + 8u <= nw; j += 8u) {
+            ibp_v8u16w x;
+            memcpy(&x, p + (size_t)j * 2u, 16);
+            const ibp_v8u64w y = __builtin_convertvector(x, ibp_v8u64w);
+            memcpy(out + j, &y, 64);
+        }
+    } else if (w == 4u) {
+        for (; j + 4u <= nw; j += 4u) {
+            ibp_v4u32w x;
+            memcpy(&x, p + (size_t)j * 4u, 16);
+            const ibp_v4u64w y = __builtin_convertvector(x, ibp_v4u64w);
+            memcpy(out + j, &y, 32);
+        }
+    } else {
+        memcpy(out, p, (size_t)nw * 8u);
+        j = nw;
     }
+    for (; j < nw; j++)
+        out[j] = ibp_load_word(p + (size_t)j * w, w);
 }
 
 /* The words of ibp_words_load without transforms, copied per word size. */
-static void ibp_words_load_plain(const IbpSample *s, uint32_t w, uint32_t c_count, IbpWords *ws)
+static void ibp_words_load_plain(const IbpSample *s, uint32_t w, IbpWords *ws)
 {
     size_t at = 0;
     for (size_t i = 0; i < s->n; i++) {
         const IbpChunk *ch = &s->chunks[i];
         const uint32_t nw = ch->len / w;
-        const uint32_t col = (uint32_t)((ch->off / w) % c_count);
         if (w == 2u)
-            ibp_words_copy(ch->p, nw, 2u, col, c_count, ws->w + at, ws->col + at);
+            ibp_words_copy(ch->p, nw, 2u, ws->w + at);
         else if (w == 4u)
-            ibp_words_copy(ch->p, nw, 4u, col, c_count, ws->w + at, ws->col + at);
+            ibp_words_copy(ch->p, nw, 4u, ws->w + at);
         else
-            ibp_words_copy(ch->p, nw, 8u, col, c_count, ws->w + at, ws->col + at);
+            ibp_words_copy(ch->p, nw, 8u, ws->w + at);
         at += nw;
         ws->chunk_end[i] = at;
     }
@@ -168,24 +190,24 @@ static void ibp_words_load_plain(const IbpSample *s, uint32_t w, uint32_t c_coun
 
 /* One chunk's nw words from p into out and their columns into cols, every column transformed as
  * xf says (a constant where inlined, as w is). */
-static inline __attribute__((always_inline)) void
-ibp_words_xf_copy(const uint8_t *p, uint32_t nw, const uint32_t w, const uint32_t xf, uint32_t col,
-                  uint32_t c_count, uint64_t *restrict out, uint32_t *restrict cols)
+static inline __attribute__((always_inline)) void ibp_words_xf_copy(const uint8_t *p, uint32_t nw,
+                                                                    const uint32_t w, const uint32_t xf,
+                                                                    uint32_t c_count, uint64_t *restrict out)
 {
-    for (uint32_t j = 0; j < nw; j++) {
-        const uint64_t prev =
-            (xf & IBP_XF_PRED_MASK) && j >= c_count ? ibp_load_word(p + (size_t)(j - c_count) * w, w) : 0;
+    /* The first C words are predicted from 0. */
+    const uint32_t first = xf & IBP_XF_PRED_MASK ? (c_count < nw ? c_count : nw) : 0;
+    for (uint32_t j = 0; j < first; j++)
+        out[j] = ibp_xform(xf, ibp_load_word(p + (size_t)j * w, w), 0, w);
+    for (uint32_t j = first; j < nw; j++) {
+        const uint64_t prev = xf & IBP_XF_PRED_MASK ? ibp_load_word(p + (size_t)(j - c_count) * w, w) : 0;
         out[j] = ibp_xform(xf, ibp_load_word(p + (size_t)j * w, w), prev, w);
-        cols[j] = col;
-        if (++col == c_count)
-            col = 0;
     }
 }
 
 /* ibp_words_xf_copy with W and XF constants. */
 #define IBP_XF_COPY_CASE(W, XF)                                                                              \
     case (W)*8u + (XF):                                                                                      \
-        ibp_words_xf_copy(ch->p, nw, (W), (XF), col, c_count, ws->w + at, ws->col + at);                     \
+        ibp_words_xf_copy(ch->p, nw, (W), (XF), c_count, ws->w + at);                                        \
         break;
 
 /* The words of ibp_words_load with the same transform xf (not none) in every column, copied per
@@ -198,7 +220,6 @@ static void ibp_words_load_uniform(const IbpSample *s, uint32_t w, uint32_t c_co
     for (size_t i = 0; i < s->n; i++) {
         const IbpChunk *ch = &s->chunks[i];
         const uint32_t nw = ch->len / w;
-        const uint32_t col = (uint32_t)((ch->off / w) % c_count);
         switch (w * 8u + xf) {
             IBP_XF_COPY_CASE(2u, IBP_XF_ZIGZAG)
             IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA)
@@ -216,7 +237,7 @@ static void ibp_words_load_uniform(const IbpSample *s, uint32_t w, uint32_t c_co
             IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR)
             IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
         default:
-            ibp_words_xf_copy(ch->p, nw, w, xf, col, c_count, ws->w + at, ws->col + at);
+            ibp_words_xf_copy(ch->p, nw, w, xf, c_count, ws->w + at);
             break;
         }
         at += nw;
@@ -234,9 +255,22 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
                           IbpWords *ws)
 {
     size_t n = 0;
-    for (size_t i = 0; i < s->n; i++)
+    size_t longest = 0;
+    for (size_t i = 0; i < s->n; i++) {
         n += s->chunks[i].len / w;
+        longest = ibp_max_sz(longest, s->chunks[i].len / w);
+    }
     n = n ? n : 1u;
+    /* Each chunk's columns are a stretch of the cycle 0 .. C - 1, C - 1 entries at most before its
+     * first 0. */
+    if (ws->cycle_cols != c_count || ws->cycle_len < longest + c_count) {
+        free(ws->cycle);
+        ws->cycle_len = longest + c_count;
+        ws->cycle = malloc(ws->cycle_len * sizeof(uint32_t));
+        ws->cycle_cols = c_count;
+        for (size_t k = 0; ws->cycle && k < ws->cycle_len; k++)
+            ws->cycle[k] = (uint32_t)(k % c_count);
+    }
     if (n > ws->cap) {
         free(ws->w);
         free(ws->col);
@@ -249,7 +283,7 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
         ws->chunk_end = malloc((s->n ? s->n : 1u) * sizeof(size_t));
         ws->chunk_cap = s->n;
     }
-    if (!ws->w || !ws->col || !ws->chunk_end) {
+    if (!ws->w || !ws->col || !ws->chunk_end || !ws->cycle) {
         ibp_words_free(ws);
         return -ENOMEM;
     }
@@ -263,33 +297,35 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
         uniform &= xform[c] == xform[0];
     }
     if (!any) {
-        ibp_words_load_plain(s, w, c_count, ws);
-        return 0;
-    }
-    if (uniform) {
+        ibp_words_load_plain(s, w, ws);
+    } else if (uniform) {
         ibp_words_load_uniform(s, w, c_count, xform[0], ws);
-        return 0;
-    }
-    size_t at = 0;
-    for (size_t i = 0; i < s->n; i++) {
-        const IbpChunk *ch = &s->chunks[i];
-        const uint32_t nw = ch->len / w;
-        uint32_t col = (uint32_t)((ch->off / w) % c_count);
-        for (uint32_t j = 0; j < nw; j++) {
-            const uint32_t xf = xform ? xform[col] : 0;
-            const uint64_t prev = (xf & IBP_XF_PRED_MASK) && j >= c_count
-                                      ? ibp_load_word(ch->p + (size_t)(j - c_count) * w, w)
-                                      : 0;
-            ws->w[at] = ibp_xform(xf, ibp_load_word(ch->p + (size_t)j * w, w), prev, w);
-            ws->col[at] = col;
-            at++;
-            if (++col == c_count)
-                col = 0;
+    } else {
+        size_t at = 0;
+        for (size_t i = 0; i < s->n; i++) {
+            const IbpChunk *ch = &s->chunks[i];
+            const uint32_t nw = ch->len / w;
+            uint32_t col = (uint32_t)((ch->off / w) % c_count);
+            for (uint32_t j = 0; j < nw; j++) {
+                const uint32_t xf = xform[col];
+                const uint64_t prev = (xf & IBP_XF_PRED_MASK) && j >= c_count
+                                          ? ibp_load_word(ch->p + (size_t)(j - c_count) * w, w)
+                                          : 0;
+                ws->w[at++] = ibp_xform(xf, ibp_load_word(ch->p + (size_t)j * w, w), prev, w);
+                if (++col == c_count)
+                    col = 0;
+            }
+            ws->chunk_end[i] = at;
         }
-        ws->chunk_end[i] = at;
+        ws->n = at;
+        ws->nchunks = s->n;
     }
-    ws->n = at;
-    ws->nchunks = s->n;
+    size_t start = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const size_t col = (size_t)((s->chunks[i].off / w) % c_count);
+        memcpy(ws->col + start, ws->cycle + col, (ws->chunk_end[i] - start) * sizeof(uint32_t));
+        start = ws->chunk_end[i];
+    }
     return 0;
 }
 
