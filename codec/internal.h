@@ -103,13 +103,15 @@ struct IbpCodecPlan {
     /* Lane tables: element e (W bytes each) describes column e mod C, for e < C + IBP_LANE_PAD, so
      * a vector load at element c gives the lanes of words starting at column c.  lane_zz,
      * lane_delta and lane_xor are all ones where the column has that transform, else zero;
-     * lane_mask/lane_value hold mask set k of each column (set 1 repeated past K, as in etab). */
+     * lane_mask/lane_value hold mask set k of each column (set 1 repeated past K, as in etab),
+     * lane_vbits its variant bits (W * 8 less the mask's bits) as a W-byte integer. */
     uint8_t *lanes; /* one allocation behind the pointers below */
     uint8_t *lane_zz;
     uint8_t *lane_delta;
     uint8_t *lane_xor;
     uint8_t *lane_mask[IBP_MAX_SETS];
     uint8_t *lane_value[IBP_MAX_SETS];
+    uint8_t *lane_vbits[IBP_MAX_SETS];
     /* Byte shuffles of the 128-bit prefix scan that undoes predictors when C < 16 / W (see
      * block_avx2.h): scan_steps shifts by C, 2C, 4C lanes, then the carry from the vector before. */
     uint32_t scan_steps;
