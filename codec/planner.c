@@ -1224,9 +1224,10 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
     IbpPass passes[IBP_PLAN_MAX_THREADS];
     const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
     /* Set 0's words are ignored unless free_mask asks for them: its constants only need to be
-     * valid. */
+     * valid, and only where the histogram pass looks them up (all words are set 1's in
+     * IBP_FIT_ALL). */
     const size_t first = free_mask ? 0 : c_count;
-    if (!free_mask) {
+    if (!free_mask && mode != IBP_FIT_ALL) {
         memset(f->maj, 0, c_count * sizeof(uint64_t));
         memset(f->prefix, 0, c_count * 65u * sizeof(uint64_t));
         if (use_rank)
