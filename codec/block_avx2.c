@@ -183,6 +183,49 @@ IBP_KATTR static void ibp_codec_agree_hist_avx2(const uint8_t *words, uint32_t n
     }
 }
 
+/* lag_equal 32 bytes a vector, four vectors a step, each in byte-lane counters emptied (summed
+ * by sad) before any lane can pass 255; then 8 bytes at a time as the reference. */
+IBP_KATTR static void ibp_codec_lag_equal_avx2(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq)
+{
+    const __m256i zero = _mm256_setzero_si256();
+    for (uint32_t lag = 1; lag <= lag_max; lag++) {
+        __m256i sums = zero;
+        size_t i = 0;
+        size_t vecs = (n - lag) / 32u;
+        while (vecs) {
+            const size_t run = vecs < 4u * 252u ? vecs : 4u * 252u;
+            __m256i l0 = zero, l1 = zero, l2 = zero, l3 = zero;
+            const uint8_t *a = p + i;
+            const uint8_t *const stop = a + run / 4u * 128u;
+            for (; a < stop; a += 128) {
+                l0 = _mm256_sub_epi8(l0, _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)a),
+                                                           _mm256_loadu_si256((const __m256i *)(a + lag))));
+                l1 = _mm256_sub_epi8(l1,
+                                     _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(a + 32)),
+                                                       _mm256_loadu_si256((const __m256i *)(a + 32 + lag))));
+                l2 = _mm256_sub_epi8(l2,
+                                     _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(a + 64)),
+                                                       _mm256_loadu_si256((const __m256i *)(a + 64 + lag))));
+                l3 = _mm256_sub_epi8(l3,
+                                     _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(a + 96)),
+                                                       _mm256_loadu_si256((const __m256i *)(a + 96 + lag))));
+            }
+            for (size_t k = run / 4u * 4u; k < run; k++, a += 32)
+                l0 = _mm256_sub_epi8(l0, _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)a),
+                                                           _mm256_loadu_si256((const __m256i *)(a + lag))));
+            i += run * 32u;
+            vecs -= run;
+            sums = _mm256_add_epi64(
+                sums,
+                _mm256_add_epi64(_mm256_add_epi64(_mm256_sad_epu8(l0, zero), _mm256_sad_epu8(l1, zero)),
+                                 _mm256_add_epi64(_mm256_sad_epu8(l2, zero), _mm256_sad_epu8(l3, zero))));
+        }
+        const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+        const uint64_t count = (uint64_t)_mm_cvtsi128_si64(h) + (uint64_t)_mm_extract_epi64(h, 1);
+        eq[lag] = (uint32_t)count + ibp_codec_lag_equal_tail(p, i, (n - lag) / 8u * 8u, lag);
+    }
+}
+
 uint32_t ibp_codec_crc32c_sse42(uint32_t crc, const void *data, size_t len);
 
 const IbpCodecKernels ibp_codec_kernels_avx2 = {
@@ -192,4 +235,5 @@ const IbpCodecKernels ibp_codec_kernels_avx2 = {
     .cost = ibp_block_cost_avx2_any,
     .crc32c = ibp_codec_crc32c_sse42,
     .agree_hist = ibp_codec_agree_hist_avx2,
+    .lag_equal = ibp_codec_lag_equal_avx2,
 };

@@ -159,6 +159,9 @@ typedef struct IbpCodecKernels {
      * entry is the lower of those of its low and its high nibble (planner). */
     void (*agree_hist)(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj, const uint8_t *rank,
                        uint32_t *hist);
+    /* eq[lag] for lag in [1, lag_max] (lag_max < n): how many of the bytes p[i], i below
+     * (n - lag) rounded down to a multiple of 8, equal p[i + lag] (the planner's period search). */
+    void (*lag_equal)(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
 } IbpCodecKernels;
 
 const IbpCodecKernels *ibp_codec_kernels(void);
@@ -171,6 +174,10 @@ size_t ibp_codec_kernels_levels(const IbpCodecKernels **levels, size_t cap);
 extern const IbpCodecKernels ibp_codec_kernels_ref;
 void ibp_codec_agree_hist_ref(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj, const uint8_t *rank,
                               uint32_t *hist);
+void ibp_codec_lag_equal_ref(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
+/* The equal bytes among p[i] and p[i + lag] for i in [i0, i1) (a multiple of 8 apart), 8 at a
+ * time: what the vector levels of lag_equal leave. */
+uint32_t ibp_codec_lag_equal_tail(const uint8_t *p, size_t i0, size_t i1, uint32_t lag);
 extern const IbpCodecKernels ibp_codec_kernels_bmi2;
 extern const IbpCodecKernels ibp_codec_kernels_avx2;
 

@@ -1506,64 +1506,16 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
  * where bytes repeat most are the candidate row periods. */
 static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, uint32_t max_out)
 {
-    static const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full;
     const size_t n = ibp_min_sz(len, IBP_PERIOD_BYTES);
     const uint32_t pmax = (uint32_t)ibp_min_sz(IBP_PERIOD_MAX, n / 4u);
     uint32_t score[IBP_PERIOD_MAX + 1];
     uint32_t count = 0;
     if (pmax < 2u)
         return 0;
-    for (uint32_t lag = 1; lag <= pmax; lag++) {
-        uint32_t eq = 0;
-        size_t i = 0;
-        /* 16 bytes at a time in byte-lane counters (equal lanes are all ones: subtracting counts
-         * them), four vectors a step in counters of their own, emptied before any lane can pass
-         * 255; then the 8-byte loop for what is left, which counts the same bytes. */
-        size_t vecs = n - lag >= 16u ? (n - lag) / 16u : 0;
-        while (vecs) {
-            const size_t run = vecs < 4u * 252u ? vecs : 4u * 252u;
-            ibp_v16u8 l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0};
-            const uint8_t *a = p + i;
-            const uint8_t *const stop = a + run / 4u * 64u;
-            for (; a < stop; a += 64) {
-                ibp_v16u8 x0, x1, x2, x3, y0, y1, y2, y3;
-                memcpy(&x0, a, 16);
-                memcpy(&y0, a + lag, 16);
-                memcpy(&x1, a + 16, 16);
-                memcpy(&y1, a + 16 + lag, 16);
-                memcpy(&x2, a + 32, 16);
-                memcpy(&y2, a + 32 + lag, 16);
-                memcpy(&x3, a + 48, 16);
-                memcpy(&y3, a + 48 + lag, 16);
-                l0 -= (ibp_v16u8)(x0 == y0);
-                l1 -= (ibp_v16u8)(x1 == y1);
-                l2 -= (ibp_v16u8)(x2 == y2);
-                l3 -= (ibp_v16u8)(x3 == y3);
-            }
-            for (size_t k = run / 4u * 4u; k < run; k++, a += 16) {
-                ibp_v16u8 x, y;
-                memcpy(&x, a, 16);
-                memcpy(&y, a + lag, 16);
-                l0 -= (ibp_v16u8)(x == y);
-            }
-            i += run * 16u;
-            vecs -= run;
-            for (uint32_t l = 0; l < 16u; l++)
-                eq += (uint32_t)l0[l] + l1[l] + l2[l] + l3[l];
-        }
-        while (i + lag + 8u <= n) {
-            /* Equal bytes counted in byte lanes, emptied before any lane can pass 255. */
-            uint64_t lanes = 0;
-            for (uint32_t k = 0; k < 255u && i + lag + 8u <= n; k++, i += 8u) {
-                const uint64_t x = ibp_load64(p + i) ^ ibp_load64(p + i + lag);
-                const uint64_t nz = ((x & lo7) + lo7) | x; /* top bit of each byte: the byte differs */
-                lanes += (~nz >> 7) & 0x0101010101010101ull;
-            }
-            lanes = (lanes & 0x00ff00ff00ff00ffull) + ((lanes >> 8) & 0x00ff00ff00ff00ffull);
-            eq += (uint32_t)((lanes * 0x0001000100010001ull) >> 48);
-        }
-        score[lag] = (uint32_t)((uint64_t)eq * 65536u / ((n - lag) / 8u * 8u + 1u));
-    }
+    uint32_t eq[IBP_PERIOD_MAX + 1];
+    ibp_codec_kernels()->lag_equal(p, n, pmax, eq);
+    for (uint32_t lag = 1; lag <= pmax; lag++)
+        score[lag] = (uint32_t)((uint64_t)eq[lag] * 65536u / ((n - lag) / 8u * 8u + 1u));
     /* Greedy: highest score first; a lag that is a multiple of a picked one must beat it
      * clearly, or it adds nothing the shorter period does not already give. */
     for (uint32_t pick = 0; pick < max_out; pick++) {

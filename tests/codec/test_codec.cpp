@@ -400,6 +400,33 @@ TEST(Codec, EveryLevelCountsAgreementLengths)
     }
 }
 
+// The period search's equal-byte counts at every level, against a byte-by-byte count: lengths
+// around the vector widths, data that repeats (counters near full) and data that does not.
+TEST(Codec, EveryLevelCountsEqualBytesAtEachLag)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    std::mt19937_64 rng(5);
+    for (size_t n : {8u, 9u, 40u, 63u, 64u, 65u, 127u, 300u, 4097u, 8192u, 40000u}) {
+        for (int repeat = 0; repeat < 2; repeat++) {
+            std::vector<uint8_t> p(n);
+            for (size_t i = 0; i < n; i++)
+                p[i] = repeat ? (uint8_t)(i % 12u == 0 ? rng() : i % 3u) : (uint8_t)rng();
+            const uint32_t lag_max = (uint32_t)std::min<size_t>(n / 4u, 2048u);
+            std::vector<uint32_t> want(lag_max + 1u, 0);
+            for (uint32_t lag = 1; lag <= lag_max; lag++)
+                for (size_t i = 0; i < (n - lag) / 8u * 8u; i++)
+                    want[lag] += p[i] == p[i + lag];
+            for (size_t l = 0; l < nlevels; l++) {
+                std::vector<uint32_t> got(lag_max + 1u, 0);
+                levels[l]->lag_equal(p.data(), n, lag_max, got.data());
+                EXPECT_EQ(got, want) << levels[l]->name << " n " << n << " repeat " << repeat;
+            }
+        }
+    }
+}
+
 // Every kernel level the CPU runs, called directly (dispatch picks only one): each must encode to
 // the reference's bytes and cost, decode any prefix to the reference's bytes, and fail on a
 // corrupt block exactly when the reference fails.  Plans cover each word size with one column
