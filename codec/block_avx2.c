@@ -94,6 +94,138 @@ static uint64_t ibp_block_cost_avx2_any(const IbpCodecPlan *p, const uint8_t *sr
     }
 }
 
+/* Agreement lengths 32 / W words a vector: each byte's rank table entry is the lower of those of
+ * its two nibbles (16-entry tables, looked up by shuffles), each byte position q of the word has
+ * its own tables (lanes of other positions masked to 0xff), and the least over a word's bytes
+ * lands in its lowest byte. */
+IBP_KATTR static inline __attribute__((always_inline)) void
+ibp_ax_agree_hist_w(const uint8_t *words, uint32_t n, const uint32_t w, uint64_t maj, const uint8_t *rank,
+                    uint32_t *hist)
+{
+    const uint32_t per = 32u / w;
+    __m256i lo_t[8], hi_t[8], other[8];
+    /* Each byte's position in its word. */
+    const __m256i pos =
+        _mm256_and_si256(_mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4,
+                                          5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm256_set1_epi8((char)(w - 1u)));
+    for (uint32_t q = 0; q < w; q++) {
+        const uint8_t *const t = rank + q * 256u;
+        /* The high nibble's entries are those with a low nibble of 0 (which ranks no bit). */
+        const __m128i hi =
+            _mm_setr_epi8((char)t[0], (char)t[16], (char)t[32], (char)t[48], (char)t[64], (char)t[80],
+                          (char)t[96], (char)t[112], (char)t[128], (char)t[144], (char)t[160], (char)t[176],
+                          (char)t[192], (char)t[208], (char)t[224], (char)t[240]);
+        lo_t[q] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
+        hi_t[q] = _mm256_broadcastsi128_si256(hi);
+        other[q] =
+            _mm256_xor_si256(_mm256_cmpeq_epi8(pos, _mm256_set1_epi8((char)q)), _mm256_set1_epi8((char)0xff));
+    }
+    __m256i mv;
+    if (w == 2u)
+        mv = _mm256_set1_epi16((short)maj);
+    else if (w == 4u)
+        mv = _mm256_set1_epi32((int)maj);
+    else
+        mv = _mm256_set1_epi64x((long long)maj);
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    uint32_t h[4][65];
+    memset(h, 0, sizeof(h));
+    uint32_t j = 0;
+    for (; j + per <= n; j += per) {
+        const __m256i d = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(words + (size_t)j * w)), mv);
+        const __m256i lo = _mm256_and_si256(d, nib);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(d, 4), nib);
+        __m256i a = _mm256_set1_epi8((char)0xff);
+        for (uint32_t q = 0; q < w; q++) {
+            const __m256i r =
+                _mm256_min_epu8(_mm256_shuffle_epi8(lo_t[q], lo), _mm256_shuffle_epi8(hi_t[q], hi));
+            a = _mm256_min_epu8(a, _mm256_or_si256(r, other[q]));
+        }
+        if (w >= 2u)
+            a = _mm256_min_epu8(a, _mm256_srli_epi64(a, 8));
+        if (w >= 4u)
+            a = _mm256_min_epu8(a, _mm256_srli_epi64(a, 16));
+        if (w >= 8u)
+            a = _mm256_min_epu8(a, _mm256_srli_epi64(a, 32));
+        uint8_t out[32];
+        _mm256_storeu_si256((__m256i *)out, a);
+#pragma GCC unroll 16
+        for (uint32_t k = 0; k < per; k++)
+            h[k % 4u][out[k * w]]++;
+    }
+    for (; j < n; j++) {
+        const uint64_t d = ibp_load_word(words + (size_t)j * w, w) ^ maj;
+        uint32_t agree = rank[d & 0xffu];
+        for (uint32_t q = 1; q < w; q++) {
+            const uint32_t r = rank[q * 256u + ((d >> (8u * q)) & 0xffu)];
+            agree = r < agree ? r : agree;
+        }
+        h[0][agree]++;
+    }
+    for (uint32_t k = 0; k <= w * 8u; k++)
+        hist[k] += h[0][k] + h[1][k] + h[2][k] + h[3][k];
+}
+
+IBP_KATTR static void ibp_codec_agree_hist_avx2(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj,
+                                                const uint8_t *rank, uint32_t *hist)
+{
+    switch (w) {
+    case 2:
+        ibp_ax_agree_hist_w(words, n, 2u, maj, rank, hist);
+        break;
+    case 4:
+        ibp_ax_agree_hist_w(words, n, 4u, maj, rank, hist);
+        break;
+    default:
+        ibp_ax_agree_hist_w(words, n, 8u, maj, rank, hist);
+        break;
+    }
+}
+
+/* lag_equal 32 bytes a vector, four vectors a step, each in byte-lane counters emptied (summed
+ * by sad) before any lane can pass 255; then 8 bytes at a time as the reference. */
+IBP_KATTR static void ibp_codec_lag_equal_avx2(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq)
+{
+    const __m256i zero = _mm256_setzero_si256();
+    for (uint32_t lag = 1; lag <= lag_max; lag++) {
+        __m256i sums = zero;
+        size_t i = 0;
+        size_t vecs = (n - lag) / 32u;
+        while (vecs) {
+            const size_t run = vecs < 4u * 252u ? vecs : 4u * 252u;
+            __m256i l0 = zero, l1 = zero, l2 = zero, l3 = zero;
+            const uint8_t *a = p + i;
+            const uint8_t *const stop = a + run / 4u * 128u;
+            for (; a < stop; a += 128) {
+                l0 = _mm256_sub_epi8(l0, _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)a),
+                                                           _mm256_loadu_si256((const __m256i *)(a + lag))));
+                l1 = _mm256_sub_epi8(l1,
+                                     _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(a + 32)),
+                                                       _mm256_loadu_si256((const __m256i *)(a + 32 + lag))));
+                l2 = _mm256_sub_epi8(l2,
+                                     _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(a + 64)),
+                                                       _mm256_loadu_si256((const __m256i *)(a + 64 + lag))));
+                l3 = _mm256_sub_epi8(l3,
+                                     _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(a + 96)),
+                                                       _mm256_loadu_si256((const __m256i *)(a + 96 + lag))));
+            }
+            for (size_t k = run / 4u * 4u; k < run; k++, a += 32)
+                l0 = _mm256_sub_epi8(l0, _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)a),
+                                                           _mm256_loadu_si256((const __m256i *)(a + lag))));
+            i += run * 32u;
+            vecs -= run;
+            sums = _mm256_add_epi64(
+                sums,
+                _mm256_add_epi64(_mm256_add_epi64(_mm256_sad_epu8(l0, zero), _mm256_sad_epu8(l1, zero)),
+                                 _mm256_add_epi64(_mm256_sad_epu8(l2, zero), _mm256_sad_epu8(l3, zero))));
+        }
+        const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+        const uint64_t count = (uint64_t)_mm_cvtsi128_si64(h) + (uint64_t)_mm_extract_epi64(h, 1);
+        eq[lag] = (uint32_t)count + ibp_codec_lag_equal_tail(p, i, (n - lag) / 8u * 8u, lag);
+    }
+}
+
 uint32_t ibp_codec_crc32c_sse42(uint32_t crc, const void *data, size_t len);
 
 const IbpCodecKernels ibp_codec_kernels_avx2 = {
@@ -102,4 +234,6 @@ const IbpCodecKernels ibp_codec_kernels_avx2 = {
     .decode = ibp_block_decode_avx2,
     .cost = ibp_block_cost_avx2_any,
     .crc32c = ibp_codec_crc32c_sse42,
+    .agree_hist = ibp_codec_agree_hist_avx2,
+    .lag_equal = ibp_codec_lag_equal_avx2,
 };

@@ -60,6 +60,31 @@ IBP_KATTR static inline __m256i IBP_KW(ibp_y_eq)(__m256i a, __m256i b)
 #endif
 }
 
+/* x in every lane. */
+IBP_KATTR static inline __m256i IBP_KW(ibp_y_set1)(uint32_t x)
+{
+#if IBP_W == 2u
+    return _mm256_set1_epi16((short)x);
+#elif IBP_W == 4u
+    return _mm256_set1_epi32((int)x);
+#else
+    return _mm256_set1_epi64x((long long)x);
+#endif
+}
+
+/* The sum of the lanes (each below 2^15). */
+IBP_KATTR static inline uint64_t IBP_KW(ibp_y_hsum)(__m256i a)
+{
+#if IBP_W == 2u
+    a = _mm256_madd_epi16(a, _mm256_set1_epi16(1));
+#endif
+#if IBP_W <= 4u
+    a = _mm256_add_epi64(_mm256_and_si256(a, _mm256_set1_epi64x(0xffffffff)), _mm256_srli_epi64(a, 32));
+#endif
+    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    return (uint64_t)_mm_cvtsi128_si64(h) + (uint64_t)_mm_extract_epi64(h, 1);
+}
+
 /* (d << 1) ^ (d >>arith (bits - 1)) in every lane. */
 IBP_KATTR static inline __m256i IBP_KW(ibp_y_zigzag)(__m256i d)
 {
@@ -843,21 +868,28 @@ IBP_KW(ibp_ax_row_cost)(const IbpCodecPlan *p, const uint8_t *t, uint32_t n, uin
     const uint32_t w = IBP_W;
     const uint32_t c_count = p->columns;
     const uint32_t sb = p->sel_bits;
-    const uint32_t gsb = p->group_sel_bits;
-    const uint32_t gsel2 = ((1u << gsb) - 1u) << 1;
-    const uint64_t *const gt = p->gtab;
     uint64_t bits = (uint64_t)n * sb;
     uint32_t i = 0;
 
+    /* Each lane's variant bits under the first set it matches (W * 8 under none), added up in the
+     * lanes: a row's lane holds at most IBP_MAX_ROW_WORDS / YL words' bits, which fits it. */
+    const uint32_t step = IBP_YL % c_count;
+    __m256i acc = _mm256_setzero_si256();
     for (; i + IBP_YL <= n; i += IBP_YL) {
-        const uint64_t sel2 = (uint64_t)IBP_KW(ibp_ax_select)(
-                                  p, _mm256_loadu_si256((const __m256i *)(t + (size_t)i * w)), col, k_count)
-                              << 1;
-        const uint32_t *const cols = p->gcols + (size_t)col * (IBP_GROUP_RUN + 1u);
-        for (uint32_t q = 0; q < 4u; q++)
-            bits += (uint64_t)__builtin_popcountll(gt[cols[q] | ((sel2 >> (q * gsb)) & gsel2)]);
-        col = cols[4] >> (gsb + 1u);
+        const __m256i tv = _mm256_loadu_si256((const __m256i *)(t + (size_t)i * w));
+        const size_t at = (size_t)col * w;
+        __m256i v = IBP_KW(ibp_y_set1)(w * 8u);
+        for (uint32_t k = k_count; k > 0; k--) {
+            const __m256i e = IBP_KW(ibp_y_eq)(
+                _mm256_and_si256(tv, _mm256_loadu_si256((const __m256i *)(p->lane_mask[k - 1u] + at))),
+                _mm256_loadu_si256((const __m256i *)(p->lane_value[k - 1u] + at)));
+            v = _mm256_blendv_epi8(v, _mm256_loadu_si256((const __m256i *)(p->lane_vbits[k - 1u] + at)), e);
+        }
+        acc = IBP_KW(ibp_y_add)(acc, v);
+        col += step;
+        col = col >= c_count ? col - c_count : col;
     }
+    bits += IBP_KW(ibp_y_hsum)(acc);
     for (; i < n; i++) {
         const uint32_t s = IBP_KW(ibp_ax_select1)(p, ibp_load_word(t + (size_t)i * w, w), col);
         bits += p->dtab[((size_t)col << sb) + s].vbits;

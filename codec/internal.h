@@ -103,13 +103,19 @@ struct IbpCodecPlan {
     /* Lane tables: element e (W bytes each) describes column e mod C, for e < C + IBP_LANE_PAD, so
      * a vector load at element c gives the lanes of words starting at column c.  lane_zz,
      * lane_delta and lane_xor are all ones where the column has that transform, else zero;
-     * lane_mask/lane_value hold mask set k of each column (set 1 repeated past K, as in etab). */
+     * lane_mask/lane_value hold mask set k of each column (set 1 repeated past K, as in etab),
+     * lane_vbits its variant bits (W * 8 less the mask's bits) as a W-byte integer. */
     uint8_t *lanes; /* one allocation behind the pointers below */
     uint8_t *lane_zz;
     uint8_t *lane_delta;
     uint8_t *lane_xor;
     uint8_t *lane_mask[IBP_MAX_SETS];
     uint8_t *lane_value[IBP_MAX_SETS];
+    uint8_t *lane_vbits[IBP_MAX_SETS];
+    /* The allocation behind lane_vbits: in lanes, it made that one a third larger, and planning,
+     * which builds a plan for every trial, touched fresh pages after glibc trimmed its heap
+     * (ocr_rec_linear85: 17 times the page faults, 5% more time). */
+    uint8_t *lanes_vbits;
     /* Byte shuffles of the 128-bit prefix scan that undoes predictors when C < 16 / W (see
      * block_avx2.h): scan_steps shifts by C, 2C, 4C lanes, then the carry from the vector before. */
     uint32_t scan_steps;
@@ -150,6 +156,16 @@ typedef struct IbpCodecKernels {
     /* Encoded size of a block without writing it (planner). */
     uint64_t (*cost)(const IbpCodecPlan *plan, const uint8_t *src, uint32_t len, uint32_t phase);
     uint32_t (*crc32c)(uint32_t crc, const void *data, size_t len);
+    /* Adds to hist[a] how many of the n words of w bytes packed at words (little-endian) have
+     * agreement length a with the majority maj: the lowest rank among the bits where they differ
+     * from it, w * 8 where none.  rank holds a rank table per byte of the word (256 entries each:
+     * rank[q * 256 + v] is the lowest rank among the bits set in v, w * 8 for v = 0), so that an
+     * entry is the lower of those of its low and its high nibble (planner). */
+    void (*agree_hist)(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj, const uint8_t *rank,
+                       uint32_t *hist);
+    /* eq[lag] for lag in [1, lag_max] (lag_max < n): how many of the bytes p[i], i below
+     * (n - lag) rounded down to a multiple of 8, equal p[i + lag] (the planner's period search). */
+    void (*lag_equal)(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
 } IbpCodecKernels;
 
 const IbpCodecKernels *ibp_codec_kernels(void);
@@ -160,6 +176,12 @@ const IbpCodecKernels *ibp_codec_kernels_reference(void);
 size_t ibp_codec_kernels_levels(const IbpCodecKernels **levels, size_t cap);
 
 extern const IbpCodecKernels ibp_codec_kernels_ref;
+void ibp_codec_agree_hist_ref(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj, const uint8_t *rank,
+                              uint32_t *hist);
+void ibp_codec_lag_equal_ref(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
+/* The equal bytes among p[i] and p[i + lag] for i in [i0, i1) (a multiple of 8 apart), 8 at a
+ * time: what the vector levels of lag_equal leave. */
+uint32_t ibp_codec_lag_equal_tail(const uint8_t *p, size_t i0, size_t i1, uint32_t lag);
 extern const IbpCodecKernels ibp_codec_kernels_bmi2;
 extern const IbpCodecKernels ibp_codec_kernels_avx2;
 
@@ -181,9 +203,10 @@ int ibp_codec_plan_build_lite(uint32_t word_size, uint32_t columns, uint32_t row
  * The planner skips a transform's fit where this shows it cannot pay. */
 uint64_t ibp_plan_bits_bound(const uint32_t *cnt, uint32_t wbits, uint32_t n);
 
-/* Adds to cnt[b] (b < wbits) how many of the n words have bit b set; with neg, only the words
- * whose top bit (bit wbits - 1) is set count.  The planner's count pass for one column. */
-void ibp_plan_count_bits(const uint64_t *words, size_t n, uint32_t wbits, int neg, uint32_t *cnt);
+/* Adds to cnt[b] (b < wbits) how many of the words packed in the nvec 16-byte vectors at buf
+ * (128 / wbits words of wbits bits a vector, little-endian) have bit b set.  The planner's count
+ * pass counts each (set, column)'s words so. */
+void ibp_plan_count_packed(const uint8_t *buf, size_t nvec, uint32_t wbits, uint32_t *cnt);
 
 /* Byte size of a block's worst case, as ibp_codec_block_bound() but for internal callers. */
 size_t ibp_codec_bound_for(const IbpCodecPlan *plan, size_t orig_len);

@@ -163,7 +163,8 @@ static int ibp_plan_vector_tables(IbpCodecPlan *p, int full)
 
     const size_t lane_len = (size_t)(c_count + IBP_LANE_PAD) * w;
     p->lanes = calloc(3u + 2u * IBP_MAX_SETS, lane_len);
-    if (!p->lanes)
+    p->lanes_vbits = calloc(IBP_MAX_SETS, lane_len);
+    if (!p->lanes || !p->lanes_vbits)
         return -ENOMEM;
     p->lane_zz = p->lanes;
     p->lane_delta = p->lanes + lane_len;
@@ -171,6 +172,7 @@ static int ibp_plan_vector_tables(IbpCodecPlan *p, int full)
     for (uint32_t k = 0; k < IBP_MAX_SETS; k++) {
         p->lane_mask[k] = p->lanes + (3u + k) * lane_len;
         p->lane_value[k] = p->lanes + (3u + IBP_MAX_SETS + k) * lane_len;
+        p->lane_vbits[k] = p->lanes_vbits + k * lane_len;
     }
     const uint64_t ones = ibp_fmt_word_mask(w);
     for (uint32_t e = 0; e < c_count + IBP_LANE_PAD; e++) {
@@ -185,6 +187,8 @@ static int ibp_plan_vector_tables(IbpCodecPlan *p, int full)
         for (uint32_t k = 0; k < IBP_MAX_SETS; k++) {
             memcpy(p->lane_mask[k] + (size_t)e * w, &p->etab[c].mask[k], w);
             memcpy(p->lane_value[k] + (size_t)e * w, &p->etab[c].value[k], w);
+            const uint64_t vbits = wbits - (uint64_t)__builtin_popcountll(p->etab[c].mask[k]);
+            memcpy(p->lane_vbits[k] + (size_t)e * w, &vbits, w);
         }
     }
 
@@ -373,6 +377,7 @@ void ibp_codec_plan_destroy(IbpCodecPlan **plan)
     free(p->rgtab);
     free(p->rgbits);
     free(p->lanes);
+    free(p->lanes_vbits);
     free(p->blob);
     free(p);
     *plan = NULL;

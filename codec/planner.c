@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * ibpshim: the shape-blind planner: word size, row period, masks, mask sets and transforms. */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -61,6 +62,10 @@ typedef struct IbpWords {
     size_t nchunks;
     size_t cap;       /* words w and col have room for */
     size_t chunk_cap; /* entries chunk_end has room for */
+    uint64_t gen;     /* loads so far: which load a fit's groups were made from */
+    uint32_t *cycle;  /* 0 .. columns - 1 over and over, cycle_len entries: chunks' columns copied */
+    size_t cycle_len;
+    uint32_t cycle_cols;
 } IbpWords;
 
 /* Masks of one candidate: K sets of C {mask, value}, set-major. */
@@ -126,37 +131,56 @@ static void ibp_words_free(IbpWords *ws)
     free(ws->w);
     free(ws->col);
     free(ws->chunk_end);
+    free(ws->cycle);
     memset(ws, 0, sizeof(*ws));
 }
 
-/* One chunk's nw words from p into out and their columns (from col on) into cols, untransformed. */
+typedef uint16_t ibp_v8u16w __attribute__((vector_size(16)));
+typedef uint32_t ibp_v4u32w __attribute__((vector_size(16)));
+typedef uint64_t ibp_v8u64w __attribute__((vector_size(64)));
+typedef uint64_t ibp_v4u64w __attribute__((vector_size(32)));
+
+/* One chunk's nw words from p into out, untransformed: 16 bytes at a time widened to 64-bit
+ * words. */
 static inline __attribute__((always_inline)) void ibp_words_copy(const uint8_t *p, uint32_t nw,
-                                                                 const uint32_t w, uint32_t col,
-                                                                 uint32_t c_count, uint64_t *restrict out,
-                                                                 uint32_t *restrict cols)
+                                                                 const uint32_t w, uint64_t *restrict out)
 {
-    for (uint32_t j = 0; j < nw; j++) {
-        out[j] = ibp_load_word(p + (size_t)j * w, w);
-        cols[j] = col;
-        if (++col == c_count)
-            col = 0;
+    uint32_t j = 0;
+    if (w == 2u) {
+        for (; j + 8u <= nw; j += 8u) {
+            ibp_v8u16w x;
+            memcpy(&x, p + (size_t)j * 2u, 16);
+            const ibp_v8u64w y = __builtin_convertvector(x, ibp_v8u64w);
+            memcpy(out + j, &y, 64);
+        }
+    } else if (w == 4u) {
+        for (; j + 4u <= nw; j += 4u) {
+            ibp_v4u32w x;
+            memcpy(&x, p + (size_t)j * 4u, 16);
+            const ibp_v4u64w y = __builtin_convertvector(x, ibp_v4u64w);
+            memcpy(out + j, &y, 32);
+        }
+    } else {
+        memcpy(out, p, (size_t)nw * 8u);
+        j = nw;
     }
+    for (; j < nw; j++)
+        out[j] = ibp_load_word(p + (size_t)j * w, w);
 }
 
 /* The words of ibp_words_load without transforms, copied per word size. */
-static void ibp_words_load_plain(const IbpSample *s, uint32_t w, uint32_t c_count, IbpWords *ws)
+static void ibp_words_load_plain(const IbpSample *s, uint32_t w, IbpWords *ws)
 {
     size_t at = 0;
     for (size_t i = 0; i < s->n; i++) {
         const IbpChunk *ch = &s->chunks[i];
         const uint32_t nw = ch->len / w;
-        const uint32_t col = (uint32_t)((ch->off / w) % c_count);
         if (w == 2u)
-            ibp_words_copy(ch->p, nw, 2u, col, c_count, ws->w + at, ws->col + at);
+            ibp_words_copy(ch->p, nw, 2u, ws->w + at);
         else if (w == 4u)
-            ibp_words_copy(ch->p, nw, 4u, col, c_count, ws->w + at, ws->col + at);
+            ibp_words_copy(ch->p, nw, 4u, ws->w + at);
         else
-            ibp_words_copy(ch->p, nw, 8u, col, c_count, ws->w + at, ws->col + at);
+            ibp_words_copy(ch->p, nw, 8u, ws->w + at);
         at += nw;
         ws->chunk_end[i] = at;
     }
@@ -166,24 +190,24 @@ static void ibp_words_load_plain(const IbpSample *s, uint32_t w, uint32_t c_coun
 
 /* One chunk's nw words from p into out and their columns into cols, every column transformed as
  * xf says (a constant where inlined, as w is). */
-static inline __attribute__((always_inline)) void
-ibp_words_xf_copy(const uint8_t *p, uint32_t nw, const uint32_t w, const uint32_t xf, uint32_t col,
-                  uint32_t c_count, uint64_t *restrict out, uint32_t *restrict cols)
+static inline __attribute__((always_inline)) void ibp_words_xf_copy(const uint8_t *p, uint32_t nw,
+                                                                    const uint32_t w, const uint32_t xf,
+                                                                    uint32_t c_count, uint64_t *restrict out)
 {
-    for (uint32_t j = 0; j < nw; j++) {
-        const uint64_t prev =
-            (xf & IBP_XF_PRED_MASK) && j >= c_count ? ibp_load_word(p + (size_t)(j - c_count) * w, w) : 0;
+    /* The first C words are predicted from 0. */
+    const uint32_t first = xf & IBP_XF_PRED_MASK ? (c_count < nw ? c_count : nw) : 0;
+    for (uint32_t j = 0; j < first; j++)
+        out[j] = ibp_xform(xf, ibp_load_word(p + (size_t)j * w, w), 0, w);
+    for (uint32_t j = first; j < nw; j++) {
+        const uint64_t prev = xf & IBP_XF_PRED_MASK ? ibp_load_word(p + (size_t)(j - c_count) * w, w) : 0;
         out[j] = ibp_xform(xf, ibp_load_word(p + (size_t)j * w, w), prev, w);
-        cols[j] = col;
-        if (++col == c_count)
-            col = 0;
     }
 }
 
 /* ibp_words_xf_copy with W and XF constants. */
 #define IBP_XF_COPY_CASE(W, XF)                                                                              \
     case (W)*8u + (XF):                                                                                      \
-        ibp_words_xf_copy(ch->p, nw, (W), (XF), col, c_count, ws->w + at, ws->col + at);                     \
+        ibp_words_xf_copy(ch->p, nw, (W), (XF), c_count, ws->w + at);                                        \
         break;
 
 /* The words of ibp_words_load with the same transform xf (not none) in every column, copied per
@@ -196,7 +220,6 @@ static void ibp_words_load_uniform(const IbpSample *s, uint32_t w, uint32_t c_co
     for (size_t i = 0; i < s->n; i++) {
         const IbpChunk *ch = &s->chunks[i];
         const uint32_t nw = ch->len / w;
-        const uint32_t col = (uint32_t)((ch->off / w) % c_count);
         switch (w * 8u + xf) {
             IBP_XF_COPY_CASE(2u, IBP_XF_ZIGZAG)
             IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA)
@@ -214,7 +237,7 @@ static void ibp_words_load_uniform(const IbpSample *s, uint32_t w, uint32_t c_co
             IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR)
             IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
         default:
-            ibp_words_xf_copy(ch->p, nw, w, xf, col, c_count, ws->w + at, ws->col + at);
+            ibp_words_xf_copy(ch->p, nw, w, xf, c_count, ws->w + at);
             break;
         }
         at += nw;
@@ -232,9 +255,22 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
                           IbpWords *ws)
 {
     size_t n = 0;
-    for (size_t i = 0; i < s->n; i++)
+    size_t longest = 0;
+    for (size_t i = 0; i < s->n; i++) {
         n += s->chunks[i].len / w;
+        longest = ibp_max_sz(longest, s->chunks[i].len / w);
+    }
     n = n ? n : 1u;
+    /* Each chunk's columns are a stretch of the cycle 0 .. C - 1, C - 1 entries at most before its
+     * first 0. */
+    if (ws->cycle_cols != c_count || ws->cycle_len < longest + c_count) {
+        free(ws->cycle);
+        ws->cycle_len = longest + c_count;
+        ws->cycle = malloc(ws->cycle_len * sizeof(uint32_t));
+        ws->cycle_cols = c_count;
+        for (size_t k = 0; ws->cycle && k < ws->cycle_len; k++)
+            ws->cycle[k] = (uint32_t)(k % c_count);
+    }
     if (n > ws->cap) {
         free(ws->w);
         free(ws->col);
@@ -247,12 +283,13 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
         ws->chunk_end = malloc((s->n ? s->n : 1u) * sizeof(size_t));
         ws->chunk_cap = s->n;
     }
-    if (!ws->w || !ws->col || !ws->chunk_end) {
+    if (!ws->w || !ws->col || !ws->chunk_end || !ws->cycle) {
         ibp_words_free(ws);
         return -ENOMEM;
     }
     ws->word_size = w;
     ws->columns = c_count;
+    ws->gen++;
     int any = 0;
     int uniform = 1;
     for (uint32_t c = 0; xform && c < c_count; c++) {
@@ -260,33 +297,35 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
         uniform &= xform[c] == xform[0];
     }
     if (!any) {
-        ibp_words_load_plain(s, w, c_count, ws);
-        return 0;
-    }
-    if (uniform) {
+        ibp_words_load_plain(s, w, ws);
+    } else if (uniform) {
         ibp_words_load_uniform(s, w, c_count, xform[0], ws);
-        return 0;
-    }
-    size_t at = 0;
-    for (size_t i = 0; i < s->n; i++) {
-        const IbpChunk *ch = &s->chunks[i];
-        const uint32_t nw = ch->len / w;
-        uint32_t col = (uint32_t)((ch->off / w) % c_count);
-        for (uint32_t j = 0; j < nw; j++) {
-            const uint32_t xf = xform ? xform[col] : 0;
-            const uint64_t prev = (xf & IBP_XF_PRED_MASK) && j >= c_count
-                                      ? ibp_load_word(ch->p + (size_t)(j - c_count) * w, w)
-                                      : 0;
-            ws->w[at] = ibp_xform(xf, ibp_load_word(ch->p + (size_t)j * w, w), prev, w);
-            ws->col[at] = col;
-            at++;
-            if (++col == c_count)
-                col = 0;
+    } else {
+        size_t at = 0;
+        for (size_t i = 0; i < s->n; i++) {
+            const IbpChunk *ch = &s->chunks[i];
+            const uint32_t nw = ch->len / w;
+            uint32_t col = (uint32_t)((ch->off / w) % c_count);
+            for (uint32_t j = 0; j < nw; j++) {
+                const uint32_t xf = xform[col];
+                const uint64_t prev = (xf & IBP_XF_PRED_MASK) && j >= c_count
+                                          ? ibp_load_word(ch->p + (size_t)(j - c_count) * w, w)
+                                          : 0;
+                ws->w[at++] = ibp_xform(xf, ibp_load_word(ch->p + (size_t)j * w, w), prev, w);
+                if (++col == c_count)
+                    col = 0;
+            }
+            ws->chunk_end[i] = at;
         }
-        ws->chunk_end[i] = at;
+        ws->n = at;
+        ws->nchunks = s->n;
     }
-    ws->n = at;
-    ws->nchunks = s->n;
+    size_t start = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const size_t col = (size_t)((s->chunks[i].off / w) % c_count);
+        memcpy(ws->col + start, ws->cycle + col, (ws->chunk_end[i] - start) * sizeof(uint32_t));
+        start = ws->chunk_end[i];
+    }
     return 0;
 }
 
@@ -299,6 +338,16 @@ enum { IBP_FIT_ALL, IBP_FIT_FREE, IBP_FIT_SETS, IBP_FIT_SIGN };
  * consecutive words do not update the same memory one after the other (each update would wait
  * for the one before). */
 #define IBP_FIT_SLOTS 4u
+
+/* Bytes of a block of grouped words (IbpFit.grp). */
+#define IBP_GROUP_BYTES 2048u
+#define IBP_STAGE_COLUMNS 16u /* most columns the count pass takes column by column */
+
+typedef struct IbpGroup {
+    uint32_t set;
+    uint32_t col;
+    uint32_t n;
+} IbpGroup;
 
 /* Work space for mask fitting, sized for the largest candidate.  Everything is per (set,
  * column), set 0 being where the words no fitted set takes go (and are ignored). */
@@ -316,6 +365,19 @@ typedef struct IbpFit {
     uint8_t *rank;
     size_t rank_cap;
     const struct IbpPar *par; /* threads its word passes may spread over, or NULL */
+    /* The words of the last count pass that went column by column, grouped by (set, column) in
+     * blocks of IBP_GROUP_BYTES packed at their width, for its histogram pass: blk[b] is block b's
+     * set, column and words.  grp_of is the load they are of (NULL: none), with the pass's mode,
+     * sets and words [grp_lo, grp_hi). */
+    uint8_t *grp;
+    IbpGroup *blk;
+    size_t blk_cap;
+    size_t nblk;
+    const IbpWords *grp_of;
+    uint64_t grp_gen;
+    int grp_mode;
+    uint32_t grp_nfit;
+    size_t grp_lo, grp_hi;
 } IbpFit;
 
 /* Threads a fit may spread its word passes over (the final refit, which runs alone): fits[0] is
@@ -341,12 +403,16 @@ static void ibp_fit_free(IbpFit *f)
     free(f->prefix);
     free(f->hist);
     free(f->rank);
+    free(f->grp);
+    free(f->blk);
     memset(f, 0, sizeof(*f));
 }
 
-/* Sized for any candidate of at most c_count columns: those with fewer than IBP_FIT_SLOTS columns
- * keep IBP_FIT_SLOTS copies of their counters, which may take more than one copy of c_count. */
-static int ibp_fit_alloc(IbpFit *f, uint32_t c_count)
+/* Sized for any candidate of at most c_count columns and samples of at most max_bytes: those with
+ * fewer than IBP_FIT_SLOTS columns keep IBP_FIT_SLOTS copies of their counters, which may take
+ * more than one copy of c_count; grouped words take whole blocks, but for one partly filled block
+ * per (set, column). */
+static int ibp_fit_alloc(IbpFit *f, uint32_t c_count, size_t max_bytes)
 {
     const size_t sc = (size_t)(IBP_MAX_SETS + 1u) * c_count;
     const uint32_t small = c_count < IBP_FIT_SLOTS - 1u ? c_count : IBP_FIT_SLOTS - 1u;
@@ -362,7 +428,11 @@ static int ibp_fit_alloc(IbpFit *f, uint32_t c_count)
     f->hist = malloc(slot_sc * 65u * sizeof(uint32_t));
     f->rank_cap = sc * 8u * 256u < IBP_FIT_RANK_MAX ? sc * 8u * 256u : IBP_FIT_RANK_MAX;
     f->rank = malloc(f->rank_cap);
-    if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist || !f->rank) {
+    f->blk_cap = max_bytes / IBP_GROUP_BYTES + 1u + (IBP_MAX_SETS + 1u) * IBP_STAGE_COLUMNS;
+    f->grp = malloc(f->blk_cap * IBP_GROUP_BYTES);
+    f->blk = malloc(f->blk_cap * sizeof(IbpGroup));
+    if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist || !f->rank ||
+        !f->grp || !f->blk) {
         ibp_fit_free(f);
         return -ENOMEM;
     }
@@ -621,6 +691,44 @@ ibp_fit_hist_search(const IbpWords *ws, const uint8_t *member, uint32_t nfit, co
     }
 }
 
+/* Agreement histograms of the words that f's count pass grouped (f->blk), each block's by the bit
+ * ranking of its (set, column) in model: by its rank tables through the kernel agree_hist where
+ * use_rank, else by binary search.  Set 0's only where need0; with sign (groups by sign for a
+ * one-set histogram), sets 1 and 2 are both set 1.  w and use_rank are constants where inlined. */
+static inline __attribute__((always_inline)) void ibp_fit_hist_groups(
+    const IbpFit *model, IbpFit *f, uint32_t c_count, const uint32_t w, const int use_rank, int sign,
+    int need0, void (*agree_hist)(const uint8_t *, uint32_t, uint32_t, uint64_t, const uint8_t *, uint32_t *))
+{
+    const uint32_t hs = w * 8u + 1u;
+    for (size_t b = 0; b < f->nblk; b++) {
+        const IbpGroup g = f->blk[b];
+        if (!g.n || (!g.set && !need0))
+            continue;
+        const size_t at = (size_t)(sign ? 1u : g.set) * c_count + g.col;
+        const uint8_t *restrict const buf = f->grp + b * IBP_GROUP_BYTES;
+        const uint64_t maj = model->maj[at];
+        if (use_rank) {
+            agree_hist(buf, g.n, w, maj, model->rank + at * w * 256u, f->hist + at * hs);
+            continue;
+        }
+        const uint64_t *const prefix = model->prefix + at * 65u;
+        /* Four histograms side by side, so that a word's count does not wait for the last one's. */
+        uint32_t h[IBP_FIT_SLOTS][65];
+        memset(h, 0, sizeof(h));
+        uint32_t j = 0;
+        for (; j + IBP_FIT_SLOTS <= g.n; j += IBP_FIT_SLOTS) {
+#pragma GCC unroll 4
+            for (uint32_t k = 0; k < IBP_FIT_SLOTS; k++)
+                h[k][ibp_agree_len(prefix, w * 8u, ibp_load_word(buf + (size_t)(j + k) * w, w) ^ maj)]++;
+        }
+        for (; j < g.n; j++)
+            h[0][ibp_agree_len(prefix, w * 8u, ibp_load_word(buf + (size_t)j * w, w) ^ maj)]++;
+        uint32_t *const hist = f->hist + at * hs;
+        for (uint32_t k = 0; k < hs; k++)
+            hist[k] += h[0][k] + h[1][k] + h[2][k] + h[3][k];
+    }
+}
+
 /* Runs CALL with w_ and mode_ constants equal to the word size w and the mode in scope, so that
  * the always-inline word loops it calls are compiled once per combination. */
 #define IBP_FIT_CASE(W, MODE, CALL)                                                                          \
@@ -675,6 +783,28 @@ static void ibp_rank_bits(const uint32_t *freq, uint32_t wbits, uint32_t n, uint
     }
 }
 
+/* The rank table of one byte of a word: t[v] is the lowest rank among the bits set in v (rk: the
+ * ranks of the byte's 8 bits), none for v = 0.  That is the lower of the low and the high
+ * nibble's, so each 16 entries with the same high nibble are the low nibble's 16 against one
+ * value, a vector. */
+static void ibp_rank_table(const uint8_t *rk, uint8_t none, uint8_t *t)
+{
+    uint8_t lo[16], hi[16];
+    lo[0] = hi[0] = none;
+    for (uint32_t v = 1; v < 16u; v++) {
+        const uint32_t b = (uint32_t)__builtin_ctz(v);
+        lo[v] = rk[b] < lo[v & (v - 1u)] ? rk[b] : lo[v & (v - 1u)];
+        hi[v] = rk[4u + b] < hi[v & (v - 1u)] ? rk[4u + b] : hi[v & (v - 1u)];
+    }
+    ibp_v16u8 low;
+    memcpy(&low, lo, 16);
+    for (uint32_t h = 0; h < 16u; h++) {
+        const ibp_v16u8 high = low - low + hi[h];
+        const ibp_v16u8 row = (low & (ibp_v16u8)(low < high)) | (high & (ibp_v16u8)(low >= high));
+        memcpy(t + 16u * h, &row, 16);
+    }
+}
+
 /* Fits one mask per column to the words of each set (mode and member as IBP_FIT_*; nfit sets,
  * written to mask/value set-major): the bits ranked by how invariant they are, then the prefix of
  * that ranking that saves most (m invariant bits save m bits on every word that agrees on all m).
@@ -691,6 +821,7 @@ typedef struct IbpPass {
     int use_rank;
     const IbpFit *model; /* the bit ranking, for the histogram pass */
     const IbpMasks *am;  /* the count pass assigns member by these sets first, or NULL */
+    int count0;          /* both passes take set 0's words too (a fit reads them) */
     IbpFit *f;           /* this thread's counters */
     size_t lo, hi;       /* its words */
 } IbpPass;
@@ -756,23 +887,22 @@ static unsigned ibp_passes_split(const IbpWords *ws, const IbpFit *f, IbpPass *p
     IBP_COUNT_CASE(W, IBP_FIT_SETS, 1u, 3u)                                                                  \
     IBP_COUNT_CASE(W, IBP_FIT_SETS, IBP_FIT_SLOTS, 3u)
 
-/* ibp_plan_count_bits for the words whose top bit (of wbits) is set when neg, else for all: the
- * words two at a time in a vector, bit 4k + j of each in nibble k of counter j (j < 4), the
- * nibbles emptied into byte lanes every 15 vectors and those into cnt every 255 nibble-fulls. */
-static inline __attribute__((always_inline)) void
-ibp_count_bits_run(const uint64_t *words, size_t n, uint32_t wbits, uint32_t *cnt, const int neg)
+/* The words two 64-bit halves at a time in a vector, bit 4k + j of each half in nibble k of
+ * counter j (j < 4), the nibbles emptied into byte lanes every 15 vectors and those into cnt every
+ * 255 nibble-fulls. */
+void ibp_plan_count_packed(const uint8_t *buf, size_t nvec, uint32_t wbits, uint32_t *cnt)
 {
     const ibp_v2u64 ones = {0x1111111111111111u, 0x1111111111111111u};
     const ibp_v2u64 lows = {0x0f0f0f0f0f0f0f0fu, 0x0f0f0f0f0f0f0f0fu};
-    size_t i = 0;
-    while (i < n) {
+    size_t v = 0;
+    while (v < nvec) {
         ibp_v2u64 bytes[8] = {0};
-        for (uint32_t round = 0; round < 17u && i < n; round++) {
+        for (uint32_t round = 0; round < 17u && v < nvec; round++) {
             ibp_v2u64 nib[4] = {0};
-            for (uint32_t k = 0; k < 15u && i < n; k++, i += 2u) {
-                ibp_v2u64 x = {words[i], i + 1u < n ? words[i + 1u] : 0};
-                if (neg)
-                    x &= (ibp_v2u64){0, 0} - ((x >> (wbits - 1u)) & 1u);
+            const size_t stop = nvec - v < 15u ? nvec : v + 15u;
+            for (; v < stop; v++) {
+                ibp_v2u64 x;
+                memcpy(&x, buf + 16u * v, 16);
 #pragma GCC unroll 4
                 for (uint32_t j = 0; j < 4u; j++)
                     nib[j] += (x >> j) & ones;
@@ -783,25 +913,127 @@ ibp_count_bits_run(const uint64_t *words, size_t n, uint32_t wbits, uint32_t *cn
             }
         }
         /* Byte q of bytes[h * 4 + j] (q < 8, either half of the vector) counts bit 8q + 4h + j. */
-        for (uint32_t v = 0; v < 8u; v++) {
+        for (uint32_t k = 0; k < 8u; k++) {
             uint8_t lane[16];
-            memcpy(lane, &bytes[v], 16);
-            for (uint32_t q = 0; q < 8u; q++) {
-                const uint32_t b = 8u * q + 4u * (v / 4u) + v % 4u;
-                if (b < wbits)
-                    cnt[b] += (uint32_t)lane[q] + lane[8u + q];
-            }
+            memcpy(lane, &bytes[k], 16);
+            for (uint32_t q = 0; q < 8u; q++)
+                cnt[(8u * q + 4u * (k / 4u) + k % 4u) & (wbits - 1u)] += (uint32_t)lane[q] + lane[8u + q];
         }
     }
 }
 
-void ibp_plan_count_bits(const uint64_t *words, size_t n, uint32_t wbits, int neg, uint32_t *cnt)
+/* Block b of f's groups, n words of w bytes, into the counters of its (set, column) where count. */
+static inline __attribute__((always_inline)) void
+ibp_group_close(IbpFit *f, size_t b, uint32_t n, const uint32_t w, uint32_t c_count, int count)
 {
-    if (neg)
-        ibp_count_bits_run(words, n, wbits, cnt, 1);
-    else
-        ibp_count_bits_run(words, n, wbits, cnt, 0);
+    IbpGroup *const g = &f->blk[b];
+    g->n = n;
+    if (!count)
+        return;
+    uint8_t *const buf = f->grp + b * IBP_GROUP_BYTES;
+    const size_t bytes = (size_t)n * w;
+    if (bytes % 16u)
+        memset(buf + bytes, 0, 16u - bytes % 16u);
+    const size_t at = (size_t)g->set * c_count + g->col;
+    ibp_plan_count_packed(buf, (bytes + 15u) / 16u, w * 8u, f->cnt + at * w * 8u);
+    f->ncol[at] += n;
 }
+
+/* A new block of f's groups for (set, column). */
+static inline size_t ibp_group_open(IbpFit *f, uint32_t set, uint32_t col)
+{
+    const size_t b = f->nblk++;
+    f->blk[b] = (IbpGroup){.set = set, .col = col, .n = 0};
+    return b;
+}
+
+/* The count pass column by column, for few columns: each column's words (every C-th of a chunk)
+ * are routed to their set as in ibp_fit_count_run and packed into that set's block of f's groups,
+ * counted 16 bytes a vector when full and at the column's end; the histogram pass then takes the
+ * words by (set, column) from the blocks, so member is not written.  The counts are those of
+ * ibp_fit_count, except set 0's where count0 is 0 (no fit reads them then).  w, mode and ak are
+ * constants where inlined. */
+static inline __attribute__((always_inline)) void
+ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, IbpFit *f, const uint32_t w,
+                     const int mode, const uint32_t ak, const IbpMasks *am, int count0, size_t lo, size_t hi)
+{
+    const uint32_t c_count = ws->columns;
+    const uint32_t per_block = IBP_GROUP_BYTES / w;
+    const uint64_t *restrict const words = ws->w;
+    const uint32_t *restrict const cols = ws->col;
+    const size_t *const cend = ws->chunk_end;
+    uint8_t *const grp = f->grp;
+    f->nblk = 0;
+    for (uint32_t c = 0; c < c_count; c++) {
+        uint64_t mk[IBP_MAX_SETS] = {0}, vl[IBP_MAX_SETS] = {0};
+        for (uint32_t k = 0; k < ak; k++) {
+            mk[k] = am->mask[(size_t)k * c_count + c];
+            vl[k] = am->value[(size_t)k * c_count + c];
+        }
+        size_t blk[IBP_MAX_SETS + 1u] = {0};
+        size_t fill[IBP_MAX_SETS + 1u] = {0};
+        uint8_t *to[IBP_MAX_SETS + 1u] = {NULL};
+        for (uint32_t r = 0; r <= nfit; r++) {
+            blk[r] = ibp_group_open(f, r, c);
+            to[r] = grp + blk[r] * IBP_GROUP_BYTES;
+        }
+        size_t start = 0;
+        for (size_t ch = 0; ch < ws->nchunks; ch++) {
+            const size_t a = start > lo ? start : lo;
+            const size_t b = cend[ch] < hi ? cend[ch] : hi;
+            start = cend[ch];
+            if (a >= b)
+                continue;
+            for (size_t i = a + (c + c_count - cols[a]) % c_count; i < b; i += c_count) {
+                const uint64_t x = words[i];
+                uint32_t route;
+                if (ak) {
+                    uint32_t sel = 0;
+#pragma GCC unroll 4
+                    for (uint32_t k = ak; k > 0; k--)
+                        sel = (x & mk[k - 1u]) == vl[k - 1u] ? k : sel;
+                    route = mode == IBP_FIT_FREE ? sel == 0 : sel;
+                } else if (mode == IBP_FIT_SIGN) {
+                    route = 1u + (uint32_t)((x >> (w * 8u - 1u)) & 1u);
+                } else {
+                    route = ibp_fit_route(member, mode, i);
+                }
+                const size_t at = fill[route];
+                ibp_store_word(to[route] + at * w, x, w);
+                fill[route] = at + 1u;
+                if (at + 1u == per_block) {
+                    ibp_group_close(f, blk[route], per_block, w, c_count, route || count0);
+                    blk[route] = ibp_group_open(f, route, c);
+                    to[route] = grp + blk[route] * IBP_GROUP_BYTES;
+                    fill[route] = 0;
+                }
+            }
+            if (hi <= cend[ch])
+                break;
+        }
+        for (uint32_t r = 0; r <= nfit; r++)
+            ibp_group_close(f, blk[r], (uint32_t)fill[r], w, c_count, r || count0);
+    }
+    f->grp_of = ws;
+    f->grp_gen = ws->gen;
+    f->grp_mode = mode;
+    f->grp_nfit = nfit;
+    f->grp_lo = lo;
+    f->grp_hi = hi;
+}
+
+#define IBP_STAGE_KEY(W, MODE, K) (((W)*4u + (uint32_t)(MODE)) * 4u + (K))
+#define IBP_STAGE_CASE(W, MODE, K)                                                                           \
+    case IBP_STAGE_KEY(W, MODE, K):                                                                          \
+        ibp_fit_count_staged(ws, p->member, p->nfit, f, (W), (MODE), (K), p->am, count0, p->lo, p->hi);      \
+        break;
+#define IBP_STAGE_CASES(W)                                                                                   \
+    IBP_STAGE_CASE(W, IBP_FIT_ALL, 0u)                                                                       \
+    IBP_STAGE_CASE(W, IBP_FIT_SIGN, 0u)                                                                      \
+    IBP_STAGE_CASE(W, IBP_FIT_FREE, 1u)                                                                      \
+    IBP_STAGE_CASE(W, IBP_FIT_FREE, 2u)                                                                      \
+    IBP_STAGE_CASE(W, IBP_FIT_SETS, 2u)                                                                      \
+    IBP_STAGE_CASE(W, IBP_FIT_SETS, 3u)
 
 /* Bit counts of a share of the words into p->f->cnt / ncol. */
 static void ibp_count_pass(IbpPass *p)
@@ -815,26 +1047,23 @@ static void ibp_count_pass(IbpPass *p)
     const uint32_t slots = ws->columns < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
     memset(f->cnt, 0, sc * wbits * sizeof(uint32_t));
     memset(f->ncol, 0, sc * sizeof(uint32_t));
-    memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
-    memset(f->pending, 0, slots * sc);
+    f->grp_of = NULL;
     const uint32_t ak = p->am ? p->am->nsets : 0;
-    /* One column and no sets to assign by: every word counts into the same counters, which the
-     * words' bits can be added to in parallel, nibble by nibble.  By sign, set 2 takes the words
-     * with the top bit set, set 1 the others (all words less those). */
-    if (ws->columns == 1u && !ak && (mode == IBP_FIT_ALL || mode == IBP_FIT_SIGN)) {
-        const size_t n = p->hi - p->lo;
-        ibp_plan_count_bits(ws->w + p->lo, n, wbits, 0, f->cnt + wbits);
-        f->ncol[1] = (uint32_t)n;
-        if (mode == IBP_FIT_SIGN) {
-            ibp_plan_count_bits(ws->w + p->lo, n, wbits, 1, f->cnt + 2u * wbits);
-            const uint32_t nneg = f->cnt[2u * wbits + wbits - 1u];
-            for (uint32_t b = 0; b < wbits; b++)
-                f->cnt[wbits + b] -= f->cnt[2u * wbits + b];
-            f->ncol[1] = (uint32_t)n - nneg;
-            f->ncol[2] = nneg;
+    /* Few columns, each with many words a chunk: column by column through the staging buffers. */
+    if (ws->columns <= IBP_STAGE_COLUMNS && (p->hi - p->lo) >= (size_t)ws->nchunks * ws->columns * 8u) {
+        const int count0 = p->count0;
+        switch (IBP_STAGE_KEY(w, mode, ak)) {
+            IBP_STAGE_CASES(2u)
+            IBP_STAGE_CASES(4u)
+            IBP_STAGE_CASES(8u)
+        default:
+            ibp_fit_count_staged(ws, p->member, p->nfit, f, w, mode, ak, p->am, count0, p->lo, p->hi);
+            break;
         }
         return;
     }
+    memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
+    memset(f->pending, 0, slots * sc);
     switch (IBP_COUNT_KEY(w, mode, slots, ak)) {
         IBP_COUNT_CASES(2u)
         IBP_COUNT_CASES(4u)
@@ -856,6 +1085,37 @@ static void ibp_hist_pass(IbpPass *p)
     const uint32_t slots = ws->columns < IBP_FIT_SLOTS ? IBP_FIT_SLOTS : 1u;
     const size_t hs = w * 8u + 1u;
     memset(f->hist, 0, slots * sc * hs * sizeof(uint32_t));
+    /* The words as this thread's count pass grouped them, where it did for these words and sets. */
+    const int sign = f->grp_mode == IBP_FIT_SIGN && mode == IBP_FIT_ALL && p->nfit == 1u;
+    if (f->grp_of == ws && f->grp_gen == ws->gen && f->grp_lo == p->lo && f->grp_hi == p->hi &&
+        ((f->grp_mode == mode && f->grp_nfit == p->nfit) || sign)) {
+        _Static_assert(IBP_FIT_SLOTS == 4u, "ibp_fit_hist_groups sums four histograms");
+        const uint32_t c_count = ws->columns;
+        const IbpCodecKernels *const k = ibp_codec_kernels();
+        switch (w * 2u + (p->use_rank != 0)) {
+        case 4:
+            ibp_fit_hist_groups(p->model, f, c_count, 2u, 0, sign, p->count0, k->agree_hist);
+            break;
+        case 5:
+            ibp_fit_hist_groups(p->model, f, c_count, 2u, 1, sign, p->count0, k->agree_hist);
+            break;
+        case 8:
+            ibp_fit_hist_groups(p->model, f, c_count, 4u, 0, sign, p->count0, k->agree_hist);
+            break;
+        case 9:
+            ibp_fit_hist_groups(p->model, f, c_count, 4u, 1, sign, p->count0, k->agree_hist);
+            break;
+        case 16:
+            ibp_fit_hist_groups(p->model, f, c_count, 8u, 0, sign, p->count0, k->agree_hist);
+            break;
+        default:
+            ibp_fit_hist_groups(p->model, f, c_count, 8u, 1, sign, p->count0, k->agree_hist);
+            break;
+        }
+        return;
+    }
+    /* A count pass that grouped the words wrote no member to route them by. */
+    assert(!f->grp_of || mode == IBP_FIT_ALL);
     if (p->use_rank && ws->columns == 1u && mode == IBP_FIT_ALL && p->nfit == 1u) {
         _Static_assert(IBP_FIT_SLOTS > 1u, "one column keeps IBP_FIT_SLOTS histograms");
         switch (w) {
@@ -906,12 +1166,18 @@ static uint64_t ibp_fit_masks(const IbpWords *ws, uint8_t *member, const IbpMask
 /* The count pass of ibp_fit_masks: each (set, column)'s words and bit counts into f->ncol and
  * f->cnt (with am, member written first, as ibp_fit_masks says). */
 static void ibp_fit_count_words(const IbpWords *ws, uint8_t *member, const IbpMasks *am, int mode,
-                                uint32_t nfit, IbpFit *f)
+                                uint32_t nfit, int count0, IbpFit *f)
 {
     const uint32_t wbits = ws->word_size * 8u;
     const size_t sc = (size_t)(nfit + 1u) * ws->columns;
-    const IbpPass proto = {
-        .run = ibp_count_pass, .ws = ws, .member = member, .mode = mode, .nfit = nfit, .am = am, .f = f};
+    const IbpPass proto = {.run = ibp_count_pass,
+                           .ws = ws,
+                           .member = member,
+                           .mode = mode,
+                           .nfit = nfit,
+                           .am = am,
+                           .count0 = count0,
+                           .f = f};
     IbpPass passes[IBP_PLAN_MAX_THREADS];
     const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
     ibp_passes_run(passes, nt);
@@ -930,7 +1196,7 @@ static uint64_t ibp_fit_masks_free(const IbpWords *ws, uint8_t *member, const Ib
                                    uint32_t nfit, IbpFit *f, uint64_t *mask, uint64_t *value,
                                    uint64_t *free_mask, uint64_t *free_value)
 {
-    ibp_fit_count_words(ws, member, am, mode, nfit, f);
+    ibp_fit_count_words(ws, member, am, mode, nfit, free_mask != NULL, f);
     return ibp_fit_finish(ws, member, mode, nfit, f, mask, value, free_mask, free_value);
 }
 
@@ -953,13 +1219,15 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
                            .nfit = nfit,
                            .use_rank = use_rank,
                            .model = f,
+                           .count0 = free_mask != NULL,
                            .f = f};
     IbpPass passes[IBP_PLAN_MAX_THREADS];
     const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
     /* Set 0's words are ignored unless free_mask asks for them: its constants only need to be
-     * valid. */
+     * valid, and only where the histogram pass looks them up (all words are set 1's in
+     * IBP_FIT_ALL). */
     const size_t first = free_mask ? 0 : c_count;
-    if (!free_mask) {
+    if (!free_mask && mode != IBP_FIT_ALL) {
         memset(f->maj, 0, c_count * sizeof(uint64_t));
         memset(f->prefix, 0, c_count * 65u * sizeof(uint64_t));
         if (use_rank)
@@ -987,14 +1255,8 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
             for (uint32_t m = 0; m < wbits; m++)
                 rk[order[m]] = (uint8_t)m;
             uint8_t *t = f->rank + at * w * 256u;
-            for (uint32_t q = 0; q < w; q++, t += 256) {
-                t[0] = (uint8_t)wbits;
-                for (uint32_t v = 1; v < 256u; v++) {
-                    const uint8_t low = rk[8u * q + (uint32_t)__builtin_ctz(v)];
-                    const uint8_t rest = t[v & (v - 1u)];
-                    t[v] = low < rest ? low : rest;
-                }
-            }
+            for (uint32_t q = 0; q < w; q++, t += 256)
+                ibp_rank_table(rk + 8u * q, (uint8_t)wbits, t);
         }
     }
     ibp_passes_run(passes, nt);
@@ -1244,64 +1506,16 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
  * where bytes repeat most are the candidate row periods. */
 static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, uint32_t max_out)
 {
-    static const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full;
     const size_t n = ibp_min_sz(len, IBP_PERIOD_BYTES);
     const uint32_t pmax = (uint32_t)ibp_min_sz(IBP_PERIOD_MAX, n / 4u);
     uint32_t score[IBP_PERIOD_MAX + 1];
     uint32_t count = 0;
     if (pmax < 2u)
         return 0;
-    for (uint32_t lag = 1; lag <= pmax; lag++) {
-        uint32_t eq = 0;
-        size_t i = 0;
-        /* 16 bytes at a time in byte-lane counters (equal lanes are all ones: subtracting counts
-         * them), four vectors a step in counters of their own, emptied before any lane can pass
-         * 255; then the 8-byte loop for what is left, which counts the same bytes. */
-        size_t vecs = n - lag >= 16u ? (n - lag) / 16u : 0;
-        while (vecs) {
-            const size_t run = vecs < 4u * 252u ? vecs : 4u * 252u;
-            ibp_v16u8 l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0};
-            const uint8_t *a = p + i;
-            const uint8_t *const stop = a + run / 4u * 64u;
-            for (; a < stop; a += 64) {
-                ibp_v16u8 x0, x1, x2, x3, y0, y1, y2, y3;
-                memcpy(&x0, a, 16);
-                memcpy(&y0, a + lag, 16);
-                memcpy(&x1, a + 16, 16);
-                memcpy(&y1, a + 16 + lag, 16);
-                memcpy(&x2, a + 32, 16);
-                memcpy(&y2, a + 32 + lag, 16);
-                memcpy(&x3, a + 48, 16);
-                memcpy(&y3, a + 48 + lag, 16);
-                l0 -= (ibp_v16u8)(x0 == y0);
-                l1 -= (ibp_v16u8)(x1 == y1);
-                l2 -= (ibp_v16u8)(x2 == y2);
-                l3 -= (ibp_v16u8)(x3 == y3);
-            }
-            for (size_t k = run / 4u * 4u; k < run; k++, a += 16) {
-                ibp_v16u8 x, y;
-                memcpy(&x, a, 16);
-                memcpy(&y, a + lag, 16);
-                l0 -= (ibp_v16u8)(x == y);
-            }
-            i += run * 16u;
-            vecs -= run;
-            for (uint32_t l = 0; l < 16u; l++)
-                eq += (uint32_t)l0[l] + l1[l] + l2[l] + l3[l];
-        }
-        while (i + lag + 8u <= n) {
-            /* Equal bytes counted in byte lanes, emptied before any lane can pass 255. */
-            uint64_t lanes = 0;
-            for (uint32_t k = 0; k < 255u && i + lag + 8u <= n; k++, i += 8u) {
-                const uint64_t x = ibp_load64(p + i) ^ ibp_load64(p + i + lag);
-                const uint64_t nz = ((x & lo7) + lo7) | x; /* top bit of each byte: the byte differs */
-                lanes += (~nz >> 7) & 0x0101010101010101ull;
-            }
-            lanes = (lanes & 0x00ff00ff00ff00ffull) + ((lanes >> 8) & 0x00ff00ff00ff00ffull);
-            eq += (uint32_t)((lanes * 0x0001000100010001ull) >> 48);
-        }
-        score[lag] = (uint32_t)((uint64_t)eq * 65536u / ((n - lag) / 8u * 8u + 1u));
-    }
+    uint32_t eq[IBP_PERIOD_MAX + 1];
+    ibp_codec_kernels()->lag_equal(p, n, pmax, eq);
+    for (uint32_t lag = 1; lag <= pmax; lag++)
+        score[lag] = (uint32_t)((uint64_t)eq[lag] * 65536u / ((n - lag) / 8u * 8u + 1u));
     /* Greedy: highest score first; a lag that is a multiple of a picked one must beat it
      * clearly, or it adds nothing the shorter period does not already give. */
     for (uint32_t pick = 0; pick < max_out; pick++) {
@@ -1358,7 +1572,7 @@ static void ibp_counts_by_sign(const IbpWords *ws, IbpFit *f)
 {
     const uint32_t c_count = ws->columns;
     const uint32_t wbits = ws->word_size * 8u;
-    ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_SIGN, 2, f);
+    ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_SIGN, 2, 0, f);
     for (uint32_t c = 0; c < c_count; c++) {
         uint32_t *const pos = f->cnt + (size_t)(c_count + c) * wbits; /* top bit clear */
         const uint32_t *const neg = f->cnt + (size_t)(2u * c_count + c) * wbits;
@@ -1431,7 +1645,7 @@ static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, Ibp
             if (o < nopt && options[o] == (xf | IBP_XF_ZIGZAG) && !(xf & IBP_XF_ZIGZAG))
                 ibp_counts_by_sign(ws, f);
             else
-                ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_ALL, 1, f);
+                ibp_fit_count_words(ws, NULL, NULL, IBP_FIT_ALL, 1, 0, f);
         }
         /* The histogram pass (and a derived option's words) only where the counts leave this
          * option a chance in some column. */
@@ -1508,7 +1722,7 @@ static int ibp_work_alloc(IbpWork *wk, uint32_t max_cols, size_t max_words)
 {
     memset(wk, 0, sizeof(*wk));
     const size_t masks = (size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t);
-    int rc = ibp_fit_alloc(&wk->fit, max_cols);
+    int rc = ibp_fit_alloc(&wk->fit, max_cols, max_words * 2u);
     if (rc)
         return rc;
     wk->member = malloc(max_words);

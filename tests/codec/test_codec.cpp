@@ -344,6 +344,89 @@ TEST(Codec, EveryLevelCostsShortRowsAsTheReference)
     }
 }
 
+// The planner's agreement histograms at every level: each word's agreement length (the lowest rank
+// among the bits where it differs from the majority) counted as a bit-by-bit search finds it, for
+// every word size, lengths around the vector widths, and majorities the words mostly match.
+TEST(Codec, EveryLevelCountsAgreementLengths)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    std::mt19937_64 rng(31);
+    const uint32_t lengths[] = {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 100, 1023};
+    for (uint32_t w : {2u, 4u, 8u}) {
+        const uint32_t wbits = w * 8u;
+        const uint64_t full = ibp_fmt_word_mask(w);
+        for (int round = 0; round < 8; round++) {
+            std::vector<uint8_t> order(wbits), rk(wbits);
+            for (uint32_t b = 0; b < wbits; b++)
+                order[b] = (uint8_t)b;
+            std::shuffle(order.begin(), order.end(), rng);
+            for (uint32_t m = 0; m < wbits; m++)
+                rk[order[m]] = (uint8_t)m;
+            std::vector<uint8_t> rank(w * 256u);
+            for (uint32_t q = 0; q < w; q++)
+                for (uint32_t v = 0; v < 256u; v++) {
+                    uint32_t low = wbits;
+                    for (uint32_t b = 0; b < 8u; b++)
+                        if ((v >> b) & 1u)
+                            low = std::min<uint32_t>(low, rk[8u * q + b]);
+                    rank[q * 256u + v] = (uint8_t)low;
+                }
+            const uint64_t maj = rng() & full;
+            for (uint32_t n : lengths) {
+                std::vector<uint8_t> words((size_t)n * w + 1u);
+                std::vector<uint32_t> want(wbits + 1u, 3u); // added to what is there
+                for (uint32_t j = 0; j < n; j++) {
+                    // Mostly a few bits away from the majority, so that every length shows up.
+                    uint64_t x = maj;
+                    for (uint64_t flips = rng() % 4; flips > 0; flips--)
+                        x ^= (uint64_t)1 << (rng() % wbits);
+                    if (round % 2)
+                        x = rng() & full;
+                    memcpy(words.data() + (size_t)j * w, &x, w);
+                    uint32_t agree = 0;
+                    while (agree < wbits && !(((x ^ maj) >> order[agree]) & 1u))
+                        agree++;
+                    want[agree]++;
+                }
+                for (size_t l = 0; l < nlevels; l++) {
+                    std::vector<uint32_t> got(wbits + 1u, 3u);
+                    levels[l]->agree_hist(words.data(), n, w, maj, rank.data(), got.data());
+                    EXPECT_EQ(got, want) << levels[l]->name << " w " << w << " n " << n << " round " << round;
+                }
+            }
+        }
+    }
+}
+
+// The period search's equal-byte counts at every level, against a byte-by-byte count: lengths
+// around the vector widths, data that repeats (counters near full) and data that does not.
+TEST(Codec, EveryLevelCountsEqualBytesAtEachLag)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    std::mt19937_64 rng(5);
+    for (size_t n : {8u, 9u, 40u, 63u, 64u, 65u, 127u, 300u, 4097u, 8192u, 40000u}) {
+        for (int repeat = 0; repeat < 2; repeat++) {
+            std::vector<uint8_t> p(n);
+            for (size_t i = 0; i < n; i++)
+                p[i] = repeat ? (uint8_t)(i % 12u == 0 ? rng() : i % 3u) : (uint8_t)rng();
+            const uint32_t lag_max = (uint32_t)std::min<size_t>(n / 4u, 2048u);
+            std::vector<uint32_t> want(lag_max + 1u, 0);
+            for (uint32_t lag = 1; lag <= lag_max; lag++)
+                for (size_t i = 0; i < (n - lag) / 8u * 8u; i++)
+                    want[lag] += p[i] == p[i + lag];
+            for (size_t l = 0; l < nlevels; l++) {
+                std::vector<uint32_t> got(lag_max + 1u, 0);
+                levels[l]->lag_equal(p.data(), n, lag_max, got.data());
+                EXPECT_EQ(got, want) << levels[l]->name << " n " << n << " repeat " << repeat;
+            }
+        }
+    }
+}
+
 // Every kernel level the CPU runs, called directly (dispatch picks only one): each must encode to
 // the reference's bytes and cost, decode any prefix to the reference's bytes, and fail on a
 // corrupt block exactly when the reference fails.  Plans cover each word size with one column
@@ -1006,29 +1089,30 @@ TEST(Codec, OneSetBitsBoundIsNeverBeaten)
     }
 }
 
-// The one-column count pass adds bits in nibbles and bytes that it empties every so many words:
-// counts must be exact across those boundaries, for every word size, by sign or not.
-TEST(Codec, OneColumnBitCountsAreExact)
+// The count pass adds bits in nibbles and bytes that it empties every so many vectors: counts must
+// be exact across those boundaries, for every word size.
+TEST(Codec, PackedBitCountsAreExact)
 {
     std::mt19937_64 rng(12);
-    const size_t lengths[] = {0, 1, 2, 29, 30, 31, 509, 510, 511, 512, 1021, 100003};
+    const size_t lengths[] = {0, 1, 2, 14, 15, 16, 254, 255, 256, 509, 510, 511, 4001};
     for (uint32_t w : {2u, 4u, 8u}) {
         const uint32_t wbits = w * 8u;
-        const uint64_t full = wbits == 64u ? ~(uint64_t)0 : ((uint64_t)1 << wbits) - 1u;
-        for (size_t n : lengths) {
+        for (size_t nvec : lengths) {
             for (int dense = 0; dense < 2; dense++) {
-                std::vector<uint64_t> words(n);
-                for (uint64_t &x : words)
-                    x = (dense ? rng() | rng() | rng() : rng()) & full; // dense: counters near full
-                for (int neg = 0; neg < 2; neg++) {
-                    std::vector<uint32_t> want(wbits, 7u), got(wbits, 7u); // added to what is there
-                    for (uint64_t x : words)
-                        if (!neg || ((x >> (wbits - 1u)) & 1u))
-                            for (uint32_t b = 0; b < wbits; b++)
-                                want[b] += (uint32_t)((x >> b) & 1u);
-                    ibp_plan_count_bits(words.data(), n, wbits, neg, got.data());
-                    EXPECT_EQ(got, want) << "w " << w << " n " << n << " dense " << dense << " neg " << neg;
+                std::vector<uint8_t> buf(nvec * 16u);
+                for (size_t i = 0; i < buf.size(); i += 8u) {
+                    const uint64_t x = dense ? rng() | rng() | rng() : rng(); // dense: counters near full
+                    memcpy(buf.data() + i, &x, 8);
                 }
+                std::vector<uint32_t> want(wbits, 7u), got(wbits, 7u); // added to what is there
+                for (size_t i = 0; i < buf.size(); i += w) {
+                    uint64_t x = 0;
+                    memcpy(&x, buf.data() + i, w);
+                    for (uint32_t b = 0; b < wbits; b++)
+                        want[b] += (uint32_t)((x >> b) & 1u);
+                }
+                ibp_plan_count_packed(buf.data(), nvec, wbits, got.data());
+                EXPECT_EQ(got, want) << "w " << w << " vectors " << nvec << " dense " << dense;
             }
         }
     }
