@@ -47,7 +47,8 @@ typedef struct IbpshimBenchResult {
     double pipelined_gbps;   /* DMA of chunks overlapped with their decodes (options chunk, copy_streams) */
     double zerocopy_gbps;    /* the kernel reading the pinned run through its mapped address */
     double decode_gbps;      /* decode only, device to device */
-    int verified;            /* 1 when every decoded byte matched the input */
+    int verified;            /* 1 when every decoded byte matched the input, on the DMA, pipelined and
+                                zero-copy paths (each run once before the timing) */
     size_t chunk;            /* the pipelined chunk size used */
     int rotation;            /* device buffers cycled through, so that together they exceed twice the L2 */
     unsigned trace_chunks;   /* chunks of the traced run (the first IBPSHIM_BENCH_TRACE_MAX are in trace) */
