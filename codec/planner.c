@@ -378,6 +378,7 @@ typedef struct IbpFit {
     int grp_mode;
     uint32_t grp_nfit;
     size_t grp_lo, grp_hi;
+    size_t bytes; /* allocated */
 } IbpFit;
 
 /* Threads a fit may spread its word passes over (the final refit, which runs alone): fits[0] is
@@ -408,6 +409,30 @@ static void ibp_fit_free(IbpFit *f)
     memset(f, 0, sizeof(*f));
 }
 
+/* The tables' sizes for at most c_count columns and samples of at most max_bytes, which decide how
+ * passes go (a rank table or a search): the same in a fit kept from a larger plan's as in a new one. */
+static void ibp_fit_size(IbpFit *f, uint32_t c_count, size_t max_bytes)
+{
+    const size_t sc = (size_t)(IBP_MAX_SETS + 1u) * c_count;
+    f->rank_cap = sc * 8u * 256u < IBP_FIT_RANK_MAX ? sc * 8u * 256u : IBP_FIT_RANK_MAX;
+    f->blk_cap = max_bytes / IBP_GROUP_BYTES + 1u + (IBP_MAX_SETS + 1u) * IBP_STAGE_COLUMNS;
+}
+
+/* A fit kept from an earlier plan, for one of at most c_count columns and max_bytes (no more than
+ * it was allocated for): no grouped words, no other threads' counters lent (IbpFit.par). */
+static void ibp_fit_reuse(IbpFit *f, uint32_t c_count, size_t max_bytes)
+{
+    ibp_fit_size(f, c_count, max_bytes);
+    f->par = NULL;
+    f->nblk = 0;
+    f->grp_of = NULL;
+    f->grp_gen = 0;
+    f->grp_mode = 0;
+    f->grp_nfit = 0;
+    f->grp_lo = 0;
+    f->grp_hi = 0;
+}
+
 /* Sized for any candidate of at most c_count columns and samples of at most max_bytes: those with
  * fewer than IBP_FIT_SLOTS columns keep IBP_FIT_SLOTS copies of their counters, which may take
  * more than one copy of c_count; grouped words take whole blocks, but for one partly filled block
@@ -419,6 +444,7 @@ static int ibp_fit_alloc(IbpFit *f, uint32_t c_count, size_t max_bytes)
     const size_t ssc = (size_t)(IBP_MAX_SETS + 1u) * IBP_FIT_SLOTS * small;
     const size_t slot_sc = ssc > sc ? ssc : sc;
     memset(f, 0, sizeof(*f));
+    ibp_fit_size(f, c_count, max_bytes);
     f->cnt = malloc(sc * 64u * sizeof(uint32_t));
     f->ncol = malloc(sc * sizeof(uint32_t));
     f->acc = malloc(slot_sc * 8u * sizeof(uint64_t));
@@ -426,11 +452,12 @@ static int ibp_fit_alloc(IbpFit *f, uint32_t c_count, size_t max_bytes)
     f->maj = malloc(sc * sizeof(uint64_t));
     f->prefix = malloc(sc * 65u * sizeof(uint64_t));
     f->hist = malloc(slot_sc * 65u * sizeof(uint32_t));
-    f->rank_cap = sc * 8u * 256u < IBP_FIT_RANK_MAX ? sc * 8u * 256u : IBP_FIT_RANK_MAX;
     f->rank = malloc(f->rank_cap);
-    f->blk_cap = max_bytes / IBP_GROUP_BYTES + 1u + (IBP_MAX_SETS + 1u) * IBP_STAGE_COLUMNS;
     f->grp = malloc(f->blk_cap * IBP_GROUP_BYTES);
     f->blk = malloc(f->blk_cap * sizeof(IbpGroup));
+    f->bytes = sc * (64u * sizeof(uint32_t) + sizeof(uint32_t) + sizeof(uint64_t) + 65u * sizeof(uint64_t)) +
+               slot_sc * (8u * sizeof(uint64_t) + 1u + 65u * sizeof(uint32_t)) + f->rank_cap +
+               f->blk_cap * (IBP_GROUP_BYTES + sizeof(IbpGroup));
     if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist || !f->rank ||
         !f->grp || !f->blk) {
         ibp_fit_free(f);
@@ -1702,7 +1729,23 @@ typedef struct IbpWork {
     IbpMasks m;
     uint64_t *greedy_mask; /* the greedy sets of ibp_job_sets, before refinement */
     uint64_t *greedy_value;
+    uint32_t cols; /* the widest candidate and most words it was allocated for */
+    size_t words;
 } IbpWork;
+
+/* Work spaces a thread keeps from one plan for its next: new ones are new pages, each faulted in
+ * on first use, every plan (some 330 page faults a plan on a 256 MiB tile of ocr_rec_linear85,
+ * 4% of its planning time).  Freed when the thread exits. */
+typedef struct IbpWorkKeep {
+    IbpWork work[IBP_PLAN_MAX_THREADS];
+    unsigned n;
+} IbpWorkKeep;
+
+#define IBP_KEEP_BYTES ((size_t)32 * 1024 * 1024) /* most bytes of work spaces a thread keeps */
+
+static pthread_key_t ibp_keep_key;
+static int ibp_keep_ok;
+static pthread_once_t ibp_keep_once = PTHREAD_ONCE_INIT;
 
 static void ibp_work_free(IbpWork *wk)
 {
@@ -1718,9 +1761,78 @@ static void ibp_work_free(IbpWork *wk)
     memset(wk, 0, sizeof(*wk));
 }
 
+/* Bytes a work space holds, its word buffers as they have grown included. */
+static size_t ibp_work_bytes(const IbpWork *wk)
+{
+    const IbpWords *ws = &wk->ws;
+    return wk->fit.bytes + wk->words * (1u + sizeof(uint32_t)) + sizeof(uint32_t) + wk->cols +
+           4u * (size_t)IBP_MAX_SETS * wk->cols * sizeof(uint64_t) +
+           ws->cap * (sizeof(uint64_t) + sizeof(uint32_t)) + ws->chunk_cap * sizeof(size_t) +
+           ws->cycle_len * sizeof(uint32_t);
+}
+
+static void ibp_keep_destroy(void *p)
+{
+    IbpWorkKeep *k = p;
+    for (unsigned t = 0; t < k->n; t++)
+        ibp_work_free(&k->work[t]);
+    free(k);
+}
+
+static void ibp_keep_init(void)
+{
+    ibp_keep_ok = pthread_key_create(&ibp_keep_key, ibp_keep_destroy) == 0;
+}
+
+/* Moves the work spaces the calling thread kept into work[0 .. n) and returns n; the rest of work
+ * is zeroed.  The thread keeps none until ibp_keep_give. */
+static unsigned ibp_keep_take(IbpWork work[IBP_PLAN_MAX_THREADS])
+{
+    memset(work, 0, IBP_PLAN_MAX_THREADS * sizeof(*work));
+    pthread_once(&ibp_keep_once, ibp_keep_init);
+    IbpWorkKeep *k = ibp_keep_ok ? pthread_getspecific(ibp_keep_key) : NULL;
+    if (!k)
+        return 0;
+    const unsigned n = k->n;
+    memcpy(work, k->work, n * sizeof(*work));
+    k->n = 0;
+    return n;
+}
+
+/* Keeps work[0 .. n) for the calling thread's next plan, as many as IBP_KEEP_BYTES holds, and
+ * frees the rest. */
+static void ibp_keep_give(IbpWork *work, unsigned n)
+{
+    /* n > 0: ibp_keep_take ran on this thread, ibp_keep_ok is set. */
+    IbpWorkKeep *k = n && ibp_keep_ok ? pthread_getspecific(ibp_keep_key) : NULL;
+    if (n && ibp_keep_ok && !k) {
+        k = calloc(1, sizeof(*k));
+        if (k && pthread_setspecific(ibp_keep_key, k)) {
+            free(k);
+            k = NULL;
+        }
+    }
+    size_t kept = 0;
+    for (unsigned t = 0; t < n; t++) {
+        const size_t bytes = ibp_work_bytes(&work[t]);
+        if (k && work[t].member && kept + bytes <= IBP_KEEP_BYTES) {
+            k->work[k->n++] = work[t];
+            kept += bytes;
+        } else {
+            ibp_work_free(&work[t]);
+        }
+    }
+}
+
+/* Readies wk for candidates of at most max_cols columns and max_words words: a kept work space as
+ * it is where it is large enough, else a new one. */
 static int ibp_work_alloc(IbpWork *wk, uint32_t max_cols, size_t max_words)
 {
-    memset(wk, 0, sizeof(*wk));
+    if (wk->member && wk->cols >= max_cols && wk->words >= max_words) {
+        ibp_fit_reuse(&wk->fit, max_cols, max_words * 2u);
+        return 0;
+    }
+    ibp_work_free(wk);
     const size_t masks = (size_t)IBP_MAX_SETS * max_cols * sizeof(uint64_t);
     int rc = ibp_fit_alloc(&wk->fit, max_cols, max_words * 2u);
     if (rc)
@@ -1737,6 +1849,8 @@ static int ibp_work_alloc(IbpWork *wk, uint32_t max_cols, size_t max_words)
         ibp_work_free(wk);
         return -ENOMEM;
     }
+    wk->cols = max_cols;
+    wk->words = max_words;
     return 0;
 }
 
@@ -2190,8 +2304,9 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     IbpSample fit_s = {0};
     IbpSample eval_s = {0};
     IbpSample all_s = {0};
-    IbpWork work[IBP_PLAN_MAX_THREADS];
+    IbpWork work[IBP_PLAN_MAX_THREADS] = {0};
     unsigned nwork = 0;
+    unsigned nkept = 0;
     uint8_t *cand_xform = NULL;
     uint64_t *cand_set1 = NULL;
     uint8_t *plain = NULL;
@@ -2251,6 +2366,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     ibp_collect_candidates(s, opts, periods, nper, &max_cols);
     const size_t max_words = all_s.bytes / 2u + 1u;
     threads = threads > s->ncand ? (s->ncand ? s->ncand : 1u) : threads;
+    nkept = ibp_keep_take(work);
     for (; nwork < threads; nwork++) {
         rc = ibp_work_alloc(&work[nwork], max_cols, max_words);
         if (rc)
@@ -2391,8 +2507,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     rc = 0;
 fail:
     ibp_codec_plan_destroy(&best);
-    for (unsigned t = 0; t < nwork; t++)
-        ibp_work_free(&work[t]);
+    ibp_keep_give(work, nwork > nkept ? nwork : nkept);
     free(fit_s.chunks);
     free(eval_s.chunks);
     free(all_s.chunks);

@@ -58,7 +58,8 @@ typedef struct IbpCodecPlanInfo {
 
 /* Chooses a plan from the bytes of a region (shape-blind: word size, row period, threshold,
  * mask sets and transforms are inferred).  opts may be NULL.  Reads len bytes of region.
- * The plan encodes any bytes losslessly, whatever it was planned on. */
+ * The plan encodes any bytes losslessly, whatever it was planned on.  The calling thread keeps
+ * the planner's work spaces (at most 32 MiB) for its next plan; they are freed when it exits. */
 int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOptions *opts,
                           IbpCodecPlan **out);
 

@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "codec/internal.h"
@@ -1007,6 +1008,53 @@ TEST(Codec, PlanningThreadsGiveTheSamePlan)
             }
             ibp_codec_plan_destroy(&one);
         }
+    }
+}
+
+// Each calling thread keeps its planning work spaces for its next plan, sized by the plans before:
+// several threads planning the same inputs at once, each in its own order and with its own count
+// of planning threads, must get the plans the main thread gets, and free what they kept on exit.
+TEST(Codec, CallingThreadsKeepingWorkSpacesGiveTheSamePlans)
+{
+    const Dist dists[] = {Dist::Rows, Dist::GaussF32Small, Dist::SmallInts, Dist::Bf16};
+    const size_t sizes[] = {(1u << 20) + 3, 4095, 5u << 20, 300000};
+    std::vector<std::vector<uint8_t>> inputs;
+    std::vector<std::string> want;
+    for (size_t i = 0; i < 4; i++) {
+        inputs.push_back(make_data(dists[i], sizes[i], 90u + (uint32_t)i));
+        IbpCodecPlan *plan = nullptr;
+        ASSERT_EQ(ibp_codec_plan_create(inputs[i].data(), sizes[i], nullptr, &plan), 0);
+        size_t len = 0;
+        const char *blob = static_cast<const char *>(ibp_codec_plan_blob(plan, &len));
+        want.emplace_back(blob, len);
+        ibp_codec_plan_destroy(&plan);
+    }
+    const unsigned kThreads = 4;
+    std::vector<std::vector<std::string>> got(kThreads);
+    std::vector<std::thread> callers;
+    for (unsigned t = 0; t < kThreads; t++)
+        callers.emplace_back([&, t] {
+            for (size_t k = 0; k < 2u * inputs.size(); k++) {
+                const size_t i = (k + t) % inputs.size();
+                IbpCodecPlanOptions opts = {};
+                opts.threads = 1u + (t + (unsigned)k) % 3u;
+                IbpCodecPlan *plan = nullptr;
+                std::string blob = "failed";
+                if (ibp_codec_plan_create(inputs[i].data(), inputs[i].size(), &opts, &plan) == 0) {
+                    size_t len = 0;
+                    const char *p = static_cast<const char *>(ibp_codec_plan_blob(plan, &len));
+                    blob.assign(p, len);
+                }
+                ibp_codec_plan_destroy(&plan);
+                got[t].push_back(blob);
+            }
+        });
+    for (std::thread &c : callers)
+        c.join();
+    for (unsigned t = 0; t < kThreads; t++) {
+        ASSERT_EQ(got[t].size(), 2u * inputs.size());
+        for (size_t k = 0; k < got[t].size(); k++)
+            EXPECT_EQ(got[t][k], want[(k + t) % inputs.size()]) << "caller " << t << " plan " << k;
     }
 }
 
