@@ -44,7 +44,6 @@ typedef struct Bench {
     /* A traced pipelined run: per chunk, timing events after its DMA, before and after its decode. */
     CUevent tr[IBPSHIM_BENCH_TRACE_MAX][3];
     int tracing;
-    unsigned traced;
 } Bench;
 
 static int cmp_double(const void *a, const void *b)
@@ -81,7 +80,7 @@ static uint64_t span(const Bench *b, uint32_t first, uint32_t end)
  * send the table ahead of the run when the run does not (unless they are read mapped). */
 static int send_offsets(const Bench *b, CUstream s)
 {
-    if (b->d_offsets == b->d_offsets_mapped || b->nblocks + 1u <= IBP_DECODE_INLINE_OFFSETS)
+    if (b->d_offsets == b->d_offsets_mapped || ibp_decode_offsets_fit(b->nblocks, b->run_len))
         return 0;
     return b->drv->cuMemcpyHtoDAsync(b->d_offsets, b->offsets, b->offsets_len, s) == CUDA_SUCCESS ? 0 : -EIO;
 }
@@ -344,13 +343,9 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     b.tail = opts->tail;
     /* As the shim: the pipelined path sends no offset table when every chunk's launch carries its
      * offsets (decode() carries them whenever they fit). */
-    b.chunks_inline = b.d_offsets != b.d_offsets_mapped;
-    for (uint32_t s = 0; s < b.nblocks && b.chunks_inline;) {
-        const uint32_t e = ibp_pipe_chunk_end(b.offsets, s, b.nblocks, b.chunk, b.tail);
-        b.chunks_inline =
-            e - s + 1u <= IBP_DECODE_INLINE_OFFSETS && b.offsets[e] - b.offsets[s] <= UINT32_MAX;
-        s = e;
-    }
+    const IbpPipeChunks chunks = ibp_pipe_chunks(b.offsets, 0, b.nblocks, b.chunk, b.tail);
+    b.chunks_inline =
+        b.d_offsets != b.d_offsets_mapped && ibp_decode_offsets_fit(chunks.max_blocks, chunks.max_bytes);
     out->chunk = b.chunk;
     out->rotation = b.rotation;
     /* Verify each compressed path once (DMA then decode, pipelined, zero-copy), the output

@@ -276,7 +276,7 @@ static size_t offsets_bytes(const IbpPiece *p)
  * arguments (ibp_decode_inline_offsets). */
 static int offsets_staged(const IbpPiece *p)
 {
-    return p->nblocks + 1u > IBP_DECODE_INLINE_OFFSETS || p->run_len > UINT32_MAX;
+    return !ibp_decode_offsets_fit(p->nblocks, p->run_len);
 }
 
 /* Copies the piece's offset table to `at` on `stream` and points l->offsets at it, for runs too
@@ -525,23 +525,15 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     /* An eighth of the run, at least pipeline_chunk: fewer copy start-ups (about 10 us each on an
      * H200) and enough blocks per chunk to occupy the GPU (measured best with ibp-bench). */
     const size_t chunk = p->run_len / 8 > base->opts.pipeline_chunk ? p->run_len / 8 : base->opts.pipeline_chunk;
-    size_t slot_len = 0;
-    uint32_t nchunks = 0, chunk_blocks = 0;
-    for (uint32_t b = g->first; b < end; nchunks++) {
-        const uint32_t e = ibp_pipe_chunk_end(offs, b, end, chunk, base->opts.pipeline_tail);
-        if (offs[e] - offs[b] > slot_len)
-            slot_len = offs[e] - offs[b];
-        if (e - b > chunk_blocks)
-            chunk_blocks = e - b;
-        b = e;
-    }
+    const IbpPipeChunks chunks = ibp_pipe_chunks(offs, g->first, end, chunk, base->opts.pipeline_tail);
+    const uint32_t nchunks = chunks.count;
     const size_t scratch = (g->head_clipped || g->tail_clipped) ? 2 * base->block_size : 0;
     const size_t dec_scratch = dec_scratch_bytes(base);
-    const size_t slot_stride = align_up(slot_len);
+    const size_t slot_stride = align_up(chunks.max_bytes);
     IbpStagingBuf *stage = NULL;
     /* Each chunk's decode is a launch of its own: when every one can carry its blocks' offsets,
      * the table is not sent (a copy start-up less ahead of the first chunk). */
-    const int chunks_inline = chunk_blocks + 1u <= IBP_DECODE_INLINE_OFFSETS && slot_len <= UINT32_MAX;
+    const int chunks_inline = ibp_decode_offsets_fit(chunks.max_blocks, chunks.max_bytes);
     const size_t offs_len = offsets_staged(p) && !chunks_inline ? align_up(offsets_bytes(p)) : 0;
     int err = stage_acquire(
         base, ctx, align_up(blob_len) + offs_len + dec_scratch + scratch + IBP_PIPE_SLOTS * slot_stride,

@@ -25,4 +25,26 @@ static inline uint32_t ibp_pipe_chunk_end(const uint64_t *offs, uint32_t b, uint
     return e;
 }
 
+/* The chunks of blocks [b, end) in that schedule: how many, and the most blocks and compressed
+ * bytes any one of them has. */
+typedef struct IbpPipeChunks {
+    uint32_t count, max_blocks;
+    uint64_t max_bytes;
+} IbpPipeChunks;
+
+static inline IbpPipeChunks ibp_pipe_chunks(const uint64_t *offs, uint32_t b, uint32_t end, size_t chunk,
+                                            size_t tail)
+{
+    IbpPipeChunks c = {0, 0, 0};
+    for (; b < end; c.count++) {
+        const uint32_t e = ibp_pipe_chunk_end(offs, b, end, chunk, tail);
+        if (e - b > c.max_blocks)
+            c.max_blocks = e - b;
+        if (offs[e] - offs[b] > c.max_bytes)
+            c.max_bytes = offs[e] - offs[b];
+        b = e;
+    }
+    return c;
+}
+
 #endif /* IBP_INTERPOSE_PIPE_CHUNKS_H */

@@ -35,11 +35,17 @@ typedef struct IbpDecodeArgs {
     uint32_t rel[IBP_DECODE_INLINE_OFFSETS]; /* block offsets minus the first block's */
 } IbpDecodeArgs;
 
+/* Whether a launch can carry the offsets of nblocks blocks whose compressed bytes span `span`. */
+static inline int ibp_decode_offsets_fit(uint32_t nblocks, uint64_t span)
+{
+    return nblocks + 1u <= IBP_DECODE_INLINE_OFFSETS && span <= UINT32_MAX;
+}
+
 /* Puts the run's nblocks + 1 block offsets (offs[0] the first block's) into the arguments when
  * they fit; returns whether they did. */
 static inline int ibp_decode_inline_offsets(IbpDecodeArgs *a, const uint64_t *offs)
 {
-    if (a->nblocks + 1u > IBP_DECODE_INLINE_OFFSETS || offs[a->nblocks] - offs[0] > UINT32_MAX)
+    if (!ibp_decode_offsets_fit(a->nblocks, offs[a->nblocks] - offs[0]))
         return 0;
     for (uint32_t i = 0; i <= a->nblocks; i++)
         a->rel[i] = (uint32_t)(offs[i] - offs[0]);

@@ -100,6 +100,11 @@ TEST(PipeChunks, RandomBlocksCoverTheRunAndShrink)
                 EXPECT_EQ(nb[k], 1u);
             }
         }
+        // The summary the shim and ibp-bench size staging and offsets by.
+        const IbpPipeChunks summary = ibp_pipe_chunks(offs.data(), 0, (uint32_t)sizes.size(), chunk, tail);
+        EXPECT_EQ(summary.count, c.size());
+        EXPECT_EQ(summary.max_bytes, *std::max_element(c.begin(), c.end()));
+        EXPECT_EQ(summary.max_blocks, *std::max_element(nb.begin(), nb.end()));
         if (tail && c.size() > 1) {
             EXPECT_LE(c.back(), std::max<uint64_t>(2 * tail, std::min<uint64_t>(chunk, c.back()) + 1000));
         }
