@@ -218,57 +218,49 @@ template <int W> __device__ __forceinline__ typename WordT<W>::U entry_value(con
         return e.value;
 }
 
+// Splits the set bits of v into runs: the first `max` go to run[0 .. max) (the others zeroed),
+// the shift that takes each from its place in the field to its place in v into byte `at` + r of
+// shifts.  Returns whether v has more than `max` runs.
+template <typename U>
+__device__ __forceinline__ bool split_runs(U v, U *run, uint32_t max, uint32_t &shifts, uint32_t at)
+{
+    for (uint32_t r = 0; r < max; r++)
+        run[r] = 0;
+    uint32_t src_bit = 0, nr = 0;
+    while (v && nr <= max) {
+        uint32_t pos, len;
+        lowest_run<U>(v, pos, len);
+        const U bits = low_bits<U>(len) << pos;
+        if (nr < max) {
+            run[nr] = bits;
+            shifts |= (pos - src_bit) << (8 * (at + nr));
+        }
+        nr++;
+        src_bit += len;
+        v &= ~bits;
+    }
+    return nr > max;
+}
+
 // Fills entry e for variant bits vmask and invariant values value; returns whether its variant
 // bits are more runs than the runs deposit takes (the entry then deposits bit run by bit run).
 template <int W>
 __device__ __forceinline__ bool entry_fill(Entry<W> &e, typename WordT<W>::U vmask,
                                            typename WordT<W>::U value, uint32_t meta)
 {
-    using U = typename WordT<W>::U;
     e.vmask = vmask;
     uint32_t shifts = 0;
     bool loop = false;
     if constexpr (W == 8) {
         e.value_lo = (uint32_t)value;
         e.value_hi = (uint32_t)(value >> 32);
-        for (uint32_t half = 0; half < 2; half++) {
-            uint32_t rest = (uint32_t)(vmask >> (32 * half)), src_bit = 0, nr = 0;
-            for (uint32_t r = 0; r < kRunsHalf; r++)
-                e.run[kRunsHalf * half + r] = 0;
-            while (rest && nr <= kRunsHalf) {
-                uint32_t pos, len;
-                lowest_run<uint32_t>(rest, pos, len);
-                const uint32_t run = low_bits<uint32_t>(len) << pos;
-                if (nr < kRunsHalf) {
-                    e.run[kRunsHalf * half + nr] = run;
-                    shifts |= (pos - src_bit) << (8 * (kRunsHalf * half + nr));
-                }
-                nr++;
-                src_bit += len;
-                rest &= ~run;
-            }
-            loop |= nr > kRunsHalf;
-        }
+        for (uint32_t half = 0; half < 2; half++)
+            loop |= split_runs<uint32_t>((uint32_t)(vmask >> (32 * half)), e.run + kRunsHalf * half,
+                                         kRunsHalf, shifts, kRunsHalf * half);
         meta |= (uint32_t)__popc((uint32_t)vmask) << kMetaLoShift;
     } else {
         e.value = value;
-        for (int r = 0; r < kRuns; r++)
-            e.run[r] = 0;
-        U rest = vmask;
-        uint32_t src_bit = 0, nr = 0;
-        while (rest && nr <= kRuns) {
-            uint32_t pos, len;
-            lowest_run<U>(rest, pos, len);
-            const U run = low_bits<U>(len) << pos;
-            if (nr < kRuns) {
-                e.run[nr] = run;
-                shifts |= (pos - src_bit) << (8 * nr);
-            }
-            nr++;
-            src_bit += len;
-            rest &= ~run;
-        }
-        loop = nr > kRuns;
+        loop = split_runs<typename WordT<W>::U>(vmask, e.run, kRuns, shifts, 0);
     }
     e.shifts = shifts;
     e.meta = meta | (uint32_t)popc(vmask) | (loop ? kMetaLoop : 0);
