@@ -191,7 +191,9 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
     const unsigned warps = IBP_DECODE_THREADS / 32;
     const uint64_t per_block = (ibp_decode_segments(word_size, args.block_size) + warps - 1) / warps;
     const uint64_t groups = (uint64_t)args.nblocks * per_block;
+    const int w8 = columns == 1 && word_size == 8; /* one column of 8-byte words: a kernel of its own */
     const unsigned per_sm = segp           ? IBP_DECODE_SEGP_CTAS_PER_SM
+                            : w8           ? IBP_DECODE_SEG1W8_CTAS_PER_SM
                             : columns == 1 ? IBP_DECODE_SEG1_CTAS_PER_SM
                                            : IBP_DECODE_SEG_CTAS_PER_SM;
     const unsigned grid = grid_cap(groups, resident_cap(mod, per_sm, max_ctas));
@@ -210,9 +212,10 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
                    : ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FIX, grid, IBP_DECODE_THREADS, 0, stream,
                                        params);
     }
-    const IbpKernelId seg = args.inline_offsets
-                                ? (columns == 1 ? IBP_KERNEL_DECODE_SEG1_INL : IBP_KERNEL_DECODE_SEG_INL)
-                                : (columns == 1 ? IBP_KERNEL_DECODE_SEG1 : IBP_KERNEL_DECODE_SEG);
+    static const IbpKernelId segs[3][2] = {{IBP_KERNEL_DECODE_SEG, IBP_KERNEL_DECODE_SEG_INL},
+                                           {IBP_KERNEL_DECODE_SEG1, IBP_KERNEL_DECODE_SEG1_INL},
+                                           {IBP_KERNEL_DECODE_SEG1W8, IBP_KERNEL_DECODE_SEG1W8_INL}};
+    const IbpKernelId seg = segs[w8 ? 2 : columns == 1][args.inline_offsets != 0];
     return err ? err : ibp_kernel_launch(mod, seg, grid, IBP_DECODE_THREADS, 0, stream, params);
 }
 

@@ -16,6 +16,8 @@
     X(IBP_KERNEL_DECODE_SEG1, "ibp_k_decode_seg1")                                                           \
     X(IBP_KERNEL_DECODE_SEG_INL, "ibp_k_decode_seg_inl")                                                     \
     X(IBP_KERNEL_DECODE_SEG1_INL, "ibp_k_decode_seg1_inl")                                                   \
+    X(IBP_KERNEL_DECODE_SEG1W8, "ibp_k_decode_seg1w8")                                                       \
+    X(IBP_KERNEL_DECODE_SEG1W8_INL, "ibp_k_decode_seg1w8_inl")                                               \
     X(IBP_KERNEL_DECODE_SEGP, "ibp_k_decode_segp")                                                           \
     X(IBP_KERNEL_DECODE_FIX, "ibp_k_decode_fix")                                                             \
     X(IBP_KERNEL_DECODE_COUNT, "ibp_k_decode_count")

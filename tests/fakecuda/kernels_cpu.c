@@ -86,7 +86,7 @@ static const uint8_t *run_block(const Run *r, uint32_t b, size_t *comp_len, IbpB
     return blk;
 }
 
-/* ibp_k_decode, ibp_k_decode_seg, ibp_k_decode_seg1 and ibp_k_decode_segp (IbpDecodeArgs a): the
+/* ibp_k_decode, ibp_k_decode_seg, ibp_k_decode_seg1(w8) and ibp_k_decode_segp (IbpDecodeArgs a): the
  * CPU codec decodes each block of the run and the bytes [a.skip, a.skip + a.len) of the run land
  * at a.dst, exactly what the CUDA kernels write (ibp_k_decode_segp with ibp_k_decode_fix after it). */
 static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
@@ -153,6 +153,8 @@ const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_decode_seg1, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg_inl, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg1_inl, k_decode, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_seg1w8, k_decode, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_seg1w8_inl, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_segp, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_fix, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_count, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
