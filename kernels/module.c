@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/log.h"
 #include "kernels/decode_abi.h"
@@ -23,9 +24,17 @@ static _Atomic int module_count;
 static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const kernel_names[IBP_KERNEL_COUNT] = {
-#define IBP_KERNEL_NAME(id, name) name,
+#define IBP_KERNEL_NAME(id, name, src) name,
     IBP_KERNEL_LIST(IBP_KERNEL_NAME)
 #undef IBP_KERNEL_NAME
+};
+
+/* The image each kernel is looked up in (asking the others would return errors that tools such
+ * as compute-sanitizer report against the host program). */
+static const char *const kernel_sources[IBP_KERNEL_COUNT] = {
+#define IBP_KERNEL_SOURCE(id, name, src) src,
+    IBP_KERNEL_LIST(IBP_KERNEL_SOURCE)
+#undef IBP_KERNEL_SOURCE
 };
 
 int ibp_kernels_built(void)
@@ -67,7 +76,8 @@ static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
     for (int k = 0; k < IBP_KERNEL_COUNT; k++) {
         mod->fn[k] = NULL;
         for (size_t i = 0; i < loaded && !mod->fn[k]; i++)
-            if (drv->cuModuleGetFunction(&mod->fn[k], images[i], kernel_names[k]) != CUDA_SUCCESS)
+            if (!strcmp(ibp_fatbins[i].name, kernel_sources[k]) &&
+                drv->cuModuleGetFunction(&mod->fn[k], images[i], kernel_names[k]) != CUDA_SUCCESS)
                 mod->fn[k] = NULL;
         if (!mod->fn[k]) {
             IBP_WARN("no embedded image defines kernel %s; compressed path off for this context",

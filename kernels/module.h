@@ -8,25 +8,25 @@
 
 #include <cuda.h>
 
-/* X(id, entry-point name in the .cu sources) */
+/* X(id, entry-point name, the .cu source whose image defines it) */
 #define IBP_KERNEL_LIST(X)                                                                                   \
-    X(IBP_KERNEL_SELFTEST, "ibp_k_selftest")                                                                 \
-    X(IBP_KERNEL_DECODE, "ibp_k_decode")                                                                     \
-    X(IBP_KERNEL_DECODE_SEG, "ibp_k_decode_seg")                                                             \
-    X(IBP_KERNEL_DECODE_SEG1, "ibp_k_decode_seg1")                                                           \
-    X(IBP_KERNEL_DECODE_SEG_INL, "ibp_k_decode_seg_inl")                                                     \
-    X(IBP_KERNEL_DECODE_SEG1_INL, "ibp_k_decode_seg1_inl")                                                   \
-    X(IBP_KERNEL_DECODE_SEG1W8, "ibp_k_decode_seg1w8")                                                       \
-    X(IBP_KERNEL_DECODE_SEG1W8_INL, "ibp_k_decode_seg1w8_inl")                                               \
-    X(IBP_KERNEL_DECODE_SEGP, "ibp_k_decode_segp")                                                           \
-    X(IBP_KERNEL_DECODE_FIX, "ibp_k_decode_fix")                                                             \
-    X(IBP_KERNEL_DECODE_COUNT, "ibp_k_decode_count")
+    X(IBP_KERNEL_SELFTEST, "ibp_k_selftest", "selftest")                                                     \
+    X(IBP_KERNEL_DECODE, "ibp_k_decode", "decode")                                                           \
+    X(IBP_KERNEL_DECODE_SEG, "ibp_k_decode_seg", "decode")                                                   \
+    X(IBP_KERNEL_DECODE_SEG1, "ibp_k_decode_seg1", "decode")                                                 \
+    X(IBP_KERNEL_DECODE_SEG_INL, "ibp_k_decode_seg_inl", "decode")                                           \
+    X(IBP_KERNEL_DECODE_SEG1_INL, "ibp_k_decode_seg1_inl", "decode")                                         \
+    X(IBP_KERNEL_DECODE_SEG1W8, "ibp_k_decode_seg1w8", "decode")                                             \
+    X(IBP_KERNEL_DECODE_SEG1W8_INL, "ibp_k_decode_seg1w8_inl", "decode")                                     \
+    X(IBP_KERNEL_DECODE_SEGP, "ibp_k_decode_segp", "decode")                                                 \
+    X(IBP_KERNEL_DECODE_FIX, "ibp_k_decode_fix", "decode")                                                   \
+    X(IBP_KERNEL_DECODE_COUNT, "ibp_k_decode_count", "decode")
 
 typedef enum IbpKernelId {
-#define IBP_KERNEL_ID(id, name) id,
+#define IBP_KERNEL_ID(id, name, src) id,
     IBP_KERNEL_LIST(IBP_KERNEL_ID)
 #undef IBP_KERNEL_ID
-    IBP_KERNEL_COUNT
+        IBP_KERNEL_COUNT
 } IbpKernelId;
 
 typedef struct IbpModule {
