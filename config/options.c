@@ -137,12 +137,11 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
             "limit."),
     OPT_ENUM("transfer", "staging_exhausted", transfer.staging_exhausted, "wait", staging_policies,
              "When the staging buffer is full: wait for earlier decodes to free it, or send the copy raw."),
-    OPT_SIZE(
-        "transfer", "pipeline_chunk", transfer.pipeline_chunk, "16MiB", 0, GIB,
-        "dma path: a compressed run of at least 8 times this is copied in chunks of an eighth of the run "
-        "(at least this) on an internal stream while another decodes the chunk before, so a copy costs "
-        "about the larger of DMA and decode instead of their sum; two chunks of staging per copy. "
-        "0 = DMA, then decode."),
+    OPT_SIZE("transfer", "pipeline_chunk", transfer.pipeline_chunk, "16MiB", 0, GIB,
+             "dma path: a compressed run of at least twice this is copied in chunks of an eighth of the run "
+             "(at least this) on an internal stream while another decodes the chunk before, so a copy costs "
+             "about the larger of DMA and decode instead of their sum; two chunks of staging per copy. "
+             "0 = DMA, then decode."),
     OPT_SIZE("transfer", "pipeline_tail", transfer.pipeline_tail, "2MiB", 0, GIB,
              "dma path: the last chunks of a pipelined copy shrink down to about this many compressed bytes "
              "(each half of what is left once less than two chunks are), since the last chunk's decode is "

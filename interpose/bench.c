@@ -40,6 +40,7 @@ typedef struct Bench {
     CUevent ev[BENCH_EVENTS + 2];
     size_t chunk, tail;
     int copy_streams;
+    int paired;        /* a chunk's decode follows its DMA on the same stream, two streams alternating */
     int chunks_inline; /* every pipelined chunk's launch carries its offsets: no table sent */
     /* A traced pipelined run: per chunk, timing events after its DMA, before and after its decode. */
     CUevent tr[IBPSHIM_BENCH_TRACE_MAX][3];
@@ -61,7 +62,7 @@ static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdevic
                        .dst = out + (CUdeviceptr)first * b->block_size,
                        .len = len,
                        .skip = 0,
-                       .scratch = b->d_scratch[s == b->s_dec],
+                       .scratch = b->d_scratch[s != b->s_copy],
                        .nblocks = count,
                        .block_size = (uint32_t)b->block_size};
     if (b->d_offsets != b->d_offsets_mapped)
@@ -101,9 +102,9 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
             return -EIO;
         return decode(b, d_run, b->d_offsets, d_out, 0, b->nblocks, b->total, b->s_copy);
     case 2: {
-        /* Chunks of about b->chunk compressed bytes: each chunk's DMA on one of the copy streams
-         * (alternating, so one copy's start-up hides behind the other's transfer), its decode on
-         * s_dec once its DMA is done; s_copy, which carries the clock, waits for the last decode. */
+        /* Chunks of about b->chunk compressed bytes: each chunk's DMA on s_copy (or alternating
+         * over s_copy and s_copy2), its decode on s_dec once its DMA is done; paired: each chunk's
+         * DMA and then its decode on one stream, s_copy and s_copy2 alternating. */
         CUevent start = b->ev[BENCH_EVENTS], done = b->ev[BENCH_EVENTS + 1];
         if (drv->cuEventRecord(start, b->s_copy) != CUDA_SUCCESS ||
             drv->cuStreamWaitEvent(b->s_copy2, start, 0) != CUDA_SUCCESS ||
@@ -114,25 +115,27 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
         uint32_t s = 0, k = 0;
         while (!err && s < b->nblocks) {
             const uint32_t e = ibp_pipe_chunk_end(b->offsets, s, b->nblocks, b->chunk, b->tail);
-            const CUstream cs = (k & 1) && b->copy_streams > 1 ? b->s_copy2 : b->s_copy;
+            const CUstream cs = (k & 1) && (b->copy_streams > 1 || b->paired) ? b->s_copy2 : b->s_copy;
+            const CUstream ds = b->paired ? cs : b->s_dec;
             const CUevent ev = b->ev[k % BENCH_EVENTS];
             const int tr = b->tracing && k < IBPSHIM_BENCH_TRACE_MAX;
             if (drv->cuMemcpyHtoDAsync(d_run + b->offsets[s], b->run + b->offsets[s],
                                        b->offsets[e] - b->offsets[s], cs) != CUDA_SUCCESS ||
                 (tr && drv->cuEventRecord(b->tr[k][0], cs) != CUDA_SUCCESS) ||
-                drv->cuEventRecord(ev, cs) != CUDA_SUCCESS ||
-                drv->cuStreamWaitEvent(b->s_dec, ev, 0) != CUDA_SUCCESS ||
-                (tr && drv->cuEventRecord(b->tr[k][1], b->s_dec) != CUDA_SUCCESS))
+                (!b->paired && (drv->cuEventRecord(ev, cs) != CUDA_SUCCESS ||
+                                drv->cuStreamWaitEvent(ds, ev, 0) != CUDA_SUCCESS)) ||
+                (tr && drv->cuEventRecord(b->tr[k][1], ds) != CUDA_SUCCESS))
                 err = -EIO;
             else
-                err =
-                    decode(b, d_run + b->offsets[s], b->d_offsets, d_out, s, e - s, span(b, s, e), b->s_dec);
-            if (!err && tr && drv->cuEventRecord(b->tr[k][2], b->s_dec) != CUDA_SUCCESS)
+                err = decode(b, d_run + b->offsets[s], b->d_offsets, d_out, s, e - s, span(b, s, e), ds);
+            if (!err && tr && drv->cuEventRecord(b->tr[k][2], ds) != CUDA_SUCCESS)
                 err = -EIO;
             s = e;
             k++;
         }
-        if (!err && (drv->cuEventRecord(done, b->s_dec) != CUDA_SUCCESS ||
+        /* s_copy, which carries the clock, waits for the other stream's last decode. */
+        const CUstream last = b->paired ? b->s_copy2 : b->s_dec;
+        if (!err && (drv->cuEventRecord(done, last) != CUDA_SUCCESS ||
                      drv->cuStreamWaitEvent(b->s_copy, done, 0) != CUDA_SUCCESS))
             err = -EIO;
         return err;
@@ -335,11 +338,9 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
             goto out;
         }
     b.copy_streams = opts->copy_streams == 2 ? 2 : 1;
-    b.chunk = opts->chunk;
-    if (!b.chunk) {
-        b.chunk = b.run_len / 8;
-        b.chunk = b.chunk < ((size_t)4 << 20) ? (size_t)4 << 20 : b.chunk > ((size_t)64 << 20) ? (size_t)64 << 20 : b.chunk;
-    }
+    b.paired = opts->paired;
+    /* As the shim with the default pipeline_chunk (an explicit chunk size is taken as it is). */
+    b.chunk = opts->chunk ? opts->chunk : ibp_pipe_chunk_size(b.run_len, IBP_PIPE_CHUNK_DEFAULT);
     b.tail = opts->tail;
     /* As the shim: the pipelined path sends no offset table when every chunk's launch carries its
      * offsets (decode() carries them whenever they fit). */

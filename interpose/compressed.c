@@ -522,9 +522,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     const IbpDriver *drv = base->drv;
     const uint64_t *offs = base->host_offsets;
     const uint32_t end = g->last + 1;
-    /* An eighth of the run, at least pipeline_chunk: fewer copy start-ups (about 10 us each on an
-     * H200) and enough blocks per chunk to occupy the GPU (measured best with ibp-bench). */
-    const size_t chunk = p->run_len / 8 > base->opts.pipeline_chunk ? p->run_len / 8 : base->opts.pipeline_chunk;
+    const size_t chunk = ibp_pipe_chunk_size(p->run_len, base->opts.pipeline_chunk);
     const IbpPipeChunks chunks = ibp_pipe_chunks(offs, g->first, end, chunk, base->opts.pipeline_tail);
     const uint32_t nchunks = chunks.count;
     const size_t scratch = (g->head_clipped || g->tail_clipped) ? 2 * base->block_size : 0;
@@ -693,7 +691,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
             *sent += p->run_len;
         return err;
     }
-    const IbpPipe *pp = base->opts.pipeline_chunk && p->run_len >= 8 * base->opts.pipeline_chunk
+    const IbpPipe *pp = ibp_pipe_worth(p->run_len, base->opts.pipeline_chunk)
                             ? pipe_for(drv, ctx, base->stream, base->opts.priority_decode)
                             : NULL;
     int timed = 0;

@@ -13,7 +13,8 @@ typedef struct IbpshimBenchOptions {
     size_t size;  /* tile the data up to at least this many bytes (0: the data as it is) */
     int iters;    /* timed repetitions per path, after two warm-ups; the median is reported (0: 9) */
     int device;   /* CUDA device ordinal */
-    size_t chunk; /* compressed bytes per pipelined chunk (0: an eighth of the run, 4 to 64 MiB) */
+    size_t chunk; /* compressed bytes per pipelined chunk (0: as the shim's default, an eighth of the
+                     run, at least 16 MiB) */
     int copy_streams; /* streams the pipelined chunks' DMAs alternate over, 1 or 2 (0: 1, as the shim;
                          with 2 the copy engine may run one stream's chunks before the other's, and
                          the decodes, in chunk order, wait for the late ones) */
@@ -26,6 +27,9 @@ typedef struct IbpshimBenchOptions {
                            (halving what is left once less than two chunks are; 0: equal chunks), as the
                            shim's [transfer] pipeline_tail */
     int trace;          /* time each chunk of one more pipelined run (IbpshimBenchResult.trace) */
+    int paired;         /* pipelined: each chunk's decode on the stream of its DMA, right after it, two
+                           streams alternating (else: the DMAs on copy_streams, the decodes on a stream
+                           of their own that waits for each DMA's event) */
 } IbpshimBenchOptions;
 
 #define IBPSHIM_BENCH_TRACE_MAX 64

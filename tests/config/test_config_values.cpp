@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "config/config.h"
+#include "interpose/pipe_chunks.h"
 }
 
 namespace {
@@ -108,6 +109,7 @@ TEST(ConfigTable, DefaultsParseAndMatchTheIssue)
     EXPECT_EQ(cfg.transfer.max_sms, 0);
     EXPECT_EQ(cfg.transfer.staging_exhausted, IBP_STAGING_EXHAUSTED_WAIT);
     EXPECT_EQ(cfg.transfer.pipeline_chunk, 16u << 20);
+    EXPECT_EQ(cfg.transfer.pipeline_chunk, IBP_PIPE_CHUNK_DEFAULT); // ibp-bench's default too
     EXPECT_EQ(cfg.transfer.pipeline_tail, 2u << 20);
     EXPECT_FALSE(cfg.transfer.priority_decode);
     EXPECT_STREQ(cfg.report.path, "");

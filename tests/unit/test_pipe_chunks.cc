@@ -111,4 +111,20 @@ TEST(PipeChunks, RandomBlocksCoverTheRunAndShrink)
     }
 }
 
+// Which runs are pipelined and the chunk size they aim at: two chunks of pipeline_chunk at least,
+// an eighth of the run once that is more; 0 turns pipelining off.
+TEST(PipeChunks, WorthAndSize)
+{
+    const size_t mib = (size_t)1 << 20;
+    EXPECT_FALSE(ibp_pipe_worth(1024 * mib, 0));
+    EXPECT_FALSE(ibp_pipe_worth(32 * mib - 1, 16 * mib));
+    EXPECT_TRUE(ibp_pipe_worth(32 * mib, 16 * mib));
+    EXPECT_TRUE(ibp_pipe_worth(52 * mib, IBP_PIPE_CHUNK_DEFAULT)); // a 64 MiB copy of the bf16 weights
+    EXPECT_FALSE(ibp_pipe_worth(0, 1));
+    EXPECT_EQ(ibp_pipe_chunk_size(52 * mib, 16 * mib), 16 * mib);
+    EXPECT_EQ(ibp_pipe_chunk_size(128 * mib, 16 * mib), 16 * mib);
+    EXPECT_EQ(ibp_pipe_chunk_size(200 * mib, 16 * mib), 25 * mib);
+    EXPECT_EQ(ibp_pipe_chunk_size(3 * mib, 0), 3 * mib / 8);
+}
+
 } // namespace
