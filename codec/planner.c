@@ -26,6 +26,7 @@
 #define IBP_SAME_PERMILLE 1u /* sizes this close (per mille) make a longer period a repeat */
 #define IBP_SCREEN_FIT_BYTES ((size_t)24 * 1024) /* of the screen's fitting half, for the ranking */
 #define IBP_SCREEN_COL_WORDS 16u             /* fewest words a column has in the screen's fitting sample */
+#define IBP_SCREEN_ROW_WORDS 64u             /* the same for candidates of several columns */
 #define IBP_PERIOD_BYTES ((size_t)8 * 1024) /* bytes the period search correlates */
 #define IBP_PERIOD_MAX 2048u                 /* longest row period searched, bytes */
 #define IBP_PERIOD_PICKS 8u
@@ -2116,8 +2117,13 @@ static void ibp_collect_candidates(IbpSearch *s, const IbpCodecPlanOptions *opts
                 continue;
             /* A column with a few words in the screen's fitting sample cannot be judged: its mask
              * fits those words, not the column (periods of a few hundred bytes that are not a
-             * multiple of W give as many columns).  Only the period the caller asked for stays. */
-            if (!opts->columns && (uint64_t)c_count * w * IBP_SCREEN_COL_WORDS > s->screen_fit->bytes)
+             * multiple of W give as many columns).  Only the period the caller asked for stays.
+             * Several columns need more words each, which leaves out rows of more than 384 bytes
+             * (24 KiB / 64): on float data the period search finds many such lags (bytes repeat
+             * at most lags about equally), whose screens took 19-42% of a plan there, and none
+             * of them won on the six tensors or their tiles (every plan is the same without). */
+            const uint32_t col_words = c_count > 1u ? IBP_SCREEN_ROW_WORDS : IBP_SCREEN_COL_WORDS;
+            if (!opts->columns && (uint64_t)c_count * w * col_words > s->screen_fit->bytes)
                 continue;
             int dup = 0;
             for (uint32_t k = 0; k < s->ncand; k++)
