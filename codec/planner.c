@@ -26,11 +26,12 @@
 #define IBP_SAME_PERMILLE 1u /* sizes this close (per mille) make a longer period a repeat */
 #define IBP_SCREEN_FIT_BYTES ((size_t)24 * 1024) /* of the screen's fitting half, for the ranking */
 #define IBP_SCREEN_COL_WORDS 16u             /* fewest words a column has in the screen's fitting sample */
+#define IBP_SCREEN_ROW_WORDS 64u             /* the same for candidates of several columns */
 #define IBP_PERIOD_BYTES ((size_t)8 * 1024) /* bytes the period search correlates */
 #define IBP_PERIOD_MAX 2048u                 /* longest row period searched, bytes */
 #define IBP_PERIOD_PICKS 8u
 #define IBP_FINALISTS 3u
-#define IBP_SET_FINALISTS 3u /* finalists that try more than one mask set */
+#define IBP_SET_FINALISTS 2u /* finalists that try more than one mask set */
 /* Refinement rounds of the mask-set trials and of the winner's refit: a second round in the
  * trials changed no plan of the six tensors or their 4-256 MiB tiles, in the refit only
  * fashion_mnist's by 0.0003-0.0005. */
@@ -1237,8 +1238,13 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
     const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
-    /* Rank tables where they take less building than the words take looking up. */
-    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 256u <= ws->n * 4u;
+    /* Rank tables where building them costs less than the lookups they save: at most 4 table
+     * bytes a word where the count pass grouped the words (agree_hist's search there is nearly
+     * as fast), at most 32 for words of many columns (ibp_fit_hist_rank, a lookup a byte,
+     * against a binary search of 5-7 steps: ocr_rec_linear85's 4 MiB tile 7% fewer
+     * instructions). */
+    const size_t per_word = c_count > IBP_STAGE_COLUMNS ? 32u : 256u;
+    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * per_word <= ws->n * 4u;
     const IbpPass proto = {.run = ibp_hist_pass,
                            .ws = ws,
                            .member = member,
@@ -2116,8 +2122,13 @@ static void ibp_collect_candidates(IbpSearch *s, const IbpCodecPlanOptions *opts
                 continue;
             /* A column with a few words in the screen's fitting sample cannot be judged: its mask
              * fits those words, not the column (periods of a few hundred bytes that are not a
-             * multiple of W give as many columns).  Only the period the caller asked for stays. */
-            if (!opts->columns && (uint64_t)c_count * w * IBP_SCREEN_COL_WORDS > s->screen_fit->bytes)
+             * multiple of W give as many columns).  Only the period the caller asked for stays.
+             * Several columns need more words each, which leaves out rows of more than 384 bytes
+             * (24 KiB / 64): on float data the period search finds many such lags (bytes repeat
+             * at most lags about equally), whose screens took 19-42% of a plan there, and none
+             * of them won on the six tensors or their tiles (every plan is the same without). */
+            const uint32_t col_words = c_count > 1u ? IBP_SCREEN_ROW_WORDS : IBP_SCREEN_COL_WORDS;
+            if (!opts->columns && (uint64_t)c_count * w * col_words > s->screen_fit->bytes)
                 continue;
             int dup = 0;
             for (uint32_t k = 0; k < s->ncand; k++)
@@ -2442,7 +2453,9 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
         goto fail;
 
     /* More mask sets for the few best of those: sets pay most where one set already fits well,
-     * and fitting them takes several passes each. */
+     * and fitting them takes several passes each.  A third pick (with IBP_SET_FINALISTS 3) won
+     * no plan of the six tensors or their 4-256 MiB tiles, and its trials took 6-20% of the
+     * plans of digits, movielens and some float tiles. */
     uint8_t picked[IBP_MAX_CANDIDATES] = {0};
     s->njobs = 0;
     for (uint32_t round = 0; round < IBP_SET_FINALISTS && !s->faithful; round++) {
