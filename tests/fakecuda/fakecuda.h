@@ -3,6 +3,7 @@
 #ifndef IBP_TESTS_FAKECUDA_FAKECUDA_H
 #define IBP_TESTS_FAKECUDA_FAKECUDA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -27,6 +28,10 @@ typedef struct FakecudaStats {
  * snapshot taken while streams run is consistent per counter, not across counters. */
 void fakecuda_stats(FakecudaStats *out);
 void fakecuda_reset_stats(void);
+
+/* The name of the last kernel launched (any thread) into name (len bytes) and its grid's x
+ * dimension; returns 0 when none was. */
+int fakecuda_last_launch(char *name, size_t len, unsigned *grid_x);
 
 /* Sleeps this long before each asynchronous copy a stream executes (FAKECUDA_COPY_DELAY_US sets the
  * start value), so a program that reads a destination before synchronizing sees stale data. */

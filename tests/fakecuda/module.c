@@ -3,6 +3,7 @@
  * on the stream's worker thread. */
 #include "tests/fakecuda/internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -237,6 +238,23 @@ FAKECUDA_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks
     return CUDA_SUCCESS;
 }
 
+/* The last kernel launched (of any thread) and its grid's x dimension, for fakecuda_last_launch. */
+static pthread_mutex_t last_mu = PTHREAD_MUTEX_INITIALIZER;
+static const char *last_name;
+static unsigned last_grid_x;
+
+FAKECUDA_EXPORT int fakecuda_last_launch(char *name, size_t len, unsigned *grid_x)
+{
+    pthread_mutex_lock(&last_mu);
+    const int any = last_name != NULL;
+    if (name && len)
+        snprintf(name, len, "%s", any ? last_name : "");
+    if (grid_x)
+        *grid_x = any ? last_grid_x : 0;
+    pthread_mutex_unlock(&last_mu);
+    return any;
+}
+
 static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
                        CUstream handle, void **params, void **extra, bool per_thread_default)
 {
@@ -295,6 +313,12 @@ static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned bloc
                    grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, (void *)handle);
     r = fakecuda_stream_submit(s, op);
     op = NULL;
+    if (r == CUDA_SUCCESS) {
+        pthread_mutex_lock(&last_mu);
+        last_name = kernel->name;
+        last_grid_x = grid[0];
+        pthread_mutex_unlock(&last_mu);
+    }
 done:
     fakecuda_op_free(op);
     fakecuda_stream_unref(s);

@@ -25,6 +25,7 @@ namespace
 {
 
 typedef void (*StatsFn)(FakecudaStats *);
+typedef int (*LastLaunchFn)(char *, size_t, unsigned *);
 typedef void (*FailFn)(const char *, unsigned, unsigned, int);
 
 // Under the registration that sets it: how many of the module's requests for dynamic shared
@@ -35,11 +36,11 @@ unsigned refused_smem()
     return v ? (unsigned)std::atoi(v) : 0u;
 }
 
-// A plan of 4-byte words and `columns` columns, rows of 1024 words, one mask set keeping the low
-// 12 bits of every column variant; every column delta-coded (and zigzag) or none.
-IbpCodecPlan *make_plan(uint32_t columns, bool delta, uint32_t block_size)
+// A plan of w-byte words (4 or 8) and `columns` columns, rows of 1024 words, one mask set keeping
+// the low 12 bits of every column variant; every column delta-coded (and zigzag) or none.
+IbpCodecPlan *make_plan(uint32_t columns, bool delta, uint32_t block_size, uint32_t w = 4)
 {
-    const uint32_t w = 4, xform_off = 32, mask_off = xform_off + ((columns + 15) & ~15u);
+    const uint32_t xform_off = 32, mask_off = xform_off + ((columns + 15) & ~15u);
     std::vector<uint8_t> blob(mask_off + ((columns * 2 * w + 15) & ~15u), 0);
     IbpPlanHeader h = {};
     h.magic = IBP_PLAN_MAGIC;
@@ -53,7 +54,7 @@ IbpCodecPlan *make_plan(uint32_t columns, bool delta, uint32_t block_size)
     h.xform_off = xform_off;
     h.mask_off = mask_off;
     std::memcpy(blob.data(), &h, sizeof(h));
-    const uint32_t mask = ~0xfffu;
+    const uint64_t mask = ~(uint64_t)0xfff; // little-endian: its first w bytes are the w-byte mask
     for (uint32_t c = 0; c < columns; c++) {
         blob[xform_off + c] = delta ? (uint8_t)(IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG) : 0;
         std::memcpy(&blob[mask_off + c * 2 * w], &mask, w); // value 0
@@ -73,6 +74,7 @@ class DecodeLaunch : public ::testing::Test
             GTEST_SKIP() << "needs a driver and embedded kernels";
         void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
         stats_ = lib ? (StatsFn)dlsym(lib, "fakecuda_stats") : nullptr;
+        last_launch_ = lib ? (LastLaunchFn)dlsym(lib, "fakecuda_last_launch") : nullptr;
         if (!stats_)
             GTEST_SKIP() << "needs the fake CUDA driver (it counts kernel launches)";
         if (refused_smem()) // before the first module load of the process
@@ -118,6 +120,7 @@ class DecodeLaunch : public ::testing::Test
         IbpCodecPlanInfo info;
         ibp_codec_plan_info(plan, &info);
         columns_ = info.columns;
+        word_size_ = info.word_size;
         data_.resize((size_t)nblocks * bs_);
         uint32_t x = 2463534242u;
         for (size_t j = 0; j < data_.size() / 4; j++) {
@@ -158,7 +161,7 @@ class DecodeLaunch : public ::testing::Test
         IbpDecodeArgs a = args_;
         a.scratch = with_scratch ? scratch_ : 0;
         stats_(&before);
-        EXPECT_EQ(ibp_decode_launch(mod_, &a, 4, columns_, flags, max_ctas, nullptr), 0);
+        EXPECT_EQ(ibp_decode_launch(mod_, &a, word_size_, columns_, flags, max_ctas, nullptr), 0);
         EXPECT_EQ(drv_->cuCtxSynchronize(), CUDA_SUCCESS);
         stats_(&after);
         std::vector<uint8_t> out(data_.size());
@@ -169,6 +172,7 @@ class DecodeLaunch : public ::testing::Test
 
     const IbpDriver *drv_ = nullptr;
     StatsFn stats_ = nullptr;
+    LastLaunchFn last_launch_ = nullptr;
     CUdevice dev_ = 0;
     CUcontext ctx_ = nullptr;
     bool pushed_ = false;
@@ -178,6 +182,7 @@ class DecodeLaunch : public ::testing::Test
     IbpCodecPlan *plan_ = nullptr;
     size_t bs_ = 0;
     uint32_t columns_ = 0;
+    uint32_t word_size_ = 4;
     std::vector<uint8_t> data_;
     IbpDecodeArgs args_ = {};
 };
@@ -216,6 +221,27 @@ TEST_F(DecodeLaunch, OneColumnPlansNeverCount)
     EXPECT_EQ(decode(0, true), 1u);
     EXPECT_EQ(decode(0, false), 1u);
     ibp_codec_plan_destroy(&plan);
+}
+
+// One column of 8-byte words has a kernel of its own, with its own CTAs a multiprocessor; 4-byte
+// words keep theirs.  50 blocks are more groups of segments than either grid holds at once.
+TEST_F(DecodeLaunch, OneColumnOfEightByteWordsHasItsOwnKernel)
+{
+    ASSERT_NE(last_launch_, nullptr);
+    for (const uint32_t w : {4u, 8u}) {
+        IbpCodecPlan *plan = make_plan(1, false, 262144, w);
+        ASSERT_NE(plan, nullptr);
+        encode(plan, 50);
+        EXPECT_EQ(word_size_, w);
+        EXPECT_EQ(decode(0, true), 1u);
+        char name[64];
+        unsigned grid = 0;
+        ASSERT_TRUE(last_launch_(name, sizeof(name), &grid));
+        EXPECT_STREQ(name, w == 8 ? "ibp_k_decode_seg1w8" : "ibp_k_decode_seg1");
+        EXPECT_EQ(grid, (unsigned)mod_->sm_count *
+                            (w == 8 ? IBP_DECODE_SEG1W8_CTAS_PER_SM : IBP_DECODE_SEG1_CTAS_PER_SM));
+        ibp_codec_plan_destroy(&plan);
+    }
 }
 
 TEST_F(DecodeLaunch, PredictorPlansACtaPerBlockWithoutTheSharedMemory)
