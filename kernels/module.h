@@ -62,8 +62,9 @@ struct IbpDecodeArgs;
 
 /* Enqueues on `stream` the decode of a->nblocks blocks of a plan of `word_size`-byte words and
  * `columns` columns.  A warp per 512-word segment of a block, so that a few blocks still occupy
- * every SM: ibp_k_decode_seg1 (one column) and ibp_k_decode_seg for plans without predictor
- * columns, ibp_k_decode_segp then ibp_k_decode_fix for plans with predictors of a period of at
+ * every SM: ibp_k_decode_seg1 (one column; ibp_k_decode_seg1w8 for 8-byte words) and
+ * ibp_k_decode_seg for plans without predictor columns, ibp_k_decode_segp then
+ * ibp_k_decode_fix for plans with predictors of a period of at
  * most IBP_DECODE_PRED_MAX_COLUMNS words.  Those need a->scratch: ibp_decode_scratch_bytes() of
  * device memory that no other launch still in flight uses; given it, runs of plans of several
  * columns that are short against the grid are counted first by ibp_k_decode_count, so that no
