@@ -1105,12 +1105,9 @@ template <int W, typename Next> __device__ __forceinline__ ulonglong2 pack16(Nex
     return make_ulonglong2(acc[0], acc[1]);
 }
 
-#ifndef IBP_W8_UNROLL
-#define IBP_W8_UNROLL 2
-#endif
 // 16-byte stores of 8-byte words unrolled this many: the next stores' loads and deposits overlap
 // the last ones' (one at a time, a warp waited on the staged payload, then on its store).
-constexpr uint32_t kUnroll8 = IBP_W8_UNROLL;
+constexpr uint32_t kUnroll8 = 2;
 
 // Decodes a lane's run of words and stores those inside dst: next(i) gives word i of the run
 // (called for i = 0, 1, ... in order).  Whole aligned runs inside dst go out 16 bytes at a time.

@@ -64,9 +64,7 @@ static inline int ibp_decode_inline_offsets(IbpDecodeArgs *a, const uint64_t *of
  * ibp_k_decode_seg1w8 (one column of 8-byte words) and ibp_k_decode_seg (more columns): the
  * kernels' launch bounds and the launcher's grid cap. */
 #define IBP_DECODE_SEG1_CTAS_PER_SM 4u
-#ifndef IBP_DECODE_SEG1W8_CTAS_PER_SM
 #define IBP_DECODE_SEG1W8_CTAS_PER_SM 3u
-#endif
 #define IBP_DECODE_SEG_CTAS_PER_SM 2u
 
 /* CTAs a multiprocessor of ibp_k_decode_segp, the segmented decode of plans with predictor columns
