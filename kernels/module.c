@@ -183,7 +183,8 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
 {
     IbpDecodeArgs args = *a;
     void *params[] = {&args};
-    if ((args.comp & 15u) || /* the kernels stage sections with 16-byte copies */
+    if ((word_size != 2 && word_size != 4 && word_size != 8) || /* each kernel decodes only these */
+        (args.comp & 15u) || /* the kernels stage sections with 16-byte copies */
         (args.inline_offsets && args.nblocks + 1u > IBP_DECODE_INLINE_OFFSETS))
         return -EINVAL;
     const int pred = (flags & IBP_DECODE_PRED) != 0;

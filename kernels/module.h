@@ -72,7 +72,7 @@ struct IbpDecodeArgs;
  * predictor plans, and any plan with IBP_DECODE_BLOCK, go through ibp_k_decode, a CTA per
  * block, which decodes any plan.  a->comp must be 16-byte aligned (blocks and their sections
  * then are); a->flags is the launcher's.  max_ctas caps the grid (0: no cap).  Returns 0,
- * -EINVAL (a misaligned run) or -EIO. */
+ * -EINVAL (a misaligned run, a word size other than 2, 4 or 8) or -EIO. */
 int ibp_decode_launch(const IbpModule *mod, const struct IbpDecodeArgs *a, unsigned word_size,
                       unsigned columns, unsigned flags, unsigned max_ctas, CUstream stream);
 

@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -242,6 +243,14 @@ TEST_F(DecodeLaunch, OneColumnOfEightByteWordsHasItsOwnKernel)
                             (w == 8 ? IBP_DECODE_SEG1W8_CTAS_PER_SM : IBP_DECODE_SEG1_CTAS_PER_SM));
         ibp_codec_plan_destroy(&plan);
     }
+    // The kernel follows the word size the caller gives: one the kernels do not decode is refused
+    // (the caller then copies raw), never launched.
+    FakecudaStats before, after;
+    stats_(&before);
+    for (const unsigned bad : {0u, 1u, 3u, 16u})
+        EXPECT_EQ(ibp_decode_launch(mod_, &args_, bad, 1, 0, 0, nullptr), -EINVAL) << bad;
+    stats_(&after);
+    EXPECT_EQ(after.kernel_launches, before.kernel_launches);
 }
 
 TEST_F(DecodeLaunch, PredictorPlansACtaPerBlockWithoutTheSharedMemory)
