@@ -999,8 +999,13 @@ ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, I
             vl[k] = am->value[(size_t)k * c_count + c];
         }
         size_t blk[IBP_MAX_SETS + 1u] = {0};
-        size_t fill[IBP_MAX_SETS + 1u] = {0};
         uint8_t *to[IBP_MAX_SETS + 1u] = {NULL};
+        /* Each set's fill of its block, 16 bits a set in one register: kept in an array, a word's
+         * fill was a load that waited on the last word's store of it. */
+        _Static_assert(IBP_MAX_SETS + 1u <= 4u && IBP_GROUP_BYTES / 2u < 65536u,
+                       "a block's fill is 16 bits of fills");
+        uint64_t fills = 0;
+        static const uint64_t one[4] = {1u, (uint64_t)1 << 16, (uint64_t)1 << 32, (uint64_t)1 << 48};
         for (uint32_t r = 0; r <= nfit; r++) {
             blk[r] = ibp_group_open(f, r, c);
             to[r] = grp + blk[r] * IBP_GROUP_BYTES;
@@ -1026,21 +1031,22 @@ ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, I
                 } else {
                     route = ibp_fit_route(member, mode, i);
                 }
-                const size_t at = fill[route];
-                ibp_store_word(to[route] + at * w, x, w);
-                fill[route] = at + 1u;
+                const uint32_t sh = route * 16u;
+                const uint32_t at = (uint32_t)(fills >> sh) & 0xffffu;
+                ibp_store_word(to[route] + (size_t)at * w, x, w);
+                fills += one[route];
                 if (at + 1u == per_block) {
                     ibp_group_close(f, blk[route], per_block, w, c_count, route || count0);
                     blk[route] = ibp_group_open(f, route, c);
                     to[route] = grp + blk[route] * IBP_GROUP_BYTES;
-                    fill[route] = 0;
+                    fills &= ~((uint64_t)0xffffu << sh);
                 }
             }
             if (hi <= cend[ch])
                 break;
         }
         for (uint32_t r = 0; r <= nfit; r++)
-            ibp_group_close(f, blk[r], (uint32_t)fill[r], w, c_count, r || count0);
+            ibp_group_close(f, blk[r], (uint32_t)(fills >> (r * 16u)) & 0xffffu, w, c_count, r || count0);
     }
     f->grp_of = ws;
     f->grp_gen = ws->gen;
