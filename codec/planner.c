@@ -1403,13 +1403,21 @@ static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWord
         }
         return bits;
     }
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t c = cols[i];
-        const uint32_t sz = ibp_assign_word(words[i], mask + c, value + c, vb + c, c_count, k_count, wbits);
-        bits += sz + sb;
-        if (run) {
-            sum += sz;
-            run[i + 1] = sum;
+    /* Each word's column counted along its chunk rather than read: the column array is half as
+     * many bytes again as the words, and the passes over them wait on memory. */
+    size_t i = 0;
+    for (size_t ch = 0; ch < ws->nchunks; ch++) {
+        const size_t end = ws->chunk_end[ch];
+        uint32_t c = i < end ? cols[i] : 0;
+        for (; i < end; i++) {
+            const uint32_t sz =
+                ibp_assign_word(words[i], mask + c, value + c, vb + c, c_count, k_count, wbits);
+            bits += sz + sb;
+            if (run) {
+                sum += sz;
+                run[i + 1] = sum;
+            }
+            c = c + 1u == c_count ? 0 : c + 1u;
         }
     }
     return bits;
