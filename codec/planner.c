@@ -249,6 +249,67 @@ static void ibp_words_load_uniform(const IbpSample *s, uint32_t w, uint32_t c_co
 }
 #undef IBP_XF_COPY_CASE
 
+/* Column c's words of one chunk (every C-th from j0, its first) from p into out, transformed as
+ * xf says (w and xf constants where inlined). */
+static inline __attribute__((always_inline)) void ibp_words_xf_column(const uint8_t *p, uint32_t nw,
+                                                                      const uint32_t w, const uint32_t xf,
+                                                                      uint32_t c_count, uint32_t j0,
+                                                                      uint64_t *restrict out)
+{
+    uint32_t j = j0;
+    if (j < nw && (xf & IBP_XF_PRED_MASK)) {
+        out[j] = ibp_xform(xf, ibp_load_word(p + (size_t)j * w, w), 0, w); /* j0 < C: predicted from 0 */
+        j += c_count;
+    }
+    for (; j < nw; j += c_count) {
+        const uint64_t prev = xf & IBP_XF_PRED_MASK ? ibp_load_word(p + (size_t)(j - c_count) * w, w) : 0;
+        out[j] = ibp_xform(xf, ibp_load_word(p + (size_t)j * w, w), prev, w);
+    }
+}
+
+#define IBP_XF_COLUMN_CASE(W, XF)                                                                            \
+    case (W)*8u + (XF):                                                                                      \
+        ibp_words_xf_column(ch->p, nw, (W), (XF), c_count, j0, ws->w + at);                                  \
+        break;
+#define IBP_XF_COLUMN_CASES(W)                                                                               \
+    IBP_XF_COLUMN_CASE(W, 0u)                                                                                \
+    IBP_XF_COLUMN_CASE(W, IBP_XF_ZIGZAG)                                                                     \
+    IBP_XF_COLUMN_CASE(W, IBP_XF_PRED_DELTA)                                                                 \
+    IBP_XF_COLUMN_CASE(W, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)                                                 \
+    IBP_XF_COLUMN_CASE(W, IBP_XF_PRED_XOR)                                                                   \
+    IBP_XF_COLUMN_CASE(W, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+
+/* The words of ibp_words_load with transforms that differ between columns: column by column, each
+ * with its word size and transform constants (a word's column's transform, tested word by word,
+ * took most of the winner's loads). */
+static void ibp_words_load_mixed(const IbpSample *s, uint32_t w, uint32_t c_count, const uint8_t *xform,
+                                 IbpWords *ws)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const IbpChunk *ch = &s->chunks[i];
+        const uint32_t nw = ch->len / w;
+        const uint32_t col0 = (uint32_t)((ch->off / w) % c_count);
+        for (uint32_t c = 0; c < c_count; c++) {
+            const uint32_t j0 = (c + c_count - col0) % c_count;
+            switch (w * 8u + xform[c]) {
+                IBP_XF_COLUMN_CASES(2u)
+                IBP_XF_COLUMN_CASES(4u)
+                IBP_XF_COLUMN_CASES(8u)
+            default:
+                ibp_words_xf_column(ch->p, nw, w, xform[c], c_count, j0, ws->w + at);
+                break;
+            }
+        }
+        at += nw;
+        ws->chunk_end[i] = at;
+    }
+    ws->n = at;
+    ws->nchunks = s->n;
+}
+#undef IBP_XF_COLUMN_CASES
+#undef IBP_XF_COLUMN_CASE
+
 /* Loads the sample as words of the candidate's shape, transformed as xform says (may be NULL).
  * Predictors look back C words within the chunk, as the encoder does within a block.  ws keeps
  * its buffers from one load to the next (zeroed before the first; ibp_words_free at the end). */
@@ -302,24 +363,7 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
     } else if (uniform) {
         ibp_words_load_uniform(s, w, c_count, xform[0], ws);
     } else {
-        size_t at = 0;
-        for (size_t i = 0; i < s->n; i++) {
-            const IbpChunk *ch = &s->chunks[i];
-            const uint32_t nw = ch->len / w;
-            uint32_t col = (uint32_t)((ch->off / w) % c_count);
-            for (uint32_t j = 0; j < nw; j++) {
-                const uint32_t xf = xform[col];
-                const uint64_t prev = (xf & IBP_XF_PRED_MASK) && j >= c_count
-                                          ? ibp_load_word(ch->p + (size_t)(j - c_count) * w, w)
-                                          : 0;
-                ws->w[at++] = ibp_xform(xf, ibp_load_word(ch->p + (size_t)j * w, w), prev, w);
-                if (++col == c_count)
-                    col = 0;
-            }
-            ws->chunk_end[i] = at;
-        }
-        ws->n = at;
-        ws->nchunks = s->n;
+        ibp_words_load_mixed(s, w, c_count, xform, ws);
     }
     size_t start = 0;
     for (size_t i = 0; i < s->n; i++) {
