@@ -1405,7 +1405,12 @@ static inline __attribute__((always_inline)) uint32_t ibp_assign_word(uint64_t x
 #pragma GCC unroll 4
     for (uint32_t k = k_count; k > 0; k--) {
         const size_t idx = (size_t)(k - 1u) * stride;
-        sz = (x & mk[idx]) == vl[idx] ? vb[idx] : sz;
+        /* The variable bits loaded whether taken or not (the empty asm keeps the load out of
+         * the condition): loaded only where taken, the conditional move became a branch, which
+         * mispredicts. */
+        uint32_t v = vb[idx];
+        __asm__("" : "+r"(v));
+        sz = (x & mk[idx]) == vl[idx] ? v : sz;
     }
     return sz;
 }
