@@ -138,8 +138,6 @@ static void ibp_words_free(IbpWords *ws)
 
 typedef uint16_t ibp_v8u16w __attribute__((vector_size(16)));
 typedef uint32_t ibp_v4u32w __attribute__((vector_size(16)));
-typedef uint64_t ibp_v8u64w __attribute__((vector_size(64)));
-typedef uint64_t ibp_v4u64w __attribute__((vector_size(32)));
 
 /* One chunk's nw words from p into out, untransformed: 16 bytes at a time widened to 64-bit
  * words. */
@@ -147,19 +145,30 @@ static inline __attribute__((always_inline)) void ibp_words_copy(const uint8_t *
                                                                  const uint32_t w, uint64_t *restrict out)
 {
     uint32_t j = 0;
+    /* Widened by interleaving with zeros (unpacks): a conversion of the vector went through the
+     * stack lane by lane on the baseline instruction set, each vector read back right after its
+     * lanes were written. */
+    const ibp_v8u16w z16 = {0};
+    const ibp_v4u32w z32 = {0};
     if (w == 2u) {
         for (; j + 8u <= nw; j += 8u) {
             ibp_v8u16w x;
             memcpy(&x, p + (size_t)j * 2u, 16);
-            const ibp_v8u64w y = __builtin_convertvector(x, ibp_v8u64w);
-            memcpy(out + j, &y, 64);
+            const ibp_v4u32w lo = (ibp_v4u32w)__builtin_shuffle(x, z16, (ibp_v8u16w){0, 8, 1, 8, 2, 8, 3, 8});
+            const ibp_v4u32w hi = (ibp_v4u32w)__builtin_shuffle(x, z16, (ibp_v8u16w){4, 8, 5, 8, 6, 8, 7, 8});
+            const ibp_v4u32w y[4] = {__builtin_shuffle(lo, z32, (ibp_v4u32w){0, 4, 1, 4}),
+                                     __builtin_shuffle(lo, z32, (ibp_v4u32w){2, 4, 3, 4}),
+                                     __builtin_shuffle(hi, z32, (ibp_v4u32w){0, 4, 1, 4}),
+                                     __builtin_shuffle(hi, z32, (ibp_v4u32w){2, 4, 3, 4})};
+            memcpy(out + j, y, 64);
         }
     } else if (w == 4u) {
         for (; j + 4u <= nw; j += 4u) {
             ibp_v4u32w x;
             memcpy(&x, p + (size_t)j * 4u, 16);
-            const ibp_v4u64w y = __builtin_convertvector(x, ibp_v4u64w);
-            memcpy(out + j, &y, 32);
+            const ibp_v4u32w y[2] = {__builtin_shuffle(x, z32, (ibp_v4u32w){0, 4, 1, 4}),
+                                     __builtin_shuffle(x, z32, (ibp_v4u32w){2, 4, 3, 4})};
+            memcpy(out + j, y, 32);
         }
     } else {
         memcpy(out, p, (size_t)nw * 8u);
@@ -330,8 +339,8 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
         ws->cycle_len = longest + c_count;
         ws->cycle = malloc(ws->cycle_len * sizeof(uint32_t));
         ws->cycle_cols = c_count;
-        for (size_t k = 0; ws->cycle && k < ws->cycle_len; k++)
-            ws->cycle[k] = (uint32_t)(k % c_count);
+        for (size_t k = 0, c = 0; ws->cycle && k < ws->cycle_len; k++, c = c + 1u == c_count ? 0 : c + 1u)
+            ws->cycle[k] = (uint32_t)c;
     }
     if (n > ws->cap) {
         free(ws->w);
