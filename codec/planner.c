@@ -1297,13 +1297,12 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
     const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
-    /* Rank tables where building them costs less than the lookups they save: at most 4 table
-     * bytes a word where the count pass grouped the words (agree_hist's search there is nearly
-     * as fast), at most 32 for words of many columns (ibp_fit_hist_rank, a lookup a byte,
-     * against a binary search of 5-7 steps: ocr_rec_linear85's 4 MiB tile 7% fewer
-     * instructions). */
-    const size_t per_word = c_count > IBP_STAGE_COLUMNS ? 32u : 256u;
-    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * per_word <= ws->n * 4u;
+    /* Rank tables where they take at most 32 bytes a word: a lookup a byte against a binary
+     * search of 5-7 steps, each waiting on the last (ocr_rec_linear85's 4 MiB tile 7% fewer
+     * instructions).  Grouped words (agree_hist) took them only up to 4 bytes a word, where
+     * their search takes about as many instructions, but more time: 2-6% more a plan on the
+     * 4 MiB tiles. */
+    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 32u <= ws->n * 4u;
     const IbpPass proto = {.run = ibp_hist_pass,
                            .ws = ws,
                            .member = member,
