@@ -948,12 +948,10 @@ IBP_KW(ibp_ax_cost_k)(const IbpCodecPlan *p, const uint8_t *src, uint32_t len, u
                     acc += (uint64_t)__builtin_popcountll(gt[cols[q] | ((sel2 >> (q * gsb)) & gsel2)]);
                     left -= IBP_G;
                     if (left == 0u) {
-                        if (acc + row_sel < raw) {
-                            sel_bits += row_sel;
-                            payload_bits += acc;
-                        } else {
-                            payload_bits += raw;
-                        }
+                        /* Packed or raw is data: by masks rather than a branch that mispredicts. */
+                        const uint64_t packed = (uint64_t)0 - (uint64_t)(acc + row_sel < raw);
+                        sel_bits += row_sel & packed;
+                        payload_bits += (acc & packed) | (raw & ~packed);
                         acc = 0;
                         left = r_len;
                     }
@@ -974,12 +972,10 @@ IBP_KW(ibp_ax_cost_k)(const IbpCodecPlan *p, const uint8_t *src, uint32_t len, u
         }
         const uint64_t packed = IBP_KW(ibp_ax_row_cost)(p, in, n, col, k_count);
         const uint64_t raw = (uint64_t)n * w * 8u;
-        if (packed < raw) {
-            sel_bits += (uint64_t)n * p->sel_bits;
-            payload_bits += packed - (uint64_t)n * p->sel_bits;
-        } else {
-            payload_bits += raw;
-        }
+        const uint64_t take = (uint64_t)0 - (uint64_t)(packed < raw);
+        const uint64_t row_sel = (uint64_t)n * p->sel_bits;
+        sel_bits += row_sel & take;
+        payload_bits += ((packed - row_sel) & take) | (raw & ~take);
         col = (uint32_t)((col + (uint64_t)n) % p->columns);
     }
     const uint64_t packed_len = IBP_BLOCK_HEADER_SIZE + ibp_fmt_round16((nrows + 7u) / 8u) +

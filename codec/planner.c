@@ -138,8 +138,6 @@ static void ibp_words_free(IbpWords *ws)
 
 typedef uint16_t ibp_v8u16w __attribute__((vector_size(16)));
 typedef uint32_t ibp_v4u32w __attribute__((vector_size(16)));
-typedef uint64_t ibp_v8u64w __attribute__((vector_size(64)));
-typedef uint64_t ibp_v4u64w __attribute__((vector_size(32)));
 
 /* One chunk's nw words from p into out, untransformed: 16 bytes at a time widened to 64-bit
  * words. */
@@ -147,19 +145,30 @@ static inline __attribute__((always_inline)) void ibp_words_copy(const uint8_t *
                                                                  const uint32_t w, uint64_t *restrict out)
 {
     uint32_t j = 0;
+    /* Widened by interleaving with zeros (unpacks): a conversion of the vector went through the
+     * stack lane by lane on the baseline instruction set, each vector read back right after its
+     * lanes were written. */
+    const ibp_v8u16w z16 = {0};
+    const ibp_v4u32w z32 = {0};
     if (w == 2u) {
         for (; j + 8u <= nw; j += 8u) {
             ibp_v8u16w x;
             memcpy(&x, p + (size_t)j * 2u, 16);
-            const ibp_v8u64w y = __builtin_convertvector(x, ibp_v8u64w);
-            memcpy(out + j, &y, 64);
+            const ibp_v4u32w lo = (ibp_v4u32w)__builtin_shuffle(x, z16, (ibp_v8u16w){0, 8, 1, 8, 2, 8, 3, 8});
+            const ibp_v4u32w hi = (ibp_v4u32w)__builtin_shuffle(x, z16, (ibp_v8u16w){4, 8, 5, 8, 6, 8, 7, 8});
+            const ibp_v4u32w y[4] = {__builtin_shuffle(lo, z32, (ibp_v4u32w){0, 4, 1, 4}),
+                                     __builtin_shuffle(lo, z32, (ibp_v4u32w){2, 4, 3, 4}),
+                                     __builtin_shuffle(hi, z32, (ibp_v4u32w){0, 4, 1, 4}),
+                                     __builtin_shuffle(hi, z32, (ibp_v4u32w){2, 4, 3, 4})};
+            memcpy(out + j, y, 64);
         }
     } else if (w == 4u) {
         for (; j + 4u <= nw; j += 4u) {
             ibp_v4u32w x;
             memcpy(&x, p + (size_t)j * 4u, 16);
-            const ibp_v4u64w y = __builtin_convertvector(x, ibp_v4u64w);
-            memcpy(out + j, &y, 32);
+            const ibp_v4u32w y[2] = {__builtin_shuffle(x, z32, (ibp_v4u32w){0, 4, 1, 4}),
+                                     __builtin_shuffle(x, z32, (ibp_v4u32w){2, 4, 3, 4})};
+            memcpy(out + j, y, 32);
         }
     } else {
         memcpy(out, p, (size_t)nw * 8u);
@@ -249,6 +258,67 @@ static void ibp_words_load_uniform(const IbpSample *s, uint32_t w, uint32_t c_co
 }
 #undef IBP_XF_COPY_CASE
 
+/* Column c's words of one chunk (every C-th from j0, its first) from p into out, transformed as
+ * xf says (w and xf constants where inlined). */
+static inline __attribute__((always_inline)) void ibp_words_xf_column(const uint8_t *p, uint32_t nw,
+                                                                      const uint32_t w, const uint32_t xf,
+                                                                      uint32_t c_count, uint32_t j0,
+                                                                      uint64_t *restrict out)
+{
+    uint32_t j = j0;
+    if (j < nw && (xf & IBP_XF_PRED_MASK)) {
+        out[j] = ibp_xform(xf, ibp_load_word(p + (size_t)j * w, w), 0, w); /* j0 < C: predicted from 0 */
+        j += c_count;
+    }
+    for (; j < nw; j += c_count) {
+        const uint64_t prev = xf & IBP_XF_PRED_MASK ? ibp_load_word(p + (size_t)(j - c_count) * w, w) : 0;
+        out[j] = ibp_xform(xf, ibp_load_word(p + (size_t)j * w, w), prev, w);
+    }
+}
+
+#define IBP_XF_COLUMN_CASE(W, XF)                                                                            \
+    case (W)*8u + (XF):                                                                                      \
+        ibp_words_xf_column(ch->p, nw, (W), (XF), c_count, j0, ws->w + at);                                  \
+        break;
+#define IBP_XF_COLUMN_CASES(W)                                                                               \
+    IBP_XF_COLUMN_CASE(W, 0u)                                                                                \
+    IBP_XF_COLUMN_CASE(W, IBP_XF_ZIGZAG)                                                                     \
+    IBP_XF_COLUMN_CASE(W, IBP_XF_PRED_DELTA)                                                                 \
+    IBP_XF_COLUMN_CASE(W, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)                                                 \
+    IBP_XF_COLUMN_CASE(W, IBP_XF_PRED_XOR)                                                                   \
+    IBP_XF_COLUMN_CASE(W, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+
+/* The words of ibp_words_load with transforms that differ between columns: column by column, each
+ * with its word size and transform constants (a word's column's transform, tested word by word,
+ * took most of the winner's loads). */
+static void ibp_words_load_mixed(const IbpSample *s, uint32_t w, uint32_t c_count, const uint8_t *xform,
+                                 IbpWords *ws)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const IbpChunk *ch = &s->chunks[i];
+        const uint32_t nw = ch->len / w;
+        const uint32_t col0 = (uint32_t)((ch->off / w) % c_count);
+        for (uint32_t c = 0; c < c_count; c++) {
+            const uint32_t j0 = (c + c_count - col0) % c_count;
+            switch (w * 8u + xform[c]) {
+                IBP_XF_COLUMN_CASES(2u)
+                IBP_XF_COLUMN_CASES(4u)
+                IBP_XF_COLUMN_CASES(8u)
+            default:
+                ibp_words_xf_column(ch->p, nw, w, xform[c], c_count, j0, ws->w + at);
+                break;
+            }
+        }
+        at += nw;
+        ws->chunk_end[i] = at;
+    }
+    ws->n = at;
+    ws->nchunks = s->n;
+}
+#undef IBP_XF_COLUMN_CASES
+#undef IBP_XF_COLUMN_CASE
+
 /* Loads the sample as words of the candidate's shape, transformed as xform says (may be NULL).
  * Predictors look back C words within the chunk, as the encoder does within a block.  ws keeps
  * its buffers from one load to the next (zeroed before the first; ibp_words_free at the end). */
@@ -269,8 +339,8 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
         ws->cycle_len = longest + c_count;
         ws->cycle = malloc(ws->cycle_len * sizeof(uint32_t));
         ws->cycle_cols = c_count;
-        for (size_t k = 0; ws->cycle && k < ws->cycle_len; k++)
-            ws->cycle[k] = (uint32_t)(k % c_count);
+        for (size_t k = 0, c = 0; ws->cycle && k < ws->cycle_len; k++, c = c + 1u == c_count ? 0 : c + 1u)
+            ws->cycle[k] = (uint32_t)c;
     }
     if (n > ws->cap) {
         free(ws->w);
@@ -302,24 +372,7 @@ static int ibp_words_load(const IbpSample *s, uint32_t w, uint32_t c_count, cons
     } else if (uniform) {
         ibp_words_load_uniform(s, w, c_count, xform[0], ws);
     } else {
-        size_t at = 0;
-        for (size_t i = 0; i < s->n; i++) {
-            const IbpChunk *ch = &s->chunks[i];
-            const uint32_t nw = ch->len / w;
-            uint32_t col = (uint32_t)((ch->off / w) % c_count);
-            for (uint32_t j = 0; j < nw; j++) {
-                const uint32_t xf = xform[col];
-                const uint64_t prev = (xf & IBP_XF_PRED_MASK) && j >= c_count
-                                          ? ibp_load_word(ch->p + (size_t)(j - c_count) * w, w)
-                                          : 0;
-                ws->w[at++] = ibp_xform(xf, ibp_load_word(ch->p + (size_t)j * w, w), prev, w);
-                if (++col == c_count)
-                    col = 0;
-            }
-            ws->chunk_end[i] = at;
-        }
-        ws->n = at;
-        ws->nchunks = s->n;
+        ibp_words_load_mixed(s, w, c_count, xform, ws);
     }
     size_t start = 0;
     for (size_t i = 0; i < s->n; i++) {
@@ -999,8 +1052,13 @@ ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, I
             vl[k] = am->value[(size_t)k * c_count + c];
         }
         size_t blk[IBP_MAX_SETS + 1u] = {0};
-        size_t fill[IBP_MAX_SETS + 1u] = {0};
         uint8_t *to[IBP_MAX_SETS + 1u] = {NULL};
+        /* Each set's fill of its block, 16 bits a set in one register: kept in an array, a word's
+         * fill was a load that waited on the last word's store of it. */
+        _Static_assert(IBP_MAX_SETS + 1u <= 4u && IBP_GROUP_BYTES / 2u < 65536u,
+                       "a block's fill is 16 bits of fills");
+        uint64_t fills = 0;
+        static const uint64_t one[4] = {1u, (uint64_t)1 << 16, (uint64_t)1 << 32, (uint64_t)1 << 48};
         for (uint32_t r = 0; r <= nfit; r++) {
             blk[r] = ibp_group_open(f, r, c);
             to[r] = grp + blk[r] * IBP_GROUP_BYTES;
@@ -1026,21 +1084,22 @@ ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, I
                 } else {
                     route = ibp_fit_route(member, mode, i);
                 }
-                const size_t at = fill[route];
-                ibp_store_word(to[route] + at * w, x, w);
-                fill[route] = at + 1u;
+                const uint32_t sh = route * 16u;
+                const uint32_t at = (uint32_t)(fills >> sh) & 0xffffu;
+                ibp_store_word(to[route] + (size_t)at * w, x, w);
+                fills += one[route];
                 if (at + 1u == per_block) {
                     ibp_group_close(f, blk[route], per_block, w, c_count, route || count0);
                     blk[route] = ibp_group_open(f, route, c);
                     to[route] = grp + blk[route] * IBP_GROUP_BYTES;
-                    fill[route] = 0;
+                    fills &= ~((uint64_t)0xffffu << sh);
                 }
             }
             if (hi <= cend[ch])
                 break;
         }
         for (uint32_t r = 0; r <= nfit; r++)
-            ibp_group_close(f, blk[r], (uint32_t)fill[r], w, c_count, r || count0);
+            ibp_group_close(f, blk[r], (uint32_t)(fills >> (r * 16u)) & 0xffffu, w, c_count, r || count0);
     }
     f->grp_of = ws;
     f->grp_gen = ws->gen;
@@ -1238,13 +1297,12 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
     const uint32_t c_count = ws->columns;
     const size_t sc = (size_t)(nfit + 1u) * c_count; /* (set, column) pairs, set 0 discarded */
     const size_t hs = wbits + 1u; /* histogram entries per (set, column): agreement 0 to wbits */
-    /* Rank tables where building them costs less than the lookups they save: at most 4 table
-     * bytes a word where the count pass grouped the words (agree_hist's search there is nearly
-     * as fast), at most 32 for words of many columns (ibp_fit_hist_rank, a lookup a byte,
-     * against a binary search of 5-7 steps: ocr_rec_linear85's 4 MiB tile 7% fewer
-     * instructions). */
-    const size_t per_word = c_count > IBP_STAGE_COLUMNS ? 32u : 256u;
-    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * per_word <= ws->n * 4u;
+    /* Rank tables where they take at most 32 bytes a word: a lookup a byte against a binary
+     * search of 5-7 steps, each waiting on the last (ocr_rec_linear85's 4 MiB tile 7% fewer
+     * instructions).  Grouped words (agree_hist) took them only up to 4 bytes a word, where
+     * their search takes about as many instructions, but more time: 2-6% more a plan on the
+     * 4 MiB tiles. */
+    const int use_rank = sc * w * 256u <= f->rank_cap && sc * w * 32u <= ws->n * 4u;
     const IbpPass proto = {.run = ibp_hist_pass,
                            .ws = ws,
                            .member = member,
@@ -1355,7 +1413,12 @@ static inline __attribute__((always_inline)) uint32_t ibp_assign_word(uint64_t x
 #pragma GCC unroll 4
     for (uint32_t k = k_count; k > 0; k--) {
         const size_t idx = (size_t)(k - 1u) * stride;
-        sz = (x & mk[idx]) == vl[idx] ? vb[idx] : sz;
+        /* The variable bits loaded whether taken or not (the empty asm keeps the load out of
+         * the condition): loaded only where taken, the conditional move became a branch, which
+         * mispredicts. */
+        uint32_t v = vb[idx];
+        __asm__("" : "+r"(v));
+        sz = (x & mk[idx]) == vl[idx] ? v : sz;
     }
     return sz;
 }
@@ -1397,13 +1460,21 @@ static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWord
         }
         return bits;
     }
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t c = cols[i];
-        const uint32_t sz = ibp_assign_word(words[i], mask + c, value + c, vb + c, c_count, k_count, wbits);
-        bits += sz + sb;
-        if (run) {
-            sum += sz;
-            run[i + 1] = sum;
+    /* Each word's column counted along its chunk rather than read: the column array is half as
+     * many bytes again as the words, and the passes over them wait on memory. */
+    size_t i = 0;
+    for (size_t ch = 0; ch < ws->nchunks; ch++) {
+        const size_t end = ws->chunk_end[ch];
+        uint32_t c = i < end ? cols[i] : 0;
+        for (; i < end; i++) {
+            const uint32_t sz =
+                ibp_assign_word(words[i], mask + c, value + c, vb + c, c_count, k_count, wbits);
+            bits += sz + sb;
+            if (run) {
+                sum += sz;
+                run[i + 1] = sum;
+            }
+            c = c + 1u == c_count ? 0 : c + 1u;
         }
     }
     return bits;
