@@ -1273,8 +1273,10 @@ __device__ __forceinline__ void copy_raw_segment(const IbpBlockHeader &h, const 
 
 // Bits a one-column plan saves on selectors [first, first + n) of a block (whole words' bits
 // less the stored ones), this thread's share of them when nthreads threads split the selector
-// words (a selector above K reads as K).
-template <int W>
+// words (a selector above K reads as K).  Each thread loads kBatch of its words before it sums
+// them, so that a long range (a block's earlier segments) waits for one round trip a batch, not
+// one a word.
+template <int W, uint32_t kBatch = 1>
 __device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<W> *t, const Block &b,
                                                      uint32_t first, uint32_t n, uint32_t tid,
                                                      uint32_t nthreads)
@@ -1282,14 +1284,25 @@ __device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<
     const SelSavings sv = sel_savings<W>(p, t);
     const uint32_t b0 = first * p.sb, b1 = (first + n) * p.sb;
     uint32_t sum = 0;
-    for (uint32_t wi = b0 / 32 + tid; wi * 32 < b1; wi += nthreads) {
-        uint32_t v = wi < b.sel_words ? __ldg(b.sel + wi) : 0;
-        const uint32_t lo_bit = wi * 32;
-        if (lo_bit < b0)
-            v &= ~0u << (b0 - lo_bit);
-        if (b1 - lo_bit < 32)
-            v &= (1u << (b1 - lo_bit)) - 1u;
-        sum += word_savings(p, sv, v);
+    for (uint32_t wi0 = b0 / 32 + tid; wi0 * 32 < b1; wi0 += kBatch * nthreads) {
+        uint32_t v[kBatch];
+#pragma unroll
+        for (uint32_t k = 0; k < kBatch; k++) {
+            const uint32_t wi = wi0 + k * nthreads;
+            v[k] = wi * 32 < b1 && wi < b.sel_words ? __ldg(b.sel + wi) : 0;
+        }
+#pragma unroll
+        for (uint32_t k = 0; k < kBatch; k++) {
+            const uint32_t lo_bit = (wi0 + k * nthreads) * 32;
+            if (lo_bit >= b1)
+                break;
+            uint32_t x = v[k];
+            if (lo_bit < b0)
+                x &= ~0u << (b0 - lo_bit);
+            if (b1 - lo_bit < 32)
+                x &= (1u << (b1 - lo_bit)) - 1u;
+            sum += word_savings(p, sv, x);
+        }
     }
     return sum;
 }
@@ -1394,7 +1407,7 @@ __device__ uint32_t block_bits_before(const Plan &p, const Table<W> *t, const Bl
     if constexpr (C1) {
         const uint32_t j0 = s0 * IBP_DECODE_SEG_WORDS;
         const uint32_t nsel = packed_before(p, b, j0);
-        return 8 * W * j0 - cta_sum(selector_savings<W>(p, t, b, 0, nsel, threadIdx.x, kThreads), red);
+        return 8 * W * j0 - cta_sum(selector_savings<W, 8>(p, t, b, 0, nsel, threadIdx.x, kThreads), red);
     } else {
         return block_bits_range<W>(p, t, b, h, 0, s0, st, red);
     }
