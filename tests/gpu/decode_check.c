@@ -94,14 +94,17 @@ static void release(Encoded *e)
 }
 
 /* Decodes blocks [first, first + count) with clip (skip, len) and checks against data; the offsets
- * from the pinned table, or (inl) carried in the arguments. */
+ * from the pinned table, or (inl) carried in the arguments; the run from d_run, or (mapped) read
+ * through the pinned run's mapped address, as zero-copy reads it. */
 static void check_range_from(const char *name, const uint8_t *data, const Encoded *e, CUdeviceptr d_run,
                              CUdeviceptr d_plan, CUdeviceptr d_out, uint8_t *host_out, uint32_t first,
                              uint32_t count, uint64_t skip, uint64_t len, size_t dst_misalign, unsigned grid,
-                             int cta, int inl)
+                             int cta, int inl, int mapped)
 {
     CUdeviceptr d_offsets;
     CHECK_CU(drv->cuMemHostGetDevicePointer(&d_offsets, e->offsets, 0));
+    if (mapped)
+        CHECK_CU(drv->cuMemHostGetDevicePointer(&d_run, e->run, 0));
     CHECK_CU(drv->cuMemsetD8(d_out, 0xa5, len + dst_misalign + 16));
     CHECK_CU(drv->cuMemsetD8(d_scratch, 0x5a, ibp_decode_scratch_bytes(mod)));
     IbpDecodeArgs a = {.comp = d_run + e->offsets[first],
@@ -147,16 +150,20 @@ static void check_range_from(const char *name, const uint8_t *data, const Encode
         }
 }
 
+/* check_range_from with the offsets from the table and, where they fit, carried; mapped: the
+ * carried ones only (zero-copy launches carry them where they fit, as the shim's do). */
 static void check_range(const char *name, const uint8_t *data, const Encoded *e, CUdeviceptr d_run,
                         CUdeviceptr d_plan, CUdeviceptr d_out, uint8_t *host_out, uint32_t first,
                         uint32_t count, uint64_t skip, uint64_t len, size_t dst_misalign, unsigned grid,
-                        int cta)
+                        int cta, int mapped)
 {
-    check_range_from(name, data, e, d_run, d_plan, d_out, host_out, first, count, skip, len, dst_misalign,
-                     grid, cta, 0);
-    if (count + 1u <= IBP_DECODE_INLINE_OFFSETS)
+    const int fit = count + 1u <= IBP_DECODE_INLINE_OFFSETS;
+    if (!mapped || !fit)
         check_range_from(name, data, e, d_run, d_plan, d_out, host_out, first, count, skip, len, dst_misalign,
-                         grid, cta, 1);
+                         grid, cta, 0, mapped);
+    if (fit)
+        check_range_from(name, data, e, d_run, d_plan, d_out, host_out, first, count, skip, len, dst_misalign,
+                         grid, cta, 1, mapped);
 }
 
 static void run_case(const char *name, const uint8_t *data, size_t len, size_t block_size, IbpCodecPlan *plan)
@@ -176,15 +183,18 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
     CHECK_CU(drv->cuMemcpyHtoD(d_run, e.run, e.run_len));
     CHECK_CU(drv->cuMemcpyHtoD(d_plan, blob, blob_len));
     uint8_t *host_out = malloc(len + 64);
-    /* Whole run (also with fewer CTAs than blocks, as max_sms does, and a CTA per block), then
-     * clipped ranges, alternately by the segmented kernels and a CTA per block.  Both undo
+    /* Whole run (also with fewer CTAs than blocks, as max_sms does, a CTA per block, and read
+     * through the pinned run's mapped address as zero-copy reads it), then clipped ranges,
+     * alternately by the segmented kernels and a CTA per block, every third one zero-copy.  Both undo
      * predictors of periods up to 32 words themselves, so they clip those blocks; longer periods
      * only clip whole blocks (the router sends their clipped edge blocks through scratch space). */
-    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 0, 0);
-    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 1, 0,
-                1); /* a CTA per block */
+    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 0, 0, 0);
+    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 1, 0, 1,
+                0); /* a CTA per block */
+    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 3, 0, 0,
+                1); /* zero-copy */
     if (e.nblocks > 3)
-        check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 3, 0);
+        check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 3, 0, 0);
     const int clip_blocks = !e.has_pred || e.columns <= 32;
     uint64_t seed = len * 2654435761u;
     for (int k = 0; k < 12 && !failures; k++) {
@@ -199,7 +209,7 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
             l = 1 + (seed >> 11) % (span - skip);
         }
         check_range(name, data, &e, d_run, d_plan, d_out, host_out, first, count, skip, l, (size_t)(seed % 7),
-                    0, k & 1);
+                    0, k & 1, k % 3 == 2);
     }
     free(host_out);
     drv->cuMemFree(d_run);
