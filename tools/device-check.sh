@@ -5,7 +5,8 @@
 #
 # usage: tools/device-check.sh [--debs DIR] [--build DIR] [--logs DIR]
 #   --debs DIR  Debian .deb files of missing build dependencies (uthash-dev, libinih-dev, libinih1,
-#               libunwind-dev, libunwind8, libgtest-dev, pkgconf...), unpacked into a private prefix
+#               libunwind-dev, libunwind8, libgtest-dev, libjansson-dev, libjansson4, pkgconf...),
+#               unpacked into a private prefix
 #   --build DIR build directory (default build-device)
 #   --logs DIR  where full logs go (default $OUT when set, else ./device-logs)
 #   --data DIR  the real tensors (default ../shared/data); the decode benchmark tiles them
