@@ -226,6 +226,135 @@ IBP_KATTR static void ibp_codec_lag_equal_avx2(const uint8_t *p, size_t n, uint3
     }
 }
 
+/* vpermd indices that move the 64-bit lanes set in a 4-bit mask to the front, in order: whole
+ * (two dwords a lane), and their low dwords only. */
+static const uint32_t ibp_ax_pack_q[16][8] = {
+    {0, 0, 0, 0, 0, 0, 0, 0}, {0, 1, 0, 0, 0, 0, 0, 0}, {2, 3, 0, 0, 0, 0, 0, 0}, {0, 1, 2, 3, 0, 0, 0, 0},
+    {4, 5, 0, 0, 0, 0, 0, 0}, {0, 1, 4, 5, 0, 0, 0, 0}, {2, 3, 4, 5, 0, 0, 0, 0}, {0, 1, 2, 3, 4, 5, 0, 0},
+    {6, 7, 0, 0, 0, 0, 0, 0}, {0, 1, 6, 7, 0, 0, 0, 0}, {2, 3, 6, 7, 0, 0, 0, 0}, {0, 1, 2, 3, 6, 7, 0, 0},
+    {4, 5, 6, 7, 0, 0, 0, 0}, {0, 1, 4, 5, 6, 7, 0, 0}, {2, 3, 4, 5, 6, 7, 0, 0}, {0, 1, 2, 3, 4, 5, 6, 7}};
+static const uint32_t ibp_ax_pack_d[16][8] = {
+    {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0}, {2, 0, 0, 0, 0, 0, 0, 0}, {0, 2, 0, 0, 0, 0, 0, 0},
+    {4, 0, 0, 0, 0, 0, 0, 0}, {0, 4, 0, 0, 0, 0, 0, 0}, {2, 4, 0, 0, 0, 0, 0, 0}, {0, 2, 4, 0, 0, 0, 0, 0},
+    {6, 0, 0, 0, 0, 0, 0, 0}, {0, 6, 0, 0, 0, 0, 0, 0}, {2, 6, 0, 0, 0, 0, 0, 0}, {0, 2, 6, 0, 0, 0, 0, 0},
+    {4, 6, 0, 0, 0, 0, 0, 0}, {0, 4, 6, 0, 0, 0, 0, 0}, {2, 4, 6, 0, 0, 0, 0, 0}, {0, 2, 4, 6, 0, 0, 0, 0}};
+
+/* The lanes of x set in m (a 4-bit mask), packed at w bytes to the front, stored at dst: 4 * w
+ * bytes, what follows the taken lanes is left over. */
+IBP_KATTR static inline __attribute__((always_inline)) void ibp_ax_stage_store(uint8_t *dst, __m256i x,
+                                                                               uint32_t m, const uint32_t w)
+{
+    if (w == 8u) {
+        const __m256i idx = _mm256_loadu_si256((const __m256i *)ibp_ax_pack_q[m]);
+        _mm256_storeu_si256((__m256i *)dst, _mm256_permutevar8x32_epi32(x, idx));
+        return;
+    }
+    const __m256i idx = _mm256_loadu_si256((const __m256i *)ibp_ax_pack_d[m]);
+    const __m128i d = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(x, idx));
+    if (w == 4u) {
+        _mm_storeu_si128((__m128i *)dst, d);
+        return;
+    }
+    const __m128i h =
+        _mm_shuffle_epi8(d, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
+    _mm_storel_epi64((__m128i *)dst, h);
+}
+
+/* The kernel stage four words a step: their routes by compares, then each set's words packed to
+ * the front by a permute and stored whole; a step runs only where no set's buffer can fill in it
+ * (the steps safe from every fill are counted beforehand), the rest word by word. */
+IBP_KATTR static inline __attribute__((always_inline)) uint32_t
+ibp_ax_stage_w(const uint64_t *words, size_t stride, uint32_t n, const uint32_t w, const uint32_t how,
+               const uint32_t ak, const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap)
+{
+    const uint32_t r_lo = how == IBP_ROUTE_ONE || how == IBP_ROUTE_SIGN ? 1u : 0u;
+    const uint32_t r_hi = how == IBP_ROUTE_SETS ? ak : how == IBP_ROUTE_SIGN ? 2u : 1u;
+    __m256i mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
+    for (uint32_t k = 0; k < ak; k++) {
+        mk[k] = _mm256_set1_epi64x((long long)rt->mask[k]);
+        vl[k] = _mm256_set1_epi64x((long long)rt->value[k]);
+    }
+    uint32_t f[IBP_MAX_SETS + 1u];
+    for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+        f[r] = fill[r];
+    uint32_t i = 0;
+    for (;;) {
+        uint32_t room = cap;
+        for (uint32_t r = r_lo; r <= r_hi; r++)
+            room = cap - f[r] < room ? cap - f[r] : room;
+        /* Steps until a buffer could hold fewer than four more words. */
+        uint32_t steps = room > 4u ? (room - 1u) / 4u : 0;
+        steps = steps < (n - i) / 4u ? steps : (n - i) / 4u;
+        if (!steps)
+            break;
+        for (; steps; steps--, i += 4u) {
+            const uint64_t *const at = words + (size_t)i * stride;
+            const __m256i x = stride == 1u
+                                  ? _mm256_loadu_si256((const __m256i *)at)
+                                  : _mm256_set_epi64x((long long)at[3u * stride], (long long)at[2u * stride],
+                                                      (long long)at[stride], (long long)at[0]);
+            if (how == IBP_ROUTE_ONE) {
+                ibp_ax_stage_store(to[1] + (size_t)f[1] * w, x, 15u, w);
+                f[1] += 4u;
+                continue;
+            }
+            __m256i route;
+            if (how == IBP_ROUTE_SIGN) {
+                route = _mm256_srli_epi64(x, (int)(w * 8u - 1u));
+                route = _mm256_and_si256(route, _mm256_set1_epi64x(1));
+                route = _mm256_add_epi64(route, _mm256_set1_epi64x(1));
+            } else {
+                route = _mm256_setzero_si256();
+                for (uint32_t k = ak; k > 0; k--) {
+                    const __m256i hit = _mm256_cmpeq_epi64(_mm256_and_si256(x, mk[k - 1u]), vl[k - 1u]);
+                    route = _mm256_blendv_epi8(route, _mm256_set1_epi64x((long long)k), hit);
+                }
+                if (how == IBP_ROUTE_FREE)
+                    route = _mm256_and_si256(_mm256_cmpeq_epi64(route, _mm256_setzero_si256()),
+                                             _mm256_set1_epi64x(1));
+            }
+            for (uint32_t r = r_lo; r <= r_hi; r++) {
+                const uint32_t m = (uint32_t)_mm256_movemask_pd(
+                    _mm256_castsi256_pd(_mm256_cmpeq_epi64(route, _mm256_set1_epi64x((long long)r))));
+                ibp_ax_stage_store(to[r] + (size_t)f[r] * w, x, m, w);
+                f[r] += (uint32_t)_mm_popcnt_u32(m);
+            }
+        }
+    }
+    for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+        fill[r] = f[r];
+    return i + ibp_codec_stage_ref(words + (size_t)i * stride, stride, n - i, w, rt, to, fill, cap);
+}
+
+#define IBP_AX_STAGE_KEY(W, HOW, K) (((W)*4u + (HOW)) * 4u + (K))
+#define IBP_AX_STAGE_CASE(W, HOW, K)                                                                         \
+    case IBP_AX_STAGE_KEY(W, HOW, K):                                                                        \
+        return ibp_ax_stage_w(words, stride, n, (W), (HOW), (K), rt, to, fill, cap);
+#define IBP_AX_STAGE_CASES(W)                                                                                \
+    IBP_AX_STAGE_CASE(W, IBP_ROUTE_ONE, 0u)                                                                  \
+    IBP_AX_STAGE_CASE(W, IBP_ROUTE_SIGN, 0u)                                                                 \
+    IBP_AX_STAGE_CASE(W, IBP_ROUTE_FREE, 1u)                                                                 \
+    IBP_AX_STAGE_CASE(W, IBP_ROUTE_FREE, 2u)                                                                 \
+    IBP_AX_STAGE_CASE(W, IBP_ROUTE_SETS, 2u)                                                                 \
+    IBP_AX_STAGE_CASE(W, IBP_ROUTE_SETS, 3u)
+
+IBP_KATTR static uint32_t ibp_codec_stage_avx2(const uint64_t *words, size_t stride, uint32_t n, uint32_t w,
+                                               const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill,
+                                               uint32_t cap)
+{
+    const uint32_t ak = rt->how == IBP_ROUTE_SETS || rt->how == IBP_ROUTE_FREE ? rt->nsets : 0;
+    switch (IBP_AX_STAGE_KEY(w, rt->how, ak)) {
+        IBP_AX_STAGE_CASES(2u)
+        IBP_AX_STAGE_CASES(4u)
+        IBP_AX_STAGE_CASES(8u)
+    default:
+        return ibp_codec_stage_ref(words, stride, n, w, rt, to, fill, cap);
+    }
+}
+#undef IBP_AX_STAGE_CASES
+#undef IBP_AX_STAGE_CASE
+#undef IBP_AX_STAGE_KEY
+
 uint32_t ibp_codec_crc32c_sse42(uint32_t crc, const void *data, size_t len);
 
 const IbpCodecKernels ibp_codec_kernels_avx2 = {
@@ -236,4 +365,5 @@ const IbpCodecKernels ibp_codec_kernels_avx2 = {
     .crc32c = ibp_codec_crc32c_sse42,
     .agree_hist = ibp_codec_agree_hist_avx2,
     .lag_equal = ibp_codec_lag_equal_avx2,
+    .stage = ibp_codec_stage_avx2,
 };

@@ -64,4 +64,5 @@ const IbpCodecKernels ibp_codec_kernels_bmi2 = {
     .crc32c = ibp_codec_crc32c_sse42,
     .agree_hist = ibp_codec_agree_hist_ref,
     .lag_equal = ibp_codec_lag_equal_ref,
+    .stage = ibp_codec_stage_ref,
 };

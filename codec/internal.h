@@ -146,6 +146,20 @@ struct IbpCodecPlan {
     size_t sample_bytes;
 };
 
+/* How the staged count pass's kernel routes a word to a set (IbpStageRoute.how). */
+enum { IBP_ROUTE_ONE, IBP_ROUTE_SIGN, IBP_ROUTE_SETS, IBP_ROUTE_FREE };
+
+/* The sets one column's words are routed to by the kernel stage: with IBP_ROUTE_SETS a word's set
+ * is the first k + 1 (k < nsets) whose mask[k] bits equal value[k], 0 for none; IBP_ROUTE_FREE
+ * takes the words of set 0 so found to set 1 and the rest to set 0; IBP_ROUTE_SIGN sends a word
+ * to set 1 plus its top bit, IBP_ROUTE_ONE every word to set 1. */
+typedef struct IbpStageRoute {
+    uint64_t mask[IBP_MAX_SETS];
+    uint64_t value[IBP_MAX_SETS];
+    uint32_t nsets;
+    uint32_t how;
+} IbpStageRoute;
+
 /* Block kernels, one set per instruction-set level. */
 typedef struct IbpCodecKernels {
     const char *name;
@@ -166,6 +180,13 @@ typedef struct IbpCodecKernels {
     /* eq[lag] for lag in [1, lag_max] (lag_max < n): how many of the bytes p[i], i below
      * (n - lag) rounded down to a multiple of 8, equal p[i + lag] (the planner's period search). */
     void (*lag_equal)(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
+    /* The staged count pass's word loop (planner): the n words words[0], words[stride], ... (w
+     * bytes each, in 64-bit words) routed to sets 0 .. IBP_MAX_SETS by rt, each appended, packed at
+     * w bytes, to its set's buffer: set r's next word goes to to[r] + fill[r] * w and counts in
+     * fill[r].  Every fill is below cap on entry; returns after the word that brings one to cap,
+     * or after all n: the words taken. */
+    uint32_t (*stage)(const uint64_t *words, size_t stride, uint32_t n, uint32_t w, const IbpStageRoute *rt,
+                      uint8_t *const *to, uint32_t *fill, uint32_t cap);
 } IbpCodecKernels;
 
 const IbpCodecKernels *ibp_codec_kernels(void);
@@ -179,6 +200,8 @@ extern const IbpCodecKernels ibp_codec_kernels_ref;
 void ibp_codec_agree_hist_ref(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj, const uint8_t *rank,
                               uint32_t *hist);
 void ibp_codec_lag_equal_ref(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
+uint32_t ibp_codec_stage_ref(const uint64_t *words, size_t stride, uint32_t n, uint32_t w,
+                             const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap);
 /* The equal bytes among p[i] and p[i + lag] for i in [i0, i1) (a multiple of 8 apart), 8 at a
  * time: what the vector levels of lag_equal leave. */
 uint32_t ibp_codec_lag_equal_tail(const uint8_t *p, size_t i0, size_t i1, uint32_t lag);

@@ -1028,37 +1028,112 @@ static inline size_t ibp_group_open(IbpFit *f, uint32_t set, uint32_t col)
     return b;
 }
 
-/* The count pass column by column, for few columns: each column's words (every C-th of a chunk)
- * are routed to their set as in ibp_fit_count_run and packed into that set's block of f's groups,
- * counted 16 bytes a vector when full and at the column's end; the histogram pass then takes the
- * words by (set, column) from the blocks, so member is not written.  The counts are those of
- * ibp_fit_count, except set 0's where count0 is 0 (no fit reads them then).  w, mode and ak are
- * constants where inlined. */
-static inline __attribute__((always_inline)) void
-ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, IbpFit *f, const uint32_t w,
-                     const int mode, const uint32_t ak, const IbpMasks *am, int count0, size_t lo, size_t hi)
+/* ibp_codec_stage_ref's word loop with w, how and the number of sets ak constants. */
+static inline __attribute__((always_inline)) uint32_t
+ibp_stage_words(const uint64_t *restrict words, size_t stride, uint32_t n, const uint32_t w,
+                const uint32_t how, const uint32_t ak, const IbpStageRoute *rt, uint8_t *const *to,
+                uint32_t *fill, uint32_t cap)
 {
+    uint64_t mk[IBP_MAX_SETS] = {0}, vl[IBP_MAX_SETS] = {0};
+    for (uint32_t k = 0; k < ak; k++) {
+        mk[k] = rt->mask[k];
+        vl[k] = rt->value[k];
+    }
+    /* Each set's fill, 16 bits a set in one register: kept in an array, a word's fill was a load
+     * that waited on the last word's store of it. */
+    _Static_assert(IBP_MAX_SETS + 1u <= 4u, "a set's fill is 16 bits of fills");
+    static const uint64_t one[4] = {1u, (uint64_t)1 << 16, (uint64_t)1 << 32, (uint64_t)1 << 48};
+    uint64_t fills = 0;
+    for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+        fills |= (uint64_t)fill[r] << (16u * r);
+    uint32_t i = 0;
+    while (i < n) {
+        const uint64_t x = words[(size_t)i * stride];
+        i++;
+        uint32_t route = 1u;
+        if (how == IBP_ROUTE_SETS || how == IBP_ROUTE_FREE) {
+            uint32_t sel = 0;
+#pragma GCC unroll 4
+            for (uint32_t k = ak; k > 0; k--)
+                sel = (x & mk[k - 1u]) == vl[k - 1u] ? k : sel;
+            route = how == IBP_ROUTE_FREE ? sel == 0 : sel;
+        } else if (how == IBP_ROUTE_SIGN) {
+            route = 1u + (uint32_t)((x >> (w * 8u - 1u)) & 1u);
+        }
+        const uint32_t sh = route * 16u;
+        const uint32_t at = (uint32_t)(fills >> sh) & 0xffffu;
+        ibp_store_word(to[route] + (size_t)at * w, x, w);
+        fills += one[route];
+        if (at + 1u == cap)
+            break;
+    }
+    for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+        fill[r] = (uint32_t)(fills >> (16u * r)) & 0xffffu;
+    return i;
+}
+
+#define IBP_STAGE_KEY(W, HOW, K) (((W)*4u + (HOW)) * 4u + (K))
+#define IBP_STAGE_CASE(W, HOW, K)                                                                            \
+    case IBP_STAGE_KEY(W, HOW, K):                                                                           \
+        return ibp_stage_words(words, stride, n, (W), (HOW), (K), rt, to, fill, cap);
+#define IBP_STAGE_CASES(W)                                                                                   \
+    IBP_STAGE_CASE(W, IBP_ROUTE_ONE, 0u)                                                                     \
+    IBP_STAGE_CASE(W, IBP_ROUTE_SIGN, 0u)                                                                    \
+    IBP_STAGE_CASE(W, IBP_ROUTE_FREE, 1u)                                                                    \
+    IBP_STAGE_CASE(W, IBP_ROUTE_FREE, 2u)                                                                    \
+    IBP_STAGE_CASE(W, IBP_ROUTE_SETS, 2u)                                                                    \
+    IBP_STAGE_CASE(W, IBP_ROUTE_SETS, 3u)
+
+/* Compiled per word size, routing and number of sets (those the planner asks for), so that the
+ * set tests and the store are constants. */
+uint32_t ibp_codec_stage_ref(const uint64_t *words, size_t stride, uint32_t n, uint32_t w,
+                             const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap)
+{
+    _Static_assert(IBP_GROUP_BYTES / 2u < 65536u, "a set's fill is 16 bits");
+    const uint32_t ak = rt->how == IBP_ROUTE_SETS || rt->how == IBP_ROUTE_FREE ? rt->nsets : 0;
+    switch (IBP_STAGE_KEY(w, rt->how, ak)) {
+        IBP_STAGE_CASES(2u)
+        IBP_STAGE_CASES(4u)
+        IBP_STAGE_CASES(8u)
+    default:
+        return ibp_stage_words(words, stride, n, w, rt->how, ak, rt, to, fill, cap);
+    }
+}
+#undef IBP_STAGE_CASES
+#undef IBP_STAGE_CASE
+#undef IBP_STAGE_KEY
+
+/* The count pass column by column, for few columns: each column's words (every C-th of a chunk)
+ * are routed to their set as in ibp_fit_count_run (by the kernel stage) and packed into that set's
+ * block of f's groups, counted 16 bytes a vector when full and at the column's end; the histogram
+ * pass then takes the words by (set, column) from the blocks, so member is not written.  The
+ * counts are those of ibp_fit_count, except set 0's where count0 is 0 (no fit reads them then). */
+static void ibp_fit_count_staged(const IbpWords *ws, uint32_t nfit, IbpFit *f, int mode, const IbpMasks *am,
+                                 int count0, size_t lo, size_t hi)
+{
+    const uint32_t w = ws->word_size;
     const uint32_t c_count = ws->columns;
     const uint32_t per_block = IBP_GROUP_BYTES / w;
-    const uint64_t *restrict const words = ws->w;
-    const uint32_t *restrict const cols = ws->col;
+    const uint32_t ak = am ? am->nsets : 0;
+    const uint64_t *const words = ws->w;
+    const uint32_t *const cols = ws->col;
     const size_t *const cend = ws->chunk_end;
     uint8_t *const grp = f->grp;
+    const IbpCodecKernels *const kern = ibp_codec_kernels();
+    /* Without sets only one set or the sign routes: a member to route by is never asked for. */
+    assert(ak || mode == IBP_FIT_ALL || mode == IBP_FIT_SIGN);
+    IbpStageRoute rt = {.nsets = ak};
+    rt.how = ak ? (mode == IBP_FIT_FREE ? IBP_ROUTE_FREE : IBP_ROUTE_SETS)
+                : (mode == IBP_FIT_SIGN ? IBP_ROUTE_SIGN : IBP_ROUTE_ONE);
     f->nblk = 0;
     for (uint32_t c = 0; c < c_count; c++) {
-        uint64_t mk[IBP_MAX_SETS] = {0}, vl[IBP_MAX_SETS] = {0};
         for (uint32_t k = 0; k < ak; k++) {
-            mk[k] = am->mask[(size_t)k * c_count + c];
-            vl[k] = am->value[(size_t)k * c_count + c];
+            rt.mask[k] = am->mask[(size_t)k * c_count + c];
+            rt.value[k] = am->value[(size_t)k * c_count + c];
         }
         size_t blk[IBP_MAX_SETS + 1u] = {0};
         uint8_t *to[IBP_MAX_SETS + 1u] = {NULL};
-        /* Each set's fill of its block, 16 bits a set in one register: kept in an array, a word's
-         * fill was a load that waited on the last word's store of it. */
-        _Static_assert(IBP_MAX_SETS + 1u <= 4u && IBP_GROUP_BYTES / 2u < 65536u,
-                       "a block's fill is 16 bits of fills");
-        uint64_t fills = 0;
-        static const uint64_t one[4] = {1u, (uint64_t)1 << 16, (uint64_t)1 << 32, (uint64_t)1 << 48};
+        uint32_t fill[IBP_MAX_SETS + 1u] = {0};
         for (uint32_t r = 0; r <= nfit; r++) {
             blk[r] = ibp_group_open(f, r, c);
             to[r] = grp + blk[r] * IBP_GROUP_BYTES;
@@ -1070,36 +1145,26 @@ ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, I
             start = cend[ch];
             if (a >= b)
                 continue;
-            for (size_t i = a + (c + c_count - cols[a]) % c_count; i < b; i += c_count) {
-                const uint64_t x = words[i];
-                uint32_t route;
-                if (ak) {
-                    uint32_t sel = 0;
-#pragma GCC unroll 4
-                    for (uint32_t k = ak; k > 0; k--)
-                        sel = (x & mk[k - 1u]) == vl[k - 1u] ? k : sel;
-                    route = mode == IBP_FIT_FREE ? sel == 0 : sel;
-                } else if (mode == IBP_FIT_SIGN) {
-                    route = 1u + (uint32_t)((x >> (w * 8u - 1u)) & 1u);
-                } else {
-                    route = ibp_fit_route(member, mode, i);
-                }
-                const uint32_t sh = route * 16u;
-                const uint32_t at = (uint32_t)(fills >> sh) & 0xffffu;
-                ibp_store_word(to[route] + (size_t)at * w, x, w);
-                fills += one[route];
-                if (at + 1u == per_block) {
-                    ibp_group_close(f, blk[route], per_block, w, c_count, route || count0);
-                    blk[route] = ibp_group_open(f, route, c);
-                    to[route] = grp + blk[route] * IBP_GROUP_BYTES;
-                    fills &= ~((uint64_t)0xffffu << sh);
+            size_t i = a + (c + c_count - cols[a]) % c_count;
+            uint32_t left = i < b ? (uint32_t)((b - 1u - i) / c_count + 1u) : 0;
+            while (left) {
+                const uint32_t took = kern->stage(words + i, c_count, left, w, &rt, to, fill, per_block);
+                i += (size_t)took * c_count;
+                left -= took;
+                for (uint32_t r = 0; r <= nfit; r++) {
+                    if (fill[r] < per_block)
+                        continue;
+                    ibp_group_close(f, blk[r], per_block, w, c_count, r || count0);
+                    blk[r] = ibp_group_open(f, r, c);
+                    to[r] = grp + blk[r] * IBP_GROUP_BYTES;
+                    fill[r] = 0;
                 }
             }
             if (hi <= cend[ch])
                 break;
         }
         for (uint32_t r = 0; r <= nfit; r++)
-            ibp_group_close(f, blk[r], (uint32_t)(fills >> (r * 16u)) & 0xffffu, w, c_count, r || count0);
+            ibp_group_close(f, blk[r], fill[r], w, c_count, r || count0);
     }
     f->grp_of = ws;
     f->grp_gen = ws->gen;
@@ -1108,19 +1173,6 @@ ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, I
     f->grp_lo = lo;
     f->grp_hi = hi;
 }
-
-#define IBP_STAGE_KEY(W, MODE, K) (((W)*4u + (uint32_t)(MODE)) * 4u + (K))
-#define IBP_STAGE_CASE(W, MODE, K)                                                                           \
-    case IBP_STAGE_KEY(W, MODE, K):                                                                          \
-        ibp_fit_count_staged(ws, p->member, p->nfit, f, (W), (MODE), (K), p->am, count0, p->lo, p->hi);      \
-        break;
-#define IBP_STAGE_CASES(W)                                                                                   \
-    IBP_STAGE_CASE(W, IBP_FIT_ALL, 0u)                                                                       \
-    IBP_STAGE_CASE(W, IBP_FIT_SIGN, 0u)                                                                      \
-    IBP_STAGE_CASE(W, IBP_FIT_FREE, 1u)                                                                      \
-    IBP_STAGE_CASE(W, IBP_FIT_FREE, 2u)                                                                      \
-    IBP_STAGE_CASE(W, IBP_FIT_SETS, 2u)                                                                      \
-    IBP_STAGE_CASE(W, IBP_FIT_SETS, 3u)
 
 /* Bit counts of a share of the words into p->f->cnt / ncol. */
 static void ibp_count_pass(IbpPass *p)
@@ -1138,15 +1190,7 @@ static void ibp_count_pass(IbpPass *p)
     const uint32_t ak = p->am ? p->am->nsets : 0;
     /* Few columns, each with many words a chunk: column by column through the staging buffers. */
     if (ws->columns <= IBP_STAGE_COLUMNS && (p->hi - p->lo) >= (size_t)ws->nchunks * ws->columns * 8u) {
-        const int count0 = p->count0;
-        switch (IBP_STAGE_KEY(w, mode, ak)) {
-            IBP_STAGE_CASES(2u)
-            IBP_STAGE_CASES(4u)
-            IBP_STAGE_CASES(8u)
-        default:
-            ibp_fit_count_staged(ws, p->member, p->nfit, f, w, mode, ak, p->am, count0, p->lo, p->hi);
-            break;
-        }
+        ibp_fit_count_staged(ws, p->nfit, f, mode, p->am, p->count0, p->lo, p->hi);
         return;
     }
     memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));

@@ -428,6 +428,75 @@ TEST(Codec, EveryLevelCountsEqualBytesAtEachLag)
     }
 }
 
+// The staged count pass's routing at every level against the reference: each routing and number
+// of sets the planner asks for, strides of one and more, lengths around the vector widths, fills
+// that start near the cap (a call stops where a set's buffer fills) and words that match the sets
+// about evenly; the buffers and fills must be the same after each call, and so must its words taken.
+TEST(Codec, EveryLevelStagesWordsAsTheReference)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    std::mt19937_64 rng(44);
+    const uint32_t routes[][2] = {{IBP_ROUTE_ONE, 0},  {IBP_ROUTE_SIGN, 0}, {IBP_ROUTE_FREE, 1},
+                                  {IBP_ROUTE_FREE, 2}, {IBP_ROUTE_SETS, 2}, {IBP_ROUTE_SETS, 3}};
+    const uint32_t cap = 64;
+    for (uint32_t w : {2u, 4u, 8u}) {
+        const uint64_t full = ibp_fmt_word_mask(w);
+        for (const auto &how : routes) {
+            for (size_t stride : {1u, 3u, 14u}) {
+                for (uint32_t n : {0u, 1u, 3u, 4u, 5u, 7u, 9u, 31u, 100u, 333u}) {
+                    IbpStageRoute rt = {};
+                    rt.how = how[0];
+                    rt.nsets = how[1];
+                    for (uint32_t k = 0; k < rt.nsets; k++) {
+                        rt.mask[k] = rng() & rng() & full;
+                        rt.value[k] = rng() & rt.mask[k];
+                    }
+                    std::vector<uint64_t> words((size_t)n * stride + 1u);
+                    for (auto &x : words) {
+                        x = rng() & full;
+                        const uint32_t k = (uint32_t)(rng() % 4u); // mostly one of the sets
+                        if (k < rt.nsets)
+                            x = (x & ~rt.mask[k]) | rt.value[k];
+                    }
+                    uint32_t start[IBP_MAX_SETS + 1u];
+                    for (auto &f : start)
+                        f = (uint32_t)(rng() % 2u ? rng() % cap : cap - 1u - rng() % 6u);
+                    std::vector<uint8_t> want_buf((IBP_MAX_SETS + 1u) * cap * 8u + 32u, 0xa5);
+                    uint8_t *want_to[IBP_MAX_SETS + 1u];
+                    for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+                        want_to[r] = want_buf.data() + (size_t)r * cap * 8u;
+                    uint32_t want_fill[IBP_MAX_SETS + 1u];
+                    memcpy(want_fill, start, sizeof(start));
+                    const uint32_t want_took =
+                        ibp_codec_stage_ref(words.data(), stride, n, w, &rt, want_to, want_fill, cap);
+                    for (size_t l = 0; l < nlevels; l++) {
+                        std::vector<uint8_t> buf(want_buf.size(), 0xa5);
+                        uint8_t *to[IBP_MAX_SETS + 1u];
+                        for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+                            to[r] = buf.data() + (size_t)r * cap * 8u;
+                        uint32_t fill[IBP_MAX_SETS + 1u];
+                        memcpy(fill, start, sizeof(start));
+                        const uint32_t took =
+                            levels[l]->stage(words.data(), stride, n, w, &rt, to, fill, cap);
+                        const std::string what = std::string(levels[l]->name) + " w " + std::to_string(w) +
+                                                 " how " + std::to_string(how[0]) + " sets " +
+                                                 std::to_string(how[1]) + " stride " +
+                                                 std::to_string(stride) + " n " + std::to_string(n);
+                        EXPECT_EQ(took, want_took) << what;
+                        for (uint32_t r = 0; r <= IBP_MAX_SETS; r++) {
+                            EXPECT_EQ(fill[r], want_fill[r]) << what << " set " << r;
+                            EXPECT_EQ(0, memcmp(to[r], want_to[r], (size_t)want_fill[r] * w))
+                                << what << " set " << r;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Every kernel level the CPU runs, called directly (dispatch picks only one): each must encode to
 // the reference's bytes and cost, decode any prefix to the reference's bytes, and fail on a
 // corrupt block exactly when the reference fails.  Plans cover each word size with one column
