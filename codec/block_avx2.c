@@ -355,6 +355,48 @@ IBP_KATTR static uint32_t ibp_codec_stage_avx2(const uint64_t *words, size_t str
 #undef IBP_AX_STAGE_CASE
 #undef IBP_AX_STAGE_KEY
 
+/* ibp_plan_count_packed 32 bytes a step: the same nibble and byte counters, four 64-bit lanes
+ * each; an odd vector at the end goes to the reference. */
+IBP_KATTR static void ibp_codec_count_bits_avx2(const uint8_t *buf, size_t nvec, uint32_t wbits, uint32_t *cnt)
+{
+    const __m256i ones = _mm256_set1_epi8(0x11);
+    const __m256i lows = _mm256_set1_epi8(0x0f);
+    const size_t npair = nvec / 2u;
+    size_t v = 0;
+    while (v < npair) {
+        __m256i bytes[8];
+        for (uint32_t k = 0; k < 8u; k++)
+            bytes[k] = _mm256_setzero_si256();
+        for (uint32_t round = 0; round < 17u && v < npair; round++) {
+            __m256i nib[4];
+            for (uint32_t j = 0; j < 4u; j++)
+                nib[j] = _mm256_setzero_si256();
+            const size_t stop = npair - v < 15u ? npair : v + 15u;
+            for (; v < stop; v++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(buf + 32u * v));
+                nib[0] = _mm256_add_epi8(nib[0], _mm256_and_si256(x, ones));
+                nib[1] = _mm256_add_epi8(nib[1], _mm256_and_si256(_mm256_srli_epi64(x, 1), ones));
+                nib[2] = _mm256_add_epi8(nib[2], _mm256_and_si256(_mm256_srli_epi64(x, 2), ones));
+                nib[3] = _mm256_add_epi8(nib[3], _mm256_and_si256(_mm256_srli_epi64(x, 3), ones));
+            }
+            for (uint32_t j = 0; j < 4u; j++) {
+                bytes[j] = _mm256_add_epi8(bytes[j], _mm256_and_si256(nib[j], lows));
+                bytes[4u + j] = _mm256_add_epi8(bytes[4u + j], _mm256_and_si256(_mm256_srli_epi64(nib[j], 4), lows));
+            }
+        }
+        /* Byte q of each 64-bit lane of bytes[h * 4 + j] counts bit 8q + 4h + j. */
+        for (uint32_t k = 0; k < 8u; k++) {
+            uint8_t lane[32];
+            _mm256_storeu_si256((__m256i *)lane, bytes[k]);
+            for (uint32_t q = 0; q < 8u; q++)
+                cnt[(8u * q + 4u * (k / 4u) + k % 4u) & (wbits - 1u)] +=
+                    (uint32_t)lane[q] + lane[8u + q] + lane[16u + q] + lane[24u + q];
+        }
+    }
+    if (nvec % 2u)
+        ibp_plan_count_packed(buf + 32u * npair, 1u, wbits, cnt);
+}
+
 uint32_t ibp_codec_crc32c_sse42(uint32_t crc, const void *data, size_t len);
 
 const IbpCodecKernels ibp_codec_kernels_avx2 = {
@@ -366,4 +408,5 @@ const IbpCodecKernels ibp_codec_kernels_avx2 = {
     .agree_hist = ibp_codec_agree_hist_avx2,
     .lag_equal = ibp_codec_lag_equal_avx2,
     .stage = ibp_codec_stage_avx2,
+    .count_bits = ibp_codec_count_bits_avx2,
 };

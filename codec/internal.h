@@ -187,6 +187,8 @@ typedef struct IbpCodecKernels {
      * or after all n: the words taken. */
     uint32_t (*stage)(const uint64_t *words, size_t stride, uint32_t n, uint32_t w, const IbpStageRoute *rt,
                       uint8_t *const *to, uint32_t *fill, uint32_t cap);
+    /* ibp_plan_count_packed (planner): the staged words' bit counts. */
+    void (*count_bits)(const uint8_t *buf, size_t nvec, uint32_t wbits, uint32_t *cnt);
 } IbpCodecKernels;
 
 const IbpCodecKernels *ibp_codec_kernels(void);

@@ -1016,7 +1016,7 @@ ibp_group_close(IbpFit *f, size_t b, uint32_t n, const uint32_t w, uint32_t c_co
     if (bytes % 16u)
         memset(buf + bytes, 0, 16u - bytes % 16u);
     const size_t at = (size_t)g->set * c_count + g->col;
-    ibp_plan_count_packed(buf, (bytes + 15u) / 16u, w * 8u, f->cnt + at * w * 8u);
+    ibp_codec_kernels()->count_bits(buf, (bytes + 15u) / 16u, w * 8u, f->cnt + at * w * 8u);
     f->ncol[at] += n;
 }
 

@@ -1207,11 +1207,14 @@ TEST(Codec, OneSetBitsBoundIsNeverBeaten)
 }
 
 // The count pass adds bits in nibbles and bytes that it empties every so many vectors: counts must
-// be exact across those boundaries, for every word size.
+// be exact across those boundaries, for every word size and at every level.
 TEST(Codec, PackedBitCountsAreExact)
 {
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
     std::mt19937_64 rng(12);
-    const size_t lengths[] = {0, 1, 2, 14, 15, 16, 254, 255, 256, 509, 510, 511, 4001};
+    const size_t lengths[] = {0, 1, 2, 3, 14, 15, 16, 29, 30, 31, 254, 255, 256, 509, 510, 511, 1019, 1021, 4001};
     for (uint32_t w : {2u, 4u, 8u}) {
         const uint32_t wbits = w * 8u;
         for (size_t nvec : lengths) {
@@ -1221,15 +1224,19 @@ TEST(Codec, PackedBitCountsAreExact)
                     const uint64_t x = dense ? rng() | rng() | rng() : rng(); // dense: counters near full
                     memcpy(buf.data() + i, &x, 8);
                 }
-                std::vector<uint32_t> want(wbits, 7u), got(wbits, 7u); // added to what is there
+                std::vector<uint32_t> want(wbits, 7u); // added to what is there
                 for (size_t i = 0; i < buf.size(); i += w) {
                     uint64_t x = 0;
                     memcpy(&x, buf.data() + i, w);
                     for (uint32_t b = 0; b < wbits; b++)
                         want[b] += (uint32_t)((x >> b) & 1u);
                 }
-                ibp_plan_count_packed(buf.data(), nvec, wbits, got.data());
-                EXPECT_EQ(got, want) << "w " << w << " vectors " << nvec << " dense " << dense;
+                for (size_t l = 0; l < nlevels; l++) {
+                    std::vector<uint32_t> got(wbits, 7u);
+                    levels[l]->count_bits(buf.data(), nvec, wbits, got.data());
+                    EXPECT_EQ(got, want) << levels[l]->name << " w " << w << " vectors " << nvec << " dense "
+                                         << dense;
+                }
             }
         }
     }
