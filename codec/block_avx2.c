@@ -397,6 +397,72 @@ IBP_KATTR static void ibp_codec_count_bits_avx2(const uint8_t *buf, size_t nvec,
         ibp_plan_count_packed(buf + 32u * npair, 1u, wbits, cnt);
 }
 
+/* ibp_assign's word loop four words a step: each set's lanes of four consecutive entries, a
+ * word's size picked by blends, and the running sums by two shifted adds and a carry; what is left
+ * of n goes to the reference.  K and run (NULL or not) are constants where inlined. */
+IBP_KATTR static inline __attribute__((always_inline)) uint64_t
+ibp_ax_assign_k(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t, uint32_t j0,
+                uint32_t base, uint32_t *run, const uint32_t k_count)
+{
+    const size_t stride = t->stride;
+    const uint32_t period = t->period;
+    const __m256i none = _mm256_set1_epi64x(wbits);
+    const __m256i high = _mm256_setr_epi64x(0, 0, -1, -1);
+    const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    __m256i total = _mm256_setzero_si256();
+    __m256i carry = _mm256_set1_epi64x(base);
+    uint32_t j = j0;
+    size_t i = 0;
+    for (; i + 4u <= n; i += 4u) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(words + i));
+        __m256i sz = none;
+        for (uint32_t k = k_count; k > 0; k--) {
+            const size_t e = (size_t)(k - 1u) * stride + j;
+            const __m256i hit =
+                _mm256_cmpeq_epi64(_mm256_and_si256(x, _mm256_loadu_si256((const __m256i *)(t->mask + e))),
+                                   _mm256_loadu_si256((const __m256i *)(t->value + e)));
+            sz = _mm256_blendv_epi8(sz, _mm256_loadu_si256((const __m256i *)(t->bits + e)), hit);
+        }
+        total = _mm256_add_epi64(total, sz);
+        if (run) {
+            __m256i s = _mm256_add_epi64(sz, _mm256_slli_si256(sz, 8));
+            s = _mm256_add_epi64(s, _mm256_and_si256(_mm256_permute4x64_epi64(s, 0x55), high));
+            s = _mm256_add_epi64(s, carry);
+            _mm_storeu_si128((__m128i *)(run + i),
+                             _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(s, low_dwords)));
+            carry = _mm256_permute4x64_epi64(s, 0xff);
+        }
+        j += 4u;
+        j = j >= period ? j - period : j;
+    }
+    const __m128i t2 = _mm_add_epi64(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+    const uint64_t sum = (uint64_t)_mm_cvtsi128_si64(t2) + (uint64_t)_mm_extract_epi64(t2, 1);
+    if (i == n)
+        return sum;
+    return sum +
+           ibp_codec_assign_ref(words + i, n - i, wbits, t, j, base + (uint32_t)sum, run ? run + i : NULL);
+}
+
+IBP_KATTR static uint64_t ibp_codec_assign_avx2(const uint64_t *words, size_t n, uint32_t wbits,
+                                                const IbpAssignTable *t, uint32_t j0, uint32_t base,
+                                                uint32_t *run)
+{
+    switch (t->nsets * 2u + (run != NULL)) {
+    case 2:
+        return ibp_ax_assign_k(words, n, wbits, t, j0, base, NULL, 1u);
+    case 3:
+        return ibp_ax_assign_k(words, n, wbits, t, j0, base, run, 1u);
+    case 4:
+        return ibp_ax_assign_k(words, n, wbits, t, j0, base, NULL, 2u);
+    case 5:
+        return ibp_ax_assign_k(words, n, wbits, t, j0, base, run, 2u);
+    case 6:
+        return ibp_ax_assign_k(words, n, wbits, t, j0, base, NULL, 3u);
+    default:
+        return ibp_ax_assign_k(words, n, wbits, t, j0, base, run, 3u);
+    }
+}
+
 uint32_t ibp_codec_crc32c_sse42(uint32_t crc, const void *data, size_t len);
 
 const IbpCodecKernels ibp_codec_kernels_avx2 = {
@@ -409,4 +475,5 @@ const IbpCodecKernels ibp_codec_kernels_avx2 = {
     .lag_equal = ibp_codec_lag_equal_avx2,
     .stage = ibp_codec_stage_avx2,
     .count_bits = ibp_codec_count_bits_avx2,
+    .assign = ibp_codec_assign_avx2,
 };

@@ -66,4 +66,5 @@ const IbpCodecKernels ibp_codec_kernels_bmi2 = {
     .lag_equal = ibp_codec_lag_equal_ref,
     .stage = ibp_codec_stage_ref,
     .count_bits = ibp_plan_count_packed,
+    .assign = ibp_codec_assign_ref,
 };

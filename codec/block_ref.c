@@ -153,4 +153,5 @@ const IbpCodecKernels ibp_codec_kernels_ref = {
     .lag_equal = ibp_codec_lag_equal_ref,
     .stage = ibp_codec_stage_ref,
     .count_bits = ibp_plan_count_packed,
+    .assign = ibp_codec_assign_ref,
 };

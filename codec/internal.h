@@ -160,6 +160,18 @@ typedef struct IbpStageRoute {
     uint32_t how;
 } IbpStageRoute;
 
+/* The mask sets of ibp_assign's kernel, column by column as lanes: entry j (j < period + 4) of set
+ * k is at k * stride + j and describes column j mod C; period is a multiple of C of at least 8, so
+ * that four entries from any j < period lie in the table.  bits: the variable bits of the mask. */
+typedef struct IbpAssignTable {
+    const uint64_t *mask;
+    const uint64_t *value;
+    const uint64_t *bits;
+    size_t stride;
+    uint32_t nsets;
+    uint32_t period;
+} IbpAssignTable;
+
 /* Block kernels, one set per instruction-set level. */
 typedef struct IbpCodecKernels {
     const char *name;
@@ -189,6 +201,11 @@ typedef struct IbpCodecKernels {
                       uint8_t *const *to, uint32_t *fill, uint32_t cap);
     /* ibp_plan_count_packed (planner): the staged words' bit counts. */
     void (*count_bits)(const uint8_t *buf, size_t nvec, uint32_t wbits, uint32_t *cnt);
+    /* ibp_assign's word loop (planner): the sum of the sizes of the n words at words, each the bits
+     * of the first set of t whose mask it matches, wbits where none does; word i takes entry
+     * (j0 + i) mod period.  With run, also run[i] = base + the sizes of words 0 .. i (mod 2^32). */
+    uint64_t (*assign)(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t, uint32_t j0,
+                       uint32_t base, uint32_t *run);
 } IbpCodecKernels;
 
 const IbpCodecKernels *ibp_codec_kernels(void);
@@ -202,6 +219,8 @@ extern const IbpCodecKernels ibp_codec_kernels_ref;
 void ibp_codec_agree_hist_ref(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj, const uint8_t *rank,
                               uint32_t *hist);
 void ibp_codec_lag_equal_ref(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
+uint64_t ibp_codec_assign_ref(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t,
+                              uint32_t j0, uint32_t base, uint32_t *run);
 uint32_t ibp_codec_stage_ref(const uint64_t *words, size_t stride, uint32_t n, uint32_t w,
                              const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap);
 /* The equal bytes among p[i] and p[i + lag] for i in [i0, i1) (a multiple of 8 apart), 8 at a

@@ -1446,112 +1446,119 @@ static void ibp_masks_sort(IbpMasks *m, uint32_t c_count)
     }
 }
 
-/* The bits word x costs under the first set whose masked bits it matches (all W*8 for none), by
- * conditional moves from the last set (which set matches is data, and a branch on it
- * mispredicts); set k's mask, value and variant bits are at index (k - 1) * stride. */
-static inline __attribute__((always_inline)) uint32_t ibp_assign_word(uint64_t x, const uint64_t *mk,
-                                                                      const uint64_t *vl, const uint8_t *vb,
-                                                                      size_t stride, uint32_t k_count,
-                                                                      uint32_t wbits)
+/* ibp_codec_assign_ref's word loop with K (t->nsets) a constant, and run (NULL or not) a constant
+ * where inlined.  A word's size by conditional moves from the last set (which set matches is
+ * data, and a branch on it mispredicts). */
+static inline __attribute__((always_inline)) uint64_t
+ibp_assign_words(const uint64_t *restrict words, size_t n, uint32_t wbits, const IbpAssignTable *t,
+                 uint32_t j0, uint32_t base, uint32_t *restrict run, const uint32_t k_count)
 {
-    uint32_t sz = wbits;
+    const uint64_t *restrict const mk = t->mask;
+    const uint64_t *restrict const vl = t->value;
+    const uint64_t *restrict const vb = t->bits;
+    const size_t stride = t->stride;
+    const uint32_t period = t->period;
+    uint64_t total = 0;
+    uint32_t sum = base;
+    uint32_t j = j0;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t x = words[i];
+        uint32_t sz = wbits;
 #pragma GCC unroll 4
-    for (uint32_t k = k_count; k > 0; k--) {
-        const size_t idx = (size_t)(k - 1u) * stride;
-        /* The variable bits loaded whether taken or not (the empty asm keeps the load out of
-         * the condition): loaded only where taken, the conditional move became a branch, which
-         * mispredicts. */
-        uint32_t v = vb[idx];
-        __asm__("" : "+r"(v));
-        sz = (x & mk[idx]) == vl[idx] ? v : sz;
+        for (uint32_t k = k_count; k > 0; k--) {
+            const size_t idx = (size_t)(k - 1u) * stride + j;
+            /* The variable bits loaded whether taken or not (the empty asm keeps the load out of
+             * the condition): loaded only where taken, the conditional move became a branch, which
+             * mispredicts. */
+            uint32_t v = (uint32_t)vb[idx];
+            __asm__("" : "+r"(v));
+            sz = (x & mk[idx]) == vl[idx] ? v : sz;
+        }
+        total += sz;
+        if (run) {
+            sum += sz;
+            run[i] = sum;
+        }
+        j = j + 1u == period ? 0 : j + 1u;
     }
-    return sz;
+    return total;
 }
 
-/* ibp_assign's word loop with K a constant, and prefix (NULL or not) a constant where inlined. */
-static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWords *ws, const IbpMasks *m,
-                                                                   const uint8_t *vb, uint32_t *prefix,
-                                                                   const uint32_t k_count)
+uint64_t ibp_codec_assign_ref(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t,
+                              uint32_t j0, uint32_t base, uint32_t *run)
 {
-    const uint32_t wbits = ws->word_size * 8u;
-    const uint32_t sb = ibp_fmt_sel_bits(k_count);
-    const uint32_t c_count = ws->columns;
-    const size_t n = ws->n;
-    const uint64_t *restrict const words = ws->w;
-    const uint32_t *restrict const cols = ws->col;
-    const uint64_t *restrict const mask = m->mask;
-    const uint64_t *restrict const value = m->value;
-    uint32_t *restrict const run = prefix;
-    uint64_t bits = 0;
-    uint32_t sum = 0;
-    if (run)
-        run[0] = 0;
-    if (c_count == 1u) {
-        /* One column: the sets stay in registers. */
-        uint64_t mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
-        uint8_t vbk[IBP_MAX_SETS];
-        for (uint32_t k = 0; k < k_count; k++) {
-            mk[k] = mask[k];
-            vl[k] = value[k];
-            vbk[k] = vb[k];
-        }
-        for (size_t i = 0; i < n; i++) {
-            const uint32_t sz = ibp_assign_word(words[i], mk, vl, vbk, 1u, k_count, wbits);
-            bits += sz + sb;
-            if (run) {
-                sum += sz;
-                run[i + 1] = sum;
-            }
-        }
-        return bits;
-    }
-    /* Each word's column counted along its chunk rather than read: the column array is half as
-     * many bytes again as the words, and the passes over them wait on memory. */
-    size_t i = 0;
-    for (size_t ch = 0; ch < ws->nchunks; ch++) {
-        const size_t end = ws->chunk_end[ch];
-        uint32_t c = i < end ? cols[i] : 0;
-        for (; i < end; i++) {
-            const uint32_t sz =
-                ibp_assign_word(words[i], mask + c, value + c, vb + c, c_count, k_count, wbits);
-            bits += sz + sb;
-            if (run) {
-                sum += sz;
-                run[i + 1] = sum;
-            }
-            c = c + 1u == c_count ? 0 : c + 1u;
-        }
-    }
-    return bits;
-}
-
-/* ibp_assign_k with K a constant. */
-static inline __attribute__((always_inline)) uint64_t ibp_assign_sets(const IbpWords *ws, const IbpMasks *m,
-                                                                      const uint8_t *vb, uint32_t *prefix)
-{
-    switch (m->nsets) {
-    case 1:
-        return ibp_assign_k(ws, m, vb, prefix, 1u);
+    switch (t->nsets * 2u + (run != NULL)) {
     case 2:
-        return ibp_assign_k(ws, m, vb, prefix, 2u);
+        return ibp_assign_words(words, n, wbits, t, j0, base, NULL, 1u);
+    case 3:
+        return ibp_assign_words(words, n, wbits, t, j0, base, run, 1u);
+    case 4:
+        return ibp_assign_words(words, n, wbits, t, j0, base, NULL, 2u);
+    case 5:
+        return ibp_assign_words(words, n, wbits, t, j0, base, run, 2u);
+    case 6:
+        return ibp_assign_words(words, n, wbits, t, j0, base, NULL, 3u);
     default:
-        return ibp_assign_k(ws, m, vb, prefix, 3u);
+        return ibp_assign_words(words, n, wbits, t, j0, base, run, 3u);
     }
+}
+
+/* Entries of an ibp_assign table for c_count columns, a set: a period of at least 8 and 4 more. */
+static size_t ibp_assign_stride(uint32_t c_count)
+{
+    return (size_t)c_count * ((8u + c_count - 1u) / c_count) + 4u;
+}
+
+/* Entries a set's table needs for any candidate of at most max_cols columns (the period of fewer
+ * than 8 columns is less than 16). */
+static size_t ibp_assign_room(uint32_t max_cols)
+{
+    return (max_cols > 16u ? max_cols : 16u) + 4u;
 }
 
 /* The bits of all words of the sample under masks m with per-word selectors and no row grouping.
  * With prefix (ws->n + 1 entries), also the running sums of the words' sizes without selectors
  * (prefix[i]: words before i), what ibp_pick_rows takes: written here, they cost no pass of
- * their own.  A loop with prefix and one without (the screen asks for none). */
-static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint32_t *prefix)
+ * their own.  tab: room for 3 * IBP_MAX_SETS * ibp_assign_room(ws->columns) entries, where the
+ * kernel's table of m is laid out.  Each chunk's columns are counted from its first, not read: the
+ * column array is half as many bytes again as the words, and the passes over them wait on memory. */
+static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint64_t *tab, uint32_t *prefix)
 {
     const uint32_t wbits = ws->word_size * 8u;
-    uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
-    for (uint32_t i = 0; i < m->nsets * ws->columns; i++)
-        vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
+    const uint32_t c_count = ws->columns;
+    const size_t stride = ibp_assign_stride(c_count);
+    uint64_t *const mk = tab;
+    uint64_t *const vl = tab + IBP_MAX_SETS * stride;
+    uint64_t *const vb = tab + 2u * IBP_MAX_SETS * stride;
+    for (uint32_t k = 0; k < m->nsets; k++)
+        for (size_t j = 0, c = 0; j < stride; j++, c = c + 1u == c_count ? 0 : c + 1u) {
+            const size_t at = (size_t)k * c_count + c;
+            mk[k * stride + j] = m->mask[at];
+            vl[k * stride + j] = m->value[at];
+            vb[k * stride + j] = wbits - ibp_popcount(m->mask[at]);
+        }
+    const IbpAssignTable t = {.mask = mk,
+                              .value = vl,
+                              .bits = vb,
+                              .stride = stride,
+                              .nsets = m->nsets,
+                              .period = (uint32_t)(stride - 4u)};
+    const IbpCodecKernels *const kern = ibp_codec_kernels();
+    uint64_t sizes = 0;
+    uint32_t base = 0;
     if (prefix)
-        return ibp_assign_sets(ws, m, vb, prefix);
-    return ibp_assign_sets(ws, m, vb, NULL);
+        prefix[0] = 0;
+    for (size_t ch = 0, i = 0; ch < ws->nchunks; ch++) {
+        const size_t end = ws->chunk_end[ch];
+        if (i < end) {
+            const uint64_t s = kern->assign(ws->w + i, end - i, wbits, &t, ws->col[i], base,
+                                            prefix ? prefix + i + 1u : NULL);
+            sizes += s;
+            base += (uint32_t)s;
+        }
+        i = end;
+    }
+    return sizes + (uint64_t)ws->n * ibp_fmt_sel_bits(m->nsets);
 }
 
 /* The greedy start of the clustered variant: sets [from, to) fitted one after the other, set 1
@@ -1851,6 +1858,7 @@ typedef struct IbpWork {
     IbpMasks m;
     uint64_t *greedy_mask; /* the greedy sets of ibp_job_sets, before refinement */
     uint64_t *greedy_value;
+    uint64_t *assign_tab; /* ibp_assign's table */
     uint32_t cols; /* the widest candidate and most words it was allocated for */
     size_t words;
 } IbpWork;
@@ -1880,6 +1888,7 @@ static void ibp_work_free(IbpWork *wk)
     free(wk->m.value);
     free(wk->greedy_mask);
     free(wk->greedy_value);
+    free(wk->assign_tab);
     memset(wk, 0, sizeof(*wk));
 }
 
@@ -1889,6 +1898,7 @@ static size_t ibp_work_bytes(const IbpWork *wk)
     const IbpWords *ws = &wk->ws;
     return wk->fit.bytes + wk->words * (1u + sizeof(uint32_t)) + sizeof(uint32_t) + wk->cols +
            4u * (size_t)IBP_MAX_SETS * wk->cols * sizeof(uint64_t) +
+           3u * IBP_MAX_SETS * ibp_assign_room(wk->cols) * sizeof(uint64_t) +
            ws->cap * (sizeof(uint64_t) + sizeof(uint32_t)) + ws->chunk_cap * sizeof(size_t) +
            ws->cycle_len * sizeof(uint32_t);
 }
@@ -1966,8 +1976,9 @@ static int ibp_work_alloc(IbpWork *wk, uint32_t max_cols, size_t max_words)
     wk->m.value = malloc(masks);
     wk->greedy_mask = malloc(masks);
     wk->greedy_value = malloc(masks);
+    wk->assign_tab = malloc(3u * IBP_MAX_SETS * ibp_assign_room(max_cols) * sizeof(uint64_t));
     if (!wk->member || !wk->prefix || !wk->xform || !wk->m.mask || !wk->m.value || !wk->greedy_mask ||
-        !wk->greedy_value) {
+        !wk->greedy_value || !wk->assign_tab) {
         ibp_work_free(wk);
         return -ENOMEM;
     }
@@ -2028,7 +2039,7 @@ static int ibp_judge(const IbpSearch *s, IbpWork *wk, const IbpWords *ws, const 
 {
     uint64_t row_bits;
     IbpCodecPlan *p = NULL;
-    ibp_assign(ws, &wk->m, wk->prefix);
+    ibp_assign(ws, &wk->m, wk->assign_tab, wk->prefix);
     const uint32_t r_len = ibp_pick_rows(ws, wk->prefix, ibp_fmt_sel_bits(wk->m.nsets), &row_bits);
     const int rc = ibp_codec_plan_build_lite(ws->word_size, ws->columns, r_len, wk->m.nsets, s->block_size,
                                              xform, wk->m.mask, wk->m.value, &p);
@@ -2063,7 +2074,7 @@ static int ibp_job_screen(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     if (rc)
         return rc;
     wk->m.nsets = 1;
-    const uint64_t bits = ibp_assign(&wk->ws, &wk->m, NULL);
+    const uint64_t bits = ibp_assign(&wk->ws, &wk->m, wk->assign_tab, NULL);
     c->est_bits = ibp_scale(bits, s->screen_eval->bytes, s->len, 1, c->columns, c->word_size);
     return 0;
 }
@@ -2623,7 +2634,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     /* The row length on the refit sample's whole chunks: the trials' fits saw pieces of 1 KiB
      * and more, too short for long rows. */
     uint64_t row_bits;
-    ibp_assign(ws, &work[0].m, work[0].prefix);
+    ibp_assign(ws, &work[0].m, work[0].assign_tab, work[0].prefix);
     brows = ibp_pick_rows(ws, work[0].prefix, ibp_fmt_sel_bits(bnsets), &row_bits);
     rc = ibp_codec_plan_build(bc->word_size, bc->columns, brows, bnsets, (uint32_t)bs, bxform, work[0].m.mask,
                               work[0].m.value, &best);

@@ -497,6 +497,86 @@ TEST(Codec, EveryLevelStagesWordsAsTheReference)
     }
 }
 
+// The set assignment's sizes and running sums at every level against a word-by-word oracle: one to
+// three sets, column counts below, at and above the vector width (the table's period is a multiple
+// of C of at least 8), every starting entry, lengths around the vector widths, with and without the
+// running sums, words that mostly match some set.
+TEST(Codec, EveryLevelAssignsWordsAsTheReference)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    std::mt19937_64 rng(45);
+    for (uint32_t w : {2u, 4u, 8u}) {
+        const uint32_t wbits = w * 8u;
+        const uint64_t full = ibp_fmt_word_mask(w);
+        for (uint32_t c_count : {1u, 2u, 3u, 5u, 7u, 8u, 14u, 33u}) {
+            const uint32_t period = c_count * ((8u + c_count - 1u) / c_count);
+            const size_t stride = period + 4u;
+            for (uint32_t nsets = 1; nsets <= IBP_MAX_SETS; nsets++) {
+                std::vector<uint64_t> cm((size_t)nsets * c_count), cv(cm.size());
+                for (size_t e = 0; e < cm.size(); e++) {
+                    cm[e] = rng() & rng() & full;
+                    cv[e] = rng() & cm[e];
+                }
+                std::vector<uint64_t> mk(IBP_MAX_SETS * stride), vl(mk.size()), vb(mk.size());
+                for (uint32_t k = 0; k < nsets; k++)
+                    for (size_t j = 0; j < stride; j++) {
+                        const size_t at = (size_t)k * c_count + j % c_count;
+                        mk[k * stride + j] = cm[at];
+                        vl[k * stride + j] = cv[at];
+                        vb[k * stride + j] = wbits - (uint32_t)__builtin_popcountll(cm[at]);
+                    }
+                IbpAssignTable t = {};
+                t.mask = mk.data();
+                t.value = vl.data();
+                t.bits = vb.data();
+                t.stride = stride;
+                t.nsets = nsets;
+                t.period = period;
+                for (size_t n : {0u, 1u, 3u, 4u, 5u, 7u, 8u, 9u, 63u, 100u, 1001u}) {
+                    const uint32_t j0 = (uint32_t)(rng() % period);
+                    const uint32_t base = (uint32_t)rng();
+                    std::vector<uint64_t> words(n);
+                    std::vector<uint32_t> want_run(n);
+                    uint64_t want = 0;
+                    uint32_t sum = base;
+                    for (size_t i = 0; i < n; i++) {
+                        const uint32_t c = (uint32_t)((j0 + i) % period % c_count);
+                        uint64_t x = rng() & full;
+                        const uint32_t pick = (uint32_t)(rng() % (nsets + 1u));
+                        if (pick < nsets)
+                            x = (x & ~cm[(size_t)pick * c_count + c]) | cv[(size_t)pick * c_count + c];
+                        words[i] = x;
+                        uint32_t sz = wbits;
+                        for (uint32_t k = 0; k < nsets; k++)
+                            if ((x & cm[(size_t)k * c_count + c]) == cv[(size_t)k * c_count + c]) {
+                                sz = wbits - (uint32_t)__builtin_popcountll(cm[(size_t)k * c_count + c]);
+                                break;
+                            }
+                        want += sz;
+                        sum += sz;
+                        want_run[i] = sum;
+                    }
+                    for (size_t l = 0; l < nlevels; l++) {
+                        const std::string what = std::string(levels[l]->name) + " w " + std::to_string(w) +
+                                                 " C " + std::to_string(c_count) + " sets " +
+                                                 std::to_string(nsets) + " n " + std::to_string(n);
+                        std::vector<uint32_t> run(n + 1u, 7u);
+                        EXPECT_EQ(levels[l]->assign(words.data(), n, wbits, &t, j0, base, run.data()), want)
+                            << what;
+                        EXPECT_EQ(std::vector<uint32_t>(run.begin(), run.begin() + (long)n), want_run)
+                            << what;
+                        EXPECT_EQ(run[n], 7u) << what;
+                        EXPECT_EQ(levels[l]->assign(words.data(), n, wbits, &t, j0, base, nullptr), want)
+                            << what;
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Every kernel level the CPU runs, called directly (dispatch picks only one): each must encode to
 // the reference's bytes and cost, decode any prefix to the reference's bytes, and fail on a
 // corrupt block exactly when the reference fails.  Plans cover each word size with one column
