@@ -463,6 +463,30 @@ IBP_KATTR static uint64_t ibp_codec_assign_avx2(const uint64_t *words, size_t n,
     }
 }
 
+/* ibp_pick_rows' sum eight rows a step: each row's two running sums by gathers (both r apart),
+ * in 32-bit lanes (a row's bits are at most 8192 * 64, all rows' at most the sample's bits). */
+IBP_KATTR static uint64_t ibp_codec_row_bits_avx2(const uint32_t *prefix, size_t nrows, uint32_t r,
+                                                  uint32_t row_sel, uint32_t row_raw)
+{
+    const __m256i idx =
+        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)r));
+    const __m256i sel = _mm256_set1_epi32((int)row_sel);
+    const __m256i raw = _mm256_set1_epi32((int)row_raw);
+    __m256i acc = _mm256_setzero_si256();
+    size_t q = 0;
+    for (; q + 8u <= nrows; q += 8u) {
+        const int *const p = (const int *)(prefix + q * r);
+        const __m256i a = _mm256_i32gather_epi32(p, idx, 4);
+        const __m256i b = _mm256_i32gather_epi32(p + r, idx, 4);
+        acc = _mm256_add_epi32(acc, _mm256_min_epu32(_mm256_add_epi32(sel, _mm256_sub_epi32(b, a)), raw));
+    }
+    const __m256i wide = _mm256_add_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(acc)),
+                                          _mm256_cvtepu32_epi64(_mm256_extracti128_si256(acc, 1)));
+    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1));
+    const uint64_t bits = (uint64_t)_mm_cvtsi128_si64(h) + (uint64_t)_mm_extract_epi64(h, 1) + q;
+    return bits + ibp_codec_row_bits_ref(prefix + q * r, nrows - q, r, row_sel, row_raw);
+}
+
 uint32_t ibp_codec_crc32c_sse42(uint32_t crc, const void *data, size_t len);
 
 const IbpCodecKernels ibp_codec_kernels_avx2 = {
@@ -476,4 +500,5 @@ const IbpCodecKernels ibp_codec_kernels_avx2 = {
     .stage = ibp_codec_stage_avx2,
     .count_bits = ibp_codec_count_bits_avx2,
     .assign = ibp_codec_assign_avx2,
+    .row_bits = ibp_codec_row_bits_avx2,
 };

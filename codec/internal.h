@@ -206,6 +206,11 @@ typedef struct IbpCodecKernels {
      * (j0 + i) mod period.  With run, also run[i] = base + the sizes of words 0 .. i (mod 2^32). */
     uint64_t (*assign)(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t, uint32_t j0,
                        uint32_t base, uint32_t *run);
+    /* ibp_pick_rows' sum for one row length r (planner): over the nrows rows of r words whose
+     * running sums of sizes are prefix[0], prefix[r], ..., min(row_sel + the row's sizes, row_raw)
+     * + 1 (the row packed or raw, and its flag). */
+    uint64_t (*row_bits)(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
+                         uint32_t row_raw);
 } IbpCodecKernels;
 
 const IbpCodecKernels *ibp_codec_kernels(void);
@@ -221,6 +226,8 @@ void ibp_codec_agree_hist_ref(const uint8_t *words, uint32_t n, uint32_t w, uint
 void ibp_codec_lag_equal_ref(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
 uint64_t ibp_codec_assign_ref(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t,
                               uint32_t j0, uint32_t base, uint32_t *run);
+uint64_t ibp_codec_row_bits_ref(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
+                                uint32_t row_raw);
 uint32_t ibp_codec_stage_ref(const uint64_t *words, size_t stride, uint32_t n, uint32_t w,
                              const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap);
 /* The equal bytes among p[i] and p[i + lag] for i in [i0, i1) (a multiple of 8 apart), 8 at a

@@ -1626,6 +1626,7 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
         if (r >= 1024u)
             break;
     }
+    const IbpCodecKernels *const kern = ibp_codec_kernels();
     uint64_t best = UINT64_MAX;
     uint32_t best_r = cand[0];
     for (uint32_t ci = 0; ci < nc; ci++) {
@@ -1636,11 +1637,10 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
         size_t start = 0;
         for (size_t ch = 0; ch < ws->nchunks; ch++) {
             const size_t end = ws->chunk_end[ch];
-            size_t j = start;
-            for (; j + r_len <= end; j += r_len) {
-                const uint64_t packed = row_sel + (prefix[j + r_len] - prefix[j]);
-                bits += (packed < row_raw ? packed : row_raw) + 1u;
-            }
+            const size_t nrows = (end - start) / r_len;
+            if (nrows)
+                bits += kern->row_bits(prefix + start, nrows, r_len, (uint32_t)row_sel, (uint32_t)row_raw);
+            const size_t j = start + nrows * r_len;
             if (j < end) {
                 const size_t n = end - j;
                 const uint64_t packed = (uint64_t)n * sb + (prefix[end] - prefix[j]);
@@ -1656,6 +1656,17 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
     }
     *bits_out = best;
     return best_r;
+}
+
+uint64_t ibp_codec_row_bits_ref(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
+                                uint32_t row_raw)
+{
+    uint64_t bits = 0;
+    for (size_t q = 0; q < nrows; q++) {
+        const uint64_t packed = (uint64_t)row_sel + (prefix[(q + 1u) * r] - prefix[q * r]);
+        bits += (packed < row_raw ? packed : row_raw) + 1u;
+    }
+    return bits;
 }
 
 /* Equal-byte counts at every lag up to IBP_PERIOD_MAX over a stretch of the region; the lags
