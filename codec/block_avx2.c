@@ -487,6 +487,105 @@ IBP_KATTR static uint64_t ibp_codec_row_bits_avx2(const uint32_t *prefix, size_t
     return bits + ibp_codec_row_bits_ref(prefix + q * r, nrows - q, r, row_sel, row_raw);
 }
 
+/* The 32 bytes of words of w bytes in v as 64-bit words, 32 / w of them, into out. */
+IBP_KATTR static inline __attribute__((always_inline)) void ibp_ax_widen_store(uint64_t *out, __m256i v,
+                                                                               const uint32_t w)
+{
+    if (w == 8u) {
+        _mm256_storeu_si256((__m256i *)out, v);
+        return;
+    }
+    const __m128i lo = _mm256_castsi256_si128(v);
+    const __m128i hi = _mm256_extracti128_si256(v, 1);
+    if (w == 4u) {
+        _mm256_storeu_si256((__m256i *)out, _mm256_cvtepu32_epi64(lo));
+        _mm256_storeu_si256((__m256i *)(out + 4), _mm256_cvtepu32_epi64(hi));
+        return;
+    }
+    _mm256_storeu_si256((__m256i *)out, _mm256_cvtepu16_epi64(lo));
+    _mm256_storeu_si256((__m256i *)(out + 4), _mm256_cvtepu16_epi64(_mm_srli_si128(lo, 8)));
+    _mm256_storeu_si256((__m256i *)(out + 8), _mm256_cvtepu16_epi64(hi));
+    _mm256_storeu_si256((__m256i *)(out + 12), _mm256_cvtepu16_epi64(_mm_srli_si128(hi, 8)));
+}
+
+/* The planner's loads 32 bytes a step: transformed in lanes of the word size (a predictor's words
+ * C back are a second load), then zero-extended; the first C words go to the reference, what is
+ * left of nw word by word.  w and xf are constants where inlined (xf 0: none). */
+IBP_KATTR static inline __attribute__((always_inline)) void ibp_ax_widen_w(const uint8_t *p, uint32_t nw,
+                                                                           const uint32_t w,
+                                                                           const uint32_t xf,
+                                                                           uint32_t c_count, uint64_t *out)
+{
+    const uint32_t per = 32u / w;
+    const uint32_t first = xf & IBP_XF_PRED_MASK ? (c_count < nw ? c_count : nw) : 0;
+    if (first)
+        ibp_codec_xf_widen_ref(p, first, w, xf, c_count, out);
+    uint32_t j = first;
+    for (; j + per <= nw; j += per) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(p + (size_t)j * w));
+        if (xf & IBP_XF_PRED_MASK) {
+            const __m256i prev = _mm256_loadu_si256((const __m256i *)(p + (size_t)(j - c_count) * w));
+            if ((xf & IBP_XF_PRED_MASK) == IBP_XF_PRED_XOR)
+                x = _mm256_xor_si256(x, prev);
+            else if (w == 2u)
+                x = _mm256_sub_epi16(x, prev);
+            else if (w == 4u)
+                x = _mm256_sub_epi32(x, prev);
+            else
+                x = _mm256_sub_epi64(x, prev);
+        }
+        if (xf & IBP_XF_ZIGZAG) {
+            if (w == 2u)
+                x = _mm256_xor_si256(_mm256_slli_epi16(x, 1), _mm256_srai_epi16(x, 15));
+            else if (w == 4u)
+                x = _mm256_xor_si256(_mm256_slli_epi32(x, 1), _mm256_srai_epi32(x, 31));
+            else
+                x = _mm256_xor_si256(_mm256_slli_epi64(x, 1), _mm256_cmpgt_epi64(_mm256_setzero_si256(), x));
+        }
+        ibp_ax_widen_store(out + j, x, w);
+    }
+    for (; j < nw; j++) {
+        const uint64_t prev = xf & IBP_XF_PRED_MASK ? ibp_load_word(p + (size_t)(j - c_count) * w, w) : 0;
+        out[j] = ibp_xform(xf, ibp_load_word(p + (size_t)j * w, w), prev, w);
+    }
+}
+
+IBP_KATTR static void ibp_codec_widen_avx2(const uint8_t *p, uint32_t nw, uint32_t w, uint64_t *out)
+{
+    if (w == 2u)
+        ibp_ax_widen_w(p, nw, 2u, 0, 1u, out);
+    else if (w == 4u)
+        ibp_ax_widen_w(p, nw, 4u, 0, 1u, out);
+    else
+        memcpy(out, p, (size_t)nw * 8u);
+}
+
+#define IBP_AX_WIDEN_CASE(W, XF)                                                                             \
+    case (W)*8u + (XF):                                                                                      \
+        ibp_ax_widen_w(p, nw, (W), (XF), c_count, out);                                                      \
+        break;
+#define IBP_AX_WIDEN_CASES(W)                                                                                \
+    IBP_AX_WIDEN_CASE(W, IBP_XF_ZIGZAG)                                                                      \
+    IBP_AX_WIDEN_CASE(W, IBP_XF_PRED_DELTA)                                                                  \
+    IBP_AX_WIDEN_CASE(W, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)                                                  \
+    IBP_AX_WIDEN_CASE(W, IBP_XF_PRED_XOR)                                                                    \
+    IBP_AX_WIDEN_CASE(W, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+
+IBP_KATTR static void ibp_codec_xf_widen_avx2(const uint8_t *p, uint32_t nw, uint32_t w, uint32_t xf,
+                                              uint32_t c_count, uint64_t *out)
+{
+    switch (w * 8u + xf) {
+        IBP_AX_WIDEN_CASES(2u)
+        IBP_AX_WIDEN_CASES(4u)
+        IBP_AX_WIDEN_CASES(8u)
+    default:
+        ibp_codec_xf_widen_ref(p, nw, w, xf, c_count, out);
+        break;
+    }
+}
+#undef IBP_AX_WIDEN_CASES
+#undef IBP_AX_WIDEN_CASE
+
 uint32_t ibp_codec_crc32c_sse42(uint32_t crc, const void *data, size_t len);
 
 const IbpCodecKernels ibp_codec_kernels_avx2 = {
@@ -501,4 +600,6 @@ const IbpCodecKernels ibp_codec_kernels_avx2 = {
     .count_bits = ibp_codec_count_bits_avx2,
     .assign = ibp_codec_assign_avx2,
     .row_bits = ibp_codec_row_bits_avx2,
+    .widen = ibp_codec_widen_avx2,
+    .xf_widen = ibp_codec_xf_widen_avx2,
 };

@@ -211,6 +211,11 @@ typedef struct IbpCodecKernels {
      * + 1 (the row packed or raw, and its flag). */
     uint64_t (*row_bits)(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
                          uint32_t row_raw);
+    /* The planner's loads: the nw words of w bytes at p into out, one a 64-bit word (widen), and
+     * the same with transform xf (not none) in every column, predicted from the word c_count
+     * before (from 0 for the first c_count) (xf_widen). */
+    void (*widen)(const uint8_t *p, uint32_t nw, uint32_t w, uint64_t *out);
+    void (*xf_widen)(const uint8_t *p, uint32_t nw, uint32_t w, uint32_t xf, uint32_t c_count, uint64_t *out);
 } IbpCodecKernels;
 
 const IbpCodecKernels *ibp_codec_kernels(void);
@@ -228,6 +233,9 @@ uint64_t ibp_codec_assign_ref(const uint64_t *words, size_t n, uint32_t wbits, c
                               uint32_t j0, uint32_t base, uint32_t *run);
 uint64_t ibp_codec_row_bits_ref(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
                                 uint32_t row_raw);
+void ibp_codec_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint64_t *out);
+void ibp_codec_xf_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint32_t xf, uint32_t c_count,
+                            uint64_t *out);
 uint32_t ibp_codec_stage_ref(const uint64_t *words, size_t stride, uint32_t n, uint32_t w,
                              const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap);
 /* The equal bytes among p[i] and p[i + lag] for i in [i0, i1) (a multiple of 8 apart), 8 at a

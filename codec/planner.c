@@ -178,19 +178,26 @@ static inline __attribute__((always_inline)) void ibp_words_copy(const uint8_t *
         out[j] = ibp_load_word(p + (size_t)j * w, w);
 }
 
-/* The words of ibp_words_load without transforms, copied per word size. */
+/* Copied per word size. */
+void ibp_codec_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint64_t *out)
+{
+    if (w == 2u)
+        ibp_words_copy(p, nw, 2u, out);
+    else if (w == 4u)
+        ibp_words_copy(p, nw, 4u, out);
+    else
+        ibp_words_copy(p, nw, 8u, out);
+}
+
+/* The words of ibp_words_load without transforms. */
 static void ibp_words_load_plain(const IbpSample *s, uint32_t w, IbpWords *ws)
 {
+    const IbpCodecKernels *const kern = ibp_codec_kernels();
     size_t at = 0;
     for (size_t i = 0; i < s->n; i++) {
         const IbpChunk *ch = &s->chunks[i];
         const uint32_t nw = ch->len / w;
-        if (w == 2u)
-            ibp_words_copy(ch->p, nw, 2u, ws->w + at);
-        else if (w == 4u)
-            ibp_words_copy(ch->p, nw, 4u, ws->w + at);
-        else
-            ibp_words_copy(ch->p, nw, 8u, ws->w + at);
+        kern->widen(ch->p, nw, w, ws->w + at);
         at += nw;
         ws->chunk_end[i] = at;
     }
@@ -217,46 +224,53 @@ static inline __attribute__((always_inline)) void ibp_words_xf_copy(const uint8_
 /* ibp_words_xf_copy with W and XF constants. */
 #define IBP_XF_COPY_CASE(W, XF)                                                                              \
     case (W)*8u + (XF):                                                                                      \
-        ibp_words_xf_copy(ch->p, nw, (W), (XF), c_count, ws->w + at);                                        \
+        ibp_words_xf_copy(p, nw, (W), (XF), c_count, out);                                                   \
         break;
 
-/* The words of ibp_words_load with the same transform xf (not none) in every column, copied per
- * word size and transform: the transform searches load each option that way, and testing each
- * word's column for its transform took half of their loading's instructions. */
+/* Copied per word size and transform: testing each word's column for its transform took half of
+ * the transform searches' loading. */
+void ibp_codec_xf_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint32_t xf, uint32_t c_count,
+                            uint64_t *out)
+{
+    switch (w * 8u + xf) {
+        IBP_XF_COPY_CASE(2u, IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA)
+        IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(2u, IBP_XF_PRED_XOR)
+        IBP_XF_COPY_CASE(2u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(4u, IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(4u, IBP_XF_PRED_DELTA)
+        IBP_XF_COPY_CASE(4u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(4u, IBP_XF_PRED_XOR)
+        IBP_XF_COPY_CASE(4u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(8u, IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(8u, IBP_XF_PRED_DELTA)
+        IBP_XF_COPY_CASE(8u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR)
+        IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+    default:
+        ibp_words_xf_copy(p, nw, w, xf, c_count, out);
+        break;
+    }
+}
+#undef IBP_XF_COPY_CASE
+
+/* The words of ibp_words_load with the same transform xf (not none) in every column. */
 static void ibp_words_load_uniform(const IbpSample *s, uint32_t w, uint32_t c_count, uint32_t xf,
                                    IbpWords *ws)
 {
+    const IbpCodecKernels *const kern = ibp_codec_kernels();
     size_t at = 0;
     for (size_t i = 0; i < s->n; i++) {
         const IbpChunk *ch = &s->chunks[i];
         const uint32_t nw = ch->len / w;
-        switch (w * 8u + xf) {
-            IBP_XF_COPY_CASE(2u, IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA)
-            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_XOR)
-            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(4u, IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_DELTA)
-            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_XOR)
-            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(8u, IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_DELTA)
-            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR)
-            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
-        default:
-            ibp_words_xf_copy(ch->p, nw, w, xf, c_count, ws->w + at);
-            break;
-        }
+        kern->xf_widen(ch->p, nw, w, xf, c_count, ws->w + at);
         at += nw;
         ws->chunk_end[i] = at;
     }
     ws->n = at;
     ws->nchunks = s->n;
 }
-#undef IBP_XF_COPY_CASE
 
 /* Column c's words of one chunk (every C-th from j0, its first) from p into out, transformed as
  * xf says (w and xf constants where inlined). */

@@ -608,6 +608,51 @@ TEST(Codec, EveryLevelSumsRowBitsAsTheReference)
     }
 }
 
+// The planner's loads at every level against a word-by-word oracle: every word size and transform,
+// predictor distances shorter and longer than a vector, lengths around the vector widths, and the
+// words C before shorter than C words (predicted from 0).
+TEST(Codec, EveryLevelWidensWordsAsTheReference)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    std::mt19937_64 rng(47);
+    const uint32_t xforms[] = {0u,
+                               IBP_XF_ZIGZAG,
+                               IBP_XF_PRED_DELTA,
+                               IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG,
+                               IBP_XF_PRED_XOR,
+                               IBP_XF_PRED_XOR | IBP_XF_ZIGZAG};
+    for (uint32_t w : {2u, 4u, 8u}) {
+        for (uint32_t xf : xforms) {
+            for (uint32_t c_count : {1u, 3u, 14u, 40u}) {
+                for (uint32_t nw : {0u, 1u, 2u, 3u, 4u, 7u, 15u, 16u, 17u, 33u, 100u, 1000u}) {
+                    std::vector<uint8_t> p((size_t)nw * w + 1u);
+                    for (auto &b : p)
+                        b = (uint8_t)(rng() % 4u ? rng() % 3u : rng()); // small deltas and large
+                    std::vector<uint64_t> want(nw);
+                    for (uint32_t j = 0; j < nw; j++) {
+                        const uint64_t prev =
+                            j >= c_count ? ibp_load_word(p.data() + (size_t)(j - c_count) * w, w) : 0;
+                        want[j] = ibp_xform(xf, ibp_load_word(p.data() + (size_t)j * w, w), prev, w);
+                    }
+                    for (size_t l = 0; l < nlevels; l++) {
+                        std::vector<uint64_t> got(nw + 1u, 77u);
+                        if (xf)
+                            levels[l]->xf_widen(p.data(), nw, w, xf, c_count, got.data());
+                        else
+                            levels[l]->widen(p.data(), nw, w, got.data());
+                        EXPECT_EQ(std::vector<uint64_t>(got.begin(), got.begin() + nw), want)
+                            << levels[l]->name << " w " << w << " xf " << xf << " C " << c_count << " n "
+                            << nw;
+                        EXPECT_EQ(got[nw], 77u) << levels[l]->name << " w " << w << " n " << nw;
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Every kernel level the CPU runs, called directly (dispatch picks only one): each must encode to
 // the reference's bytes and cost, decode any prefix to the reference's bytes, and fail on a
 // corrupt block exactly when the reference fails.  Plans cover each word size with one column
