@@ -267,7 +267,7 @@ IBP_KATTR static inline __attribute__((always_inline)) uint32_t
 ibp_ax_stage_w(const uint64_t *words, size_t stride, uint32_t n, const uint32_t w, const uint32_t how,
                const uint32_t ak, const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap)
 {
-    const uint32_t r_lo = how == IBP_ROUTE_ONE || how == IBP_ROUTE_SIGN ? 1u : 0u;
+    const uint32_t r_lo = how == IBP_ROUTE_ONE || how == IBP_ROUTE_SIGN ? 1u : rt->first;
     const uint32_t r_hi = how == IBP_ROUTE_SETS ? ak : how == IBP_ROUTE_SIGN ? 2u : 1u;
     __m256i mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
     for (uint32_t k = 0; k < ak; k++) {

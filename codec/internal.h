@@ -152,12 +152,14 @@ enum { IBP_ROUTE_ONE, IBP_ROUTE_SIGN, IBP_ROUTE_SETS, IBP_ROUTE_FREE };
 /* The sets one column's words are routed to by the kernel stage: with IBP_ROUTE_SETS a word's set
  * is the first k + 1 (k < nsets) whose mask[k] bits equal value[k], 0 for none; IBP_ROUTE_FREE
  * takes the words of set 0 so found to set 1 and the rest to set 0; IBP_ROUTE_SIGN sends a word
- * to set 1 plus its top bit, IBP_ROUTE_ONE every word to set 1. */
+ * to set 1 plus its top bit, IBP_ROUTE_ONE every word to set 1.  Words of sets below first (0 or
+ * 1) are dropped. */
 typedef struct IbpStageRoute {
     uint64_t mask[IBP_MAX_SETS];
     uint64_t value[IBP_MAX_SETS];
     uint32_t nsets;
     uint32_t how;
+    uint32_t first;
 } IbpStageRoute;
 
 /* The mask sets of ibp_assign's kernel, column by column as lanes: entry j (j < period + 4) of set
@@ -193,7 +195,7 @@ typedef struct IbpCodecKernels {
      * (n - lag) rounded down to a multiple of 8, equal p[i + lag] (the planner's period search). */
     void (*lag_equal)(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
     /* The staged count pass's word loop (planner): the n words words[0], words[stride], ... (w
-     * bytes each, in 64-bit words) routed to sets 0 .. IBP_MAX_SETS by rt, each appended, packed at
+     * bytes each, in 64-bit words) routed to sets 0 .. IBP_MAX_SETS by rt, each it keeps appended, packed at
      * w bytes, to its set's buffer: set r's next word goes to to[r] + fill[r] * w and counts in
      * fill[r].  Every fill is below cap on entry; returns after the word that brings one to cap,
      * or after all n: the words taken. */

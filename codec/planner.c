@@ -1061,6 +1061,7 @@ ibp_stage_words(const uint64_t *restrict words, size_t stride, uint32_t n, const
     uint64_t fills = 0;
     for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
         fills |= (uint64_t)fill[r] << (16u * r);
+    const uint32_t first = rt->first;
     uint32_t i = 0;
     while (i < n) {
         const uint64_t x = words[(size_t)i * stride];
@@ -1075,6 +1076,8 @@ ibp_stage_words(const uint64_t *restrict words, size_t stride, uint32_t n, const
         } else if (how == IBP_ROUTE_SIGN) {
             route = 1u + (uint32_t)((x >> (w * 8u - 1u)) & 1u);
         }
+        if (route < first)
+            continue;
         const uint32_t sh = route * 16u;
         const uint32_t at = (uint32_t)(fills >> sh) & 0xffffu;
         ibp_store_word(to[route] + (size_t)at * w, x, w);
@@ -1137,7 +1140,8 @@ static void ibp_fit_count_staged(const IbpWords *ws, uint32_t nfit, IbpFit *f, i
     const IbpCodecKernels *const kern = ibp_codec_kernels();
     /* Without sets only one set or the sign routes: a member to route by is never asked for. */
     assert(ak || mode == IBP_FIT_ALL || mode == IBP_FIT_SIGN);
-    IbpStageRoute rt = {.nsets = ak};
+    /* Set 0's words only where they are counted: no histogram pass reads them otherwise. */
+    IbpStageRoute rt = {.nsets = ak, .first = count0 ? 0u : 1u};
     rt.how = ak ? (mode == IBP_FIT_FREE ? IBP_ROUTE_FREE : IBP_ROUTE_SETS)
                 : (mode == IBP_FIT_SIGN ? IBP_ROUTE_SIGN : IBP_ROUTE_ONE);
     f->nblk = 0;

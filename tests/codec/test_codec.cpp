@@ -449,6 +449,7 @@ TEST(Codec, EveryLevelStagesWordsAsTheReference)
                     IbpStageRoute rt = {};
                     rt.how = how[0];
                     rt.nsets = how[1];
+                    rt.first = (uint32_t)(rng() % 2u);
                     for (uint32_t k = 0; k < rt.nsets; k++) {
                         rt.mask[k] = rng() & rng() & full;
                         rt.value[k] = rng() & rt.mask[k];
