@@ -326,10 +326,99 @@ ibp_ax_stage_w(const uint64_t *words, size_t stride, uint32_t n, const uint32_t 
     return i + ibp_codec_stage_ref(words + (size_t)i * stride, stride, n - i, w, rt, to, fill, cap);
 }
 
+/* The lanes of x (eight words of w = 2 or 4 bytes, one a 32-bit lane) set in m, packed at w bytes
+ * to the front, stored at dst: 8 * w bytes.  The permute's indices are the positions of m's bits,
+ * taken out of 0 .. 7 by pext. */
+IBP_KATTR static inline __attribute__((always_inline)) void ibp_ax_stage_store32(uint8_t *dst, __m256i x,
+                                                                                 uint32_t m, const uint32_t w)
+{
+    const uint64_t keep = _pdep_u64(m, 0x0101010101010101u) * 0xffu;
+    const __m256i idx = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)_pext_u64(0x0706050403020100u, keep)));
+    const __m256i v = _mm256_permutevar8x32_epi32(x, idx);
+    if (w == 4u) {
+        _mm256_storeu_si256((__m256i *)dst, v);
+        return;
+    }
+    /* Each 32-bit lane holds a zero-extended 2-byte word: packing saturates none. */
+    const __m256i h = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+    _mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(h));
+}
+
+/* ibp_ax_stage_w for words of 2 and 4 bytes, eight words a step in 32-bit lanes (half the
+ * compares, permutes and stores of 64-bit lanes a word). */
+IBP_KATTR static inline __attribute__((always_inline)) uint32_t
+ibp_ax_stage_w32(const uint64_t *words, size_t stride, uint32_t n, const uint32_t w, const uint32_t how,
+                 const uint32_t ak, const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap)
+{
+    const uint32_t r_lo = how == IBP_ROUTE_ONE || how == IBP_ROUTE_SIGN ? 1u : rt->first;
+    const uint32_t r_hi = how == IBP_ROUTE_SETS ? ak : how == IBP_ROUTE_SIGN ? 2u : 1u;
+    __m256i mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
+    for (uint32_t k = 0; k < ak; k++) {
+        mk[k] = _mm256_set1_epi32((int)(uint32_t)rt->mask[k]);
+        vl[k] = _mm256_set1_epi32((int)(uint32_t)rt->value[k]);
+    }
+    const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    uint32_t f[IBP_MAX_SETS + 1u];
+    for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+        f[r] = fill[r];
+    uint32_t i = 0;
+    for (;;) {
+        uint32_t room = cap;
+        for (uint32_t r = r_lo; r <= r_hi; r++)
+            room = cap - f[r] < room ? cap - f[r] : room;
+        /* Steps until a buffer could hold fewer than eight more words. */
+        uint32_t steps = room > 8u ? (room - 1u) / 8u : 0;
+        steps = steps < (n - i) / 8u ? steps : (n - i) / 8u;
+        if (!steps)
+            break;
+        for (; steps; steps--, i += 8u) {
+            const uint64_t *const at = words + (size_t)i * stride;
+            __m256i x;
+            if (stride == 1u) {
+                const __m256i a = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)at), low_dwords);
+                const __m256i b =
+                    _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(at + 4)), low_dwords);
+                x = _mm256_inserti128_si256(a, _mm256_castsi256_si128(b), 1);
+            } else {
+                x = _mm256_setr_epi32((int)at[0], (int)at[stride], (int)at[2u * stride], (int)at[3u * stride],
+                                      (int)at[4u * stride], (int)at[5u * stride], (int)at[6u * stride],
+                                      (int)at[7u * stride]);
+            }
+            if (how == IBP_ROUTE_ONE) {
+                ibp_ax_stage_store32(to[1] + (size_t)f[1] * w, x, 0xffu, w);
+                f[1] += 8u;
+                continue;
+            }
+            __m256i route;
+            if (how == IBP_ROUTE_SIGN) {
+                route = _mm256_add_epi32(_mm256_srli_epi32(x, (int)(w * 8u - 1u)), _mm256_set1_epi32(1));
+            } else {
+                route = _mm256_setzero_si256();
+                for (uint32_t k = ak; k > 0; k--) {
+                    const __m256i hit = _mm256_cmpeq_epi32(_mm256_and_si256(x, mk[k - 1u]), vl[k - 1u]);
+                    route = _mm256_blendv_epi8(route, _mm256_set1_epi32((int)k), hit);
+                }
+                if (how == IBP_ROUTE_FREE)
+                    route = _mm256_and_si256(_mm256_cmpeq_epi32(route, _mm256_setzero_si256()), _mm256_set1_epi32(1));
+            }
+            for (uint32_t r = r_lo; r <= r_hi; r++) {
+                const uint32_t m = (uint32_t)_mm256_movemask_ps(
+                    _mm256_castsi256_ps(_mm256_cmpeq_epi32(route, _mm256_set1_epi32((int)r))));
+                ibp_ax_stage_store32(to[r] + (size_t)f[r] * w, x, m, w);
+                f[r] += (uint32_t)_mm_popcnt_u32(m);
+            }
+        }
+    }
+    for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+        fill[r] = f[r];
+    return i + ibp_codec_stage_ref(words + (size_t)i * stride, stride, n - i, w, rt, to, fill, cap);
+}
+
 #define IBP_AX_STAGE_KEY(W, HOW, K) (((W)*4u + (HOW)) * 4u + (K))
 #define IBP_AX_STAGE_CASE(W, HOW, K)                                                                         \
     case IBP_AX_STAGE_KEY(W, HOW, K):                                                                        \
-        return ibp_ax_stage_w(words, stride, n, (W), (HOW), (K), rt, to, fill, cap);
+        return (W) < 8u ? ibp_ax_stage_w32(words, stride, n, (W), (HOW), (K), rt, to, fill, cap)              \
+                        : ibp_ax_stage_w(words, stride, n, (W), (HOW), (K), rt, to, fill, cap);
 #define IBP_AX_STAGE_CASES(W)                                                                                \
     IBP_AX_STAGE_CASE(W, IBP_ROUTE_ONE, 0u)                                                                  \
     IBP_AX_STAGE_CASE(W, IBP_ROUTE_SIGN, 0u)                                                                 \
