@@ -1702,19 +1702,21 @@ static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, ui
     for (uint32_t lag = 1; lag <= pmax; lag++)
         score[lag] = (uint32_t)((uint64_t)eq[lag] * 65536u / ((n - lag) / 8u * 8u + 1u));
     /* Greedy: highest score first; a lag that is a multiple of a picked one must beat it
-     * clearly, or it adds nothing the shorter period does not already give. */
+     * clearly, or it adds nothing the shorter period does not already give.  Which lags a pick
+     * rules out is marked once, on its multiples (tested against every pick at every lag, with a
+     * division each, it took 3-4% of a plan on float tensors). */
+    uint8_t skip[IBP_PERIOD_MAX + 1] = {0};
     for (uint32_t pick = 0; pick < max_out; pick++) {
         uint32_t best = 0;
-        for (uint32_t lag = 1; lag <= pmax; lag++) {
-            int skip = 0;
-            for (uint32_t k = 0; k < count; k++)
-                skip |= out[k] == lag || (lag % out[k] == 0 && score[lag] < score[out[k]] + 655u);
-            if (!skip && (best == 0 || score[lag] > score[best]))
+        for (uint32_t lag = 1; lag <= pmax; lag++)
+            if (!skip[lag] && (best == 0 || score[lag] > score[best]))
                 best = lag;
-        }
         if (best == 0)
             break;
         out[count++] = best;
+        skip[best] = 1;
+        for (uint32_t lag = 2u * best; lag <= pmax; lag += best)
+            skip[lag] |= score[lag] < score[best] + 655u;
     }
     return count;
 }
