@@ -1801,6 +1801,26 @@ uint64_t ibp_plan_bits_bound(const uint32_t *cnt, uint32_t wbits, uint32_t n)
     return (uint64_t)n * wbits - saved;
 }
 
+static inline __attribute__((always_inline)) void ibp_zigzag_words(uint8_t *buf, uint32_t n, const uint32_t w)
+{
+    for (uint32_t j = 0; j < n; j++)
+        ibp_store_word(buf + (size_t)j * w, ibp_fmt_zigzag(ibp_load_word(buf + (size_t)j * w, w), w), w);
+}
+
+/* Zigzags every word of f's groups in place. */
+static void ibp_groups_zigzag(IbpFit *f, uint32_t w)
+{
+    for (size_t b = 0; b < f->nblk; b++) {
+        uint8_t *const buf = f->grp + b * IBP_GROUP_BYTES;
+        if (w == 2u)
+            ibp_zigzag_words(buf, f->blk[b].n, 2u);
+        else if (w == 4u)
+            ibp_zigzag_words(buf, f->blk[b].n, 4u);
+        else
+            ibp_zigzag_words(buf, f->blk[b].n, 8u);
+    }
+}
+
 /* Picks the transform of each column among none, zigzag, delta, delta+zigzag and xor by the
  * single-set bits each leaves; a transform must save 1% of the column to be taken. */
 static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, IbpWords *ws, IbpFit *f,
@@ -1847,7 +1867,12 @@ static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, Ibp
                 continue;
         }
         if (derived) {
-            rc = ibp_words_load(s, w, c_count, trial, ws);
+            /* The words the count pass grouped by sign, zigzagged where they lie, where it grouped
+             * them (a load and a histogram pass over the 64-bit words, word by word, otherwise). */
+            if (f->grp_of == ws && f->grp_gen == ws->gen && f->grp_mode == IBP_FIT_SIGN)
+                ibp_groups_zigzag(f, w);
+            else
+                rc = ibp_words_load(s, w, c_count, trial, ws);
             if (rc)
                 goto fail;
         }
