@@ -132,6 +132,61 @@ ibp_ax_agree_hist_w(const uint8_t *words, uint32_t n, const uint32_t w, uint64_t
     uint32_t h[4][65];
     memset(h, 0, sizeof(h));
     uint32_t j = 0;
+    /* 4- and 8-byte words 32 at a time, transposed so that one vector holds byte q of all of
+     * them: each byte's tables then apply to whole vectors, where word by word w lookups took a
+     * vector each for 32 / w useful lanes. */
+    if (w >= 4u) {
+        /* Within each 128-bit lane: byte q of the lane's words side by side (4-byte words: dword
+         * q; 8-byte words: 16-bit element q). */
+        const __m256i group =
+            w == 4u ? _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9,
+                                       13, 2, 6, 10, 14, 3, 7, 11, 15)
+                    : _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15, 0, 8, 1, 9, 2, 10, 3,
+                                       11, 4, 12, 5, 13, 6, 14, 7, 15);
+        for (; j + 32u <= n; j += 32u) {
+            __m256i t[8], b[8];
+            for (uint32_t k = 0; k < w; k++)
+                t[k] = _mm256_shuffle_epi8(
+                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(words + (size_t)j * w + 32u * k)), mv),
+                    group);
+            if (w == 4u) {
+                const __m256i s0 = _mm256_unpacklo_epi32(t[0], t[1]), s1 = _mm256_unpackhi_epi32(t[0], t[1]);
+                const __m256i s2 = _mm256_unpacklo_epi32(t[2], t[3]), s3 = _mm256_unpackhi_epi32(t[2], t[3]);
+                b[0] = _mm256_unpacklo_epi64(s0, s2);
+                b[1] = _mm256_unpackhi_epi64(s0, s2);
+                b[2] = _mm256_unpacklo_epi64(s1, s3);
+                b[3] = _mm256_unpackhi_epi64(s1, s3);
+            } else {
+                __m256i s[8], u[8];
+                for (uint32_t k = 0; k < 4u; k++) {
+                    s[2u * k] = _mm256_unpacklo_epi16(t[2u * k], t[2u * k + 1u]);
+                    s[2u * k + 1u] = _mm256_unpackhi_epi16(t[2u * k], t[2u * k + 1u]);
+                }
+                for (uint32_t k = 0; k < 2u; k++) {
+                    u[4u * k] = _mm256_unpacklo_epi32(s[4u * k], s[4u * k + 2u]);
+                    u[4u * k + 1u] = _mm256_unpackhi_epi32(s[4u * k], s[4u * k + 2u]);
+                    u[4u * k + 2u] = _mm256_unpacklo_epi32(s[4u * k + 1u], s[4u * k + 3u]);
+                    u[4u * k + 3u] = _mm256_unpackhi_epi32(s[4u * k + 1u], s[4u * k + 3u]);
+                }
+                for (uint32_t k = 0; k < 4u; k++) {
+                    b[2u * k] = _mm256_unpacklo_epi64(u[k], u[4u + k]);
+                    b[2u * k + 1u] = _mm256_unpackhi_epi64(u[k], u[4u + k]);
+                }
+            }
+            __m256i a = _mm256_set1_epi8((char)0xff);
+            for (uint32_t q = 0; q < w; q++) {
+                const __m256i lo = _mm256_and_si256(b[q], nib);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b[q], 4), nib);
+                a = _mm256_min_epu8(
+                    a, _mm256_min_epu8(_mm256_shuffle_epi8(lo_t[q], lo), _mm256_shuffle_epi8(hi_t[q], hi)));
+            }
+            uint8_t out[32];
+            _mm256_storeu_si256((__m256i *)out, a);
+#pragma GCC unroll 32
+            for (uint32_t k = 0; k < 32u; k++)
+                h[k % 4u][out[k]]++;
+        }
+    }
     for (; j + per <= n; j += per) {
         const __m256i d = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(words + (size_t)j * w)), mv);
         const __m256i lo = _mm256_and_si256(d, nib);
