@@ -587,10 +587,75 @@ ibp_ax_assign_k(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssign
            ibp_codec_assign_ref(words + i, n - i, wbits, t, j, base + (uint32_t)sum, run ? run + i : NULL);
 }
 
+/* ibp_ax_assign_k for words of 2 and 4 bytes, eight words a step in 32-bit lanes (a word's size
+ * and its running sum fit 32 bits, as do all words' sizes of a sample). */
+IBP_KATTR static inline __attribute__((always_inline)) uint64_t
+ibp_ax_assign_k32(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t, uint32_t j0,
+                  uint32_t base, uint32_t *run, const uint32_t k_count)
+{
+    const size_t stride = t->stride;
+    const uint32_t period = t->period;
+    const __m256i none = _mm256_set1_epi32((int)wbits);
+    const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    const __m256i high = _mm256_setr_epi32(0, 0, 0, 0, -1, -1, -1, -1);
+    __m256i total = _mm256_setzero_si256();
+    __m256i carry = _mm256_set1_epi32((int)base);
+    uint32_t j = j0;
+    size_t i = 0;
+    for (; i + 8u <= n; i += 8u) {
+        const __m256i a = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(words + i)), low_dwords);
+        const __m256i b =
+            _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(words + i + 4u)), low_dwords);
+        const __m256i x = _mm256_inserti128_si256(a, _mm256_castsi256_si128(b), 1);
+        __m256i sz = none;
+        for (uint32_t k = k_count; k > 0; k--) {
+            const size_t e = (size_t)(k - 1u) * stride + j;
+            const __m256i hit =
+                _mm256_cmpeq_epi32(_mm256_and_si256(x, _mm256_loadu_si256((const __m256i *)(t->mask32 + e))),
+                                   _mm256_loadu_si256((const __m256i *)(t->value32 + e)));
+            sz = _mm256_blendv_epi8(sz, _mm256_loadu_si256((const __m256i *)(t->bits32 + e)), hit);
+        }
+        total = _mm256_add_epi32(total, sz);
+        if (run) {
+            __m256i s = _mm256_add_epi32(sz, _mm256_slli_si256(sz, 4));
+            s = _mm256_add_epi32(s, _mm256_slli_si256(s, 8));
+            s = _mm256_add_epi32(s, _mm256_and_si256(_mm256_permutevar8x32_epi32(s, _mm256_set1_epi32(3)), high));
+            s = _mm256_add_epi32(s, carry);
+            _mm256_storeu_si256((__m256i *)(run + i), s);
+            carry = _mm256_permutevar8x32_epi32(s, _mm256_set1_epi32(7));
+        }
+        j += 8u;
+        j = j >= period ? j - period : j;
+    }
+    const __m256i wide = _mm256_add_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(total)),
+                                          _mm256_cvtepu32_epi64(_mm256_extracti128_si256(total, 1)));
+    const __m128i t2 = _mm_add_epi64(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1));
+    const uint64_t sum = (uint64_t)_mm_cvtsi128_si64(t2) + (uint64_t)_mm_extract_epi64(t2, 1);
+    if (i == n)
+        return sum;
+    return sum + ibp_codec_assign_ref(words + i, n - i, wbits, t, j, base + (uint32_t)sum, run ? run + i : NULL);
+}
+
 IBP_KATTR static uint64_t ibp_codec_assign_avx2(const uint64_t *words, size_t n, uint32_t wbits,
                                                 const IbpAssignTable *t, uint32_t j0, uint32_t base,
                                                 uint32_t *run)
 {
+    if (t->mask32) {
+        switch (t->nsets * 2u + (run != NULL)) {
+        case 2:
+            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, NULL, 1u);
+        case 3:
+            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, run, 1u);
+        case 4:
+            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, NULL, 2u);
+        case 5:
+            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, run, 2u);
+        case 6:
+            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, NULL, 3u);
+        default:
+            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, run, 3u);
+        }
+    }
     switch (t->nsets * 2u + (run != NULL)) {
     case 2:
         return ibp_ax_assign_k(words, n, wbits, t, j0, base, NULL, 1u);

@@ -162,13 +162,17 @@ typedef struct IbpStageRoute {
     uint32_t first;
 } IbpStageRoute;
 
-/* The mask sets of ibp_assign's kernel, column by column as lanes: entry j (j < period + 4) of set
+/* The mask sets of ibp_assign's kernel, column by column as lanes: entry j (j < period + 8) of set
  * k is at k * stride + j and describes column j mod C; period is a multiple of C of at least 8, so
- * that four entries from any j < period lie in the table.  bits: the variable bits of the mask. */
+ * that eight entries from any j < period lie in the table.  bits: the variable bits of the mask.
+ * For words of 2 and 4 bytes the same in 32-bit entries (else NULL). */
 typedef struct IbpAssignTable {
     const uint64_t *mask;
     const uint64_t *value;
     const uint64_t *bits;
+    const uint32_t *mask32;
+    const uint32_t *value32;
+    const uint32_t *bits32;
     size_t stride;
     uint32_t nsets;
     uint32_t period;

@@ -1521,23 +1521,23 @@ uint64_t ibp_codec_assign_ref(const uint64_t *words, size_t n, uint32_t wbits, c
     }
 }
 
-/* Entries of an ibp_assign table for c_count columns, a set: a period of at least 8 and 4 more. */
+/* Entries of an ibp_assign table for c_count columns, a set: a period of at least 8 and 8 more. */
 static size_t ibp_assign_stride(uint32_t c_count)
 {
-    return (size_t)c_count * ((8u + c_count - 1u) / c_count) + 4u;
+    return (size_t)c_count * ((8u + c_count - 1u) / c_count) + 8u;
 }
 
-/* Entries a set's table needs for any candidate of at most max_cols columns (the period of fewer
- * than 8 columns is less than 16). */
-static size_t ibp_assign_room(uint32_t max_cols)
+/* Bytes of an ibp_assign table for any candidate of at most max_cols columns (the period of fewer
+ * than 8 columns is less than 16): 64- and 32-bit entries, three arrays of each. */
+static size_t ibp_assign_bytes(uint32_t max_cols)
 {
-    return (max_cols > 16u ? max_cols : 16u) + 4u;
+    return 3u * IBP_MAX_SETS * ((max_cols > 16u ? max_cols : 16u) + 8u) * (sizeof(uint64_t) + sizeof(uint32_t));
 }
 
 /* The bits of all words of the sample under masks m with per-word selectors and no row grouping.
  * With prefix (ws->n + 1 entries), also the running sums of the words' sizes without selectors
  * (prefix[i]: words before i), what ibp_pick_rows takes: written here, they cost no pass of
- * their own.  tab: room for 3 * IBP_MAX_SETS * ibp_assign_room(ws->columns) entries, where the
+ * their own.  tab: ibp_assign_bytes(ws->columns) bytes at least, where the
  * kernel's table of m is laid out.  Each chunk's columns are counted from its first, not read: the
  * column array is half as many bytes again as the words, and the passes over them wait on memory. */
 static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint64_t *tab, uint32_t *prefix)
@@ -1548,19 +1548,32 @@ static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint64_t *tab,
     uint64_t *const mk = tab;
     uint64_t *const vl = tab + IBP_MAX_SETS * stride;
     uint64_t *const vb = tab + 2u * IBP_MAX_SETS * stride;
+    uint32_t *const mk32 = (uint32_t *)(tab + 3u * IBP_MAX_SETS * stride);
+    uint32_t *const vl32 = mk32 + IBP_MAX_SETS * stride;
+    uint32_t *const vb32 = mk32 + 2u * IBP_MAX_SETS * stride;
+    const int narrow = ws->word_size < 8u;
     for (uint32_t k = 0; k < m->nsets; k++)
         for (size_t j = 0, c = 0; j < stride; j++, c = c + 1u == c_count ? 0 : c + 1u) {
             const size_t at = (size_t)k * c_count + c;
-            mk[k * stride + j] = m->mask[at];
-            vl[k * stride + j] = m->value[at];
-            vb[k * stride + j] = wbits - ibp_popcount(m->mask[at]);
+            const size_t e = k * stride + j;
+            mk[e] = m->mask[at];
+            vl[e] = m->value[at];
+            vb[e] = wbits - ibp_popcount(m->mask[at]);
+            if (narrow) {
+                mk32[e] = (uint32_t)mk[e];
+                vl32[e] = (uint32_t)vl[e];
+                vb32[e] = (uint32_t)vb[e];
+            }
         }
     const IbpAssignTable t = {.mask = mk,
                               .value = vl,
                               .bits = vb,
+                              .mask32 = narrow ? mk32 : NULL,
+                              .value32 = narrow ? vl32 : NULL,
+                              .bits32 = narrow ? vb32 : NULL,
                               .stride = stride,
                               .nsets = m->nsets,
-                              .period = (uint32_t)(stride - 4u)};
+                              .period = (uint32_t)(stride - 8u)};
     const IbpCodecKernels *const kern = ibp_codec_kernels();
     uint64_t sizes = 0;
     uint32_t base = 0;
@@ -1954,7 +1967,7 @@ static size_t ibp_work_bytes(const IbpWork *wk)
     const IbpWords *ws = &wk->ws;
     return wk->fit.bytes + wk->words * (1u + sizeof(uint32_t)) + sizeof(uint32_t) + wk->cols +
            4u * (size_t)IBP_MAX_SETS * wk->cols * sizeof(uint64_t) +
-           3u * IBP_MAX_SETS * ibp_assign_room(wk->cols) * sizeof(uint64_t) +
+           ibp_assign_bytes(wk->cols) +
            ws->cap * (sizeof(uint64_t) + sizeof(uint32_t)) + ws->chunk_cap * sizeof(size_t) +
            ws->cycle_len * sizeof(uint32_t);
 }
@@ -2032,7 +2045,7 @@ static int ibp_work_alloc(IbpWork *wk, uint32_t max_cols, size_t max_words)
     wk->m.value = malloc(masks);
     wk->greedy_mask = malloc(masks);
     wk->greedy_value = malloc(masks);
-    wk->assign_tab = malloc(3u * IBP_MAX_SETS * ibp_assign_room(max_cols) * sizeof(uint64_t));
+    wk->assign_tab = malloc(ibp_assign_bytes(max_cols));
     if (!wk->member || !wk->prefix || !wk->xform || !wk->m.mask || !wk->m.value || !wk->greedy_mask ||
         !wk->greedy_value || !wk->assign_tab) {
         ibp_work_free(wk);

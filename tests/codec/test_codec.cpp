@@ -513,7 +513,7 @@ TEST(Codec, EveryLevelAssignsWordsAsTheReference)
         const uint64_t full = ibp_fmt_word_mask(w);
         for (uint32_t c_count : {1u, 2u, 3u, 5u, 7u, 8u, 14u, 33u}) {
             const uint32_t period = c_count * ((8u + c_count - 1u) / c_count);
-            const size_t stride = period + 4u;
+            const size_t stride = period + 8u;
             for (uint32_t nsets = 1; nsets <= IBP_MAX_SETS; nsets++) {
                 std::vector<uint64_t> cm((size_t)nsets * c_count), cv(cm.size());
                 for (size_t e = 0; e < cm.size(); e++) {
@@ -521,21 +521,30 @@ TEST(Codec, EveryLevelAssignsWordsAsTheReference)
                     cv[e] = rng() & cm[e];
                 }
                 std::vector<uint64_t> mk(IBP_MAX_SETS * stride), vl(mk.size()), vb(mk.size());
+                std::vector<uint32_t> mk32(mk.size()), vl32(mk.size()), vb32(mk.size());
                 for (uint32_t k = 0; k < nsets; k++)
                     for (size_t j = 0; j < stride; j++) {
                         const size_t at = (size_t)k * c_count + j % c_count;
                         mk[k * stride + j] = cm[at];
                         vl[k * stride + j] = cv[at];
                         vb[k * stride + j] = wbits - (uint32_t)__builtin_popcountll(cm[at]);
+                        mk32[k * stride + j] = (uint32_t)mk[k * stride + j];
+                        vl32[k * stride + j] = (uint32_t)vl[k * stride + j];
+                        vb32[k * stride + j] = (uint32_t)vb[k * stride + j];
                     }
                 IbpAssignTable t = {};
                 t.mask = mk.data();
                 t.value = vl.data();
                 t.bits = vb.data();
+                if (w < 8u) {
+                    t.mask32 = mk32.data();
+                    t.value32 = vl32.data();
+                    t.bits32 = vb32.data();
+                }
                 t.stride = stride;
                 t.nsets = nsets;
                 t.period = period;
-                for (size_t n : {0u, 1u, 3u, 4u, 5u, 7u, 8u, 9u, 63u, 100u, 1001u}) {
+                for (size_t n : {0u, 1u, 3u, 4u, 5u, 7u, 8u, 9u, 15u, 16u, 17u, 63u, 100u, 1001u}) {
                     const uint32_t j0 = (uint32_t)(rng() % period);
                     const uint32_t base = (uint32_t)rng();
                     std::vector<uint64_t> words(n);
