@@ -587,8 +587,8 @@ ibp_ax_assign_k(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssign
            ibp_codec_assign_ref(words + i, n - i, wbits, t, j, base + (uint32_t)sum, run ? run + i : NULL);
 }
 
-/* ibp_ax_assign_k for words of 2 and 4 bytes, eight words a step in 32-bit lanes (a word's size
- * and its running sum fit 32 bits, as do all words' sizes of a sample). */
+/* ibp_ax_assign_k for words of 2 and 4 bytes, eight words a step in 32-bit lanes (the sizes of
+ * fewer than 2^24 words fit them). */
 IBP_KATTR static inline __attribute__((always_inline)) uint64_t
 ibp_ax_assign_k32(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t, uint32_t j0,
                   uint32_t base, uint32_t *run, const uint32_t k_count)
@@ -673,7 +673,7 @@ IBP_KATTR static uint64_t ibp_codec_assign_avx2(const uint64_t *words, size_t n,
 }
 
 /* ibp_pick_rows' sum eight rows a step: each row's two running sums by gathers (both r apart),
- * in 32-bit lanes (a row's bits are at most 8192 * 64, all rows' at most the sample's bits). */
+ * in 32-bit lanes (all rows' bits of a call fit them). */
 IBP_KATTR static uint64_t ibp_codec_row_bits_avx2(const uint32_t *prefix, size_t nrows, uint32_t r,
                                                   uint32_t row_sel, uint32_t row_raw)
 {

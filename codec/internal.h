@@ -209,12 +209,15 @@ typedef struct IbpCodecKernels {
     void (*count_bits)(const uint8_t *buf, size_t nvec, uint32_t wbits, uint32_t *cnt);
     /* ibp_assign's word loop (planner): the sum of the sizes of the n words at words, each the bits
      * of the first set of t whose mask it matches, wbits where none does; word i takes entry
-     * (j0 + i) mod period.  With run, also run[i] = base + the sizes of words 0 .. i (mod 2^32). */
+     * (j0 + i) mod period.  With run, also run[i] = base + the sizes of words 0 .. i (mod 2^32).
+     * The planner passes a chunk at a time: n below 2^24, so that vector levels may sum 32-bit
+     * lanes. */
     uint64_t (*assign)(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t, uint32_t j0,
                        uint32_t base, uint32_t *run);
     /* ibp_pick_rows' sum for one row length r (planner): over the nrows rows of r words whose
      * running sums of sizes are prefix[0], prefix[r], ..., min(row_sel + the row's sizes, row_raw)
-     * + 1 (the row packed or raw, and its flag). */
+     * + 1 (the row packed or raw, and its flag).  The rows of one chunk: their bits sum below
+     * 2^32. */
     uint64_t (*row_bits)(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
                          uint32_t row_raw);
     /* The planner's loads: the nw words of w bytes at p into out, one a 64-bit word (widen), and
