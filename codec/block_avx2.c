@@ -238,46 +238,57 @@ IBP_KATTR static void ibp_codec_agree_hist_avx2(const uint8_t *words, uint32_t n
     }
 }
 
-/* lag_equal 32 bytes a vector, four vectors a step, each in byte-lane counters emptied (summed
- * by sad) before any lane can pass 255; then 8 bytes at a time as the reference. */
+/* The sum of the four 64-bit lanes of v. */
+IBP_KATTR static inline __attribute__((always_inline)) uint64_t ibp_ax_sum64(__m256i v)
+{
+    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    return (uint64_t)_mm_cvtsi128_si64(h) + (uint64_t)_mm_extract_epi64(h, 1);
+}
+
+/* lag_equal four lags at a time, 32 bytes a vector: a vector of p is loaded once for the four
+ * (one load a compare more, where one lag at a time took two), each lag's equal bytes in byte-lane
+ * counters emptied (summed by sad) before any lane can pass 255.  The vectors the longer lags of a
+ * group have fewer of, and what is left of each, 8 bytes at a time as the reference. */
 IBP_KATTR static void ibp_codec_lag_equal_avx2(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq)
 {
     const __m256i zero = _mm256_setzero_si256();
-    for (uint32_t lag = 1; lag <= lag_max; lag++) {
-        __m256i sums = zero;
+    for (uint32_t lag = 1; lag <= lag_max; lag += 4u) {
+        const uint32_t nl = lag_max - lag + 1u < 4u ? lag_max - lag + 1u : 4u;
+        __m256i sums[4] = {zero, zero, zero, zero};
+        /* Vectors every lag of the group has (lag + 3 included, read even past lag_max). */
+        const size_t common = n > lag + 3u ? (n - (lag + 3u)) / 32u : 0;
         size_t i = 0;
-        size_t vecs = (n - lag) / 32u;
-        while (vecs) {
-            const size_t run = vecs < 4u * 252u ? vecs : 4u * 252u;
+        while (i < common * 32u) {
+            const size_t run = common - i / 32u < 252u ? common - i / 32u : 252u;
             __m256i l0 = zero, l1 = zero, l2 = zero, l3 = zero;
             const uint8_t *a = p + i;
-            const uint8_t *const stop = a + run / 4u * 128u;
-            for (; a < stop; a += 128) {
-                l0 = _mm256_sub_epi8(l0, _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)a),
-                                                           _mm256_loadu_si256((const __m256i *)(a + lag))));
-                l1 = _mm256_sub_epi8(l1,
-                                     _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(a + 32)),
-                                                       _mm256_loadu_si256((const __m256i *)(a + 32 + lag))));
-                l2 = _mm256_sub_epi8(l2,
-                                     _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(a + 64)),
-                                                       _mm256_loadu_si256((const __m256i *)(a + 64 + lag))));
-                l3 = _mm256_sub_epi8(l3,
-                                     _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(a + 96)),
-                                                       _mm256_loadu_si256((const __m256i *)(a + 96 + lag))));
+            const uint8_t *const stop = a + run * 32u;
+            /* The last group's lags past lag_max are compared too, and dropped. */
+            for (; a < stop; a += 32) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)a);
+                const uint8_t *const b = a + lag;
+                l0 = _mm256_sub_epi8(l0, _mm256_cmpeq_epi8(x, _mm256_loadu_si256((const __m256i *)b)));
+                l1 = _mm256_sub_epi8(l1, _mm256_cmpeq_epi8(x, _mm256_loadu_si256((const __m256i *)(b + 1))));
+                l2 = _mm256_sub_epi8(l2, _mm256_cmpeq_epi8(x, _mm256_loadu_si256((const __m256i *)(b + 2))));
+                l3 = _mm256_sub_epi8(l3, _mm256_cmpeq_epi8(x, _mm256_loadu_si256((const __m256i *)(b + 3))));
             }
-            for (size_t k = run / 4u * 4u; k < run; k++, a += 32)
-                l0 = _mm256_sub_epi8(l0, _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)a),
-                                                           _mm256_loadu_si256((const __m256i *)(a + lag))));
+            sums[0] = _mm256_add_epi64(sums[0], _mm256_sad_epu8(l0, zero));
+            sums[1] = _mm256_add_epi64(sums[1], _mm256_sad_epu8(l1, zero));
+            sums[2] = _mm256_add_epi64(sums[2], _mm256_sad_epu8(l2, zero));
+            sums[3] = _mm256_add_epi64(sums[3], _mm256_sad_epu8(l3, zero));
             i += run * 32u;
-            vecs -= run;
-            sums = _mm256_add_epi64(
-                sums,
-                _mm256_add_epi64(_mm256_add_epi64(_mm256_sad_epu8(l0, zero), _mm256_sad_epu8(l1, zero)),
-                                 _mm256_add_epi64(_mm256_sad_epu8(l2, zero), _mm256_sad_epu8(l3, zero))));
         }
-        const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
-        const uint64_t count = (uint64_t)_mm_cvtsi128_si64(h) + (uint64_t)_mm_extract_epi64(h, 1);
-        eq[lag] = (uint32_t)count + ibp_codec_lag_equal_tail(p, i, (n - lag) / 8u * 8u, lag);
+        for (uint32_t k = 0; k < nl; k++) {
+            const uint32_t lk = lag + k;
+            size_t at = i;
+            uint64_t count = ibp_ax_sum64(sums[k]);
+            for (; at + 32u <= (n - lk) / 32u * 32u; at += 32u) {
+                const __m256i eqv = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(p + at)),
+                                                      _mm256_loadu_si256((const __m256i *)(p + at + lk)));
+                count += (uint32_t)__builtin_popcount((uint32_t)_mm256_movemask_epi8(eqv));
+            }
+            eq[lk] = (uint32_t)count + ibp_codec_lag_equal_tail(p, at, (n - lk) / 8u * 8u, lk);
+        }
     }
 }
 
