@@ -94,8 +94,8 @@ static uint64_t ibp_block_cost_avx2_any(const IbpCodecPlan *p, const uint8_t *sr
     }
 }
 
-/* Agreement lengths 32 / W words a vector: each byte's rank table entry is the lower of those of
- * its two nibbles (16-entry tables, looked up by shuffles), each byte position q of the word has
+/* Agreement lengths 32 / W words a vector: each byte's rank is the lower of those of its two
+ * nibbles (16-entry tables, looked up by shuffles), each byte position q of the word has
  * its own tables (lanes of other positions masked to 0xff), and the least over a word's bytes
  * lands in its lowest byte. */
 IBP_KATTR static inline __attribute__((always_inline)) void
@@ -110,14 +110,9 @@ ibp_ax_agree_hist_w(const uint8_t *words, uint32_t n, const uint32_t w, uint64_t
                                           5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                          _mm256_set1_epi8((char)(w - 1u)));
     for (uint32_t q = 0; q < w; q++) {
-        const uint8_t *const t = rank + q * 256u;
-        /* The high nibble's entries are those with a low nibble of 0 (which ranks no bit). */
-        const __m128i hi =
-            _mm_setr_epi8((char)t[0], (char)t[16], (char)t[32], (char)t[48], (char)t[64], (char)t[80],
-                          (char)t[96], (char)t[112], (char)t[128], (char)t[144], (char)t[160], (char)t[176],
-                          (char)t[192], (char)t[208], (char)t[224], (char)t[240]);
-        lo_t[q] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
-        hi_t[q] = _mm256_broadcastsi128_si256(hi);
+        lo_t[q] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(rank + q * IBP_RANK_NIBBLES)));
+        hi_t[q] =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(rank + q * IBP_RANK_NIBBLES + 16u)));
         other[q] =
             _mm256_xor_si256(_mm256_cmpeq_epi8(pos, _mm256_set1_epi8((char)q)), _mm256_set1_epi8((char)0xff));
     }
@@ -209,15 +204,8 @@ ibp_ax_agree_hist_w(const uint8_t *words, uint32_t n, const uint32_t w, uint64_t
         for (uint32_t k = 0; k < per; k++)
             h[k % 4u][out[k * w]]++;
     }
-    for (; j < n; j++) {
-        const uint64_t d = ibp_load_word(words + (size_t)j * w, w) ^ maj;
-        uint32_t agree = rank[d & 0xffu];
-        for (uint32_t q = 1; q < w; q++) {
-            const uint32_t r = rank[q * 256u + ((d >> (8u * q)) & 0xffu)];
-            agree = r < agree ? r : agree;
-        }
-        h[0][agree]++;
-    }
+    for (; j < n; j++)
+        h[0][ibp_rank_agree(ibp_load_word(words + (size_t)j * w, w) ^ maj, w, rank)]++;
     for (uint32_t k = 0; k <= w * 8u; k++)
         hist[k] += h[0][k] + h[1][k] + h[2][k] + h[3][k];
 }

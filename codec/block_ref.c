@@ -30,18 +30,11 @@ static inline uint64_t ibp_ref_pdep(const IbpCodecPlan *p, uint32_t idx, uint64_
 #define IBP_PDEP(p, i, f) ibp_ref_pdep((p), (i), (f))
 #include "codec/block_impl.h"
 
-/* The agreement length of word x by the rank tables t: the least of its bytes' entries. */
+/* The agreement length of word x by the rank tables t. */
 static inline __attribute__((always_inline)) uint32_t ibp_ref_agree(uint64_t x, const uint32_t w,
                                                                     uint64_t maj, const uint8_t *t)
 {
-    const uint64_t d = x ^ maj;
-    uint32_t agree = t[d & 0xffu];
-#pragma GCC unroll 8
-    for (uint32_t q = 1; q < w; q++) {
-        const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
-        agree = r < agree ? r : agree;
-    }
-    return agree;
+    return ibp_rank_agree(x ^ maj, w, t);
 }
 
 /* Four histograms side by side, so that a word's count does not wait for the one before. */

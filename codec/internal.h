@@ -178,6 +178,28 @@ typedef struct IbpAssignTable {
     uint32_t period;
 } IbpAssignTable;
 
+/* Bytes of the rank tables of one byte of a word: rank[v] (v < 16) is the lowest rank among the
+ * bits set in low nibble v, rank[16 + v] among those set in high nibble v, w * 8 for v = 0; a
+ * byte's lowest rank is the lower of its two nibbles'. */
+#define IBP_RANK_NIBBLES 32u
+
+/* The agreement length of d (a word xor its majority, w bytes) by the nibble tables t of each of
+ * its bytes: the lowest rank among its bits set, w * 8 for none. */
+static inline __attribute__((always_inline)) uint32_t ibp_rank_agree(uint64_t d, const uint32_t w,
+                                                                     const uint8_t *t)
+{
+    uint32_t agree = 255u;
+#pragma GCC unroll 8
+    for (uint32_t q = 0; q < w; q++) {
+        const uint32_t b = (uint32_t)(d >> (8u * q)) & 0xffu;
+        const uint32_t lo = t[q * IBP_RANK_NIBBLES + (b & 15u)];
+        const uint32_t hi = t[q * IBP_RANK_NIBBLES + 16u + (b >> 4)];
+        const uint32_t r = lo < hi ? lo : hi;
+        agree = r < agree ? r : agree;
+    }
+    return agree;
+}
+
 /* Block kernels, one set per instruction-set level. */
 typedef struct IbpCodecKernels {
     const char *name;
@@ -190,9 +212,8 @@ typedef struct IbpCodecKernels {
     uint32_t (*crc32c)(uint32_t crc, const void *data, size_t len);
     /* Adds to hist[a] how many of the n words of w bytes packed at words (little-endian) have
      * agreement length a with the majority maj: the lowest rank among the bits where they differ
-     * from it, w * 8 where none.  rank holds a rank table per byte of the word (256 entries each:
-     * rank[q * 256 + v] is the lowest rank among the bits set in v, w * 8 for v = 0), so that an
-     * entry is the lower of those of its low and its high nibble (planner). */
+     * from it, w * 8 where none.  rank holds the nibble tables of each byte of the word
+     * (IBP_RANK_NIBBLES, ibp_rank_agree) (planner). */
     void (*agree_hist)(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj, const uint8_t *rank,
                        uint32_t *hist);
     /* eq[lag] for lag in [1, lag_max] (lag_max < n): how many of the bytes p[i], i below

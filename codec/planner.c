@@ -435,6 +435,9 @@ typedef struct IbpFit {
      * W*8 for v = 0; a word's agreement length is the least over its bytes. */
     uint8_t *rank;
     size_t rank_cap;
+    /* The same as nibble tables, (K+1) * C * W * IBP_RANK_NIBBLES, for the kernel agree_hist:
+     * built from the ranks at an eighth of the bytes, they are all that grouped words need. */
+    uint8_t *nib;
     const struct IbpPar *par; /* threads its word passes may spread over, or NULL */
     /* The words of the last count pass that went column by column, grouped by (set, column) in
      * blocks of IBP_GROUP_BYTES packed at their width, for its histogram pass: blk[b] is block b's
@@ -475,6 +478,7 @@ static void ibp_fit_free(IbpFit *f)
     free(f->prefix);
     free(f->hist);
     free(f->rank);
+    free(f->nib);
     free(f->grp);
     free(f->blk);
     memset(f, 0, sizeof(*f));
@@ -524,13 +528,15 @@ static int ibp_fit_alloc(IbpFit *f, uint32_t c_count, size_t max_bytes)
     f->prefix = malloc(sc * 65u * sizeof(uint64_t));
     f->hist = malloc(slot_sc * 65u * sizeof(uint32_t));
     f->rank = malloc(f->rank_cap);
+    f->nib = malloc(f->rank_cap / 256u * IBP_RANK_NIBBLES);
     f->grp = malloc(f->blk_cap * IBP_GROUP_BYTES);
     f->blk = malloc(f->blk_cap * sizeof(IbpGroup));
     f->bytes = sc * (64u * sizeof(uint32_t) + sizeof(uint32_t) + sizeof(uint64_t) + 65u * sizeof(uint64_t)) +
                slot_sc * (8u * sizeof(uint64_t) + 1u + 65u * sizeof(uint32_t)) + f->rank_cap +
+               f->rank_cap / 256u * IBP_RANK_NIBBLES +
                f->blk_cap * (IBP_GROUP_BYTES + sizeof(IbpGroup));
     if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist || !f->rank ||
-        !f->grp || !f->blk) {
+        !f->nib || !f->grp || !f->blk) {
         ibp_fit_free(f);
         return -ENOMEM;
     }
@@ -806,7 +812,7 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_groups(
         const uint8_t *restrict const buf = f->grp + b * IBP_GROUP_BYTES;
         const uint64_t maj = model->maj[at];
         if (use_rank) {
-            agree_hist(buf, g.n, w, maj, model->rank + at * w * 256u, f->hist + at * hs);
+            agree_hist(buf, g.n, w, maj, model->nib + at * w * IBP_RANK_NIBBLES, f->hist + at * hs);
             continue;
         }
         const uint64_t *const prefix = model->prefix + at * 65u;
@@ -881,11 +887,12 @@ static void ibp_rank_bits(const uint32_t *freq, uint32_t wbits, uint32_t n, uint
     }
 }
 
-/* The rank table of one byte of a word: t[v] is the lowest rank among the bits set in v (rk: the
- * ranks of the byte's 8 bits), none for v = 0.  That is the lower of the low and the high
- * nibble's, so each 16 entries with the same high nibble are the low nibble's 16 against one
- * value, a vector. */
-static void ibp_rank_table(const uint8_t *rk, uint8_t none, uint8_t *t)
+/* The nibble tables of one byte of a word (IBP_RANK_NIBBLES) into nib: the lowest rank among the
+ * bits set in each nibble value (rk: the ranks of the byte's 8 bits), none for 0; with t, also the
+ * rank table of the byte, t[v] the lowest rank among the bits set in v.  That is the lower of the
+ * low and the high nibble's, so each 16 entries with the same high nibble are the low nibble's 16
+ * against one value, a vector. */
+static void ibp_rank_table(const uint8_t *rk, uint8_t none, uint8_t *nib, uint8_t *t)
 {
     uint8_t lo[16], hi[16];
     lo[0] = hi[0] = none;
@@ -894,6 +901,10 @@ static void ibp_rank_table(const uint8_t *rk, uint8_t none, uint8_t *t)
         lo[v] = rk[b] < lo[v & (v - 1u)] ? rk[b] : lo[v & (v - 1u)];
         hi[v] = rk[4u + b] < hi[v & (v - 1u)] ? rk[4u + b] : hi[v & (v - 1u)];
     }
+    memcpy(nib, lo, 16);
+    memcpy(nib + 16, hi, 16);
+    if (!t)
+        return;
     ibp_v16u8 low;
     memcpy(&low, lo, 16);
     for (uint32_t h = 0; h < 16u; h++) {
@@ -1227,6 +1238,15 @@ static void ibp_count_pass(IbpPass *p)
 }
 
 /* Agreement histograms of a share of the words into p->f->hist (its slots summed into slot 0). */
+/* Whether f's groups are the words [lo, hi) of ws as a count pass of mode and nfit sets would
+ * group them (or grouped by sign, for a one-set histogram). */
+static int ibp_fit_grouped(const IbpFit *f, const IbpWords *ws, int mode, uint32_t nfit, size_t lo, size_t hi)
+{
+    const int sign = f->grp_mode == IBP_FIT_SIGN && mode == IBP_FIT_ALL && nfit == 1u;
+    return f->grp_of == ws && f->grp_gen == ws->gen && f->grp_lo == lo && f->grp_hi == hi &&
+           ((f->grp_mode == mode && f->grp_nfit == nfit) || sign);
+}
+
 static void ibp_hist_pass(IbpPass *p)
 {
     const IbpWords *ws = p->ws;
@@ -1239,8 +1259,7 @@ static void ibp_hist_pass(IbpPass *p)
     memset(f->hist, 0, slots * sc * hs * sizeof(uint32_t));
     /* The words as this thread's count pass grouped them, where it did for these words and sets. */
     const int sign = f->grp_mode == IBP_FIT_SIGN && mode == IBP_FIT_ALL && p->nfit == 1u;
-    if (f->grp_of == ws && f->grp_gen == ws->gen && f->grp_lo == p->lo && f->grp_hi == p->hi &&
-        ((f->grp_mode == mode && f->grp_nfit == p->nfit) || sign)) {
+    if (ibp_fit_grouped(f, ws, mode, p->nfit, p->lo, p->hi)) {
         _Static_assert(IBP_FIT_SLOTS == 4u, "ibp_fit_hist_groups sums four histograms");
         const uint32_t c_count = ws->columns;
         const IbpCodecKernels *const k = ibp_codec_kernels();
@@ -1379,6 +1398,11 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
                            .f = f};
     IbpPass passes[IBP_PLAN_MAX_THREADS];
     const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
+    /* Rank tables of whole bytes only for a thread that takes the words word by word; grouped
+     * words take the nibble tables alone (whole-byte tables took up to 4% of a plan to build). */
+    int whole = 0;
+    for (unsigned t = 0; t < nt; t++)
+        whole |= !ibp_fit_grouped(passes[t].f, ws, mode, nfit, passes[t].lo, passes[t].hi);
     /* Set 0's words are ignored unless free_mask asks for them: its constants only need to be
      * valid, and only where the histogram pass looks them up (all words are set 1's in
      * IBP_FIT_ALL). */
@@ -1386,8 +1410,10 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
     if (!free_mask && mode != IBP_FIT_ALL) {
         memset(f->maj, 0, c_count * sizeof(uint64_t));
         memset(f->prefix, 0, c_count * 65u * sizeof(uint64_t));
-        if (use_rank)
+        if (use_rank) {
             memset(f->rank, (int)wbits, (size_t)c_count * w * 256u);
+            memset(f->nib, (int)wbits, (size_t)c_count * w * IBP_RANK_NIBBLES);
+        }
     }
     for (size_t at = first; at < sc; at++) {
         const uint32_t *cnt = f->cnt + at * wbits;
@@ -1410,9 +1436,10 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
             uint8_t rk[64];
             for (uint32_t m = 0; m < wbits; m++)
                 rk[order[m]] = (uint8_t)m;
-            uint8_t *t = f->rank + at * w * 256u;
-            for (uint32_t q = 0; q < w; q++, t += 256)
-                ibp_rank_table(rk + 8u * q, (uint8_t)wbits, t);
+            uint8_t *const t = f->rank + at * w * 256u;
+            uint8_t *const nib = f->nib + at * w * IBP_RANK_NIBBLES;
+            for (uint32_t q = 0; q < w; q++)
+                ibp_rank_table(rk + 8u * q, (uint8_t)wbits, nib + q * IBP_RANK_NIBBLES, whole ? t + q * 256u : NULL);
         }
     }
     ibp_passes_run(passes, nt);

@@ -365,14 +365,17 @@ TEST(Codec, EveryLevelCountsAgreementLengths)
             std::shuffle(order.begin(), order.end(), rng);
             for (uint32_t m = 0; m < wbits; m++)
                 rk[order[m]] = (uint8_t)m;
-            std::vector<uint8_t> rank(w * 256u);
+            std::vector<uint8_t> rank(w * IBP_RANK_NIBBLES);
             for (uint32_t q = 0; q < w; q++)
-                for (uint32_t v = 0; v < 256u; v++) {
-                    uint32_t low = wbits;
-                    for (uint32_t b = 0; b < 8u; b++)
-                        if ((v >> b) & 1u)
+                for (uint32_t v = 0; v < 16u; v++) {
+                    uint32_t low = wbits, high = wbits;
+                    for (uint32_t b = 0; b < 4u; b++)
+                        if ((v >> b) & 1u) {
                             low = std::min<uint32_t>(low, rk[8u * q + b]);
-                    rank[q * 256u + v] = (uint8_t)low;
+                            high = std::min<uint32_t>(high, rk[8u * q + 4u + b]);
+                        }
+                    rank[q * IBP_RANK_NIBBLES + v] = (uint8_t)low;
+                    rank[q * IBP_RANK_NIBBLES + 16u + v] = (uint8_t)high;
                 }
             const uint64_t maj = rng() & full;
             for (uint32_t n : lengths) {
