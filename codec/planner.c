@@ -1843,23 +1843,32 @@ uint64_t ibp_plan_bits_bound(const uint32_t *cnt, uint32_t wbits, uint32_t n)
     return (uint64_t)n * wbits - saved;
 }
 
-static inline __attribute__((always_inline)) void ibp_zigzag_words(uint8_t *buf, uint32_t n, const uint32_t w)
-{
-    for (uint32_t j = 0; j < n; j++)
-        ibp_store_word(buf + (size_t)j * w, ibp_fmt_zigzag(ibp_load_word(buf + (size_t)j * w, w), w), w);
-}
-
-/* Zigzags every word of f's groups in place. */
+/* Zigzags every word of f's groups in place, 16 bytes a step in lanes of the word size: a block's
+ * bytes past its words are zeros (ibp_group_close) or unread, and stay so. */
 static void ibp_groups_zigzag(IbpFit *f, uint32_t w)
 {
     for (size_t b = 0; b < f->nblk; b++) {
         uint8_t *const buf = f->grp + b * IBP_GROUP_BYTES;
-        if (w == 2u)
-            ibp_zigzag_words(buf, f->blk[b].n, 2u);
-        else if (w == 4u)
-            ibp_zigzag_words(buf, f->blk[b].n, 4u);
-        else
-            ibp_zigzag_words(buf, f->blk[b].n, 8u);
+        const size_t nvec = ((size_t)f->blk[b].n * w + 15u) / 16u;
+        for (size_t v = 0; v < nvec; v++) {
+            uint8_t *const at = buf + 16u * v;
+            if (w == 2u) {
+                ibp_v8u16 x;
+                memcpy(&x, at, 16);
+                x = (x << 1) ^ -(x >> 15);
+                memcpy(at, &x, 16);
+            } else if (w == 4u) {
+                ibp_v4u32 x;
+                memcpy(&x, at, 16);
+                x = (x << 1) ^ -(x >> 31);
+                memcpy(at, &x, 16);
+            } else {
+                ibp_v2u64 x;
+                memcpy(&x, at, 16);
+                x = (x << 1) ^ -(x >> 63);
+                memcpy(at, &x, 16);
+            }
+        }
     }
 }
 
