@@ -1249,6 +1249,38 @@ TEST(Codec, PlanningThreadsGiveTheSamePlan)
     }
 }
 
+// The planner's word passes run on the dispatched kernels: with the reference kernels forced, every
+// plan (its blob and its sample ratio) must be the same, for every distribution and for a region
+// long enough that the refit and the judges take whole chunks.
+TEST(Codec, PlansAreTheSameWithTheReferenceKernels)
+{
+    const size_t sizes[] = {(64u << 10) + 3, (2u << 20) + 5};
+    uint32_t seed = 70;
+    for (Dist d : kAllDists) {
+        for (size_t n : sizes) {
+            const std::vector<uint8_t> data = make_data(d, n, seed++);
+            IbpCodecPlan *best = nullptr;
+            IbpCodecPlan *ref = nullptr;
+            ASSERT_EQ(ibp_codec_plan_create(data.data(), n, nullptr, &best), 0);
+            ibp_codec_force_reference(1);
+            const int rc = ibp_codec_plan_create(data.data(), n, nullptr, &ref);
+            ibp_codec_force_reference(0);
+            ASSERT_EQ(rc, 0);
+            size_t best_len = 0, ref_len = 0;
+            const void *best_blob = ibp_codec_plan_blob(best, &best_len);
+            const void *ref_blob = ibp_codec_plan_blob(ref, &ref_len);
+            ASSERT_EQ(best_len, ref_len) << "dist " << (int)d << " n " << n;
+            EXPECT_EQ(std::memcmp(best_blob, ref_blob, ref_len), 0) << "dist " << (int)d << " n " << n;
+            IbpCodecPlanInfo bi, ri;
+            ibp_codec_plan_info(best, &bi);
+            ibp_codec_plan_info(ref, &ri);
+            EXPECT_EQ(bi.sample_ratio, ri.sample_ratio) << "dist " << (int)d << " n " << n;
+            ibp_codec_plan_destroy(&best);
+            ibp_codec_plan_destroy(&ref);
+        }
+    }
+}
+
 // Each calling thread keeps its planning work spaces for its next plan, sized by the plans before:
 // several threads planning the same inputs at once, each in its own order and with its own count
 // of planning threads, must get the plans the main thread gets, and free what they kept on exit.
