@@ -110,9 +110,10 @@ ibp_ax_agree_hist_w(const uint8_t *words, uint32_t n, const uint32_t w, uint64_t
                                           5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                          _mm256_set1_epi8((char)(w - 1u)));
     for (uint32_t q = 0; q < w; q++) {
-        lo_t[q] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(rank + q * IBP_RANK_NIBBLES)));
-        hi_t[q] =
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(rank + q * IBP_RANK_NIBBLES + 16u)));
+        lo_t[q] =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(rank + q * IBP_RANK_NIBBLES)));
+        hi_t[q] = _mm256_broadcastsi128_si256(
+            _mm_loadu_si128((const __m128i *)(rank + q * IBP_RANK_NIBBLES + 16u)));
         other[q] =
             _mm256_xor_si256(_mm256_cmpeq_epi8(pos, _mm256_set1_epi8((char)q)), _mm256_set1_epi8((char)0xff));
     }
@@ -133,16 +134,17 @@ ibp_ax_agree_hist_w(const uint8_t *words, uint32_t n, const uint32_t w, uint64_t
     if (w >= 4u) {
         /* Within each 128-bit lane: byte q of the lane's words side by side (4-byte words: dword
          * q; 8-byte words: 16-bit element q). */
-        const __m256i group =
-            w == 4u ? _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9,
-                                       13, 2, 6, 10, 14, 3, 7, 11, 15)
-                    : _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15, 0, 8, 1, 9, 2, 10, 3,
-                                       11, 4, 12, 5, 13, 6, 14, 7, 15);
+        const __m256i group = w == 4u
+                                  ? _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0,
+                                                     4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
+                                  : _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15, 0,
+                                                     8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
         for (; j + 32u <= n; j += 32u) {
             __m256i t[8], b[8];
             for (uint32_t k = 0; k < w; k++)
                 t[k] = _mm256_shuffle_epi8(
-                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(words + (size_t)j * w + 32u * k)), mv),
+                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(words + (size_t)j * w + 32u * k)),
+                                     mv),
                     group);
             if (w == 4u) {
                 const __m256i s0 = _mm256_unpacklo_epi32(t[0], t[1]), s1 = _mm256_unpackhi_epi32(t[0], t[1]);
@@ -387,7 +389,8 @@ IBP_KATTR static inline __attribute__((always_inline)) void ibp_ax_stage_store32
                                                                                  uint32_t m, const uint32_t w)
 {
     const uint64_t keep = _pdep_u64(m, 0x0101010101010101u) * 0xffu;
-    const __m256i idx = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)_pext_u64(0x0706050403020100u, keep)));
+    const __m256i idx =
+        _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)_pext_u64(0x0706050403020100u, keep)));
     const __m256i v = _mm256_permutevar8x32_epi32(x, idx);
     if (w == 4u) {
         _mm256_storeu_si256((__m256i *)dst, v);
@@ -429,7 +432,8 @@ ibp_ax_stage_w32(const uint64_t *words, size_t stride, uint32_t n, const uint32_
             const uint64_t *const at = words + (size_t)i * stride;
             __m256i x;
             if (stride == 1u) {
-                const __m256i a = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)at), low_dwords);
+                const __m256i a =
+                    _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)at), low_dwords);
                 const __m256i b =
                     _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(at + 4)), low_dwords);
                 x = _mm256_inserti128_si256(a, _mm256_castsi256_si128(b), 1);
@@ -453,7 +457,8 @@ ibp_ax_stage_w32(const uint64_t *words, size_t stride, uint32_t n, const uint32_
                     route = _mm256_blendv_epi8(route, _mm256_set1_epi32((int)k), hit);
                 }
                 if (how == IBP_ROUTE_FREE)
-                    route = _mm256_and_si256(_mm256_cmpeq_epi32(route, _mm256_setzero_si256()), _mm256_set1_epi32(1));
+                    route = _mm256_and_si256(_mm256_cmpeq_epi32(route, _mm256_setzero_si256()),
+                                             _mm256_set1_epi32(1));
             }
             for (uint32_t r = r_lo; r <= r_hi; r++) {
                 const uint32_t m = (uint32_t)_mm256_movemask_ps(
@@ -471,7 +476,7 @@ ibp_ax_stage_w32(const uint64_t *words, size_t stride, uint32_t n, const uint32_
 #define IBP_AX_STAGE_KEY(W, HOW, K) (((W)*4u + (HOW)) * 4u + (K))
 #define IBP_AX_STAGE_CASE(W, HOW, K)                                                                         \
     case IBP_AX_STAGE_KEY(W, HOW, K):                                                                        \
-        return (W) < 8u ? ibp_ax_stage_w32(words, stride, n, (W), (HOW), (K), rt, to, fill, cap)              \
+        return (W) < 8u ? ibp_ax_stage_w32(words, stride, n, (W), (HOW), (K), rt, to, fill, cap)             \
                         : ibp_ax_stage_w(words, stride, n, (W), (HOW), (K), rt, to, fill, cap);
 #define IBP_AX_STAGE_CASES(W)                                                                                \
     IBP_AX_STAGE_CASE(W, IBP_ROUTE_ONE, 0u)                                                                  \
@@ -500,7 +505,8 @@ IBP_KATTR static uint32_t ibp_codec_stage_avx2(const uint64_t *words, size_t str
 
 /* ibp_plan_count_packed 32 bytes a step: the same nibble and byte counters, four 64-bit lanes
  * each; an odd vector at the end goes to the reference. */
-IBP_KATTR static void ibp_codec_count_bits_avx2(const uint8_t *buf, size_t nvec, uint32_t wbits, uint32_t *cnt)
+IBP_KATTR static void ibp_codec_count_bits_avx2(const uint8_t *buf, size_t nvec, uint32_t wbits,
+                                                uint32_t *cnt)
 {
     const __m256i ones = _mm256_set1_epi8(0x11);
     const __m256i lows = _mm256_set1_epi8(0x0f);
@@ -524,7 +530,8 @@ IBP_KATTR static void ibp_codec_count_bits_avx2(const uint8_t *buf, size_t nvec,
             }
             for (uint32_t j = 0; j < 4u; j++) {
                 bytes[j] = _mm256_add_epi8(bytes[j], _mm256_and_si256(nib[j], lows));
-                bytes[4u + j] = _mm256_add_epi8(bytes[4u + j], _mm256_and_si256(_mm256_srli_epi64(nib[j], 4), lows));
+                bytes[4u + j] =
+                    _mm256_add_epi8(bytes[4u + j], _mm256_and_si256(_mm256_srli_epi64(nib[j], 4), lows));
             }
         }
         /* Byte q of each 64-bit lane of bytes[h * 4 + j] counts bit 8q + 4h + j. */
@@ -602,7 +609,8 @@ ibp_ax_assign_k32(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssi
     uint32_t j = j0;
     size_t i = 0;
     for (; i + 8u <= n; i += 8u) {
-        const __m256i a = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(words + i)), low_dwords);
+        const __m256i a =
+            _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(words + i)), low_dwords);
         const __m256i b =
             _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(words + i + 4u)), low_dwords);
         const __m256i x = _mm256_inserti128_si256(a, _mm256_castsi256_si128(b), 1);
@@ -618,7 +626,8 @@ ibp_ax_assign_k32(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssi
         if (run) {
             __m256i s = _mm256_add_epi32(sz, _mm256_slli_si256(sz, 4));
             s = _mm256_add_epi32(s, _mm256_slli_si256(s, 8));
-            s = _mm256_add_epi32(s, _mm256_and_si256(_mm256_permutevar8x32_epi32(s, _mm256_set1_epi32(3)), high));
+            s = _mm256_add_epi32(
+                s, _mm256_and_si256(_mm256_permutevar8x32_epi32(s, _mm256_set1_epi32(3)), high));
             s = _mm256_add_epi32(s, carry);
             _mm256_storeu_si256((__m256i *)(run + i), s);
             carry = _mm256_permutevar8x32_epi32(s, _mm256_set1_epi32(7));
@@ -632,7 +641,8 @@ ibp_ax_assign_k32(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssi
     const uint64_t sum = (uint64_t)_mm_cvtsi128_si64(t2) + (uint64_t)_mm_extract_epi64(t2, 1);
     if (i == n)
         return sum;
-    return sum + ibp_codec_assign_ref(words + i, n - i, wbits, t, j, base + (uint32_t)sum, run ? run + i : NULL);
+    return sum +
+           ibp_codec_assign_ref(words + i, n - i, wbits, t, j, base + (uint32_t)sum, run ? run + i : NULL);
 }
 
 IBP_KATTR static uint64_t ibp_codec_assign_avx2(const uint64_t *words, size_t n, uint32_t wbits,

@@ -533,8 +533,7 @@ static int ibp_fit_alloc(IbpFit *f, uint32_t c_count, size_t max_bytes)
     f->blk = malloc(f->blk_cap * sizeof(IbpGroup));
     f->bytes = sc * (64u * sizeof(uint32_t) + sizeof(uint32_t) + sizeof(uint64_t) + 65u * sizeof(uint64_t)) +
                slot_sc * (8u * sizeof(uint64_t) + 1u + 65u * sizeof(uint32_t)) + f->rank_cap +
-               f->rank_cap / 256u * IBP_RANK_NIBBLES +
-               f->blk_cap * (IBP_GROUP_BYTES + sizeof(IbpGroup));
+               f->rank_cap / 256u * IBP_RANK_NIBBLES + f->blk_cap * (IBP_GROUP_BYTES + sizeof(IbpGroup));
     if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist || !f->rank ||
         !f->nib || !f->grp || !f->blk) {
         ibp_fit_free(f);
@@ -1439,7 +1438,8 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
             uint8_t *const t = f->rank + at * w * 256u;
             uint8_t *const nib = f->nib + at * w * IBP_RANK_NIBBLES;
             for (uint32_t q = 0; q < w; q++)
-                ibp_rank_table(rk + 8u * q, (uint8_t)wbits, nib + q * IBP_RANK_NIBBLES, whole ? t + q * 256u : NULL);
+                ibp_rank_table(rk + 8u * q, (uint8_t)wbits, nib + q * IBP_RANK_NIBBLES,
+                               whole ? t + q * 256u : NULL);
         }
     }
     ibp_passes_run(passes, nt);
@@ -1560,7 +1560,8 @@ static size_t ibp_assign_stride(uint32_t c_count)
  * than 8 columns is less than 16): 64- and 32-bit entries, three arrays of each. */
 static size_t ibp_assign_bytes(uint32_t max_cols)
 {
-    return 3u * IBP_MAX_SETS * ((max_cols > 16u ? max_cols : 16u) + 8u) * (sizeof(uint64_t) + sizeof(uint32_t));
+    return 3u * IBP_MAX_SETS * ((max_cols > 16u ? max_cols : 16u) + 8u) *
+           (sizeof(uint64_t) + sizeof(uint32_t));
 }
 
 /* The bits of all words of the sample under masks m with per-word selectors and no row grouping.
@@ -2004,8 +2005,7 @@ static size_t ibp_work_bytes(const IbpWork *wk)
 {
     const IbpWords *ws = &wk->ws;
     return wk->fit.bytes + wk->words * (1u + sizeof(uint32_t)) + sizeof(uint32_t) + wk->cols +
-           4u * (size_t)IBP_MAX_SETS * wk->cols * sizeof(uint64_t) +
-           ibp_assign_bytes(wk->cols) +
+           4u * (size_t)IBP_MAX_SETS * wk->cols * sizeof(uint64_t) + ibp_assign_bytes(wk->cols) +
            ws->cap * (sizeof(uint64_t) + sizeof(uint32_t)) + ws->chunk_cap * sizeof(size_t) +
            ws->cycle_len * sizeof(uint32_t);
 }

@@ -1415,7 +1415,8 @@ TEST(Codec, PackedBitCountsAreExact)
     const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
     ASSERT_GE(nlevels, 1u);
     std::mt19937_64 rng(12);
-    const size_t lengths[] = {0, 1, 2, 3, 14, 15, 16, 29, 30, 31, 254, 255, 256, 509, 510, 511, 1019, 1021, 4001};
+    const size_t lengths[] = {0,   1,   2,   3,   14,  15,  16,   29,   30,  31,
+                              254, 255, 256, 509, 510, 511, 1019, 1021, 4001};
     for (uint32_t w : {2u, 4u, 8u}) {
         const uint32_t wbits = w * 8u;
         for (size_t nvec : lengths) {
@@ -1435,8 +1436,8 @@ TEST(Codec, PackedBitCountsAreExact)
                 for (size_t l = 0; l < nlevels; l++) {
                     std::vector<uint32_t> got(wbits, 7u);
                     levels[l]->count_bits(buf.data(), nvec, wbits, got.data());
-                    EXPECT_EQ(got, want) << levels[l]->name << " w " << w << " vectors " << nvec << " dense "
-                                         << dense;
+                    EXPECT_EQ(got, want)
+                        << levels[l]->name << " w " << w << " vectors " << nvec << " dense " << dense;
                 }
             }
         }
