@@ -64,4 +64,10 @@ const IbpCodecKernels ibp_codec_kernels_bmi2 = {
     .crc32c = ibp_codec_crc32c_sse42,
     .agree_hist = ibp_codec_agree_hist_ref,
     .lag_equal = ibp_codec_lag_equal_ref,
+    .stage = ibp_codec_stage_ref,
+    .count_bits = ibp_plan_count_packed,
+    .assign = ibp_codec_assign_ref,
+    .row_bits = ibp_codec_row_bits_ref,
+    .widen = ibp_codec_widen_ref,
+    .xf_widen = ibp_codec_xf_widen_ref,
 };

@@ -30,18 +30,11 @@ static inline uint64_t ibp_ref_pdep(const IbpCodecPlan *p, uint32_t idx, uint64_
 #define IBP_PDEP(p, i, f) ibp_ref_pdep((p), (i), (f))
 #include "codec/block_impl.h"
 
-/* The agreement length of word x by the rank tables t: the least of its bytes' entries. */
+/* The agreement length of word x by the rank tables t. */
 static inline __attribute__((always_inline)) uint32_t ibp_ref_agree(uint64_t x, const uint32_t w,
                                                                     uint64_t maj, const uint8_t *t)
 {
-    const uint64_t d = x ^ maj;
-    uint32_t agree = t[d & 0xffu];
-#pragma GCC unroll 8
-    for (uint32_t q = 1; q < w; q++) {
-        const uint32_t r = t[q * 256u + ((d >> (8u * q)) & 0xffu)];
-        agree = r < agree ? r : agree;
-    }
-    return agree;
+    return ibp_rank_agree(x ^ maj, w, t);
 }
 
 /* Four histograms side by side, so that a word's count does not wait for the one before. */
@@ -151,4 +144,10 @@ const IbpCodecKernels ibp_codec_kernels_ref = {
     .crc32c = ibp_codec_crc32c_ref,
     .agree_hist = ibp_codec_agree_hist_ref,
     .lag_equal = ibp_codec_lag_equal_ref,
+    .stage = ibp_codec_stage_ref,
+    .count_bits = ibp_plan_count_packed,
+    .assign = ibp_codec_assign_ref,
+    .row_bits = ibp_codec_row_bits_ref,
+    .widen = ibp_codec_widen_ref,
+    .xf_widen = ibp_codec_xf_widen_ref,
 };

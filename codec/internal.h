@@ -146,6 +146,60 @@ struct IbpCodecPlan {
     size_t sample_bytes;
 };
 
+/* How the staged count pass's kernel routes a word to a set (IbpStageRoute.how). */
+enum { IBP_ROUTE_ONE, IBP_ROUTE_SIGN, IBP_ROUTE_SETS, IBP_ROUTE_FREE };
+
+/* The sets one column's words are routed to by the kernel stage: with IBP_ROUTE_SETS a word's set
+ * is the first k + 1 (k < nsets) whose mask[k] bits equal value[k], 0 for none; IBP_ROUTE_FREE
+ * takes the words of set 0 so found to set 1 and the rest to set 0; IBP_ROUTE_SIGN sends a word
+ * to set 1 plus its top bit, IBP_ROUTE_ONE every word to set 1.  Words of sets below first (0 or
+ * 1) are dropped. */
+typedef struct IbpStageRoute {
+    uint64_t mask[IBP_MAX_SETS];
+    uint64_t value[IBP_MAX_SETS];
+    uint32_t nsets;
+    uint32_t how;
+    uint32_t first;
+} IbpStageRoute;
+
+/* The mask sets of ibp_assign's kernel, column by column as lanes: entry j (j < period + 8) of set
+ * k is at k * stride + j and describes column j mod C; period is a multiple of C of at least 8, so
+ * that eight entries from any j < period lie in the table.  bits: the variable bits of the mask.
+ * For words of 2 and 4 bytes the same in 32-bit entries (else NULL). */
+typedef struct IbpAssignTable {
+    const uint64_t *mask;
+    const uint64_t *value;
+    const uint64_t *bits;
+    const uint32_t *mask32;
+    const uint32_t *value32;
+    const uint32_t *bits32;
+    size_t stride;
+    uint32_t nsets;
+    uint32_t period;
+} IbpAssignTable;
+
+/* Bytes of the rank tables of one byte of a word: rank[v] (v < 16) is the lowest rank among the
+ * bits set in low nibble v, rank[16 + v] among those set in high nibble v, w * 8 for v = 0; a
+ * byte's lowest rank is the lower of its two nibbles'. */
+#define IBP_RANK_NIBBLES 32u
+
+/* The agreement length of d (a word xor its majority, w bytes) by the nibble tables t of each of
+ * its bytes: the lowest rank among its bits set, w * 8 for none. */
+static inline __attribute__((always_inline)) uint32_t ibp_rank_agree(uint64_t d, const uint32_t w,
+                                                                     const uint8_t *t)
+{
+    uint32_t agree = 255u;
+#pragma GCC unroll 8
+    for (uint32_t q = 0; q < w; q++) {
+        const uint32_t b = (uint32_t)(d >> (8u * q)) & 0xffu;
+        const uint32_t lo = t[q * IBP_RANK_NIBBLES + (b & 15u)];
+        const uint32_t hi = t[q * IBP_RANK_NIBBLES + 16u + (b >> 4)];
+        const uint32_t r = lo < hi ? lo : hi;
+        agree = r < agree ? r : agree;
+    }
+    return agree;
+}
+
 /* Block kernels, one set per instruction-set level. */
 typedef struct IbpCodecKernels {
     const char *name;
@@ -158,14 +212,40 @@ typedef struct IbpCodecKernels {
     uint32_t (*crc32c)(uint32_t crc, const void *data, size_t len);
     /* Adds to hist[a] how many of the n words of w bytes packed at words (little-endian) have
      * agreement length a with the majority maj: the lowest rank among the bits where they differ
-     * from it, w * 8 where none.  rank holds a rank table per byte of the word (256 entries each:
-     * rank[q * 256 + v] is the lowest rank among the bits set in v, w * 8 for v = 0), so that an
-     * entry is the lower of those of its low and its high nibble (planner). */
+     * from it, w * 8 where none.  rank holds the nibble tables of each byte of the word
+     * (IBP_RANK_NIBBLES, ibp_rank_agree) (planner). */
     void (*agree_hist)(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj, const uint8_t *rank,
                        uint32_t *hist);
     /* eq[lag] for lag in [1, lag_max] (lag_max < n): how many of the bytes p[i], i below
      * (n - lag) rounded down to a multiple of 8, equal p[i + lag] (the planner's period search). */
     void (*lag_equal)(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
+    /* The staged count pass's word loop (planner): the n words words[0], words[stride], ... (w
+     * bytes each, in 64-bit words) routed to sets 0 .. IBP_MAX_SETS by rt, each it keeps appended, packed at
+     * w bytes, to its set's buffer: set r's next word goes to to[r] + fill[r] * w and counts in
+     * fill[r].  Every fill is below cap on entry; returns after the word that brings one to cap,
+     * or after all n: the words taken. */
+    uint32_t (*stage)(const uint64_t *words, size_t stride, uint32_t n, uint32_t w, const IbpStageRoute *rt,
+                      uint8_t *const *to, uint32_t *fill, uint32_t cap);
+    /* ibp_plan_count_packed (planner): the staged words' bit counts. */
+    void (*count_bits)(const uint8_t *buf, size_t nvec, uint32_t wbits, uint32_t *cnt);
+    /* ibp_assign's word loop (planner): the sum of the sizes of the n words at words, each the bits
+     * of the first set of t whose mask it matches, wbits where none does; word i takes entry
+     * (j0 + i) mod period.  With run, also run[i] = base + the sizes of words 0 .. i (mod 2^32).
+     * The planner passes a chunk at a time: n below 2^24, so that vector levels may sum 32-bit
+     * lanes. */
+    uint64_t (*assign)(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t, uint32_t j0,
+                       uint32_t base, uint32_t *run);
+    /* ibp_pick_rows' sum for one row length r (planner): over the nrows rows of r words whose
+     * running sums of sizes are prefix[0], prefix[r], ..., min(row_sel + the row's sizes, row_raw)
+     * + 1 (the row packed or raw, and its flag).  The rows of one chunk: their bits sum below
+     * 2^32. */
+    uint64_t (*row_bits)(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
+                         uint32_t row_raw);
+    /* The planner's loads: the nw words of w bytes at p into out, one a 64-bit word (widen), and
+     * the same with transform xf (not none) in every column, predicted from the word c_count
+     * before (from 0 for the first c_count) (xf_widen). */
+    void (*widen)(const uint8_t *p, uint32_t nw, uint32_t w, uint64_t *out);
+    void (*xf_widen)(const uint8_t *p, uint32_t nw, uint32_t w, uint32_t xf, uint32_t c_count, uint64_t *out);
 } IbpCodecKernels;
 
 const IbpCodecKernels *ibp_codec_kernels(void);
@@ -179,6 +259,15 @@ extern const IbpCodecKernels ibp_codec_kernels_ref;
 void ibp_codec_agree_hist_ref(const uint8_t *words, uint32_t n, uint32_t w, uint64_t maj, const uint8_t *rank,
                               uint32_t *hist);
 void ibp_codec_lag_equal_ref(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
+uint64_t ibp_codec_assign_ref(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t,
+                              uint32_t j0, uint32_t base, uint32_t *run);
+uint64_t ibp_codec_row_bits_ref(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
+                                uint32_t row_raw);
+void ibp_codec_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint64_t *out);
+void ibp_codec_xf_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint32_t xf, uint32_t c_count,
+                            uint64_t *out);
+uint32_t ibp_codec_stage_ref(const uint64_t *words, size_t stride, uint32_t n, uint32_t w,
+                             const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap);
 /* The equal bytes among p[i] and p[i + lag] for i in [i0, i1) (a multiple of 8 apart), 8 at a
  * time: what the vector levels of lag_equal leave. */
 uint32_t ibp_codec_lag_equal_tail(const uint8_t *p, size_t i0, size_t i1, uint32_t lag);

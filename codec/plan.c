@@ -131,19 +131,25 @@ static int ibp_plan_vector_tables(IbpCodecPlan *p, int full)
         for (uint32_t c = 0; c < c_count; c++)
             for (uint32_t q = 0; q <= IBP_GROUP_RUN; q++)
                 p->gcols[c * (IBP_GROUP_RUN + 1u) + q] = (((c + q * g) % c_count) << p->group_sel_bits) * 2u;
-        for (size_t e = 0; e < gentries; e++) {
-            const uint32_t c = (uint32_t)(e >> p->group_sel_bits);
-            uint64_t mask = 0;
-            uint64_t value = 0;
-            for (uint32_t i = 0; i < g; i++) {
-                /* A selector above K (corrupt data) takes the empty entry, as in dtab. */
-                const uint32_t s = (uint32_t)(e >> (i * sb)) & ((1u << sb) - 1u);
-                const IbpDecEntry *d = p->dtab + ((size_t)((c + i) % c_count) << sb) + s;
-                mask |= d->vmask << (i * wbits);
-                value |= d->dvalue << (i * wbits);
+        /* Column by column, each word's entries found once a column, not by a division an entry
+         * and word: the planner builds a plan for every trial it judges. */
+        const size_t per_col = (size_t)1 << p->group_sel_bits;
+        for (uint32_t c = 0; c < c_count; c++) {
+            const IbpDecEntry *col[8];
+            for (uint32_t i = 0, ci = c; i < g; i++, ci = ci + 1u == c_count ? 0 : ci + 1u)
+                col[i] = p->dtab + ((size_t)ci << sb);
+            for (size_t e = (size_t)c * per_col; e < (size_t)(c + 1u) * per_col; e++) {
+                uint64_t mask = 0;
+                uint64_t value = 0;
+                for (uint32_t i = 0; i < g; i++) {
+                    /* A selector above K (corrupt data) takes the empty entry, as in dtab. */
+                    const IbpDecEntry *d = col[i] + ((uint32_t)(e >> (i * sb)) & ((1u << sb) - 1u));
+                    mask |= d->vmask << (i * wbits);
+                    value |= d->dvalue << (i * wbits);
+                }
+                p->gtab[2u * e] = mask;
+                p->gtab[2u * e + 1u] = value;
             }
-            p->gtab[2u * e] = mask;
-            p->gtab[2u * e + 1u] = value;
         }
     }
 

@@ -178,19 +178,26 @@ static inline __attribute__((always_inline)) void ibp_words_copy(const uint8_t *
         out[j] = ibp_load_word(p + (size_t)j * w, w);
 }
 
-/* The words of ibp_words_load without transforms, copied per word size. */
+/* Copied per word size. */
+void ibp_codec_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint64_t *out)
+{
+    if (w == 2u)
+        ibp_words_copy(p, nw, 2u, out);
+    else if (w == 4u)
+        ibp_words_copy(p, nw, 4u, out);
+    else
+        ibp_words_copy(p, nw, 8u, out);
+}
+
+/* The words of ibp_words_load without transforms. */
 static void ibp_words_load_plain(const IbpSample *s, uint32_t w, IbpWords *ws)
 {
+    const IbpCodecKernels *const kern = ibp_codec_kernels();
     size_t at = 0;
     for (size_t i = 0; i < s->n; i++) {
         const IbpChunk *ch = &s->chunks[i];
         const uint32_t nw = ch->len / w;
-        if (w == 2u)
-            ibp_words_copy(ch->p, nw, 2u, ws->w + at);
-        else if (w == 4u)
-            ibp_words_copy(ch->p, nw, 4u, ws->w + at);
-        else
-            ibp_words_copy(ch->p, nw, 8u, ws->w + at);
+        kern->widen(ch->p, nw, w, ws->w + at);
         at += nw;
         ws->chunk_end[i] = at;
     }
@@ -217,46 +224,53 @@ static inline __attribute__((always_inline)) void ibp_words_xf_copy(const uint8_
 /* ibp_words_xf_copy with W and XF constants. */
 #define IBP_XF_COPY_CASE(W, XF)                                                                              \
     case (W)*8u + (XF):                                                                                      \
-        ibp_words_xf_copy(ch->p, nw, (W), (XF), c_count, ws->w + at);                                        \
+        ibp_words_xf_copy(p, nw, (W), (XF), c_count, out);                                                   \
         break;
 
-/* The words of ibp_words_load with the same transform xf (not none) in every column, copied per
- * word size and transform: the transform searches load each option that way, and testing each
- * word's column for its transform took half of their loading's instructions. */
+/* Copied per word size and transform: testing each word's column for its transform took half of
+ * the transform searches' loading. */
+void ibp_codec_xf_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint32_t xf, uint32_t c_count,
+                            uint64_t *out)
+{
+    switch (w * 8u + xf) {
+        IBP_XF_COPY_CASE(2u, IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA)
+        IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(2u, IBP_XF_PRED_XOR)
+        IBP_XF_COPY_CASE(2u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(4u, IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(4u, IBP_XF_PRED_DELTA)
+        IBP_XF_COPY_CASE(4u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(4u, IBP_XF_PRED_XOR)
+        IBP_XF_COPY_CASE(4u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(8u, IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(8u, IBP_XF_PRED_DELTA)
+        IBP_XF_COPY_CASE(8u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
+        IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR)
+        IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
+    default:
+        ibp_words_xf_copy(p, nw, w, xf, c_count, out);
+        break;
+    }
+}
+#undef IBP_XF_COPY_CASE
+
+/* The words of ibp_words_load with the same transform xf (not none) in every column. */
 static void ibp_words_load_uniform(const IbpSample *s, uint32_t w, uint32_t c_count, uint32_t xf,
                                    IbpWords *ws)
 {
+    const IbpCodecKernels *const kern = ibp_codec_kernels();
     size_t at = 0;
     for (size_t i = 0; i < s->n; i++) {
         const IbpChunk *ch = &s->chunks[i];
         const uint32_t nw = ch->len / w;
-        switch (w * 8u + xf) {
-            IBP_XF_COPY_CASE(2u, IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA)
-            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_XOR)
-            IBP_XF_COPY_CASE(2u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(4u, IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_DELTA)
-            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_XOR)
-            IBP_XF_COPY_CASE(4u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(8u, IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_DELTA)
-            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG)
-            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR)
-            IBP_XF_COPY_CASE(8u, IBP_XF_PRED_XOR | IBP_XF_ZIGZAG)
-        default:
-            ibp_words_xf_copy(ch->p, nw, w, xf, c_count, ws->w + at);
-            break;
-        }
+        kern->xf_widen(ch->p, nw, w, xf, c_count, ws->w + at);
         at += nw;
         ws->chunk_end[i] = at;
     }
     ws->n = at;
     ws->nchunks = s->n;
 }
-#undef IBP_XF_COPY_CASE
 
 /* Column c's words of one chunk (every C-th from j0, its first) from p into out, transformed as
  * xf says (w and xf constants where inlined). */
@@ -393,9 +407,12 @@ enum { IBP_FIT_ALL, IBP_FIT_FREE, IBP_FIT_SETS, IBP_FIT_SIGN };
  * for the one before). */
 #define IBP_FIT_SLOTS 4u
 
-/* Bytes of a block of grouped words (IbpFit.grp). */
-#define IBP_GROUP_BYTES 2048u
-#define IBP_STAGE_COLUMNS 16u /* most columns the count pass takes column by column */
+/* Bytes of a block of grouped words (IbpFit.grp): at 2 KiB the kernels' calls, cut at every full
+ * block, and the blocks' own set-up (the histogram kernel's tables) took 4-5% of a plan. */
+#define IBP_GROUP_BYTES 8192u
+/* Most columns the count pass takes column by column: with the kernels, 64-column candidates
+ * (digits, ocr_rec_linear85) plan 4-6% faster so than word by word; 128 gained nothing more. */
+#define IBP_STAGE_COLUMNS 64u
 
 typedef struct IbpGroup {
     uint32_t set;
@@ -418,6 +435,9 @@ typedef struct IbpFit {
      * W*8 for v = 0; a word's agreement length is the least over its bytes. */
     uint8_t *rank;
     size_t rank_cap;
+    /* The same as nibble tables, (K+1) * C * W * IBP_RANK_NIBBLES, for the kernel agree_hist:
+     * built from the ranks at an eighth of the bytes, they are all that grouped words need. */
+    uint8_t *nib;
     const struct IbpPar *par; /* threads its word passes may spread over, or NULL */
     /* The words of the last count pass that went column by column, grouped by (set, column) in
      * blocks of IBP_GROUP_BYTES packed at their width, for its histogram pass: blk[b] is block b's
@@ -458,6 +478,7 @@ static void ibp_fit_free(IbpFit *f)
     free(f->prefix);
     free(f->hist);
     free(f->rank);
+    free(f->nib);
     free(f->grp);
     free(f->blk);
     memset(f, 0, sizeof(*f));
@@ -507,13 +528,14 @@ static int ibp_fit_alloc(IbpFit *f, uint32_t c_count, size_t max_bytes)
     f->prefix = malloc(sc * 65u * sizeof(uint64_t));
     f->hist = malloc(slot_sc * 65u * sizeof(uint32_t));
     f->rank = malloc(f->rank_cap);
+    f->nib = malloc(f->rank_cap / 256u * IBP_RANK_NIBBLES);
     f->grp = malloc(f->blk_cap * IBP_GROUP_BYTES);
     f->blk = malloc(f->blk_cap * sizeof(IbpGroup));
     f->bytes = sc * (64u * sizeof(uint32_t) + sizeof(uint32_t) + sizeof(uint64_t) + 65u * sizeof(uint64_t)) +
                slot_sc * (8u * sizeof(uint64_t) + 1u + 65u * sizeof(uint32_t)) + f->rank_cap +
-               f->blk_cap * (IBP_GROUP_BYTES + sizeof(IbpGroup));
+               f->rank_cap / 256u * IBP_RANK_NIBBLES + f->blk_cap * (IBP_GROUP_BYTES + sizeof(IbpGroup));
     if (!f->cnt || !f->ncol || !f->acc || !f->pending || !f->maj || !f->prefix || !f->hist || !f->rank ||
-        !f->grp || !f->blk) {
+        !f->nib || !f->grp || !f->blk) {
         ibp_fit_free(f);
         return -ENOMEM;
     }
@@ -789,7 +811,7 @@ static inline __attribute__((always_inline)) void ibp_fit_hist_groups(
         const uint8_t *restrict const buf = f->grp + b * IBP_GROUP_BYTES;
         const uint64_t maj = model->maj[at];
         if (use_rank) {
-            agree_hist(buf, g.n, w, maj, model->rank + at * w * 256u, f->hist + at * hs);
+            agree_hist(buf, g.n, w, maj, model->nib + at * w * IBP_RANK_NIBBLES, f->hist + at * hs);
             continue;
         }
         const uint64_t *const prefix = model->prefix + at * 65u;
@@ -864,11 +886,12 @@ static void ibp_rank_bits(const uint32_t *freq, uint32_t wbits, uint32_t n, uint
     }
 }
 
-/* The rank table of one byte of a word: t[v] is the lowest rank among the bits set in v (rk: the
- * ranks of the byte's 8 bits), none for v = 0.  That is the lower of the low and the high
- * nibble's, so each 16 entries with the same high nibble are the low nibble's 16 against one
- * value, a vector. */
-static void ibp_rank_table(const uint8_t *rk, uint8_t none, uint8_t *t)
+/* The nibble tables of one byte of a word (IBP_RANK_NIBBLES) into nib: the lowest rank among the
+ * bits set in each nibble value (rk: the ranks of the byte's 8 bits), none for 0; with t, also the
+ * rank table of the byte, t[v] the lowest rank among the bits set in v.  That is the lower of the
+ * low and the high nibble's, so each 16 entries with the same high nibble are the low nibble's 16
+ * against one value, a vector. */
+static void ibp_rank_table(const uint8_t *rk, uint8_t none, uint8_t *nib, uint8_t *t)
 {
     uint8_t lo[16], hi[16];
     lo[0] = hi[0] = none;
@@ -877,6 +900,10 @@ static void ibp_rank_table(const uint8_t *rk, uint8_t none, uint8_t *t)
         lo[v] = rk[b] < lo[v & (v - 1u)] ? rk[b] : lo[v & (v - 1u)];
         hi[v] = rk[4u + b] < hi[v & (v - 1u)] ? rk[4u + b] : hi[v & (v - 1u)];
     }
+    memcpy(nib, lo, 16);
+    memcpy(nib + 16, hi, 16);
+    if (!t)
+        return;
     ibp_v16u8 low;
     memcpy(&low, lo, 16);
     for (uint32_t h = 0; h < 16u; h++) {
@@ -1016,7 +1043,7 @@ ibp_group_close(IbpFit *f, size_t b, uint32_t n, const uint32_t w, uint32_t c_co
     if (bytes % 16u)
         memset(buf + bytes, 0, 16u - bytes % 16u);
     const size_t at = (size_t)g->set * c_count + g->col;
-    ibp_plan_count_packed(buf, (bytes + 15u) / 16u, w * 8u, f->cnt + at * w * 8u);
+    ibp_codec_kernels()->count_bits(buf, (bytes + 15u) / 16u, w * 8u, f->cnt + at * w * 8u);
     f->ncol[at] += n;
 }
 
@@ -1028,37 +1055,116 @@ static inline size_t ibp_group_open(IbpFit *f, uint32_t set, uint32_t col)
     return b;
 }
 
-/* The count pass column by column, for few columns: each column's words (every C-th of a chunk)
- * are routed to their set as in ibp_fit_count_run and packed into that set's block of f's groups,
- * counted 16 bytes a vector when full and at the column's end; the histogram pass then takes the
- * words by (set, column) from the blocks, so member is not written.  The counts are those of
- * ibp_fit_count, except set 0's where count0 is 0 (no fit reads them then).  w, mode and ak are
- * constants where inlined. */
-static inline __attribute__((always_inline)) void
-ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, IbpFit *f, const uint32_t w,
-                     const int mode, const uint32_t ak, const IbpMasks *am, int count0, size_t lo, size_t hi)
+/* ibp_codec_stage_ref's word loop with w, how and the number of sets ak constants. */
+static inline __attribute__((always_inline)) uint32_t
+ibp_stage_words(const uint64_t *restrict words, size_t stride, uint32_t n, const uint32_t w,
+                const uint32_t how, const uint32_t ak, const IbpStageRoute *rt, uint8_t *const *to,
+                uint32_t *fill, uint32_t cap)
 {
+    uint64_t mk[IBP_MAX_SETS] = {0}, vl[IBP_MAX_SETS] = {0};
+    for (uint32_t k = 0; k < ak; k++) {
+        mk[k] = rt->mask[k];
+        vl[k] = rt->value[k];
+    }
+    /* Each set's fill, 16 bits a set in one register: kept in an array, a word's fill was a load
+     * that waited on the last word's store of it. */
+    _Static_assert(IBP_MAX_SETS + 1u <= 4u, "a set's fill is 16 bits of fills");
+    static const uint64_t one[4] = {1u, (uint64_t)1 << 16, (uint64_t)1 << 32, (uint64_t)1 << 48};
+    uint64_t fills = 0;
+    for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+        fills |= (uint64_t)fill[r] << (16u * r);
+    const uint32_t first = rt->first;
+    uint32_t i = 0;
+    while (i < n) {
+        const uint64_t x = words[(size_t)i * stride];
+        i++;
+        uint32_t route = 1u;
+        if (how == IBP_ROUTE_SETS || how == IBP_ROUTE_FREE) {
+            uint32_t sel = 0;
+#pragma GCC unroll 4
+            for (uint32_t k = ak; k > 0; k--)
+                sel = (x & mk[k - 1u]) == vl[k - 1u] ? k : sel;
+            route = how == IBP_ROUTE_FREE ? sel == 0 : sel;
+        } else if (how == IBP_ROUTE_SIGN) {
+            route = 1u + (uint32_t)((x >> (w * 8u - 1u)) & 1u);
+        }
+        if (route < first)
+            continue;
+        const uint32_t sh = route * 16u;
+        const uint32_t at = (uint32_t)(fills >> sh) & 0xffffu;
+        ibp_store_word(to[route] + (size_t)at * w, x, w);
+        fills += one[route];
+        if (at + 1u == cap)
+            break;
+    }
+    for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+        fill[r] = (uint32_t)(fills >> (16u * r)) & 0xffffu;
+    return i;
+}
+
+#define IBP_STAGE_KEY(W, HOW, K) (((W)*4u + (HOW)) * 4u + (K))
+#define IBP_STAGE_CASE(W, HOW, K)                                                                            \
+    case IBP_STAGE_KEY(W, HOW, K):                                                                           \
+        return ibp_stage_words(words, stride, n, (W), (HOW), (K), rt, to, fill, cap);
+#define IBP_STAGE_CASES(W)                                                                                   \
+    IBP_STAGE_CASE(W, IBP_ROUTE_ONE, 0u)                                                                     \
+    IBP_STAGE_CASE(W, IBP_ROUTE_SIGN, 0u)                                                                    \
+    IBP_STAGE_CASE(W, IBP_ROUTE_FREE, 1u)                                                                    \
+    IBP_STAGE_CASE(W, IBP_ROUTE_FREE, 2u)                                                                    \
+    IBP_STAGE_CASE(W, IBP_ROUTE_SETS, 2u)                                                                    \
+    IBP_STAGE_CASE(W, IBP_ROUTE_SETS, 3u)
+
+/* Compiled per word size, routing and number of sets (those the planner asks for), so that the
+ * set tests and the store are constants. */
+uint32_t ibp_codec_stage_ref(const uint64_t *words, size_t stride, uint32_t n, uint32_t w,
+                             const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap)
+{
+    _Static_assert(IBP_GROUP_BYTES / 2u < 65536u, "a set's fill is 16 bits");
+    const uint32_t ak = rt->how == IBP_ROUTE_SETS || rt->how == IBP_ROUTE_FREE ? rt->nsets : 0;
+    switch (IBP_STAGE_KEY(w, rt->how, ak)) {
+        IBP_STAGE_CASES(2u)
+        IBP_STAGE_CASES(4u)
+        IBP_STAGE_CASES(8u)
+    default:
+        return ibp_stage_words(words, stride, n, w, rt->how, ak, rt, to, fill, cap);
+    }
+}
+#undef IBP_STAGE_CASES
+#undef IBP_STAGE_CASE
+#undef IBP_STAGE_KEY
+
+/* The count pass column by column, for few columns: each column's words (every C-th of a chunk)
+ * are routed to their set as in ibp_fit_count_run (by the kernel stage) and packed into that set's
+ * block of f's groups, counted 16 bytes a vector when full and at the column's end; the histogram
+ * pass then takes the words by (set, column) from the blocks, so member is not written.  The
+ * counts are those of ibp_fit_count, except set 0's where count0 is 0 (no fit reads them then). */
+static void ibp_fit_count_staged(const IbpWords *ws, uint32_t nfit, IbpFit *f, int mode, const IbpMasks *am,
+                                 int count0, size_t lo, size_t hi)
+{
+    const uint32_t w = ws->word_size;
     const uint32_t c_count = ws->columns;
     const uint32_t per_block = IBP_GROUP_BYTES / w;
-    const uint64_t *restrict const words = ws->w;
-    const uint32_t *restrict const cols = ws->col;
+    const uint32_t ak = am ? am->nsets : 0;
+    const uint64_t *const words = ws->w;
+    const uint32_t *const cols = ws->col;
     const size_t *const cend = ws->chunk_end;
     uint8_t *const grp = f->grp;
+    const IbpCodecKernels *const kern = ibp_codec_kernels();
+    /* Without sets only one set or the sign routes: a member to route by is never asked for. */
+    assert(ak || mode == IBP_FIT_ALL || mode == IBP_FIT_SIGN);
+    /* Set 0's words only where they are counted: no histogram pass reads them otherwise. */
+    IbpStageRoute rt = {.nsets = ak, .first = count0 ? 0u : 1u};
+    rt.how = ak ? (mode == IBP_FIT_FREE ? IBP_ROUTE_FREE : IBP_ROUTE_SETS)
+                : (mode == IBP_FIT_SIGN ? IBP_ROUTE_SIGN : IBP_ROUTE_ONE);
     f->nblk = 0;
     for (uint32_t c = 0; c < c_count; c++) {
-        uint64_t mk[IBP_MAX_SETS] = {0}, vl[IBP_MAX_SETS] = {0};
         for (uint32_t k = 0; k < ak; k++) {
-            mk[k] = am->mask[(size_t)k * c_count + c];
-            vl[k] = am->value[(size_t)k * c_count + c];
+            rt.mask[k] = am->mask[(size_t)k * c_count + c];
+            rt.value[k] = am->value[(size_t)k * c_count + c];
         }
         size_t blk[IBP_MAX_SETS + 1u] = {0};
         uint8_t *to[IBP_MAX_SETS + 1u] = {NULL};
-        /* Each set's fill of its block, 16 bits a set in one register: kept in an array, a word's
-         * fill was a load that waited on the last word's store of it. */
-        _Static_assert(IBP_MAX_SETS + 1u <= 4u && IBP_GROUP_BYTES / 2u < 65536u,
-                       "a block's fill is 16 bits of fills");
-        uint64_t fills = 0;
-        static const uint64_t one[4] = {1u, (uint64_t)1 << 16, (uint64_t)1 << 32, (uint64_t)1 << 48};
+        uint32_t fill[IBP_MAX_SETS + 1u] = {0};
         for (uint32_t r = 0; r <= nfit; r++) {
             blk[r] = ibp_group_open(f, r, c);
             to[r] = grp + blk[r] * IBP_GROUP_BYTES;
@@ -1070,36 +1176,26 @@ ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, I
             start = cend[ch];
             if (a >= b)
                 continue;
-            for (size_t i = a + (c + c_count - cols[a]) % c_count; i < b; i += c_count) {
-                const uint64_t x = words[i];
-                uint32_t route;
-                if (ak) {
-                    uint32_t sel = 0;
-#pragma GCC unroll 4
-                    for (uint32_t k = ak; k > 0; k--)
-                        sel = (x & mk[k - 1u]) == vl[k - 1u] ? k : sel;
-                    route = mode == IBP_FIT_FREE ? sel == 0 : sel;
-                } else if (mode == IBP_FIT_SIGN) {
-                    route = 1u + (uint32_t)((x >> (w * 8u - 1u)) & 1u);
-                } else {
-                    route = ibp_fit_route(member, mode, i);
-                }
-                const uint32_t sh = route * 16u;
-                const uint32_t at = (uint32_t)(fills >> sh) & 0xffffu;
-                ibp_store_word(to[route] + (size_t)at * w, x, w);
-                fills += one[route];
-                if (at + 1u == per_block) {
-                    ibp_group_close(f, blk[route], per_block, w, c_count, route || count0);
-                    blk[route] = ibp_group_open(f, route, c);
-                    to[route] = grp + blk[route] * IBP_GROUP_BYTES;
-                    fills &= ~((uint64_t)0xffffu << sh);
+            size_t i = a + (c + c_count - cols[a]) % c_count;
+            uint32_t left = i < b ? (uint32_t)((b - 1u - i) / c_count + 1u) : 0;
+            while (left) {
+                const uint32_t took = kern->stage(words + i, c_count, left, w, &rt, to, fill, per_block);
+                i += (size_t)took * c_count;
+                left -= took;
+                for (uint32_t r = 0; r <= nfit; r++) {
+                    if (fill[r] < per_block)
+                        continue;
+                    ibp_group_close(f, blk[r], per_block, w, c_count, r || count0);
+                    blk[r] = ibp_group_open(f, r, c);
+                    to[r] = grp + blk[r] * IBP_GROUP_BYTES;
+                    fill[r] = 0;
                 }
             }
             if (hi <= cend[ch])
                 break;
         }
         for (uint32_t r = 0; r <= nfit; r++)
-            ibp_group_close(f, blk[r], (uint32_t)(fills >> (r * 16u)) & 0xffffu, w, c_count, r || count0);
+            ibp_group_close(f, blk[r], fill[r], w, c_count, r || count0);
     }
     f->grp_of = ws;
     f->grp_gen = ws->gen;
@@ -1108,19 +1204,6 @@ ibp_fit_count_staged(const IbpWords *ws, const uint8_t *member, uint32_t nfit, I
     f->grp_lo = lo;
     f->grp_hi = hi;
 }
-
-#define IBP_STAGE_KEY(W, MODE, K) (((W)*4u + (uint32_t)(MODE)) * 4u + (K))
-#define IBP_STAGE_CASE(W, MODE, K)                                                                           \
-    case IBP_STAGE_KEY(W, MODE, K):                                                                          \
-        ibp_fit_count_staged(ws, p->member, p->nfit, f, (W), (MODE), (K), p->am, count0, p->lo, p->hi);      \
-        break;
-#define IBP_STAGE_CASES(W)                                                                                   \
-    IBP_STAGE_CASE(W, IBP_FIT_ALL, 0u)                                                                       \
-    IBP_STAGE_CASE(W, IBP_FIT_SIGN, 0u)                                                                      \
-    IBP_STAGE_CASE(W, IBP_FIT_FREE, 1u)                                                                      \
-    IBP_STAGE_CASE(W, IBP_FIT_FREE, 2u)                                                                      \
-    IBP_STAGE_CASE(W, IBP_FIT_SETS, 2u)                                                                      \
-    IBP_STAGE_CASE(W, IBP_FIT_SETS, 3u)
 
 /* Bit counts of a share of the words into p->f->cnt / ncol. */
 static void ibp_count_pass(IbpPass *p)
@@ -1138,15 +1221,7 @@ static void ibp_count_pass(IbpPass *p)
     const uint32_t ak = p->am ? p->am->nsets : 0;
     /* Few columns, each with many words a chunk: column by column through the staging buffers. */
     if (ws->columns <= IBP_STAGE_COLUMNS && (p->hi - p->lo) >= (size_t)ws->nchunks * ws->columns * 8u) {
-        const int count0 = p->count0;
-        switch (IBP_STAGE_KEY(w, mode, ak)) {
-            IBP_STAGE_CASES(2u)
-            IBP_STAGE_CASES(4u)
-            IBP_STAGE_CASES(8u)
-        default:
-            ibp_fit_count_staged(ws, p->member, p->nfit, f, w, mode, ak, p->am, count0, p->lo, p->hi);
-            break;
-        }
+        ibp_fit_count_staged(ws, p->nfit, f, mode, p->am, p->count0, p->lo, p->hi);
         return;
     }
     memset(f->acc, 0, slots * sc * w * sizeof(uint64_t));
@@ -1162,6 +1237,15 @@ static void ibp_count_pass(IbpPass *p)
 }
 
 /* Agreement histograms of a share of the words into p->f->hist (its slots summed into slot 0). */
+/* Whether f's groups are the words [lo, hi) of ws as a count pass of mode and nfit sets would
+ * group them (or grouped by sign, for a one-set histogram). */
+static int ibp_fit_grouped(const IbpFit *f, const IbpWords *ws, int mode, uint32_t nfit, size_t lo, size_t hi)
+{
+    const int sign = f->grp_mode == IBP_FIT_SIGN && mode == IBP_FIT_ALL && nfit == 1u;
+    return f->grp_of == ws && f->grp_gen == ws->gen && f->grp_lo == lo && f->grp_hi == hi &&
+           ((f->grp_mode == mode && f->grp_nfit == nfit) || sign);
+}
+
 static void ibp_hist_pass(IbpPass *p)
 {
     const IbpWords *ws = p->ws;
@@ -1174,8 +1258,7 @@ static void ibp_hist_pass(IbpPass *p)
     memset(f->hist, 0, slots * sc * hs * sizeof(uint32_t));
     /* The words as this thread's count pass grouped them, where it did for these words and sets. */
     const int sign = f->grp_mode == IBP_FIT_SIGN && mode == IBP_FIT_ALL && p->nfit == 1u;
-    if (f->grp_of == ws && f->grp_gen == ws->gen && f->grp_lo == p->lo && f->grp_hi == p->hi &&
-        ((f->grp_mode == mode && f->grp_nfit == p->nfit) || sign)) {
+    if (ibp_fit_grouped(f, ws, mode, p->nfit, p->lo, p->hi)) {
         _Static_assert(IBP_FIT_SLOTS == 4u, "ibp_fit_hist_groups sums four histograms");
         const uint32_t c_count = ws->columns;
         const IbpCodecKernels *const k = ibp_codec_kernels();
@@ -1314,6 +1397,11 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
                            .f = f};
     IbpPass passes[IBP_PLAN_MAX_THREADS];
     const unsigned nt = ibp_passes_split(ws, f, passes, &proto);
+    /* Rank tables of whole bytes only for a thread that takes the words word by word; grouped
+     * words take the nibble tables alone (whole-byte tables took up to 4% of a plan to build). */
+    int whole = 0;
+    for (unsigned t = 0; t < nt; t++)
+        whole |= !ibp_fit_grouped(passes[t].f, ws, mode, nfit, passes[t].lo, passes[t].hi);
     /* Set 0's words are ignored unless free_mask asks for them: its constants only need to be
      * valid, and only where the histogram pass looks them up (all words are set 1's in
      * IBP_FIT_ALL). */
@@ -1321,8 +1409,10 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
     if (!free_mask && mode != IBP_FIT_ALL) {
         memset(f->maj, 0, c_count * sizeof(uint64_t));
         memset(f->prefix, 0, c_count * 65u * sizeof(uint64_t));
-        if (use_rank)
+        if (use_rank) {
             memset(f->rank, (int)wbits, (size_t)c_count * w * 256u);
+            memset(f->nib, (int)wbits, (size_t)c_count * w * IBP_RANK_NIBBLES);
+        }
     }
     for (size_t at = first; at < sc; at++) {
         const uint32_t *cnt = f->cnt + at * wbits;
@@ -1345,9 +1435,11 @@ static uint64_t ibp_fit_finish(const IbpWords *ws, const uint8_t *member, int mo
             uint8_t rk[64];
             for (uint32_t m = 0; m < wbits; m++)
                 rk[order[m]] = (uint8_t)m;
-            uint8_t *t = f->rank + at * w * 256u;
-            for (uint32_t q = 0; q < w; q++, t += 256)
-                ibp_rank_table(rk + 8u * q, (uint8_t)wbits, t);
+            uint8_t *const t = f->rank + at * w * 256u;
+            uint8_t *const nib = f->nib + at * w * IBP_RANK_NIBBLES;
+            for (uint32_t q = 0; q < w; q++)
+                ibp_rank_table(rk + 8u * q, (uint8_t)wbits, nib + q * IBP_RANK_NIBBLES,
+                               whole ? t + q * 256u : NULL);
         }
     }
     ibp_passes_run(passes, nt);
@@ -1401,112 +1493,133 @@ static void ibp_masks_sort(IbpMasks *m, uint32_t c_count)
     }
 }
 
-/* The bits word x costs under the first set whose masked bits it matches (all W*8 for none), by
- * conditional moves from the last set (which set matches is data, and a branch on it
- * mispredicts); set k's mask, value and variant bits are at index (k - 1) * stride. */
-static inline __attribute__((always_inline)) uint32_t ibp_assign_word(uint64_t x, const uint64_t *mk,
-                                                                      const uint64_t *vl, const uint8_t *vb,
-                                                                      size_t stride, uint32_t k_count,
-                                                                      uint32_t wbits)
+/* ibp_codec_assign_ref's word loop with K (t->nsets) a constant, and run (NULL or not) a constant
+ * where inlined.  A word's size by conditional moves from the last set (which set matches is
+ * data, and a branch on it mispredicts). */
+static inline __attribute__((always_inline)) uint64_t
+ibp_assign_words(const uint64_t *restrict words, size_t n, uint32_t wbits, const IbpAssignTable *t,
+                 uint32_t j0, uint32_t base, uint32_t *restrict run, const uint32_t k_count)
 {
-    uint32_t sz = wbits;
+    const uint64_t *restrict const mk = t->mask;
+    const uint64_t *restrict const vl = t->value;
+    const uint64_t *restrict const vb = t->bits;
+    const size_t stride = t->stride;
+    const uint32_t period = t->period;
+    uint64_t total = 0;
+    uint32_t sum = base;
+    uint32_t j = j0;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t x = words[i];
+        uint32_t sz = wbits;
 #pragma GCC unroll 4
-    for (uint32_t k = k_count; k > 0; k--) {
-        const size_t idx = (size_t)(k - 1u) * stride;
-        /* The variable bits loaded whether taken or not (the empty asm keeps the load out of
-         * the condition): loaded only where taken, the conditional move became a branch, which
-         * mispredicts. */
-        uint32_t v = vb[idx];
-        __asm__("" : "+r"(v));
-        sz = (x & mk[idx]) == vl[idx] ? v : sz;
+        for (uint32_t k = k_count; k > 0; k--) {
+            const size_t idx = (size_t)(k - 1u) * stride + j;
+            /* The variable bits loaded whether taken or not (the empty asm keeps the load out of
+             * the condition): loaded only where taken, the conditional move became a branch, which
+             * mispredicts. */
+            uint32_t v = (uint32_t)vb[idx];
+            __asm__("" : "+r"(v));
+            sz = (x & mk[idx]) == vl[idx] ? v : sz;
+        }
+        total += sz;
+        if (run) {
+            sum += sz;
+            run[i] = sum;
+        }
+        j = j + 1u == period ? 0 : j + 1u;
     }
-    return sz;
+    return total;
 }
 
-/* ibp_assign's word loop with K a constant, and prefix (NULL or not) a constant where inlined. */
-static inline __attribute__((always_inline)) uint64_t ibp_assign_k(const IbpWords *ws, const IbpMasks *m,
-                                                                   const uint8_t *vb, uint32_t *prefix,
-                                                                   const uint32_t k_count)
+uint64_t ibp_codec_assign_ref(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t,
+                              uint32_t j0, uint32_t base, uint32_t *run)
 {
-    const uint32_t wbits = ws->word_size * 8u;
-    const uint32_t sb = ibp_fmt_sel_bits(k_count);
-    const uint32_t c_count = ws->columns;
-    const size_t n = ws->n;
-    const uint64_t *restrict const words = ws->w;
-    const uint32_t *restrict const cols = ws->col;
-    const uint64_t *restrict const mask = m->mask;
-    const uint64_t *restrict const value = m->value;
-    uint32_t *restrict const run = prefix;
-    uint64_t bits = 0;
-    uint32_t sum = 0;
-    if (run)
-        run[0] = 0;
-    if (c_count == 1u) {
-        /* One column: the sets stay in registers. */
-        uint64_t mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
-        uint8_t vbk[IBP_MAX_SETS];
-        for (uint32_t k = 0; k < k_count; k++) {
-            mk[k] = mask[k];
-            vl[k] = value[k];
-            vbk[k] = vb[k];
-        }
-        for (size_t i = 0; i < n; i++) {
-            const uint32_t sz = ibp_assign_word(words[i], mk, vl, vbk, 1u, k_count, wbits);
-            bits += sz + sb;
-            if (run) {
-                sum += sz;
-                run[i + 1] = sum;
-            }
-        }
-        return bits;
-    }
-    /* Each word's column counted along its chunk rather than read: the column array is half as
-     * many bytes again as the words, and the passes over them wait on memory. */
-    size_t i = 0;
-    for (size_t ch = 0; ch < ws->nchunks; ch++) {
-        const size_t end = ws->chunk_end[ch];
-        uint32_t c = i < end ? cols[i] : 0;
-        for (; i < end; i++) {
-            const uint32_t sz =
-                ibp_assign_word(words[i], mask + c, value + c, vb + c, c_count, k_count, wbits);
-            bits += sz + sb;
-            if (run) {
-                sum += sz;
-                run[i + 1] = sum;
-            }
-            c = c + 1u == c_count ? 0 : c + 1u;
-        }
-    }
-    return bits;
-}
-
-/* ibp_assign_k with K a constant. */
-static inline __attribute__((always_inline)) uint64_t ibp_assign_sets(const IbpWords *ws, const IbpMasks *m,
-                                                                      const uint8_t *vb, uint32_t *prefix)
-{
-    switch (m->nsets) {
-    case 1:
-        return ibp_assign_k(ws, m, vb, prefix, 1u);
+    switch (t->nsets * 2u + (run != NULL)) {
     case 2:
-        return ibp_assign_k(ws, m, vb, prefix, 2u);
+        return ibp_assign_words(words, n, wbits, t, j0, base, NULL, 1u);
+    case 3:
+        return ibp_assign_words(words, n, wbits, t, j0, base, run, 1u);
+    case 4:
+        return ibp_assign_words(words, n, wbits, t, j0, base, NULL, 2u);
+    case 5:
+        return ibp_assign_words(words, n, wbits, t, j0, base, run, 2u);
+    case 6:
+        return ibp_assign_words(words, n, wbits, t, j0, base, NULL, 3u);
     default:
-        return ibp_assign_k(ws, m, vb, prefix, 3u);
+        return ibp_assign_words(words, n, wbits, t, j0, base, run, 3u);
     }
+}
+
+/* Entries of an ibp_assign table for c_count columns, a set: a period of at least 8 and 8 more. */
+static size_t ibp_assign_stride(uint32_t c_count)
+{
+    return (size_t)c_count * ((8u + c_count - 1u) / c_count) + 8u;
+}
+
+/* Bytes of an ibp_assign table for any candidate of at most max_cols columns (the period of fewer
+ * than 8 columns is less than 16): 64- and 32-bit entries, three arrays of each. */
+static size_t ibp_assign_bytes(uint32_t max_cols)
+{
+    return 3u * IBP_MAX_SETS * ((max_cols > 16u ? max_cols : 16u) + 8u) *
+           (sizeof(uint64_t) + sizeof(uint32_t));
 }
 
 /* The bits of all words of the sample under masks m with per-word selectors and no row grouping.
  * With prefix (ws->n + 1 entries), also the running sums of the words' sizes without selectors
  * (prefix[i]: words before i), what ibp_pick_rows takes: written here, they cost no pass of
- * their own.  A loop with prefix and one without (the screen asks for none). */
-static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint32_t *prefix)
+ * their own.  tab: ibp_assign_bytes(ws->columns) bytes at least, where the
+ * kernel's table of m is laid out.  Each chunk's columns are counted from its first, not read: the
+ * column array is half as many bytes again as the words, and the passes over them wait on memory. */
+static uint64_t ibp_assign(const IbpWords *ws, const IbpMasks *m, uint64_t *tab, uint32_t *prefix)
 {
     const uint32_t wbits = ws->word_size * 8u;
-    uint8_t vb[IBP_MAX_SETS * IBP_MAX_COLUMNS];
-    for (uint32_t i = 0; i < m->nsets * ws->columns; i++)
-        vb[i] = (uint8_t)(wbits - ibp_popcount(m->mask[i]));
+    const uint32_t c_count = ws->columns;
+    const size_t stride = ibp_assign_stride(c_count);
+    uint64_t *const mk = tab;
+    uint64_t *const vl = tab + IBP_MAX_SETS * stride;
+    uint64_t *const vb = tab + 2u * IBP_MAX_SETS * stride;
+    uint32_t *const mk32 = (uint32_t *)(tab + 3u * IBP_MAX_SETS * stride);
+    uint32_t *const vl32 = mk32 + IBP_MAX_SETS * stride;
+    uint32_t *const vb32 = mk32 + 2u * IBP_MAX_SETS * stride;
+    const int narrow = ws->word_size < 8u;
+    for (uint32_t k = 0; k < m->nsets; k++)
+        for (size_t j = 0, c = 0; j < stride; j++, c = c + 1u == c_count ? 0 : c + 1u) {
+            const size_t at = (size_t)k * c_count + c;
+            const size_t e = k * stride + j;
+            mk[e] = m->mask[at];
+            vl[e] = m->value[at];
+            vb[e] = wbits - ibp_popcount(m->mask[at]);
+            if (narrow) {
+                mk32[e] = (uint32_t)mk[e];
+                vl32[e] = (uint32_t)vl[e];
+                vb32[e] = (uint32_t)vb[e];
+            }
+        }
+    const IbpAssignTable t = {.mask = mk,
+                              .value = vl,
+                              .bits = vb,
+                              .mask32 = narrow ? mk32 : NULL,
+                              .value32 = narrow ? vl32 : NULL,
+                              .bits32 = narrow ? vb32 : NULL,
+                              .stride = stride,
+                              .nsets = m->nsets,
+                              .period = (uint32_t)(stride - 8u)};
+    const IbpCodecKernels *const kern = ibp_codec_kernels();
+    uint64_t sizes = 0;
+    uint32_t base = 0;
     if (prefix)
-        return ibp_assign_sets(ws, m, vb, prefix);
-    return ibp_assign_sets(ws, m, vb, NULL);
+        prefix[0] = 0;
+    for (size_t ch = 0, i = 0; ch < ws->nchunks; ch++) {
+        const size_t end = ws->chunk_end[ch];
+        if (i < end) {
+            const uint64_t s = kern->assign(ws->w + i, end - i, wbits, &t, ws->col[i], base,
+                                            prefix ? prefix + i + 1u : NULL);
+            sizes += s;
+            base += (uint32_t)s;
+        }
+        i = end;
+    }
+    return sizes + (uint64_t)ws->n * ibp_fmt_sel_bits(m->nsets);
 }
 
 /* The greedy start of the clustered variant: sets [from, to) fitted one after the other, set 1
@@ -1574,6 +1687,7 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
         if (r >= 1024u)
             break;
     }
+    const IbpCodecKernels *const kern = ibp_codec_kernels();
     uint64_t best = UINT64_MAX;
     uint32_t best_r = cand[0];
     for (uint32_t ci = 0; ci < nc; ci++) {
@@ -1584,11 +1698,10 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
         size_t start = 0;
         for (size_t ch = 0; ch < ws->nchunks; ch++) {
             const size_t end = ws->chunk_end[ch];
-            size_t j = start;
-            for (; j + r_len <= end; j += r_len) {
-                const uint64_t packed = row_sel + (prefix[j + r_len] - prefix[j]);
-                bits += (packed < row_raw ? packed : row_raw) + 1u;
-            }
+            const size_t nrows = (end - start) / r_len;
+            if (nrows)
+                bits += kern->row_bits(prefix + start, nrows, r_len, (uint32_t)row_sel, (uint32_t)row_raw);
+            const size_t j = start + nrows * r_len;
             if (j < end) {
                 const size_t n = end - j;
                 const uint64_t packed = (uint64_t)n * sb + (prefix[end] - prefix[j]);
@@ -1606,6 +1719,17 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
     return best_r;
 }
 
+uint64_t ibp_codec_row_bits_ref(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
+                                uint32_t row_raw)
+{
+    uint64_t bits = 0;
+    for (size_t q = 0; q < nrows; q++) {
+        const uint64_t packed = (uint64_t)row_sel + (prefix[(q + 1u) * r] - prefix[q * r]);
+        bits += (packed < row_raw ? packed : row_raw) + 1u;
+    }
+    return bits;
+}
+
 /* Equal-byte counts at every lag up to IBP_PERIOD_MAX over a stretch of the region; the lags
  * where bytes repeat most are the candidate row periods. */
 static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, uint32_t max_out)
@@ -1621,19 +1745,21 @@ static uint32_t ibp_find_periods(const uint8_t *p, size_t len, uint32_t *out, ui
     for (uint32_t lag = 1; lag <= pmax; lag++)
         score[lag] = (uint32_t)((uint64_t)eq[lag] * 65536u / ((n - lag) / 8u * 8u + 1u));
     /* Greedy: highest score first; a lag that is a multiple of a picked one must beat it
-     * clearly, or it adds nothing the shorter period does not already give. */
+     * clearly, or it adds nothing the shorter period does not already give.  Which lags a pick
+     * rules out is marked once, on its multiples (tested against every pick at every lag, with a
+     * division each, it took 3-4% of a plan on float tensors). */
+    uint8_t skip[IBP_PERIOD_MAX + 1] = {0};
     for (uint32_t pick = 0; pick < max_out; pick++) {
         uint32_t best = 0;
-        for (uint32_t lag = 1; lag <= pmax; lag++) {
-            int skip = 0;
-            for (uint32_t k = 0; k < count; k++)
-                skip |= out[k] == lag || (lag % out[k] == 0 && score[lag] < score[out[k]] + 655u);
-            if (!skip && (best == 0 || score[lag] > score[best]))
+        for (uint32_t lag = 1; lag <= pmax; lag++)
+            if (!skip[lag] && (best == 0 || score[lag] > score[best]))
                 best = lag;
-        }
         if (best == 0)
             break;
         out[count++] = best;
+        skip[best] = 1;
+        for (uint32_t lag = 2u * best; lag <= pmax; lag += best)
+            skip[lag] |= score[lag] < score[best] + 655u;
     }
     return count;
 }
@@ -1718,6 +1844,35 @@ uint64_t ibp_plan_bits_bound(const uint32_t *cnt, uint32_t wbits, uint32_t n)
     return (uint64_t)n * wbits - saved;
 }
 
+/* Zigzags every word of f's groups in place, 16 bytes a step in lanes of the word size: a block's
+ * bytes past its words are zeros (ibp_group_close) or unread, and stay so. */
+static void ibp_groups_zigzag(IbpFit *f, uint32_t w)
+{
+    for (size_t b = 0; b < f->nblk; b++) {
+        uint8_t *const buf = f->grp + b * IBP_GROUP_BYTES;
+        const size_t nvec = ((size_t)f->blk[b].n * w + 15u) / 16u;
+        for (size_t v = 0; v < nvec; v++) {
+            uint8_t *const at = buf + 16u * v;
+            if (w == 2u) {
+                ibp_v8u16 x;
+                memcpy(&x, at, 16);
+                x = (x << 1) ^ -(x >> 15);
+                memcpy(at, &x, 16);
+            } else if (w == 4u) {
+                ibp_v4u32 x;
+                memcpy(&x, at, 16);
+                x = (x << 1) ^ -(x >> 31);
+                memcpy(at, &x, 16);
+            } else {
+                ibp_v2u64 x;
+                memcpy(&x, at, 16);
+                x = (x << 1) ^ -(x >> 63);
+                memcpy(at, &x, 16);
+            }
+        }
+    }
+}
+
 /* Picks the transform of each column among none, zigzag, delta, delta+zigzag and xor by the
  * single-set bits each leaves; a transform must save 1% of the column to be taken. */
 static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, IbpWords *ws, IbpFit *f,
@@ -1764,7 +1919,12 @@ static int ibp_pick_xforms(const IbpSample *s, uint32_t w, uint32_t c_count, Ibp
                 continue;
         }
         if (derived) {
-            rc = ibp_words_load(s, w, c_count, trial, ws);
+            /* The words the count pass grouped by sign, zigzagged where they lie, where it grouped
+             * them (a load and a histogram pass over the 64-bit words, word by word, otherwise). */
+            if (f->grp_of == ws && f->grp_gen == ws->gen && f->grp_mode == IBP_FIT_SIGN)
+                ibp_groups_zigzag(f, w);
+            else
+                rc = ibp_words_load(s, w, c_count, trial, ws);
             if (rc)
                 goto fail;
         }
@@ -1806,6 +1966,7 @@ typedef struct IbpWork {
     IbpMasks m;
     uint64_t *greedy_mask; /* the greedy sets of ibp_job_sets, before refinement */
     uint64_t *greedy_value;
+    uint64_t *assign_tab; /* ibp_assign's table */
     uint32_t cols; /* the widest candidate and most words it was allocated for */
     size_t words;
 } IbpWork;
@@ -1835,6 +1996,7 @@ static void ibp_work_free(IbpWork *wk)
     free(wk->m.value);
     free(wk->greedy_mask);
     free(wk->greedy_value);
+    free(wk->assign_tab);
     memset(wk, 0, sizeof(*wk));
 }
 
@@ -1843,7 +2005,7 @@ static size_t ibp_work_bytes(const IbpWork *wk)
 {
     const IbpWords *ws = &wk->ws;
     return wk->fit.bytes + wk->words * (1u + sizeof(uint32_t)) + sizeof(uint32_t) + wk->cols +
-           4u * (size_t)IBP_MAX_SETS * wk->cols * sizeof(uint64_t) +
+           4u * (size_t)IBP_MAX_SETS * wk->cols * sizeof(uint64_t) + ibp_assign_bytes(wk->cols) +
            ws->cap * (sizeof(uint64_t) + sizeof(uint32_t)) + ws->chunk_cap * sizeof(size_t) +
            ws->cycle_len * sizeof(uint32_t);
 }
@@ -1921,8 +2083,9 @@ static int ibp_work_alloc(IbpWork *wk, uint32_t max_cols, size_t max_words)
     wk->m.value = malloc(masks);
     wk->greedy_mask = malloc(masks);
     wk->greedy_value = malloc(masks);
+    wk->assign_tab = malloc(ibp_assign_bytes(max_cols));
     if (!wk->member || !wk->prefix || !wk->xform || !wk->m.mask || !wk->m.value || !wk->greedy_mask ||
-        !wk->greedy_value) {
+        !wk->greedy_value || !wk->assign_tab) {
         ibp_work_free(wk);
         return -ENOMEM;
     }
@@ -1983,7 +2146,7 @@ static int ibp_judge(const IbpSearch *s, IbpWork *wk, const IbpWords *ws, const 
 {
     uint64_t row_bits;
     IbpCodecPlan *p = NULL;
-    ibp_assign(ws, &wk->m, wk->prefix);
+    ibp_assign(ws, &wk->m, wk->assign_tab, wk->prefix);
     const uint32_t r_len = ibp_pick_rows(ws, wk->prefix, ibp_fmt_sel_bits(wk->m.nsets), &row_bits);
     const int rc = ibp_codec_plan_build_lite(ws->word_size, ws->columns, r_len, wk->m.nsets, s->block_size,
                                              xform, wk->m.mask, wk->m.value, &p);
@@ -2018,7 +2181,7 @@ static int ibp_job_screen(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
     if (rc)
         return rc;
     wk->m.nsets = 1;
-    const uint64_t bits = ibp_assign(&wk->ws, &wk->m, NULL);
+    const uint64_t bits = ibp_assign(&wk->ws, &wk->m, wk->assign_tab, NULL);
     c->est_bits = ibp_scale(bits, s->screen_eval->bytes, s->len, 1, c->columns, c->word_size);
     return 0;
 }
@@ -2578,7 +2741,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     /* The row length on the refit sample's whole chunks: the trials' fits saw pieces of 1 KiB
      * and more, too short for long rows. */
     uint64_t row_bits;
-    ibp_assign(ws, &work[0].m, work[0].prefix);
+    ibp_assign(ws, &work[0].m, work[0].assign_tab, work[0].prefix);
     brows = ibp_pick_rows(ws, work[0].prefix, ibp_fmt_sel_bits(bnsets), &row_bits);
     rc = ibp_codec_plan_build(bc->word_size, bc->columns, brows, bnsets, (uint32_t)bs, bxform, work[0].m.mask,
                               work[0].m.value, &best);

@@ -365,14 +365,17 @@ TEST(Codec, EveryLevelCountsAgreementLengths)
             std::shuffle(order.begin(), order.end(), rng);
             for (uint32_t m = 0; m < wbits; m++)
                 rk[order[m]] = (uint8_t)m;
-            std::vector<uint8_t> rank(w * 256u);
+            std::vector<uint8_t> rank(w * IBP_RANK_NIBBLES);
             for (uint32_t q = 0; q < w; q++)
-                for (uint32_t v = 0; v < 256u; v++) {
-                    uint32_t low = wbits;
-                    for (uint32_t b = 0; b < 8u; b++)
-                        if ((v >> b) & 1u)
+                for (uint32_t v = 0; v < 16u; v++) {
+                    uint32_t low = wbits, high = wbits;
+                    for (uint32_t b = 0; b < 4u; b++)
+                        if ((v >> b) & 1u) {
                             low = std::min<uint32_t>(low, rk[8u * q + b]);
-                    rank[q * 256u + v] = (uint8_t)low;
+                            high = std::min<uint32_t>(high, rk[8u * q + 4u + b]);
+                        }
+                    rank[q * IBP_RANK_NIBBLES + v] = (uint8_t)low;
+                    rank[q * IBP_RANK_NIBBLES + 16u + v] = (uint8_t)high;
                 }
             const uint64_t maj = rng() & full;
             for (uint32_t n : lengths) {
@@ -423,6 +426,241 @@ TEST(Codec, EveryLevelCountsEqualBytesAtEachLag)
                 std::vector<uint32_t> got(lag_max + 1u, 0);
                 levels[l]->lag_equal(p.data(), n, lag_max, got.data());
                 EXPECT_EQ(got, want) << levels[l]->name << " n " << n << " repeat " << repeat;
+            }
+        }
+    }
+}
+
+// The staged count pass's routing at every level against the reference: each routing and number
+// of sets the planner asks for, strides of one and more, lengths around the vector widths, fills
+// that start near the cap (a call stops where a set's buffer fills) and words that match the sets
+// about evenly; the buffers and fills must be the same after each call, and so must its words taken.
+TEST(Codec, EveryLevelStagesWordsAsTheReference)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    std::mt19937_64 rng(44);
+    const uint32_t routes[][2] = {{IBP_ROUTE_ONE, 0},  {IBP_ROUTE_SIGN, 0}, {IBP_ROUTE_FREE, 1},
+                                  {IBP_ROUTE_FREE, 2}, {IBP_ROUTE_SETS, 2}, {IBP_ROUTE_SETS, 3}};
+    const uint32_t cap = 64;
+    for (uint32_t w : {2u, 4u, 8u}) {
+        const uint64_t full = ibp_fmt_word_mask(w);
+        for (const auto &how : routes) {
+            for (size_t stride : {1u, 3u, 14u}) {
+                for (uint32_t n : {0u, 1u, 3u, 4u, 5u, 7u, 9u, 31u, 100u, 333u}) {
+                    IbpStageRoute rt = {};
+                    rt.how = how[0];
+                    rt.nsets = how[1];
+                    rt.first = (uint32_t)(rng() % 2u);
+                    for (uint32_t k = 0; k < rt.nsets; k++) {
+                        rt.mask[k] = rng() & rng() & full;
+                        rt.value[k] = rng() & rt.mask[k];
+                    }
+                    std::vector<uint64_t> words((size_t)n * stride + 1u);
+                    for (auto &x : words) {
+                        x = rng() & full;
+                        const uint32_t k = (uint32_t)(rng() % 4u); // mostly one of the sets
+                        if (k < rt.nsets)
+                            x = (x & ~rt.mask[k]) | rt.value[k];
+                    }
+                    uint32_t start[IBP_MAX_SETS + 1u];
+                    for (auto &f : start)
+                        f = (uint32_t)(rng() % 2u ? rng() % cap : cap - 1u - rng() % 6u);
+                    std::vector<uint8_t> want_buf((IBP_MAX_SETS + 1u) * cap * 8u + 32u, 0xa5);
+                    uint8_t *want_to[IBP_MAX_SETS + 1u];
+                    for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+                        want_to[r] = want_buf.data() + (size_t)r * cap * 8u;
+                    uint32_t want_fill[IBP_MAX_SETS + 1u];
+                    memcpy(want_fill, start, sizeof(start));
+                    const uint32_t want_took =
+                        ibp_codec_stage_ref(words.data(), stride, n, w, &rt, want_to, want_fill, cap);
+                    for (size_t l = 0; l < nlevels; l++) {
+                        std::vector<uint8_t> buf(want_buf.size(), 0xa5);
+                        uint8_t *to[IBP_MAX_SETS + 1u];
+                        for (uint32_t r = 0; r <= IBP_MAX_SETS; r++)
+                            to[r] = buf.data() + (size_t)r * cap * 8u;
+                        uint32_t fill[IBP_MAX_SETS + 1u];
+                        memcpy(fill, start, sizeof(start));
+                        const uint32_t took =
+                            levels[l]->stage(words.data(), stride, n, w, &rt, to, fill, cap);
+                        const std::string what = std::string(levels[l]->name) + " w " + std::to_string(w) +
+                                                 " how " + std::to_string(how[0]) + " sets " +
+                                                 std::to_string(how[1]) + " stride " +
+                                                 std::to_string(stride) + " n " + std::to_string(n);
+                        EXPECT_EQ(took, want_took) << what;
+                        for (uint32_t r = 0; r <= IBP_MAX_SETS; r++) {
+                            EXPECT_EQ(fill[r], want_fill[r]) << what << " set " << r;
+                            EXPECT_EQ(0, memcmp(to[r], want_to[r], (size_t)want_fill[r] * w))
+                                << what << " set " << r;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The set assignment's sizes and running sums at every level against a word-by-word oracle: one to
+// three sets, column counts below, at and above the vector width (the table's period is a multiple
+// of C of at least 8), every starting entry, lengths around the vector widths, with and without the
+// running sums, words that mostly match some set.
+TEST(Codec, EveryLevelAssignsWordsAsTheReference)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    std::mt19937_64 rng(45);
+    for (uint32_t w : {2u, 4u, 8u}) {
+        const uint32_t wbits = w * 8u;
+        const uint64_t full = ibp_fmt_word_mask(w);
+        for (uint32_t c_count : {1u, 2u, 3u, 5u, 7u, 8u, 14u, 33u}) {
+            const uint32_t period = c_count * ((8u + c_count - 1u) / c_count);
+            const size_t stride = period + 8u;
+            for (uint32_t nsets = 1; nsets <= IBP_MAX_SETS; nsets++) {
+                std::vector<uint64_t> cm((size_t)nsets * c_count), cv(cm.size());
+                for (size_t e = 0; e < cm.size(); e++) {
+                    cm[e] = rng() & rng() & full;
+                    cv[e] = rng() & cm[e];
+                }
+                std::vector<uint64_t> mk(IBP_MAX_SETS * stride), vl(mk.size()), vb(mk.size());
+                std::vector<uint32_t> mk32(mk.size()), vl32(mk.size()), vb32(mk.size());
+                for (uint32_t k = 0; k < nsets; k++)
+                    for (size_t j = 0; j < stride; j++) {
+                        const size_t at = (size_t)k * c_count + j % c_count;
+                        mk[k * stride + j] = cm[at];
+                        vl[k * stride + j] = cv[at];
+                        vb[k * stride + j] = wbits - (uint32_t)__builtin_popcountll(cm[at]);
+                        mk32[k * stride + j] = (uint32_t)mk[k * stride + j];
+                        vl32[k * stride + j] = (uint32_t)vl[k * stride + j];
+                        vb32[k * stride + j] = (uint32_t)vb[k * stride + j];
+                    }
+                IbpAssignTable t = {};
+                t.mask = mk.data();
+                t.value = vl.data();
+                t.bits = vb.data();
+                if (w < 8u) {
+                    t.mask32 = mk32.data();
+                    t.value32 = vl32.data();
+                    t.bits32 = vb32.data();
+                }
+                t.stride = stride;
+                t.nsets = nsets;
+                t.period = period;
+                for (size_t n : {0u, 1u, 3u, 4u, 5u, 7u, 8u, 9u, 15u, 16u, 17u, 63u, 100u, 1001u}) {
+                    const uint32_t j0 = (uint32_t)(rng() % period);
+                    const uint32_t base = (uint32_t)rng();
+                    std::vector<uint64_t> words(n);
+                    std::vector<uint32_t> want_run(n);
+                    uint64_t want = 0;
+                    uint32_t sum = base;
+                    for (size_t i = 0; i < n; i++) {
+                        const uint32_t c = (uint32_t)((j0 + i) % period % c_count);
+                        uint64_t x = rng() & full;
+                        const uint32_t pick = (uint32_t)(rng() % (nsets + 1u));
+                        if (pick < nsets)
+                            x = (x & ~cm[(size_t)pick * c_count + c]) | cv[(size_t)pick * c_count + c];
+                        words[i] = x;
+                        uint32_t sz = wbits;
+                        for (uint32_t k = 0; k < nsets; k++)
+                            if ((x & cm[(size_t)k * c_count + c]) == cv[(size_t)k * c_count + c]) {
+                                sz = wbits - (uint32_t)__builtin_popcountll(cm[(size_t)k * c_count + c]);
+                                break;
+                            }
+                        want += sz;
+                        sum += sz;
+                        want_run[i] = sum;
+                    }
+                    for (size_t l = 0; l < nlevels; l++) {
+                        const std::string what = std::string(levels[l]->name) + " w " + std::to_string(w) +
+                                                 " C " + std::to_string(c_count) + " sets " +
+                                                 std::to_string(nsets) + " n " + std::to_string(n);
+                        std::vector<uint32_t> run(n + 1u, 7u);
+                        EXPECT_EQ(levels[l]->assign(words.data(), n, wbits, &t, j0, base, run.data()), want)
+                            << what;
+                        EXPECT_EQ(std::vector<uint32_t>(run.begin(), run.begin() + (long)n), want_run)
+                            << what;
+                        EXPECT_EQ(run[n], 7u) << what;
+                        EXPECT_EQ(levels[l]->assign(words.data(), n, wbits, &t, j0, base, nullptr), want)
+                            << what;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The row-length pick's sums at every level against a row-by-row oracle: row lengths of 1 to 1024
+// words, row counts around the vector widths, rows whose packed form is larger than raw and
+// smaller, running sums that wrap around 2^32.
+TEST(Codec, EveryLevelSumsRowBitsAsTheReference)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    std::mt19937_64 rng(46);
+    for (uint32_t r : {1u, 3u, 8u, 14u, 64u, 1024u}) {
+        for (size_t nrows : {1u, 7u, 8u, 9u, 17u, 100u}) {
+            for (uint32_t wbits : {16u, 64u}) {
+                std::vector<uint32_t> prefix(nrows * r + 1u);
+                prefix[0] = (uint32_t)rng();
+                for (size_t i = 1; i < prefix.size(); i++)
+                    prefix[i] = prefix[i - 1] + (uint32_t)(rng() % (wbits + 1u));
+                const uint32_t row_sel = r * (uint32_t)(rng() % 3u);
+                const uint32_t row_raw = r * wbits;
+                uint64_t want = 0;
+                for (size_t q = 0; q < nrows; q++)
+                    want += std::min<uint64_t>(row_sel + (uint64_t)(prefix[(q + 1u) * r] - prefix[q * r]),
+                                               row_raw) +
+                            1u;
+                for (size_t l = 0; l < nlevels; l++)
+                    EXPECT_EQ(levels[l]->row_bits(prefix.data(), nrows, r, row_sel, row_raw), want)
+                        << levels[l]->name << " r " << r << " rows " << nrows << " wbits " << wbits;
+            }
+        }
+    }
+}
+
+// The planner's loads at every level against a word-by-word oracle: every word size and transform,
+// predictor distances shorter and longer than a vector, lengths around the vector widths, and the
+// words C before shorter than C words (predicted from 0).
+TEST(Codec, EveryLevelWidensWordsAsTheReference)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
+    std::mt19937_64 rng(47);
+    const uint32_t xforms[] = {0u,
+                               IBP_XF_ZIGZAG,
+                               IBP_XF_PRED_DELTA,
+                               IBP_XF_PRED_DELTA | IBP_XF_ZIGZAG,
+                               IBP_XF_PRED_XOR,
+                               IBP_XF_PRED_XOR | IBP_XF_ZIGZAG};
+    for (uint32_t w : {2u, 4u, 8u}) {
+        for (uint32_t xf : xforms) {
+            for (uint32_t c_count : {1u, 3u, 14u, 40u}) {
+                for (uint32_t nw : {0u, 1u, 2u, 3u, 4u, 7u, 15u, 16u, 17u, 33u, 100u, 1000u}) {
+                    std::vector<uint8_t> p((size_t)nw * w + 1u);
+                    for (auto &b : p)
+                        b = (uint8_t)(rng() % 4u ? rng() % 3u : rng()); // small deltas and large
+                    std::vector<uint64_t> want(nw);
+                    for (uint32_t j = 0; j < nw; j++) {
+                        const uint64_t prev =
+                            j >= c_count ? ibp_load_word(p.data() + (size_t)(j - c_count) * w, w) : 0;
+                        want[j] = ibp_xform(xf, ibp_load_word(p.data() + (size_t)j * w, w), prev, w);
+                    }
+                    for (size_t l = 0; l < nlevels; l++) {
+                        std::vector<uint64_t> got(nw + 1u, 77u);
+                        if (xf)
+                            levels[l]->xf_widen(p.data(), nw, w, xf, c_count, got.data());
+                        else
+                            levels[l]->widen(p.data(), nw, w, got.data());
+                        EXPECT_EQ(std::vector<uint64_t>(got.begin(), got.begin() + nw), want)
+                            << levels[l]->name << " w " << w << " xf " << xf << " C " << c_count << " n "
+                            << nw;
+                        EXPECT_EQ(got[nw], 77u) << levels[l]->name << " w " << w << " n " << nw;
+                    }
+                }
             }
         }
     }
@@ -1011,6 +1249,38 @@ TEST(Codec, PlanningThreadsGiveTheSamePlan)
     }
 }
 
+// The planner's word passes run on the dispatched kernels: with the reference kernels forced, every
+// plan (its blob and its sample ratio) must be the same, for every distribution and for a region
+// long enough that the refit and the judges take whole chunks.
+TEST(Codec, PlansAreTheSameWithTheReferenceKernels)
+{
+    const size_t sizes[] = {(64u << 10) + 3, (2u << 20) + 5};
+    uint32_t seed = 70;
+    for (Dist d : kAllDists) {
+        for (size_t n : sizes) {
+            const std::vector<uint8_t> data = make_data(d, n, seed++);
+            IbpCodecPlan *best = nullptr;
+            IbpCodecPlan *ref = nullptr;
+            ASSERT_EQ(ibp_codec_plan_create(data.data(), n, nullptr, &best), 0);
+            ibp_codec_force_reference(1);
+            const int rc = ibp_codec_plan_create(data.data(), n, nullptr, &ref);
+            ibp_codec_force_reference(0);
+            ASSERT_EQ(rc, 0);
+            size_t best_len = 0, ref_len = 0;
+            const void *best_blob = ibp_codec_plan_blob(best, &best_len);
+            const void *ref_blob = ibp_codec_plan_blob(ref, &ref_len);
+            ASSERT_EQ(best_len, ref_len) << "dist " << (int)d << " n " << n;
+            EXPECT_EQ(std::memcmp(best_blob, ref_blob, ref_len), 0) << "dist " << (int)d << " n " << n;
+            IbpCodecPlanInfo bi, ri;
+            ibp_codec_plan_info(best, &bi);
+            ibp_codec_plan_info(ref, &ri);
+            EXPECT_EQ(bi.sample_ratio, ri.sample_ratio) << "dist " << (int)d << " n " << n;
+            ibp_codec_plan_destroy(&best);
+            ibp_codec_plan_destroy(&ref);
+        }
+    }
+}
+
 // Each calling thread keeps its planning work spaces for its next plan, sized by the plans before:
 // several threads planning the same inputs at once, each in its own order and with its own count
 // of planning threads, must get the plans the main thread gets, and free what they kept on exit.
@@ -1138,11 +1408,15 @@ TEST(Codec, OneSetBitsBoundIsNeverBeaten)
 }
 
 // The count pass adds bits in nibbles and bytes that it empties every so many vectors: counts must
-// be exact across those boundaries, for every word size.
+// be exact across those boundaries, for every word size and at every level.
 TEST(Codec, PackedBitCountsAreExact)
 {
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    ASSERT_GE(nlevels, 1u);
     std::mt19937_64 rng(12);
-    const size_t lengths[] = {0, 1, 2, 14, 15, 16, 254, 255, 256, 509, 510, 511, 4001};
+    const size_t lengths[] = {0,   1,   2,   3,   14,  15,  16,   29,   30,  31,
+                              254, 255, 256, 509, 510, 511, 1019, 1021, 4001};
     for (uint32_t w : {2u, 4u, 8u}) {
         const uint32_t wbits = w * 8u;
         for (size_t nvec : lengths) {
@@ -1152,15 +1426,19 @@ TEST(Codec, PackedBitCountsAreExact)
                     const uint64_t x = dense ? rng() | rng() | rng() : rng(); // dense: counters near full
                     memcpy(buf.data() + i, &x, 8);
                 }
-                std::vector<uint32_t> want(wbits, 7u), got(wbits, 7u); // added to what is there
+                std::vector<uint32_t> want(wbits, 7u); // added to what is there
                 for (size_t i = 0; i < buf.size(); i += w) {
                     uint64_t x = 0;
                     memcpy(&x, buf.data() + i, w);
                     for (uint32_t b = 0; b < wbits; b++)
                         want[b] += (uint32_t)((x >> b) & 1u);
                 }
-                ibp_plan_count_packed(buf.data(), nvec, wbits, got.data());
-                EXPECT_EQ(got, want) << "w " << w << " vectors " << nvec << " dense " << dense;
+                for (size_t l = 0; l < nlevels; l++) {
+                    std::vector<uint32_t> got(wbits, 7u);
+                    levels[l]->count_bits(buf.data(), nvec, wbits, got.data());
+                    EXPECT_EQ(got, want)
+                        << levels[l]->name << " w " << w << " vectors " << nvec << " dense " << dense;
+                }
             }
         }
     }
