@@ -316,6 +316,29 @@ IBP_KATTR static inline __attribute__((always_inline)) void ibp_ax_stage_store(u
     _mm_storel_epi64((__m128i *)dst, h);
 }
 
+/* The sets a staged step can write to, routes [*lo, *hi], for either lane width's kernel. */
+static inline __attribute__((always_inline)) void ibp_ax_stage_routes(const uint32_t how, const uint32_t ak,
+                                                                      const IbpStageRoute *rt, uint32_t *lo,
+                                                                      uint32_t *hi)
+{
+    *lo = how == IBP_ROUTE_ONE || how == IBP_ROUTE_SIGN ? 1u : rt->first;
+    *hi = how == IBP_ROUTE_SETS ? ak : how == IBP_ROUTE_SIGN ? 2u : 1u;
+}
+
+/* Steps of `per` words that no buffer of routes [lo, hi] can fill in (after them each could still
+ * take `per` more words), at most left / per. */
+static inline __attribute__((always_inline)) uint32_t ibp_ax_stage_safe_steps(const uint32_t *f, uint32_t lo,
+                                                                              uint32_t hi, uint32_t cap,
+                                                                              uint32_t left,
+                                                                              const uint32_t per)
+{
+    uint32_t room = cap;
+    for (uint32_t r = lo; r <= hi; r++)
+        room = cap - f[r] < room ? cap - f[r] : room;
+    const uint32_t steps = room > per ? (room - 1u) / per : 0;
+    return steps < left / per ? steps : left / per;
+}
+
 /* The kernel stage four words a step: their routes by compares, then each set's words packed to
  * the front by a permute and stored whole; a step runs only where no set's buffer can fill in it
  * (the steps safe from every fill are counted beforehand), the rest word by word. */
@@ -323,8 +346,8 @@ IBP_KATTR static inline __attribute__((always_inline)) uint32_t
 ibp_ax_stage_w(const uint64_t *words, size_t stride, uint32_t n, const uint32_t w, const uint32_t how,
                const uint32_t ak, const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap)
 {
-    const uint32_t r_lo = how == IBP_ROUTE_ONE || how == IBP_ROUTE_SIGN ? 1u : rt->first;
-    const uint32_t r_hi = how == IBP_ROUTE_SETS ? ak : how == IBP_ROUTE_SIGN ? 2u : 1u;
+    uint32_t r_lo, r_hi;
+    ibp_ax_stage_routes(how, ak, rt, &r_lo, &r_hi);
     __m256i mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
     for (uint32_t k = 0; k < ak; k++) {
         mk[k] = _mm256_set1_epi64x((long long)rt->mask[k]);
@@ -335,12 +358,7 @@ ibp_ax_stage_w(const uint64_t *words, size_t stride, uint32_t n, const uint32_t 
         f[r] = fill[r];
     uint32_t i = 0;
     for (;;) {
-        uint32_t room = cap;
-        for (uint32_t r = r_lo; r <= r_hi; r++)
-            room = cap - f[r] < room ? cap - f[r] : room;
-        /* Steps until a buffer could hold fewer than four more words. */
-        uint32_t steps = room > 4u ? (room - 1u) / 4u : 0;
-        steps = steps < (n - i) / 4u ? steps : (n - i) / 4u;
+        uint32_t steps = ibp_ax_stage_safe_steps(f, r_lo, r_hi, cap, n - i, 4u);
         if (!steps)
             break;
         for (; steps; steps--, i += 4u) {
@@ -407,8 +425,8 @@ IBP_KATTR static inline __attribute__((always_inline)) uint32_t
 ibp_ax_stage_w32(const uint64_t *words, size_t stride, uint32_t n, const uint32_t w, const uint32_t how,
                  const uint32_t ak, const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap)
 {
-    const uint32_t r_lo = how == IBP_ROUTE_ONE || how == IBP_ROUTE_SIGN ? 1u : rt->first;
-    const uint32_t r_hi = how == IBP_ROUTE_SETS ? ak : how == IBP_ROUTE_SIGN ? 2u : 1u;
+    uint32_t r_lo, r_hi;
+    ibp_ax_stage_routes(how, ak, rt, &r_lo, &r_hi);
     __m256i mk[IBP_MAX_SETS], vl[IBP_MAX_SETS];
     for (uint32_t k = 0; k < ak; k++) {
         mk[k] = _mm256_set1_epi32((int)(uint32_t)rt->mask[k]);
@@ -420,12 +438,7 @@ ibp_ax_stage_w32(const uint64_t *words, size_t stride, uint32_t n, const uint32_
         f[r] = fill[r];
     uint32_t i = 0;
     for (;;) {
-        uint32_t room = cap;
-        for (uint32_t r = r_lo; r <= r_hi; r++)
-            room = cap - f[r] < room ? cap - f[r] : room;
-        /* Steps until a buffer could hold fewer than eight more words. */
-        uint32_t steps = room > 8u ? (room - 1u) / 8u : 0;
-        steps = steps < (n - i) / 8u ? steps : (n - i) / 8u;
+        uint32_t steps = ibp_ax_stage_safe_steps(f, r_lo, r_hi, cap, n - i, 8u);
         if (!steps)
             break;
         for (; steps; steps--, i += 8u) {
