@@ -73,7 +73,8 @@ IBP_KATTR static uint64_t IBP_KW(ibp_block_cost)(const IbpCodecPlan *p, const ui
         }
         col = (uint32_t)((col + (uint64_t)n) % p->columns);
     }
-    const uint64_t packed_len = IBP_BLOCK_HEADER_SIZE + ibp_fmt_round16((nrows + 7u) / 8u) +
+    const uint64_t packed_len = IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len(nwords) +
+                                ibp_fmt_round16((nrows + 7u) / 8u) +
                                 ibp_fmt_round16((uint32_t)((payload_bits + 7u) / 8u)) +
                                 ibp_fmt_round16((uint32_t)((sel_bits + 7u) / 8u)) + len % w;
     const uint64_t raw_len = ibp_fmt_round16(IBP_BLOCK_HEADER_SIZE + len);
@@ -93,7 +94,8 @@ IBP_KATTR static int IBP_KW(ibp_block_encode)(const IbpCodecPlan *p, const uint8
     const uint32_t nwords = len / w;
     const uint32_t nrows = (nwords + r_len - 1u) / r_len;
     const uint32_t rf_len = ibp_fmt_round16((nrows + 7u) / 8u);
-    const uint32_t payload_off = IBP_BLOCK_HEADER_SIZE + rf_len;
+    const uint32_t rf_off = IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len(nwords);
+    const uint32_t payload_off = rf_off + rf_len;
     const uint32_t sel_max = ibp_fmt_round16((uint32_t)(((uint64_t)nwords * sb + 7u) / 8u));
     uint64_t t[IBP_MAX_ROW_WORDS];
     uint8_t sel[IBP_MAX_ROW_WORDS];
@@ -105,7 +107,9 @@ IBP_KATTR static int IBP_KW(ibp_block_encode)(const IbpCodecPlan *p, const uint8
     /* Selectors go to the end of dst first (their section's offset depends on the payload's
      * length) and are moved down once the payload is complete. */
     uint8_t *const sel_scratch = dst + cap - sel_max;
-    memset(dst + IBP_BLOCK_HEADER_SIZE, 0, rf_len);
+    memset(dst + IBP_BLOCK_HEADER_SIZE, 0, payload_off - IBP_BLOCK_HEADER_SIZE);
+    IbpIndexWalk ix;
+    ibp_index_walk_init(&ix, NULL, dst + IBP_BLOCK_HEADER_SIZE, nwords);
     ibp_bw_init(&pw, dst + payload_off);
     ibp_bw_init(&sw, sel_scratch);
 
@@ -113,9 +117,11 @@ IBP_KATTR static int IBP_KW(ibp_block_encode)(const IbpCodecPlan *p, const uint8
     for (uint32_t r = 0; r < nrows; r++) {
         const uint32_t j0 = r * r_len;
         const uint32_t n = nwords - j0 < r_len ? nwords - j0 : r_len;
+        if (j0 + n > ix.next)
+            ibp_index_mark(&ix, j0 + n, (uint64_t)(pw.p - pw.start) * 8u + pw.n);
         const uint64_t packed = IBP_KW(ibp_row_scan)(p, src, j0, n, col, t, sel);
         if (packed < (uint64_t)n * wbits) {
-            dst[IBP_BLOCK_HEADER_SIZE + r / 8u] |= (uint8_t)(1u << (r % 8u));
+            dst[rf_off + r / 8u] |= (uint8_t)(1u << (r % 8u));
             uint32_t cc = col;
             for (uint32_t i = 0; i < n; i++) {
                 const uint32_t s = sel[i];
@@ -133,7 +139,7 @@ IBP_KATTR static int IBP_KW(ibp_block_encode)(const IbpCodecPlan *p, const uint8
     }
 
     const uint64_t pbits = ibp_bw_finish(&pw);
-    return ibp_block_finish(dst, src, len, w, phase, payload_off, pbits, ibp_bw_finish(&sw), sel_scratch,
+    return ibp_block_finish(p, dst, src, len, phase, payload_off, pbits, ibp_bw_finish(&sw), sel_scratch,
                             comp_len);
 }
 
@@ -395,6 +401,8 @@ IBP_KATTR static int IBP_KW(ibp_block_decode)(const IbpCodecPlan *p, const uint8
     IbpBitReader sr;
     ibp_br_init(&pr, blk + h.payload_off, h.sel_off - h.payload_off);
     ibp_br_init(&sr, blk + h.sel_off, h.tail_off - h.sel_off);
+    IbpIndexWalk ix;
+    ibp_index_walk_init(&ix, h.flags == IBP_BLOCK_INDEXED ? blk + IBP_BLOCK_HEADER_SIZE : NULL, NULL, nwords);
     const uint32_t need_words = (uint32_t)(((uint64_t)limit + w - 1u) / w);
     const uint32_t need = need_words < nwords ? need_words : nwords;
     const uint32_t whole = limit / w;
@@ -404,6 +412,8 @@ IBP_KATTR static int IBP_KW(ibp_block_decode)(const IbpCodecPlan *p, const uint8
         const uint32_t row_end = j + r_len < need ? j + r_len : need;
         const uint32_t n = row_end - j;
         const int packed = (rowflags[r / 8u] >> (r % 8u)) & 1;
+        if (row_end > ix.next && (rc = ibp_index_check(&ix, p, j, row_end, col, packed, pr.pos, &sr)) != 0)
+            return rc;
         /* A row takes at most its words whole from the payload and n * sb selector bits; the
          * unchecked loads reach 72 bits past the last field and 64 past the last selector.  With
          * that much left in both streams the row decodes in place.  Near the streams' ends it

@@ -140,6 +140,8 @@ IBP_KATTR static int IBP_KW(ibp_block_decode_fast)(const IbpCodecPlan *p, const 
     IbpBitReader sr;
     ibp_br_init(&pr, blk + h.payload_off, h.sel_off - h.payload_off);
     ibp_br_init(&sr, blk + h.sel_off, h.tail_off - h.sel_off);
+    IbpIndexWalk ix;
+    ibp_index_walk_init(&ix, h.flags == IBP_BLOCK_INDEXED ? blk + IBP_BLOCK_HEADER_SIZE : NULL, NULL, nwords);
     const uint32_t need_words = (uint32_t)(((uint64_t)limit + w - 1u) / w);
     const uint32_t need = need_words < nwords ? need_words : nwords;
     /* Rows whose words all lie below limit are stored whole; the row holding limit goes through
@@ -151,6 +153,8 @@ IBP_KATTR static int IBP_KW(ibp_block_decode_fast)(const IbpCodecPlan *p, const 
         const uint32_t row_end = j + r_len < need ? j + r_len : need;
         const uint32_t n = row_end - j;
         const int packed = (rowflags[r / 8u] >> (r % 8u)) & 1;
+        if (row_end > ix.next && (rc = ibp_index_check(&ix, p, j, row_end, col, packed, pr.pos, &sr)) != 0)
+            return rc;
         /* 128 bits of slack: a load of 9 bytes at the last field, and a selector load of 8. */
         const int fast = row_end <= whole && pr.end - pr.pos >= (uint64_t)n * w * 8u + 128u &&
                          sr.end - sr.pos >= (uint64_t)n * sb + 128u;
@@ -286,7 +290,8 @@ IBP_KATTR static int IBP_KW(ibp_block_encode_fast)(const IbpCodecPlan *p, const 
     const uint32_t nwords = len / w;
     const uint32_t nrows = (nwords + r_len - 1u) / r_len;
     const uint32_t rf_len = ibp_fmt_round16((nrows + 7u) / 8u);
-    const uint32_t payload_off = IBP_BLOCK_HEADER_SIZE + rf_len;
+    const uint32_t rf_off = IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len(nwords);
+    const uint32_t payload_off = rf_off + rf_len;
     const uint32_t sel_max = ibp_fmt_round16((uint32_t)(((uint64_t)nwords * sb + 7u) / 8u));
     uint64_t t[IBP_MAX_ROW_WORDS];
     IbpFastWriter pw;
@@ -296,7 +301,9 @@ IBP_KATTR static int IBP_KW(ibp_block_encode_fast)(const IbpCodecPlan *p, const 
         return -EINVAL;
     /* Selectors go to the end of dst first, as in block_body.h's encoder. */
     uint8_t *const sel_scratch = dst + cap - sel_max;
-    memset(dst + IBP_BLOCK_HEADER_SIZE, 0, rf_len);
+    memset(dst + IBP_BLOCK_HEADER_SIZE, 0, payload_off - IBP_BLOCK_HEADER_SIZE);
+    IbpIndexWalk ix;
+    ibp_index_walk_init(&ix, NULL, dst + IBP_BLOCK_HEADER_SIZE, nwords);
     pw.p = dst + payload_off;
     pw.acc = 0;
     pw.n = 0;
@@ -306,6 +313,8 @@ IBP_KATTR static int IBP_KW(ibp_block_encode_fast)(const IbpCodecPlan *p, const 
     for (uint32_t r = 0; r < nrows; r++) {
         const uint32_t j0 = r * r_len;
         const uint32_t n = nwords - j0 < r_len ? nwords - j0 : r_len;
+        if (j0 + n > ix.next)
+            ibp_index_mark(&ix, j0 + n, (uint64_t)(pw.p - (dst + payload_off)) * 8u + pw.n);
         int packed;
         if (p->any_xform)
             packed = IBP_KW(ibp_fast_encode_row)(p, src, j0, n, col, &pw, &sw, t, 1, 0);
@@ -314,11 +323,11 @@ IBP_KATTR static int IBP_KW(ibp_block_encode_fast)(const IbpCodecPlan *p, const 
         else
             packed = IBP_KW(ibp_fast_encode_row)(p, src, j0, n, col, &pw, &sw, t, 0, 0);
         if (packed)
-            dst[IBP_BLOCK_HEADER_SIZE + r / 8u] |= (uint8_t)(1u << (r % 8u));
+            dst[rf_off + r / 8u] |= (uint8_t)(1u << (r % 8u));
         col = (uint32_t)((col + (uint64_t)n) % c_count);
     }
 
     const uint64_t pbits = (uint64_t)(pw.p - (dst + payload_off)) * 8u + pw.n;
-    return ibp_block_finish(dst, src, len, w, phase, payload_off, pbits, ibp_bw_finish(&sw), sel_scratch,
+    return ibp_block_finish(p, dst, src, len, phase, payload_off, pbits, ibp_bw_finish(&sw), sel_scratch,
                             comp_len);
 }

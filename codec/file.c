@@ -115,10 +115,10 @@ static int ibp_file_check(const uint8_t *file, size_t len, IbpFileHeader *h)
     if (len < sizeof(*h))
         return -EBADMSG;
     memcpy(h, file, sizeof(*h));
-    if (h->magic != IBP_FILE_MAGIC || h->version != IBP_FORMAT_VERSION || h->header_size != sizeof(*h) ||
-        h->plan_off != sizeof(*h) || h->file_len > len || h->reserved || h->reserved2 ||
-        h->block_size < IBP_MIN_BLOCK_SIZE || h->block_size > IBP_MAX_BLOCK_SIZE ||
-        (uint64_t)h->plan_off + h->plan_len != h->table_off ||
+    if (h->magic != IBP_FILE_MAGIC || h->version < IBP_FORMAT_VERSION_MIN ||
+        h->version > IBP_FORMAT_VERSION || h->header_size != sizeof(*h) || h->plan_off != sizeof(*h) ||
+        h->file_len > len || h->reserved || h->reserved2 || h->block_size < IBP_MIN_BLOCK_SIZE ||
+        h->block_size > IBP_MAX_BLOCK_SIZE || (uint64_t)h->plan_off + h->plan_len != h->table_off ||
         h->table_off + (uint64_t)h->nblocks * sizeof(IbpFileBlock) > h->file_len ||
         (h->orig_len + h->block_size - 1u) / h->block_size != h->nblocks)
         return -EBADMSG;

@@ -14,7 +14,8 @@
 #define IBP_HD
 #endif
 
-#define IBP_FORMAT_VERSION 1u
+#define IBP_FORMAT_VERSION 2u /* written; readers also take version 1 (blocks without an index) */
+#define IBP_FORMAT_VERSION_MIN 1u
 
 /* Every section of a block, the plan blob and the file form start on this boundary, so a warp
  * can load them with aligned vector loads. */
@@ -51,14 +52,20 @@ typedef struct IbpPlanHeader {
 } IbpPlanHeader;
 
 /* ---- Block: header, then sections at the offsets it names. ---- */
-#define IBP_BLOCK_RAW 0x1u /* the original bytes follow the header verbatim */
+#define IBP_BLOCK_RAW 0x1u     /* the original bytes follow the header verbatim */
+#define IBP_BLOCK_INDEXED 0x2u /* a group index lies between the header and the row flags */
+
+/* The group index of a packed block: for g = 1 .. ceil(words / IBP_INDEX_WORDS) - 1, a u32 with
+ * the payload bit offset of word g * IBP_INDEX_WORDS, so that a decoder starting there needs no
+ * count of the fields before it. */
+#define IBP_INDEX_WORDS 4096u
 
 typedef struct IbpBlockHeader {
     uint32_t orig_len;    /* original bytes in this block */
     uint32_t comp_len;    /* bytes of this block including the header, multiple of IBP_ALIGN */
     uint32_t flags;       /* IBP_BLOCK_* */
     uint32_t col_phase;   /* column of the block's first word: (block offset / W) mod C */
-    uint32_t rowflag_off; /* one bit per row, 1 = packed */
+    uint32_t rowflag_off; /* one bit per row, 1 = packed; the group index (if any) before it */
     uint32_t payload_off; /* bit stream of words: packed fields and whole words */
     uint32_t sel_off;     /* selector bits of the words of packed rows, in order */
     uint32_t tail_off;    /* orig_len % W trailing bytes, verbatim */
@@ -97,6 +104,13 @@ typedef struct IbpFileBlock {
 IBP_HD static inline uint32_t ibp_fmt_round16(uint32_t n)
 {
     return (n + (IBP_ALIGN - 1u)) & ~(IBP_ALIGN - 1u);
+}
+
+/* Bytes of the group index of a block of nwords words (padded to IBP_ALIGN; 0 for one group). */
+IBP_HD static inline uint32_t ibp_fmt_index_len(uint32_t nwords)
+{
+    const uint32_t groups = (nwords + IBP_INDEX_WORDS - 1u) / IBP_INDEX_WORDS;
+    return groups > 1u ? ibp_fmt_round16(4u * (groups - 1u)) : 0u;
 }
 
 IBP_HD static inline uint32_t ibp_fmt_sel_bits(uint32_t nsets)

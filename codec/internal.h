@@ -499,11 +499,122 @@ static inline int ibp_block_open(const uint8_t *blk, size_t blk_len, uint32_t or
     const uint32_t nwords = orig_len / word_size;
     const uint32_t tail = orig_len % word_size;
     const uint32_t nrows = (nwords + row_words - 1u) / row_words;
-    if (h->flags != 0 || h->col_phase >= columns || h->rowflag_off != IBP_BLOCK_HEADER_SIZE ||
+    const uint32_t index_len = h->flags == IBP_BLOCK_INDEXED ? ibp_fmt_index_len(nwords) : 0u;
+    if ((h->flags != 0 && h->flags != IBP_BLOCK_INDEXED) || h->col_phase >= columns ||
+        h->rowflag_off != IBP_BLOCK_HEADER_SIZE + index_len ||
         (uint64_t)h->rowflag_off + (nrows + 7u) / 8u > h->payload_off || h->payload_off > h->sel_off ||
         h->sel_off > h->tail_off || (uint64_t)h->tail_off + tail > h->comp_len)
         return -EBADMSG;
     return 1;
+}
+
+/* ---- The group index (format.h): written by every encoder, checked by every decoder ---- */
+
+/* Payload bits of the first m words of a packed row whose first selector is bit s0 of sel and
+ * whose first word is in column col; UINT64_MAX for a selector above K.  Selectors are 1 or 2
+ * bits at multiples of their size, so none straddles a byte. */
+static inline uint64_t ibp_row_prefix_bits(const IbpCodecPlan *p, const uint8_t *sel, uint64_t s0, uint32_t m,
+                                           uint32_t col)
+{
+    const uint32_t sb = p->sel_bits;
+    const uint32_t c_count = p->columns;
+    uint64_t bits = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        const uint64_t at = s0 + (uint64_t)i * sb;
+        const uint32_t s = (sel[at >> 3] >> (at & 7u)) & ((1u << sb) - 1u);
+        if (s > p->nsets)
+            return UINT64_MAX;
+        bits += p->vbits[s * c_count + col];
+        col = col + 1u == c_count ? 0u : col + 1u;
+    }
+    return bits;
+}
+
+/* A walk over a block's rows that meets its index entries: `next` is the next entry's word
+ * (UINT32_MAX when none is left), so a row loop pays one compare a row. */
+typedef struct IbpIndexWalk {
+    const uint8_t *slots; /* entry g - 1 holds the offset of word g * IBP_INDEX_WORDS */
+    uint8_t *out;         /* the same entries, for an encoder */
+    uint32_t next;
+    uint32_t nwords;
+} IbpIndexWalk;
+
+/* slots: the index, or NULL for a block without one; out: where an encoder writes it. */
+static inline void ibp_index_walk_init(IbpIndexWalk *ix, const uint8_t *slots, uint8_t *out, uint32_t nwords)
+{
+    ix->slots = slots;
+    ix->out = out;
+    ix->nwords = nwords;
+    ix->next = (slots || out) && nwords > IBP_INDEX_WORDS ? IBP_INDEX_WORDS : UINT32_MAX;
+}
+
+/* Encoder, at the start of row [j0, j1) whose payload begins at bit pbits: the entries inside the
+ * row get pbits now and the row's share before them in ibp_index_finish. */
+static inline void ibp_index_mark(IbpIndexWalk *ix, uint32_t j1, uint64_t pbits)
+{
+    for (; ix->next < j1;
+         ix->next = ix->next + IBP_INDEX_WORDS < ix->nwords ? ix->next + IBP_INDEX_WORDS : UINT32_MAX) {
+        const uint32_t v = (uint32_t)pbits;
+        memcpy(ix->out + 4u * (ix->next / IBP_INDEX_WORDS - 1u), &v, 4);
+    }
+}
+
+/* Encoder, once the selectors lie at sel (flushed): adds to each entry the payload bits its row
+ * holds before it.  rowflags: the block's row flags; phase: the block's first column.  Rows before
+ * a packed row are whole, so its first selector follows theirs. */
+static inline void ibp_index_finish(const IbpCodecPlan *p, uint8_t *slots, uint32_t nwords, uint32_t phase,
+                                    const uint8_t *rowflags, const uint8_t *sel)
+{
+    const uint32_t r_len = p->row_words;
+    uint64_t packed_rows = 0; /* packed rows before row r */
+    uint32_t r = 0;
+    for (uint32_t g = 1; (uint64_t)g * IBP_INDEX_WORDS < nwords; g++) {
+        const uint32_t at = g * IBP_INDEX_WORDS;
+        const uint32_t row = at / r_len;
+        for (; r < row; r++)
+            packed_rows += (rowflags[r / 8u] >> (r % 8u)) & 1u;
+        const uint32_t j0 = row * r_len;
+        if (at == j0 || !((rowflags[row / 8u] >> (row % 8u)) & 1u)) {
+            if (at != j0) {
+                uint32_t v;
+                memcpy(&v, slots + 4u * (g - 1u), 4);
+                v += (at - j0) * p->word_size * 8u;
+                memcpy(slots + 4u * (g - 1u), &v, 4);
+            }
+            continue;
+        }
+        const uint32_t col = (uint32_t)((phase + (uint64_t)j0) % p->columns);
+        uint32_t v;
+        memcpy(&v, slots + 4u * (g - 1u), 4);
+        v += (uint32_t)ibp_row_prefix_bits(p, sel, packed_rows * r_len * p->sel_bits, at - j0, col);
+        memcpy(slots + 4u * (g - 1u), &v, 4);
+    }
+}
+
+/* Decoder, at the start of row [j0, j1) (column col, packed or not), the payload and selector
+ * readers at the row's first field and selector: checks the entries inside the row.  0, or
+ * -EBADMSG when an entry disagrees with the fields or the selectors run past their stream. */
+static inline int ibp_index_check(IbpIndexWalk *ix, const IbpCodecPlan *p, uint32_t j0, uint32_t j1,
+                                  uint32_t col, int packed, uint64_t ppos, const IbpBitReader *sr)
+{
+    for (; ix->next < j1;
+         ix->next = ix->next + IBP_INDEX_WORDS < ix->nwords ? ix->next + IBP_INDEX_WORDS : UINT32_MAX) {
+        const uint32_t m = ix->next - j0;
+        uint64_t want = ppos + (uint64_t)m * p->word_size * 8u;
+        if (packed) {
+            if (sr->pos + (uint64_t)m * p->sel_bits > sr->end)
+                return -EBADMSG;
+            const uint64_t bits = ibp_row_prefix_bits(p, sr->base, sr->pos, m, col);
+            if (bits == UINT64_MAX)
+                return -EBADMSG;
+            want = ppos + bits;
+        }
+        uint32_t have;
+        memcpy(&have, ix->slots + 4u * (ix->next / IBP_INDEX_WORDS - 1u), 4);
+        if (have != want)
+            return -EBADMSG;
+    }
+    return 0;
 }
 
 /* A column's transform xf of word x; prev is the word C before it (0 for the first C words) and
@@ -535,14 +646,17 @@ static inline uint64_t ibp_unxform(const IbpCodecPlan *p, uint64_t x, uint32_t c
 }
 
 /* Lays out an encoded block once its payload (pbits bits at payload_off) and selectors (sbits
- * bits at sel_scratch) are written: moves the selectors after the payload, copies the tail,
- * zeroes the padding and writes the header; stores the block raw instead when that is not
- * larger.  Shared by every encoder level, so they cannot disagree on the layout. */
-static inline int ibp_block_finish(uint8_t *dst, const uint8_t *src, uint32_t len, uint32_t w, uint32_t phase,
-                                   uint32_t payload_off, uint64_t pbits, uint64_t sbits,
+ * bits at sel_scratch) are written, and the row loop marked the group index (ibp_index_mark):
+ * completes the index, moves the selectors after the payload, copies the tail, zeroes the
+ * padding and writes the header; stores the block raw instead when that is not larger.  Shared
+ * by every encoder level, so they cannot disagree on the layout. */
+static inline int ibp_block_finish(const IbpCodecPlan *p, uint8_t *dst, const uint8_t *src, uint32_t len,
+                                   uint32_t phase, uint32_t payload_off, uint64_t pbits, uint64_t sbits,
                                    const uint8_t *sel_scratch, size_t *comp_len)
 {
+    const uint32_t w = p->word_size;
     const uint32_t nwords = len / w;
+    const uint32_t index_len = ibp_fmt_index_len(nwords);
     const uint32_t tail = len % w;
     const uint32_t raw_len = ibp_fmt_round16(IBP_BLOCK_HEADER_SIZE + len);
     const uint32_t pbytes = (uint32_t)((pbits + 7u) / 8u);
@@ -563,6 +677,8 @@ static inline int ibp_block_finish(uint8_t *dst, const uint8_t *src, uint32_t le
         *comp_len = raw_len;
         return 0;
     }
+    ibp_index_finish(p, dst + IBP_BLOCK_HEADER_SIZE, nwords, phase, dst + IBP_BLOCK_HEADER_SIZE + index_len,
+                     sel_scratch);
     memset(dst + payload_off + pbytes, 0, sel_off - payload_off - pbytes);
     memmove(dst + sel_off, sel_scratch, sbytes);
     memset(dst + sel_off + sbytes, 0, tail_off - sel_off - sbytes);
@@ -571,9 +687,9 @@ static inline int ibp_block_finish(uint8_t *dst, const uint8_t *src, uint32_t le
 
     h.orig_len = len;
     h.comp_len = comp;
-    h.flags = 0;
+    h.flags = IBP_BLOCK_INDEXED;
     h.col_phase = phase;
-    h.rowflag_off = IBP_BLOCK_HEADER_SIZE;
+    h.rowflag_off = IBP_BLOCK_HEADER_SIZE + index_len;
     h.payload_off = payload_off;
     h.sel_off = sel_off;
     h.tail_off = tail_off;

@@ -402,8 +402,8 @@ int ibp_codec_plan_from_blob(const void *blob, size_t len, IbpCodecPlan **out)
     if (len < sizeof(h))
         return -EBADMSG;
     memcpy(&h, b, sizeof(h));
-    if (h.magic != IBP_PLAN_MAGIC || h.version != IBP_FORMAT_VERSION || h.blob_len > len ||
-        !ibp_valid_shape(h.word_size, h.columns, h.row_words, h.nsets, h.block_size))
+    if (h.magic != IBP_PLAN_MAGIC || h.version < IBP_FORMAT_VERSION_MIN || h.version > IBP_FORMAT_VERSION ||
+        h.blob_len > len || !ibp_valid_shape(h.word_size, h.columns, h.row_words, h.nsets, h.block_size))
         return -EBADMSG;
     const uint64_t entries = (uint64_t)h.nsets * h.columns;
     if (h.xform_off != ibp_fmt_round16((uint32_t)sizeof(h)) ||
@@ -496,8 +496,8 @@ size_t ibp_codec_bound_for(const IbpCodecPlan *p, size_t orig_len)
     const size_t nwords = orig_len / p->word_size;
     const size_t nrows = (nwords + p->row_words - 1u) / p->row_words;
     const size_t r16 = IBP_ALIGN - 1u;
-    const size_t packed = IBP_BLOCK_HEADER_SIZE + (((nrows + 7u) / 8u + r16) & ~r16) +
-                          ((nwords * p->word_size + r16) & ~r16) +
+    const size_t packed = IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len((uint32_t)nwords) +
+                          (((nrows + 7u) / 8u + r16) & ~r16) + ((nwords * p->word_size + r16) & ~r16) +
                           (((nwords * p->sel_bits + 7u) / 8u + r16) & ~r16) + IBP_ALIGN;
     const size_t raw = (IBP_BLOCK_HEADER_SIZE + orig_len + r16) & ~r16;
     return packed > raw ? packed : raw;

@@ -823,8 +823,17 @@ std::vector<uint8_t> oracle_decode(const OraclePlan &o, const uint8_t *blk, uint
     const uint64_t wmask = bits == 64 ? ~(uint64_t)0 : (((uint64_t)1 << bits) - 1);
     OracleBits payload{blk + h.payload_off, 0};
     OracleBits sel{blk + h.sel_off, 0};
+    // The group index: where it lies, and the payload offset of every IBP_INDEX_WORDS-th word.
+    const uint32_t groups = (nwords + IBP_INDEX_WORDS - 1) / IBP_INDEX_WORDS;
+    const uint32_t index_len = groups > 1 ? (4 * (groups - 1) + 15) / 16 * 16 : 0;
+    EXPECT_EQ(h.rowflag_off, IBP_BLOCK_HEADER_SIZE + (h.flags == IBP_BLOCK_INDEXED ? index_len : 0));
     std::vector<uint64_t> x(nwords);
     for (uint32_t j = 0; j < nwords; j++) {
+        if (h.flags == IBP_BLOCK_INDEXED && j && j % IBP_INDEX_WORDS == 0) {
+            uint32_t entry = 0;
+            std::memcpy(&entry, blk + IBP_BLOCK_HEADER_SIZE + 4 * (j / IBP_INDEX_WORDS - 1), 4);
+            EXPECT_EQ(entry, payload.pos) << "index entry of word " << j;
+        }
         const uint32_t col = (h.col_phase + j) % o.c;
         const uint32_t row = j / o.r;
         uint64_t t;
@@ -1604,6 +1613,76 @@ TEST(Codec, CorruptBlocksFailCleanly)
         EXPECT_TRUE(rc == 0 || rc == -EBADMSG) << rc;
     }
     ibp_codec_plan_destroy(&plan);
+}
+
+// The group index of a packed block (format.h): every level rejects a block whose index
+// disagrees with its fields, and decodes a block written without one (format version 1).
+TEST(Codec, GroupIndexIsCheckedAndOptional)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    for (const Dist d : {Dist::Bf16, Dist::SmallInts, Dist::Rows}) {
+        const uint32_t n = 262144 - 3;
+        const std::vector<uint8_t> data = make_data(d, n, 21);
+        IbpCodecPlanOptions opts = {};
+        opts.block_size = 262144;
+        IbpCodecPlan *plan = nullptr;
+        ASSERT_EQ(ibp_codec_plan_create(data.data(), n, &opts, &plan), 0);
+        std::vector<uint8_t> blk(ibp_codec_block_bound(plan, n));
+        size_t len = 0;
+        ASSERT_EQ(ibp_codec_block_encode(plan, data.data(), n, 0, blk.data(), blk.size(), &len), 0);
+        blk.resize(len);
+        IbpBlockHeader h;
+        std::memcpy(&h, blk.data(), sizeof(h));
+        ASSERT_EQ(h.flags, IBP_BLOCK_INDEXED) << "the data packs";
+        const uint32_t index_len = h.rowflag_off - IBP_BLOCK_HEADER_SIZE;
+        const uint32_t entries = (n / plan->word_size - 1) / IBP_INDEX_WORDS;
+        ASSERT_EQ(index_len, ibp_fmt_index_len(n / plan->word_size));
+        ASSERT_GE(entries, 7u);
+        // The same block without its index: sections moved down, offsets and length shortened.
+        std::vector<uint8_t> v1(blk.begin(), blk.end());
+        v1.erase(v1.begin() + IBP_BLOCK_HEADER_SIZE, v1.begin() + h.rowflag_off);
+        IbpBlockHeader h1 = h;
+        h1.flags = 0;
+        h1.comp_len -= index_len;
+        h1.rowflag_off -= index_len;
+        h1.payload_off -= index_len;
+        h1.sel_off -= index_len;
+        h1.tail_off -= index_len;
+        std::memcpy(v1.data(), &h1, sizeof(h1));
+        for (size_t l = 0; l < nlevels; l++) {
+            const IbpCodecKernels *k = levels[l];
+            SCOPED_TRACE(std::string(k->name) + " dist " + std::to_string((int)d));
+            std::vector<uint8_t> out(n);
+            ASSERT_EQ(k->decode(plan, blk.data(), blk.size(), n, out.data(), n), 0);
+            ASSERT_EQ(std::memcmp(out.data(), data.data(), n), 0);
+            std::fill(out.begin(), out.end(), 0);
+            ASSERT_EQ(k->decode(plan, v1.data(), v1.size(), n, out.data(), n), 0);
+            ASSERT_EQ(std::memcmp(out.data(), data.data(), n), 0);
+            for (uint32_t e = 0; e < entries; e++) {
+                std::vector<uint8_t> bad(blk);
+                bad[IBP_BLOCK_HEADER_SIZE + 4 * e] ^= 1u << (e % 8);
+                EXPECT_EQ(k->decode(plan, bad.data(), bad.size(), n, out.data(), n), -EBADMSG)
+                    << "entry " << e;
+                // A decode that stops before the entry's word does not reach it.
+                const uint32_t upto = (e + 1) * IBP_INDEX_WORDS * plan->word_size;
+                EXPECT_EQ(k->decode(plan, bad.data(), bad.size(), n, out.data(), upto / 2), 0)
+                    << "entry " << e;
+            }
+            // The flag without room for the index, and an index without the flag.
+            std::vector<uint8_t> lying(v1);
+            IbpBlockHeader hl = h1;
+            hl.flags = IBP_BLOCK_INDEXED;
+            std::memcpy(lying.data(), &hl, sizeof(hl));
+            EXPECT_EQ(k->decode(plan, lying.data(), lying.size(), n, out.data(), n), -EBADMSG);
+            lying = blk;
+            hl = h;
+            hl.flags = 0;
+            std::memcpy(lying.data(), &hl, sizeof(hl));
+            EXPECT_EQ(k->decode(plan, lying.data(), lying.size(), n, out.data(), n), -EBADMSG);
+        }
+        ibp_codec_plan_destroy(&plan);
+    }
 }
 
 TEST(Codec, ForceReferenceSwitch)
