@@ -67,8 +67,9 @@ static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdevic
                        .block_size = (uint32_t)b->block_size};
     if (b->d_offsets != b->d_offsets_mapped)
         ibp_decode_inline_offsets(&a, b->offsets + first);
-    return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->has_pred ? IBP_DECODE_PRED : 0u,
-                             b->max_sms, s);
+    const unsigned flags =
+        IBP_DECODE_INDEXED | (b->has_pred ? IBP_DECODE_PRED : 0u); /* blocks encoded here */
+    return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, flags, b->max_sms, s);
 }
 
 static uint64_t span(const Bench *b, uint32_t first, uint32_t end)

@@ -310,8 +310,9 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
     };
     if (!ibp_decode_inline_offsets(&args, l->host_offsets + first) && !l->offsets)
         return -EINVAL; /* the piece's table was not staged: its runs all fit the arguments */
-    return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, l->has_pred ? IBP_DECODE_PRED : 0u,
-                             l->opts.max_grid, l->stream);
+    /* The shadow's blocks are this library's: every packed one has its group index. */
+    const unsigned flags = IBP_DECODE_INDEXED | (l->has_pred ? IBP_DECODE_PRED : 0u);
+    return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, flags, l->opts.max_grid, l->stream);
 }
 
 /* Which blocks of a compressed piece are needed and how.  Plans with predictor columns decode a

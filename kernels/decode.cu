@@ -392,6 +392,7 @@ __device__ __forceinline__ void pos_next(LanePos &lp, const Steps &st, uint32_t 
 }
 
 struct Block {
+    const uint32_t *index; // the group index (format.h), or null in a block without one
     const uint8_t *rowflags;
     const uint32_t *sel;
     const uint8_t *payload;
@@ -404,6 +405,7 @@ struct Block {
 __device__ __forceinline__ Block block_view(const IbpBlockHeader &h, const uint8_t *blk, uint32_t w)
 {
     Block b;
+    b.index = (h.flags & IBP_BLOCK_INDEXED) ? (const uint32_t *)(blk + IBP_BLOCK_HEADER_SIZE) : nullptr;
     b.rowflags = blk + h.rowflag_off;
     b.sel = (const uint32_t *)(blk + h.sel_off);
     b.payload = blk + h.payload_off;
@@ -1445,13 +1447,20 @@ __device__ __forceinline__ Share cta_share(const IbpDecodeArgs &a, uint32_t w)
     return sh;
 }
 
-// Payload bits of the first s0 segments of the CTA's first block, which the CTAs before it
-// decode: from their records when ibp_k_decode_count left them, else counted here.
+// A CTA's share starts at a group of kWarps segments, which the group index's entries mark.
+static_assert(kWarps * IBP_DECODE_SEG_WORDS % IBP_INDEX_WORDS == 0,
+              "a group of segments starts at an index entry");
+
+// Payload bits of the first s0 segments (s0 > 0, a whole number of groups) of the CTA's first
+// block, which the CTAs before it decode: from the block's group index where it has one (every
+// block the codec writes), else from the records ibp_k_decode_count left, else counted here.
 template <int W, bool C1>
 __device__ uint32_t share_bits_before(const IbpDecodeArgs &a, const Plan &p, const Table<W> *t,
                                       const Block &b, const IbpBlockHeader &h, uint32_t s0, SegStage &st,
                                       uint32_t *red)
 {
+    if (b.index)
+        return __ldg(b.index + s0 * IBP_DECODE_SEG_WORDS / IBP_INDEX_WORDS - 1);
     if (C1 || !(a.flags & IBP_DECODE_ARG_COUNTED))
         return block_bits_before<W, C1>(p, t, b, h, s0, st, red);
     const DecodeRecord *recs = decode_records(a);

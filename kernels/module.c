@@ -209,10 +209,10 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
                                            : IBP_DECODE_SEG_CTAS_PER_SM;
     const unsigned grid = grid_cap(groups, resident_cap(mod, per_sm, max_ctas));
     int err = 0;
-    /* Shares shorter than a quarter of a block: most CTAs start well inside a block, where
-     * counting the block's earlier segments would cost more than decoding their own; a pass
-     * counts each share's last part once instead. */
-    if (columns > 1 && scratch && groups * 4 < (uint64_t)grid * per_block) {
+    /* Shares shorter than a quarter of a block of version-1 blocks (no group index): most CTAs
+     * start well inside a block, where counting the block's earlier segments would cost more than
+     * decoding their own; a pass counts each share's last part once instead. */
+    if (columns > 1 && scratch && !(flags & IBP_DECODE_INDEXED) && groups * 4 < (uint64_t)grid * per_block) {
         err = ibp_kernel_launch(mod, IBP_KERNEL_DECODE_COUNT, grid, IBP_DECODE_THREADS, 0, stream, params);
         args.flags |= IBP_DECODE_ARG_COUNTED;
     }

@@ -59,6 +59,10 @@ struct IbpDecodeArgs;
 /* ibp_decode_launch flags */
 #define IBP_DECODE_PRED 1u  /* the plan has predictor columns (codec IbpCodecPlanInfo xf_delta/xf_xor) */
 #define IBP_DECODE_BLOCK 2u /* a CTA per block whatever the plan (tests compare the two decodes) */
+/* Every packed block of the run has a group index (IBP_BLOCK_INDEXED, as the codec writes since
+ * format version 2): no counting pass.  Without it a run of version-1 blocks is counted first;
+ * with it such blocks still decode, each CTA counting the segments before its share itself. */
+#define IBP_DECODE_INDEXED 4u
 
 /* Enqueues on `stream` the decode of a->nblocks blocks of a plan of `word_size`-byte words and
  * `columns` columns.  A warp per 512-word segment of a block, so that a few blocks still occupy
@@ -67,8 +71,9 @@ struct IbpDecodeArgs;
  * ibp_k_decode_fix for plans with predictors of a period of at
  * most IBP_DECODE_PRED_MAX_COLUMNS words.  Those need a->scratch: ibp_decode_scratch_bytes() of
  * device memory that no other launch still in flight uses; given it, runs of plans of several
- * columns that are short against the grid are counted first by ibp_k_decode_count, so that no
- * CTA counts the segments of its first block that precede its share.  Without scratch,
+ * columns that are short against the grid and lack IBP_DECODE_INDEXED are counted first by
+ * ibp_k_decode_count, so that no CTA counts the segments of its first block that precede its
+ * share (the group index says where they end).  Without scratch,
  * predictor plans, and any plan with IBP_DECODE_BLOCK, go through ibp_k_decode, a CTA per
  * block, which decodes any plan.  a->comp must be 16-byte aligned (blocks and their sections
  * then are); a->flags is the launcher's.  max_ctas caps the grid (0: no cap).  Returns 0,

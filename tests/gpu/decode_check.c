@@ -41,6 +41,7 @@ typedef struct Encoded {
     int has_pred;
     unsigned columns;
     unsigned word_size;
+    int v1; /* the blocks' group indexes were taken out (strip_index) */
 } Encoded;
 
 static void *pinned(size_t n)
@@ -86,6 +87,37 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPl
     return 0;
 }
 
+/* Rewrites the run as format version 1 wrote it: every packed block without its group index,
+ * its sections moved down and its offsets shortened, so that the kernels' counting paths (which
+ * such blocks take) are checked too. */
+static void strip_index(Encoded *e)
+{
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < e->nblocks; i++) {
+        IbpBlockHeader h;
+        const uint64_t from = e->offsets[i];
+        memcpy(&h, e->run + from, sizeof(h));
+        const uint32_t cut = (h.flags & IBP_BLOCK_INDEXED) ? h.rowflag_off - IBP_BLOCK_HEADER_SIZE : 0u;
+        const uint32_t len = h.comp_len;
+        if (h.flags & IBP_BLOCK_INDEXED) {
+            h.flags = 0;
+            h.comp_len -= cut;
+            h.rowflag_off -= cut;
+            h.payload_off -= cut;
+            h.sel_off -= cut;
+            h.tail_off -= cut;
+        }
+        memmove(e->run + at, &h, sizeof(h));
+        memmove(e->run + at + IBP_BLOCK_HEADER_SIZE, e->run + from + IBP_BLOCK_HEADER_SIZE + cut,
+                len - IBP_BLOCK_HEADER_SIZE - cut);
+        e->offsets[i] = at;
+        at += len - cut;
+    }
+    e->offsets[e->nblocks] = at;
+    e->run_len = at;
+    e->v1 = 1;
+}
+
 static void release(Encoded *e)
 {
     drv->cuMemFreeHost(e->run);
@@ -118,7 +150,8 @@ static void check_range_from(const char *name, const uint8_t *data, const Encode
                        .block_size = (uint32_t)e->block_size};
     if (inl)
         ibp_decode_inline_offsets(&a, e->offsets + first);
-    const unsigned flags = (e->has_pred ? IBP_DECODE_PRED : 0u) | (cta ? IBP_DECODE_BLOCK : 0u);
+    const unsigned flags = (e->has_pred ? IBP_DECODE_PRED : 0u) | (cta ? IBP_DECODE_BLOCK : 0u) |
+                           (e->v1 ? 0u : IBP_DECODE_INDEXED);
     if (ibp_decode_launch(mod, &a, e->word_size, e->columns, flags, grid, NULL)) {
         fprintf(stderr, "%s: launch failed\n", name);
         failures++;
@@ -210,6 +243,17 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
         }
         check_range(name, data, &e, d_run, d_plan, d_out, host_out, first, count, skip, l, (size_t)(seed % 7),
                     0, k & 1, k % 3 == 2);
+    }
+    /* The same blocks as version 1 wrote them (no group index): the whole run and a range from
+     * inside the second block to the end, with the CTAs the device holds and with three. */
+    strip_index(&e);
+    CHECK_CU(drv->cuMemcpyHtoD(d_run, e.run, e.run_len));
+    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 0, 0, 0);
+    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 3, 0, 0);
+    const uint64_t skip = e.block_size / 3;
+    if (clip_blocks && len > e.block_size + skip) {
+        check_range(name, data, &e, d_run, d_plan, d_out, host_out, 1, e.nblocks - 1, skip,
+                    len - e.block_size - skip, 1, 0, 0, 0);
     }
     free(host_out);
     drv->cuMemFree(d_run);
