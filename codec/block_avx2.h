@@ -541,7 +541,7 @@ IBP_KW(ibp_ax_row_sb)(const IbpCodecPlan *p, const uint8_t *pbase, uint64_t *ppo
  * immediates, and few enough live values that the group loop keeps everything in registers. */
 IBP_KATTR static __attribute__((noinline)) uint64_t
 IBP_KW(ibp_ax_row)(const IbpCodecPlan *p, const uint8_t *pbase, uint64_t *ppos_io, const uint8_t *sbase,
-                   uint64_t *spos_io, uint32_t n, uint32_t col, uint8_t *out, uint32_t *longs, int nine)
+                   uint64_t *spos_io, uint32_t n, uint32_t col, uint8_t *out, uint32_t *longs, uint32_t nine)
 {
     if (p->sel_bits == 1u)
         return nine ? IBP_KW(ibp_ax_row_sb)(p, pbase, ppos_io, sbase, spos_io, n, col, out, longs, 1u, 1)
@@ -606,7 +606,7 @@ IBP_KATTR static int IBP_KW(ibp_ax_block_decode)(const IbpCodecPlan *p, const ui
     uint32_t col = h.col_phase;
     uint32_t j = 0;
     uint32_t longs = 0; /* the row's groups that needed a ninth byte (ibp_ax_group_field) */
-    int nine = 0;
+    uint32_t nine = 0;  /* packed rows left that take the ninth byte always */
     for (uint32_t r = 0; j < need; r++) {
         const uint32_t row_end = j + r_len < need ? j + r_len : need;
         const uint32_t n = row_end - j;
@@ -646,9 +646,10 @@ IBP_KATTR static int IBP_KW(ibp_ax_block_decode)(const IbpCodecPlan *p, const ui
             else if (IBP_KW(ibp_ax_row)(p, pbase, &ppos, sbase, &spos, n, col, dst + (size_t)j * w, &longs,
                                         nine))
                 return -EBADMSG;
-            /* A block starts with the branch and keeps the ninth byte from the first row where
-             * more than one group in 16 needed it. */
-            nine |= longs * 16u > n / IBP_G;
+            /* A block starts with the branch; a row where more than one group in 16 needed the
+             * ninth byte makes the next 8 packed rows take it always, then a row with the branch
+             * measures again. */
+            nine = nine ? nine - 1 : (longs * 16u > n / IBP_G ? 8 : 0);
             longs = 0;
             if (ppos > pr.end - (uint64_t)p_at * 8u || spos > sr.end - (uint64_t)s_at * 8u)
                 return -EBADMSG;
