@@ -147,27 +147,27 @@ static inline __attribute__((always_inline)) void ibp_words_copy(const uint8_t *
     uint32_t j = 0;
     /* Widened by interleaving with zeros (unpacks): a conversion of the vector went through the
      * stack lane by lane on the baseline instruction set, each vector read back right after its
-     * lanes were written. */
+     * lanes were written.  __builtin_shufflevector: GCC 12 and clang both have it. */
     const ibp_v8u16w z16 = {0};
     const ibp_v4u32w z32 = {0};
     if (w == 2u) {
         for (; j + 8u <= nw; j += 8u) {
             ibp_v8u16w x;
             memcpy(&x, p + (size_t)j * 2u, 16);
-            const ibp_v4u32w lo = (ibp_v4u32w)__builtin_shuffle(x, z16, (ibp_v8u16w){0, 8, 1, 8, 2, 8, 3, 8});
-            const ibp_v4u32w hi = (ibp_v4u32w)__builtin_shuffle(x, z16, (ibp_v8u16w){4, 8, 5, 8, 6, 8, 7, 8});
-            const ibp_v4u32w y[4] = {__builtin_shuffle(lo, z32, (ibp_v4u32w){0, 4, 1, 4}),
-                                     __builtin_shuffle(lo, z32, (ibp_v4u32w){2, 4, 3, 4}),
-                                     __builtin_shuffle(hi, z32, (ibp_v4u32w){0, 4, 1, 4}),
-                                     __builtin_shuffle(hi, z32, (ibp_v4u32w){2, 4, 3, 4})};
+            const ibp_v4u32w lo = (ibp_v4u32w)__builtin_shufflevector(x, z16, 0, 8, 1, 8, 2, 8, 3, 8);
+            const ibp_v4u32w hi = (ibp_v4u32w)__builtin_shufflevector(x, z16, 4, 8, 5, 8, 6, 8, 7, 8);
+            const ibp_v4u32w y[4] = {__builtin_shufflevector(lo, z32, 0, 4, 1, 4),
+                                     __builtin_shufflevector(lo, z32, 2, 4, 3, 4),
+                                     __builtin_shufflevector(hi, z32, 0, 4, 1, 4),
+                                     __builtin_shufflevector(hi, z32, 2, 4, 3, 4)};
             memcpy(out + j, y, 64);
         }
     } else if (w == 4u) {
         for (; j + 4u <= nw; j += 4u) {
             ibp_v4u32w x;
             memcpy(&x, p + (size_t)j * 4u, 16);
-            const ibp_v4u32w y[2] = {__builtin_shuffle(x, z32, (ibp_v4u32w){0, 4, 1, 4}),
-                                     __builtin_shuffle(x, z32, (ibp_v4u32w){2, 4, 3, 4})};
+            const ibp_v4u32w y[2] = {__builtin_shufflevector(x, z32, 0, 4, 1, 4),
+                                     __builtin_shufflevector(x, z32, 2, 4, 3, 4)};
             memcpy(out + j, y, 32);
         }
     } else {
