@@ -16,6 +16,7 @@
 #include "kernels/decode_abi.h"
 #include "kernels/driver.h"
 #include "kernels/module.h"
+#include "tests/codec/strip_index.h"
 
 #define CHECK_CU(call)                                                                             \
     do {                                                                                           \
@@ -94,24 +95,10 @@ static void strip_index(Encoded *e)
 {
     uint64_t at = 0;
     for (uint32_t i = 0; i < e->nblocks; i++) {
-        IbpBlockHeader h;
-        const uint64_t from = e->offsets[i];
-        memcpy(&h, e->run + from, sizeof(h));
-        const uint32_t cut = (h.flags & IBP_BLOCK_INDEXED) ? h.rowflag_off - IBP_BLOCK_HEADER_SIZE : 0u;
-        const uint32_t len = h.comp_len;
-        if (h.flags & IBP_BLOCK_INDEXED) {
-            h.flags = 0;
-            h.comp_len -= cut;
-            h.rowflag_off -= cut;
-            h.payload_off -= cut;
-            h.sel_off -= cut;
-            h.tail_off -= cut;
-        }
-        memmove(e->run + at, &h, sizeof(h));
-        memmove(e->run + at + IBP_BLOCK_HEADER_SIZE, e->run + from + IBP_BLOCK_HEADER_SIZE + cut,
-                len - IBP_BLOCK_HEADER_SIZE - cut);
+        const uint32_t len = ibp_test_strip_index(e->run + e->offsets[i]);
+        memmove(e->run + at, e->run + e->offsets[i], len);
         e->offsets[i] = at;
-        at += len - cut;
+        at += len;
     }
     e->offsets[e->nblocks] = at;
     e->run_len = at;
