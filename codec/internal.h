@@ -510,12 +510,15 @@ static inline int ibp_block_open(const uint8_t *blk, size_t blk_len, uint32_t or
 
 /* ---- The group index (format.h): written by every encoder, checked by every decoder ---- */
 
-/* Payload bits of the first m words of a packed row whose first selector is bit s0 of sel and
- * whose first word is in column col; UINT64_MAX for a selector above K.  Selectors are 1 or 2
- * bits at multiples of their size, so none straddles a byte. */
-static inline uint64_t ibp_row_prefix_bits(const IbpCodecPlan *p, const uint8_t *sel, uint64_t s0, uint32_t m,
-                                           uint32_t col)
+/* Payload bits of the first m words of a row, the first in column col: m whole words for a raw
+ * row; for a packed row, whose first selector is bit s0 of sel, the fields its selectors give, or
+ * UINT64_MAX for a selector above K.  Selectors are 1 or 2 bits at multiples of their size, so
+ * none straddles a byte. */
+static inline uint64_t ibp_row_prefix_bits(const IbpCodecPlan *p, int packed, const uint8_t *sel, uint64_t s0,
+                                           uint32_t m, uint32_t col)
 {
+    if (!packed)
+        return (uint64_t)m * p->word_size * 8u;
     const uint32_t sb = p->sel_bits;
     const uint32_t c_count = p->columns;
     uint64_t bits = 0;
@@ -548,12 +551,17 @@ static inline void ibp_index_walk_init(IbpIndexWalk *ix, const uint8_t *slots, u
     ix->next = (slots || out) && nwords > IBP_INDEX_WORDS ? IBP_INDEX_WORDS : UINT32_MAX;
 }
 
+/* The walk's next entry, or UINT32_MAX past the last. */
+static inline void ibp_index_step(IbpIndexWalk *ix)
+{
+    ix->next = ix->next + IBP_INDEX_WORDS < ix->nwords ? ix->next + IBP_INDEX_WORDS : UINT32_MAX;
+}
+
 /* Encoder, at the start of row [j0, j1) whose payload begins at bit pbits: the entries inside the
  * row get pbits now and the row's share before them in ibp_index_finish. */
 static inline void ibp_index_mark(IbpIndexWalk *ix, uint32_t j1, uint64_t pbits)
 {
-    for (; ix->next < j1;
-         ix->next = ix->next + IBP_INDEX_WORDS < ix->nwords ? ix->next + IBP_INDEX_WORDS : UINT32_MAX) {
+    for (; ix->next < j1; ibp_index_step(ix)) {
         const uint32_t v = (uint32_t)pbits;
         memcpy(ix->out + 4u * (ix->next / IBP_INDEX_WORDS - 1u), &v, 4);
     }
@@ -574,19 +582,11 @@ static inline void ibp_index_finish(const IbpCodecPlan *p, uint8_t *slots, uint3
         for (; r < row; r++)
             packed_rows += (rowflags[r / 8u] >> (r % 8u)) & 1u;
         const uint32_t j0 = row * r_len;
-        if (at == j0 || !((rowflags[row / 8u] >> (row % 8u)) & 1u)) {
-            if (at != j0) {
-                uint32_t v;
-                memcpy(&v, slots + 4u * (g - 1u), 4);
-                v += (at - j0) * p->word_size * 8u;
-                memcpy(slots + 4u * (g - 1u), &v, 4);
-            }
-            continue;
-        }
+        const int packed = (rowflags[row / 8u] >> (row % 8u)) & 1u;
         const uint32_t col = (uint32_t)((phase + (uint64_t)j0) % p->columns);
         uint32_t v;
         memcpy(&v, slots + 4u * (g - 1u), 4);
-        v += (uint32_t)ibp_row_prefix_bits(p, sel, packed_rows * r_len * p->sel_bits, at - j0, col);
+        v += (uint32_t)ibp_row_prefix_bits(p, packed, sel, packed_rows * r_len * p->sel_bits, at - j0, col);
         memcpy(slots + 4u * (g - 1u), &v, 4);
     }
 }
@@ -597,21 +597,14 @@ static inline void ibp_index_finish(const IbpCodecPlan *p, uint8_t *slots, uint3
 static inline int ibp_index_check(IbpIndexWalk *ix, const IbpCodecPlan *p, uint32_t j0, uint32_t j1,
                                   uint32_t col, int packed, uint64_t ppos, const IbpBitReader *sr)
 {
-    for (; ix->next < j1;
-         ix->next = ix->next + IBP_INDEX_WORDS < ix->nwords ? ix->next + IBP_INDEX_WORDS : UINT32_MAX) {
+    for (; ix->next < j1; ibp_index_step(ix)) {
         const uint32_t m = ix->next - j0;
-        uint64_t want = ppos + (uint64_t)m * p->word_size * 8u;
-        if (packed) {
-            if (sr->pos + (uint64_t)m * p->sel_bits > sr->end)
-                return -EBADMSG;
-            const uint64_t bits = ibp_row_prefix_bits(p, sr->base, sr->pos, m, col);
-            if (bits == UINT64_MAX)
-                return -EBADMSG;
-            want = ppos + bits;
-        }
+        if (packed && sr->pos + (uint64_t)m * p->sel_bits > sr->end)
+            return -EBADMSG;
+        const uint64_t bits = ibp_row_prefix_bits(p, packed, sr->base, sr->pos, m, col);
         uint32_t have;
         memcpy(&have, ix->slots + 4u * (ix->next / IBP_INDEX_WORDS - 1u), 4);
-        if (have != want)
+        if (bits == UINT64_MAX || have != ppos + bits)
             return -EBADMSG;
     }
     return 0;
