@@ -663,35 +663,9 @@ IBP_KATTR static uint64_t ibp_codec_assign_avx2(const uint64_t *words, size_t n,
                                                 uint32_t *run)
 {
     if (t->mask32) {
-        switch (t->nsets * 2u + (run != NULL)) {
-        case 2:
-            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, NULL, 1u);
-        case 3:
-            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, run, 1u);
-        case 4:
-            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, NULL, 2u);
-        case 5:
-            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, run, 2u);
-        case 6:
-            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, NULL, 3u);
-        default:
-            return ibp_ax_assign_k32(words, n, wbits, t, j0, base, run, 3u);
-        }
+        IBP_ASSIGN_BY_SETS(ibp_ax_assign_k32, words, n, wbits, t, j0, base, run);
     }
-    switch (t->nsets * 2u + (run != NULL)) {
-    case 2:
-        return ibp_ax_assign_k(words, n, wbits, t, j0, base, NULL, 1u);
-    case 3:
-        return ibp_ax_assign_k(words, n, wbits, t, j0, base, run, 1u);
-    case 4:
-        return ibp_ax_assign_k(words, n, wbits, t, j0, base, NULL, 2u);
-    case 5:
-        return ibp_ax_assign_k(words, n, wbits, t, j0, base, run, 2u);
-    case 6:
-        return ibp_ax_assign_k(words, n, wbits, t, j0, base, NULL, 3u);
-    default:
-        return ibp_ax_assign_k(words, n, wbits, t, j0, base, run, 3u);
-    }
+    IBP_ASSIGN_BY_SETS(ibp_ax_assign_k, words, n, wbits, t, j0, base, run);
 }
 
 /* ibp_pick_rows' sum eight rows a step: each row's two running sums by gathers (both r apart),

@@ -178,6 +178,25 @@ typedef struct IbpAssignTable {
     uint32_t period;
 } IbpAssignTable;
 
+/* The body of an assign kernel's entry point: calls fn(words, n, wbits, t, j0, base, run, K) with
+ * the set count K and whether run is wanted (else NULL) as constants, so that each always-inline
+ * fn unrolls its set loop and drops the run stores it does not need. */
+#define IBP_ASSIGN_BY_SETS(fn, words, n, wbits, t, j0, base, run)                                            \
+    switch ((t)->nsets * 2u + ((run) != NULL)) {                                                             \
+    case 2:                                                                                                  \
+        return fn(words, n, wbits, t, j0, base, NULL, 1u);                                                   \
+    case 3:                                                                                                  \
+        return fn(words, n, wbits, t, j0, base, run, 1u);                                                    \
+    case 4:                                                                                                  \
+        return fn(words, n, wbits, t, j0, base, NULL, 2u);                                                   \
+    case 5:                                                                                                  \
+        return fn(words, n, wbits, t, j0, base, run, 2u);                                                    \
+    case 6:                                                                                                  \
+        return fn(words, n, wbits, t, j0, base, NULL, 3u);                                                   \
+    default:                                                                                                 \
+        return fn(words, n, wbits, t, j0, base, run, 3u);                                                    \
+    }
+
 /* Bytes of the rank tables of one byte of a word: rank[v] (v < 16) is the lowest rank among the
  * bits set in low nibble v, rank[16 + v] among those set in high nibble v, w * 8 for v = 0; a
  * byte's lowest rank is the lower of its two nibbles'. */

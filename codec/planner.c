@@ -1534,20 +1534,7 @@ ibp_assign_words(const uint64_t *restrict words, size_t n, uint32_t wbits, const
 uint64_t ibp_codec_assign_ref(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t,
                               uint32_t j0, uint32_t base, uint32_t *run)
 {
-    switch (t->nsets * 2u + (run != NULL)) {
-    case 2:
-        return ibp_assign_words(words, n, wbits, t, j0, base, NULL, 1u);
-    case 3:
-        return ibp_assign_words(words, n, wbits, t, j0, base, run, 1u);
-    case 4:
-        return ibp_assign_words(words, n, wbits, t, j0, base, NULL, 2u);
-    case 5:
-        return ibp_assign_words(words, n, wbits, t, j0, base, run, 2u);
-    case 6:
-        return ibp_assign_words(words, n, wbits, t, j0, base, NULL, 3u);
-    default:
-        return ibp_assign_words(words, n, wbits, t, j0, base, run, 3u);
-    }
+    IBP_ASSIGN_BY_SETS(ibp_assign_words, words, n, wbits, t, j0, base, run);
 }
 
 /* Entries of an ibp_assign table for c_count columns, a set: a period of at least 8 and 8 more. */
