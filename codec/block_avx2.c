@@ -486,35 +486,24 @@ ibp_ax_stage_w32(const uint64_t *words, size_t stride, uint32_t n, const uint32_
     return i + ibp_codec_stage_ref(words + (size_t)i * stride, stride, n - i, w, rt, to, fill, cap);
 }
 
-#define IBP_AX_STAGE_KEY(W, HOW, K) (((W)*4u + (HOW)) * 4u + (K))
 #define IBP_AX_STAGE_CASE(W, HOW, K)                                                                         \
-    case IBP_AX_STAGE_KEY(W, HOW, K):                                                                        \
+    case IBP_STAGE_KEY(W, HOW, K):                                                                           \
         return (W) < 8u ? ibp_ax_stage_w32(words, stride, n, (W), (HOW), (K), rt, to, fill, cap)             \
                         : ibp_ax_stage_w(words, stride, n, (W), (HOW), (K), rt, to, fill, cap);
-#define IBP_AX_STAGE_CASES(W)                                                                                \
-    IBP_AX_STAGE_CASE(W, IBP_ROUTE_ONE, 0u)                                                                  \
-    IBP_AX_STAGE_CASE(W, IBP_ROUTE_SIGN, 0u)                                                                 \
-    IBP_AX_STAGE_CASE(W, IBP_ROUTE_FREE, 1u)                                                                 \
-    IBP_AX_STAGE_CASE(W, IBP_ROUTE_FREE, 2u)                                                                 \
-    IBP_AX_STAGE_CASE(W, IBP_ROUTE_SETS, 2u)                                                                 \
-    IBP_AX_STAGE_CASE(W, IBP_ROUTE_SETS, 3u)
 
 IBP_KATTR static uint32_t ibp_codec_stage_avx2(const uint64_t *words, size_t stride, uint32_t n, uint32_t w,
                                                const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill,
                                                uint32_t cap)
 {
-    const uint32_t ak = rt->how == IBP_ROUTE_SETS || rt->how == IBP_ROUTE_FREE ? rt->nsets : 0;
-    switch (IBP_AX_STAGE_KEY(w, rt->how, ak)) {
-        IBP_AX_STAGE_CASES(2u)
-        IBP_AX_STAGE_CASES(4u)
-        IBP_AX_STAGE_CASES(8u)
+    switch (IBP_STAGE_KEY(w, rt->how, ibp_stage_sets(rt))) {
+        IBP_STAGE_EACH(IBP_AX_STAGE_CASE, 2u)
+        IBP_STAGE_EACH(IBP_AX_STAGE_CASE, 4u)
+        IBP_STAGE_EACH(IBP_AX_STAGE_CASE, 8u)
     default:
         return ibp_codec_stage_ref(words, stride, n, w, rt, to, fill, cap);
     }
 }
-#undef IBP_AX_STAGE_CASES
 #undef IBP_AX_STAGE_CASE
-#undef IBP_AX_STAGE_KEY
 
 /* ibp_plan_count_packed 32 bytes a step: the same nibble and byte counters, four 64-bit lanes
  * each; an odd vector at the end goes to the reference. */

@@ -162,6 +162,23 @@ typedef struct IbpStageRoute {
     uint32_t first;
 } IbpStageRoute;
 
+/* The stage kernels (reference and SIMD) are compiled for the routings and set counts the planner
+ * asks for: IBP_STAGE_EACH(X, W) applies X(W, how, K) to each of them, IBP_STAGE_KEY numbers one,
+ * and ibp_stage_sets() is a route's K (0 where the routing has no sets). */
+#define IBP_STAGE_KEY(W, HOW, K) (((W)*4u + (HOW)) * 4u + (K))
+#define IBP_STAGE_EACH(X, W)                                                                                 \
+    X(W, IBP_ROUTE_ONE, 0u)                                                                                  \
+    X(W, IBP_ROUTE_SIGN, 0u)                                                                                 \
+    X(W, IBP_ROUTE_FREE, 1u)                                                                                 \
+    X(W, IBP_ROUTE_FREE, 2u)                                                                                 \
+    X(W, IBP_ROUTE_SETS, 2u)                                                                                 \
+    X(W, IBP_ROUTE_SETS, 3u)
+
+static inline uint32_t ibp_stage_sets(const IbpStageRoute *rt)
+{
+    return rt->how == IBP_ROUTE_SETS || rt->how == IBP_ROUTE_FREE ? rt->nsets : 0u;
+}
+
 /* The mask sets of ibp_assign's kernel, column by column as lanes: entry j (j < period + 8) of set
  * k is at k * stride + j and describes column j mod C; period is a multiple of C of at least 8, so
  * that eight entries from any j < period lie in the table.  bits: the variable bits of the mask.

@@ -1102,17 +1102,9 @@ ibp_stage_words(const uint64_t *restrict words, size_t stride, uint32_t n, const
     return i;
 }
 
-#define IBP_STAGE_KEY(W, HOW, K) (((W)*4u + (HOW)) * 4u + (K))
 #define IBP_STAGE_CASE(W, HOW, K)                                                                            \
     case IBP_STAGE_KEY(W, HOW, K):                                                                           \
         return ibp_stage_words(words, stride, n, (W), (HOW), (K), rt, to, fill, cap);
-#define IBP_STAGE_CASES(W)                                                                                   \
-    IBP_STAGE_CASE(W, IBP_ROUTE_ONE, 0u)                                                                     \
-    IBP_STAGE_CASE(W, IBP_ROUTE_SIGN, 0u)                                                                    \
-    IBP_STAGE_CASE(W, IBP_ROUTE_FREE, 1u)                                                                    \
-    IBP_STAGE_CASE(W, IBP_ROUTE_FREE, 2u)                                                                    \
-    IBP_STAGE_CASE(W, IBP_ROUTE_SETS, 2u)                                                                    \
-    IBP_STAGE_CASE(W, IBP_ROUTE_SETS, 3u)
 
 /* Compiled per word size, routing and number of sets (those the planner asks for), so that the
  * set tests and the store are constants. */
@@ -1120,18 +1112,16 @@ uint32_t ibp_codec_stage_ref(const uint64_t *words, size_t stride, uint32_t n, u
                              const IbpStageRoute *rt, uint8_t *const *to, uint32_t *fill, uint32_t cap)
 {
     _Static_assert(IBP_GROUP_BYTES / 2u < 65536u, "a set's fill is 16 bits");
-    const uint32_t ak = rt->how == IBP_ROUTE_SETS || rt->how == IBP_ROUTE_FREE ? rt->nsets : 0;
+    const uint32_t ak = ibp_stage_sets(rt);
     switch (IBP_STAGE_KEY(w, rt->how, ak)) {
-        IBP_STAGE_CASES(2u)
-        IBP_STAGE_CASES(4u)
-        IBP_STAGE_CASES(8u)
+        IBP_STAGE_EACH(IBP_STAGE_CASE, 2u)
+        IBP_STAGE_EACH(IBP_STAGE_CASE, 4u)
+        IBP_STAGE_EACH(IBP_STAGE_CASE, 8u)
     default:
         return ibp_stage_words(words, stride, n, w, rt->how, ak, rt, to, fill, cap);
     }
 }
-#undef IBP_STAGE_CASES
 #undef IBP_STAGE_CASE
-#undef IBP_STAGE_KEY
 
 /* The count pass column by column, for few columns: each column's words (every C-th of a chunk)
  * are routed to their set as in ibp_fit_count_run (by the kernel stage) and packed into that set's
