@@ -584,7 +584,7 @@ IBP_KATTR static int IBP_KW(ibp_ax_block_decode)(const IbpCodecPlan *p, const ui
 
     if (!p->gtab)
         return IBP_KW(ibp_block_decode_fast)(p, blk, blk_len, orig_len, dst, limit);
-    int rc = ibp_block_open(blk, blk_len, orig_len, limit, w, r_len, c_count, &h);
+    int rc = ibp_block_open(p, blk, blk_len, orig_len, limit, &h);
     if (rc <= 0)
         return rc;
     if (h.flags == IBP_BLOCK_RAW) {
@@ -599,7 +599,7 @@ IBP_KATTR static int IBP_KW(ibp_ax_block_decode)(const IbpCodecPlan *p, const ui
     ibp_br_init(&pr, blk + h.payload_off, h.sel_off - h.payload_off);
     ibp_br_init(&sr, blk + h.sel_off, h.tail_off - h.sel_off);
     IbpIndexWalk ix;
-    ibp_index_walk_init(&ix, h.flags == IBP_BLOCK_INDEXED ? blk + IBP_BLOCK_HEADER_SIZE : NULL, NULL, nwords);
+    ibp_index_walk_init(&ix, h.flags & IBP_BLOCK_INDEXED ? blk + IBP_BLOCK_HEADER_SIZE : NULL, NULL, nwords);
     const uint32_t need_words = (uint32_t)(((uint64_t)limit + w - 1u) / w);
     const uint32_t need = need_words < nwords ? need_words : nwords;
     const uint32_t whole = limit / w;
@@ -667,7 +667,7 @@ IBP_KATTR static int IBP_KW(ibp_ax_block_decode)(const IbpCodecPlan *p, const ui
     }
     if (limit > (uint64_t)nwords * w)
         memcpy(dst + (size_t)nwords * w, blk + h.tail_off, limit - (size_t)nwords * w);
-    return 0;
+    return ibp_carry_check(p, blk, &h, dst, limit);
 }
 
 /* The transformed words [j0, j0 + n) of a block (column col at j0) into t. */
@@ -830,7 +830,7 @@ IBP_KW(ibp_ax_encode_k)(const IbpCodecPlan *p, const uint8_t *src, uint32_t len,
     const uint32_t nwords = len / w;
     const uint32_t nrows = (nwords + r_len - 1u) / r_len;
     const uint32_t rf_len = ibp_fmt_round16((nrows + 7u) / 8u);
-    const uint32_t rf_off = IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len(nwords);
+    const uint32_t rf_off = ibp_block_meta_len(p, nwords);
     const uint32_t payload_off = rf_off + rf_len;
     const uint32_t sel_max = ibp_fmt_round16((uint32_t)(((uint64_t)nwords * sb + 7u) / 8u));
     IbpFastWriter pw;
@@ -1003,8 +1003,7 @@ IBP_KW(ibp_ax_cost_k)(const IbpCodecPlan *p, const uint8_t *src, uint32_t len, u
         payload_bits += ((packed - row_sel) & take) | (raw & ~take);
         col = (uint32_t)((col + (uint64_t)n) % p->columns);
     }
-    const uint64_t packed_len = IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len(nwords) +
-                                ibp_fmt_round16((nrows + 7u) / 8u) +
+    const uint64_t packed_len = ibp_block_meta_len(p, nwords) + ibp_fmt_round16((nrows + 7u) / 8u) +
                                 ibp_fmt_round16((uint32_t)((payload_bits + 7u) / 8u)) +
                                 ibp_fmt_round16((uint32_t)((sel_bits + 7u) / 8u)) + len % w;
     const uint64_t raw_len = ibp_fmt_round16(IBP_BLOCK_HEADER_SIZE + len);

@@ -126,7 +126,7 @@ IBP_KATTR static int IBP_KW(ibp_block_decode_fast)(const IbpCodecPlan *p, const 
     const uint32_t sb = p->sel_bits;
     IbpBlockHeader h;
 
-    int rc = ibp_block_open(blk, blk_len, orig_len, limit, w, r_len, c_count, &h);
+    int rc = ibp_block_open(p, blk, blk_len, orig_len, limit, &h);
     if (rc <= 0)
         return rc;
     if (h.flags == IBP_BLOCK_RAW) {
@@ -141,7 +141,7 @@ IBP_KATTR static int IBP_KW(ibp_block_decode_fast)(const IbpCodecPlan *p, const 
     ibp_br_init(&pr, blk + h.payload_off, h.sel_off - h.payload_off);
     ibp_br_init(&sr, blk + h.sel_off, h.tail_off - h.sel_off);
     IbpIndexWalk ix;
-    ibp_index_walk_init(&ix, h.flags == IBP_BLOCK_INDEXED ? blk + IBP_BLOCK_HEADER_SIZE : NULL, NULL, nwords);
+    ibp_index_walk_init(&ix, h.flags & IBP_BLOCK_INDEXED ? blk + IBP_BLOCK_HEADER_SIZE : NULL, NULL, nwords);
     const uint32_t need_words = (uint32_t)(((uint64_t)limit + w - 1u) / w);
     const uint32_t need = need_words < nwords ? need_words : nwords;
     /* Rows whose words all lie below limit are stored whole; the row holding limit goes through
@@ -180,7 +180,7 @@ IBP_KATTR static int IBP_KW(ibp_block_decode_fast)(const IbpCodecPlan *p, const 
     }
     if (limit > (uint64_t)nwords * w)
         memcpy(dst + (size_t)nwords * w, blk + h.tail_off, limit - (size_t)nwords * w);
-    return 0;
+    return ibp_carry_check(p, blk, &h, dst, limit);
 }
 
 /* A field of up to W*8 bits.  For 8-byte words a field and the pending bits can exceed 64: the
@@ -290,7 +290,7 @@ IBP_KATTR static int IBP_KW(ibp_block_encode_fast)(const IbpCodecPlan *p, const 
     const uint32_t nwords = len / w;
     const uint32_t nrows = (nwords + r_len - 1u) / r_len;
     const uint32_t rf_len = ibp_fmt_round16((nrows + 7u) / 8u);
-    const uint32_t rf_off = IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len(nwords);
+    const uint32_t rf_off = ibp_block_meta_len(p, nwords);
     const uint32_t payload_off = rf_off + rf_len;
     const uint32_t sel_max = ibp_fmt_round16((uint32_t)(((uint64_t)nwords * sb + 7u) / 8u));
     uint64_t t[IBP_MAX_ROW_WORDS];

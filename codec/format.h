@@ -14,7 +14,8 @@
 #define IBP_HD
 #endif
 
-#define IBP_FORMAT_VERSION 2u /* written; readers also take version 1 (blocks without an index) */
+/* Written; readers also take versions 1 (blocks without an index) and 2 (without carries). */
+#define IBP_FORMAT_VERSION 3u
 #define IBP_FORMAT_VERSION_MIN 1u
 
 /* Every section of a block, the plan blob and the file form start on this boundary, so a warp
@@ -54,11 +55,18 @@ typedef struct IbpPlanHeader {
 /* ---- Block: header, then sections at the offsets it names. ---- */
 #define IBP_BLOCK_RAW 0x1u     /* the original bytes follow the header verbatim */
 #define IBP_BLOCK_INDEXED 0x2u /* a group index lies between the header and the row flags */
+#define IBP_BLOCK_CARRIES 0x4u /* with INDEXED: the index's carries follow its entries */
 
 /* The group index of a packed block: for g = 1 .. ceil(words / IBP_INDEX_WORDS) - 1, a u32 with
  * the payload bit offset of word g * IBP_INDEX_WORDS, so that a decoder starting there needs no
  * count of the fields before it. */
 #define IBP_INDEX_WORDS 4096u
+
+/* The carries of an indexed block of a plan of at most IBP_CARRY_MAX_COLUMNS columns with P > 0
+ * predictor columns: for each entry g, the P original words among g * IBP_INDEX_WORDS - C ..
+ * g * IBP_INDEX_WORDS - 1 whose column has a predictor, in order, W bytes each, so that a decoder
+ * starting at an entry has every predecessor it needs. */
+#define IBP_CARRY_MAX_COLUMNS 32u
 
 typedef struct IbpBlockHeader {
     uint32_t orig_len;    /* original bytes in this block */
@@ -111,6 +119,14 @@ IBP_HD static inline uint32_t ibp_fmt_index_len(uint32_t nwords)
 {
     const uint32_t groups = (nwords + IBP_INDEX_WORDS - 1u) / IBP_INDEX_WORDS;
     return groups > 1u ? ibp_fmt_round16(4u * (groups - 1u)) : 0u;
+}
+
+/* Bytes of the carries of a block of nwords words of a plan whose carries are pred_words words of
+ * word_size bytes an entry (padded to IBP_ALIGN; 0 for one group). */
+IBP_HD static inline uint32_t ibp_fmt_carry_len(uint32_t nwords, uint32_t pred_words, uint32_t word_size)
+{
+    const uint32_t groups = (nwords + IBP_INDEX_WORDS - 1u) / IBP_INDEX_WORDS;
+    return groups > 1u ? ibp_fmt_round16((groups - 1u) * pred_words * word_size) : 0u;
 }
 
 IBP_HD static inline uint32_t ibp_fmt_sel_bits(uint32_t nsets)

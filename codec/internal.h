@@ -64,6 +64,7 @@ struct IbpCodecPlan {
     uint32_t sel_bits;
     uint32_t block_size;
     int any_xform;
+    uint32_t carry_words; /* words of an index entry's carries (format.h), 0 when blocks carry none */
     uint8_t *xform;  /* [C] */
     uint64_t *mask;  /* [K*C] invariant bits, set-major: index k * C + c */
     uint64_t *value; /* [K*C] their values (value & ~mask == 0) */
@@ -519,9 +520,10 @@ static inline uint64_t ibp_peek(const uint8_t *base, uint64_t pos, uint32_t nb, 
  * shape (W, R, C).  Returns -EINVAL for a limit beyond orig_len, -EBADMSG for a corrupt header
  * (FORMAT.md lists what is rejected), else 1 with *h filled: the block is RAW or its sections lie
  * in order inside it. */
-static inline int ibp_block_open(const uint8_t *blk, size_t blk_len, uint32_t orig_len, uint32_t limit,
-                                 uint32_t word_size, uint32_t row_words, uint32_t columns, IbpBlockHeader *h)
+static inline int ibp_block_open(const IbpCodecPlan *p, const uint8_t *blk, size_t blk_len, uint32_t orig_len,
+                                 uint32_t limit, IbpBlockHeader *h)
 {
+    const uint32_t word_size = p->word_size, row_words = p->row_words, columns = p->columns;
     if (limit > orig_len)
         return -EINVAL;
     if (blk_len < IBP_BLOCK_HEADER_SIZE)
@@ -535,9 +537,12 @@ static inline int ibp_block_open(const uint8_t *blk, size_t blk_len, uint32_t or
     const uint32_t nwords = orig_len / word_size;
     const uint32_t tail = orig_len % word_size;
     const uint32_t nrows = (nwords + row_words - 1u) / row_words;
-    const uint32_t index_len = h->flags == IBP_BLOCK_INDEXED ? ibp_fmt_index_len(nwords) : 0u;
-    if ((h->flags != 0 && h->flags != IBP_BLOCK_INDEXED) || h->col_phase >= columns ||
-        h->rowflag_off != IBP_BLOCK_HEADER_SIZE + index_len ||
+    const uint32_t index_len = h->flags & IBP_BLOCK_INDEXED ? ibp_fmt_index_len(nwords) : 0u;
+    const uint32_t carry_len =
+        h->flags & IBP_BLOCK_CARRIES ? ibp_fmt_carry_len(nwords, p->carry_words, word_size) : 0u;
+    if ((h->flags != 0 && h->flags != IBP_BLOCK_INDEXED &&
+         !(h->flags == (IBP_BLOCK_INDEXED | IBP_BLOCK_CARRIES) && p->carry_words)) ||
+        h->col_phase >= columns || h->rowflag_off != IBP_BLOCK_HEADER_SIZE + index_len + carry_len ||
         (uint64_t)h->rowflag_off + (nrows + 7u) / 8u > h->payload_off || h->payload_off > h->sel_off ||
         h->sel_off > h->tail_off || (uint64_t)h->tail_off + tail > h->comp_len)
         return -EBADMSG;
@@ -545,6 +550,43 @@ static inline int ibp_block_open(const uint8_t *blk, size_t blk_len, uint32_t or
 }
 
 /* ---- The group index (format.h): written by every encoder, checked by every decoder ---- */
+
+/* Bytes before a packed block's row flags: the header, the group index and its carries. */
+static inline uint32_t ibp_block_meta_len(const IbpCodecPlan *p, uint32_t nwords)
+{
+    return IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len(nwords) +
+           ibp_fmt_carry_len(nwords, p->carry_words, p->word_size);
+}
+
+/* Runs the statements given last for each carry of a block of nwords words starting in column
+ * phase, in order: word j of the block is the carry at byte `at` of the carries section. */
+#define IBP_CARRY_EACH(p, nwords, phase, j, at, ...)                                                         \
+    do {                                                                                                     \
+        uint32_t at = 0;                                                                                     \
+        for (uint32_t g_ = 1; (p)->carry_words && (uint64_t)g_ * IBP_INDEX_WORDS < (nwords); g_++)           \
+            for (uint32_t j = g_ * IBP_INDEX_WORDS - (p)->columns; j < g_ * IBP_INDEX_WORDS; j++)            \
+                if ((p)->xform[((phase) + j) % (p)->columns] & IBP_XF_PRED_MASK) {                           \
+                    __VA_ARGS__;                                                                             \
+                    at += (p)->word_size;                                                                    \
+                }                                                                                            \
+    } while (0)
+
+/* Decoder, once words [0, limit / W) of the block are in dst: checks the carries of the entries
+ * whose predecessors all lie there.  0, or -EBADMSG when one differs from the decoded word. */
+static inline int ibp_carry_check(const IbpCodecPlan *p, const uint8_t *blk, const IbpBlockHeader *h,
+                                  const uint8_t *dst, uint32_t limit)
+{
+    if (!(h->flags & IBP_BLOCK_CARRIES))
+        return 0;
+    const uint32_t w = p->word_size;
+    const uint32_t nwords = h->orig_len / w;
+    const uint8_t *carries = blk + IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len(nwords);
+    int bad = 0;
+    IBP_CARRY_EACH(p, nwords, h->col_phase, j, at,
+                   bad |=
+                   (uint64_t)(j + 1u) * w <= limit && memcmp(carries + at, dst + (size_t)j * w, w) != 0);
+    return bad ? -EBADMSG : 0;
+}
 
 /* Payload bits of the first m words of a row, the first in column col: m whole words for a raw
  * row; for a packed row, whose first selector is bit s0 of sel, the fields its selectors give, or
@@ -686,6 +728,7 @@ static inline int ibp_block_finish(const IbpCodecPlan *p, uint8_t *dst, const ui
     const uint32_t w = p->word_size;
     const uint32_t nwords = len / w;
     const uint32_t index_len = ibp_fmt_index_len(nwords);
+    const uint32_t meta_len = ibp_block_meta_len(p, nwords);
     const uint32_t tail = len % w;
     const uint32_t raw_len = ibp_fmt_round16(IBP_BLOCK_HEADER_SIZE + len);
     const uint32_t pbytes = (uint32_t)((pbits + 7u) / 8u);
@@ -706,8 +749,9 @@ static inline int ibp_block_finish(const IbpCodecPlan *p, uint8_t *dst, const ui
         *comp_len = raw_len;
         return 0;
     }
-    ibp_index_finish(p, dst + IBP_BLOCK_HEADER_SIZE, nwords, phase, dst + IBP_BLOCK_HEADER_SIZE + index_len,
-                     sel_scratch);
+    ibp_index_finish(p, dst + IBP_BLOCK_HEADER_SIZE, nwords, phase, dst + meta_len, sel_scratch);
+    uint8_t *const carries = dst + IBP_BLOCK_HEADER_SIZE + index_len; /* zeroed with the index */
+    IBP_CARRY_EACH(p, nwords, phase, j, at, memcpy(carries + at, src + (size_t)j * w, w));
     memset(dst + payload_off + pbytes, 0, sel_off - payload_off - pbytes);
     memmove(dst + sel_off, sel_scratch, sbytes);
     memset(dst + sel_off + sbytes, 0, tail_off - sel_off - sbytes);
@@ -716,9 +760,9 @@ static inline int ibp_block_finish(const IbpCodecPlan *p, uint8_t *dst, const ui
 
     h.orig_len = len;
     h.comp_len = comp;
-    h.flags = IBP_BLOCK_INDEXED;
+    h.flags = IBP_BLOCK_INDEXED | (p->carry_words ? IBP_BLOCK_CARRIES : 0u);
     h.col_phase = phase;
-    h.rowflag_off = IBP_BLOCK_HEADER_SIZE + index_len;
+    h.rowflag_off = meta_len;
     h.payload_off = payload_off;
     h.sel_off = sel_off;
     h.tail_off = tail_off;

@@ -297,7 +297,10 @@ static int ibp_plan_build(uint32_t word_size, uint32_t columns, uint32_t row_wor
             goto fail;
         p->xform[c] = xf;
         p->any_xform |= xf != 0;
+        p->carry_words += (xf & IBP_XF_PRED_MASK) != 0;
     }
+    if (columns > IBP_CARRY_MAX_COLUMNS)
+        p->carry_words = 0;
     for (uint32_t i = 0; i < entries; i++) {
         if (mask[i] & ~wmask || value[i] & ~mask[i])
             goto fail;
@@ -496,8 +499,8 @@ size_t ibp_codec_bound_for(const IbpCodecPlan *p, size_t orig_len)
     const size_t nwords = orig_len / p->word_size;
     const size_t nrows = (nwords + p->row_words - 1u) / p->row_words;
     const size_t r16 = IBP_ALIGN - 1u;
-    const size_t packed = IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len((uint32_t)nwords) +
-                          (((nrows + 7u) / 8u + r16) & ~r16) + ((nwords * p->word_size + r16) & ~r16) +
+    const size_t packed = ibp_block_meta_len(p, (uint32_t)nwords) + (((nrows + 7u) / 8u + r16) & ~r16) +
+                          ((nwords * p->word_size + r16) & ~r16) +
                           (((nwords * p->sel_bits + 7u) / 8u + r16) & ~r16) + IBP_ALIGN;
     const size_t raw = (IBP_BLOCK_HEADER_SIZE + orig_len + r16) & ~r16;
     return packed > raw ? packed : raw;

@@ -827,10 +827,19 @@ std::vector<uint8_t> oracle_decode(const OraclePlan &o, const uint8_t *blk, uint
     // The group index: where it lies, and the payload offset of every IBP_INDEX_WORDS-th word.
     const uint32_t groups = (nwords + IBP_INDEX_WORDS - 1) / IBP_INDEX_WORDS;
     const uint32_t index_len = groups > 1 ? (4 * (groups - 1) + 15) / 16 * 16 : 0;
-    EXPECT_EQ(h.rowflag_off, IBP_BLOCK_HEADER_SIZE + (h.flags == IBP_BLOCK_INDEXED ? index_len : 0));
+    // Its carries: the words before each entry whose column has a predictor (plans of at most 32
+    // columns).
+    uint32_t npred = 0;
+    for (uint8_t xf : o.xform)
+        npred += (xf & IBP_XF_PRED_MASK) != 0;
+    const bool carries = npred && o.c <= 32;
+    EXPECT_EQ(h.flags & IBP_BLOCK_CARRIES, carries ? IBP_BLOCK_CARRIES : 0u);
+    const uint32_t carry_len = carries && groups > 1 ? ((groups - 1) * npred * o.w + 15) / 16 * 16 : 0;
+    EXPECT_EQ(h.rowflag_off,
+              IBP_BLOCK_HEADER_SIZE + (h.flags & IBP_BLOCK_INDEXED ? index_len + carry_len : 0));
     std::vector<uint64_t> x(nwords);
     for (uint32_t j = 0; j < nwords; j++) {
-        if (h.flags == IBP_BLOCK_INDEXED && j && j % IBP_INDEX_WORDS == 0) {
+        if ((h.flags & IBP_BLOCK_INDEXED) && j && j % IBP_INDEX_WORDS == 0) {
             uint32_t entry = 0;
             std::memcpy(&entry, blk + IBP_BLOCK_HEADER_SIZE + 4 * (j / IBP_INDEX_WORDS - 1), 4);
             EXPECT_EQ(entry, payload.pos) << "index entry of word " << j;
@@ -862,6 +871,15 @@ std::vector<uint8_t> oracle_decode(const OraclePlan &o, const uint8_t *blk, uint
             t ^= prev;
         x[j] = t;
     }
+    const uint8_t *carry = blk + IBP_BLOCK_HEADER_SIZE + index_len;
+    for (uint32_t g = 1; carries && g < groups; g++)
+        for (uint32_t j = g * IBP_INDEX_WORDS - o.c; j < g * IBP_INDEX_WORDS; j++)
+            if (o.xform[(h.col_phase + j) % o.c] & IBP_XF_PRED_MASK) {
+                uint64_t v = 0;
+                std::memcpy(&v, carry, o.w);
+                carry += o.w;
+                EXPECT_EQ(v, x[j]) << "carry of word " << j;
+            }
     std::vector<uint8_t> out(orig_len);
     for (uint32_t j = 0; j < nwords; j++)
         std::memcpy(out.data() + (size_t)j * o.w, &x[j], o.w);
@@ -1635,10 +1653,10 @@ TEST(Codec, GroupIndexIsCheckedAndOptional)
         blk.resize(len);
         IbpBlockHeader h;
         std::memcpy(&h, blk.data(), sizeof(h));
-        ASSERT_EQ(h.flags, IBP_BLOCK_INDEXED) << "the data packs";
+        ASSERT_EQ(h.flags & ~IBP_BLOCK_CARRIES, IBP_BLOCK_INDEXED) << "the data packs";
         const uint32_t index_len = h.rowflag_off - IBP_BLOCK_HEADER_SIZE;
         const uint32_t entries = (n / plan->word_size - 1) / IBP_INDEX_WORDS;
-        ASSERT_EQ(index_len, ibp_fmt_index_len(n / plan->word_size));
+        ASSERT_EQ(index_len, ibp_block_meta_len(plan, n / plan->word_size) - IBP_BLOCK_HEADER_SIZE);
         ASSERT_GE(entries, 7u);
         // The same block without its index.
         std::vector<uint8_t> v1(blk.begin(), blk.end());
@@ -1674,6 +1692,76 @@ TEST(Codec, GroupIndexIsCheckedAndOptional)
             lying = blk;
             hl = h;
             hl.flags = 0;
+            std::memcpy(lying.data(), &hl, sizeof(hl));
+            EXPECT_EQ(k->decode(plan, lying.data(), lying.size(), n, out.data(), n), -EBADMSG);
+        }
+        ibp_codec_plan_destroy(&plan);
+    }
+}
+
+// The carries of a predictor plan's group index (format.h): every level rejects a block whose
+// carries differ from the decoded words, decodes one written without them (format version 2),
+// and plans of more columns than the carries cover write none.
+TEST(Codec, CarriesAreCheckedAndOptional)
+{
+    const IbpCodecKernels *levels[8];
+    const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
+    std::mt19937_64 rng(31);
+    for (const uint32_t c_count : {3u, 7u, 32u, 33u}) {
+        // The region's second block: its first word's column is not 0 for most periods.
+        const uint32_t w = 4, n = 262144 - 5, phase = 262144 / w % c_count;
+        const std::vector<uint8_t> data = make_data(Dist::SmallInts, n, 22);
+        IbpCodecPlan *plan = make_plan(rng, w, c_count, 64, 2, 4, data, phase, 262144);
+        ASSERT_NE(plan, nullptr);
+        const uint32_t nwords = n / w, groups = (nwords + IBP_INDEX_WORDS - 1) / IBP_INDEX_WORDS;
+        std::vector<uint32_t> carried; // the block words the carries hold, in order
+        for (uint32_t g = 1; g < groups; g++)
+            for (uint32_t j = g * IBP_INDEX_WORDS - c_count; j < g * IBP_INDEX_WORDS; j++)
+                if (plan->xform[(phase + j) % c_count] & IBP_XF_PRED_MASK)
+                    carried.push_back(j);
+        std::vector<uint8_t> blk(ibp_codec_block_bound(plan, n));
+        size_t len = 0;
+        ASSERT_EQ(ibp_codec_block_encode(plan, data.data(), n, 262144, blk.data(), blk.size(), &len), 0);
+        blk.resize(len);
+        IbpBlockHeader h;
+        std::memcpy(&h, blk.data(), sizeof(h));
+        SCOPED_TRACE("columns " + std::to_string(c_count));
+        ASSERT_FALSE(carried.empty());
+        if (c_count > IBP_CARRY_MAX_COLUMNS) {
+            EXPECT_EQ(h.flags, IBP_BLOCK_INDEXED);
+            ibp_codec_plan_destroy(&plan);
+            continue;
+        }
+        ASSERT_EQ(h.flags, IBP_BLOCK_INDEXED | IBP_BLOCK_CARRIES) << "the data packs";
+        const uint32_t at0 = IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len(nwords);
+        for (size_t i = 0; i < carried.size(); i++)
+            ASSERT_EQ(std::memcmp(blk.data() + at0 + i * w, data.data() + (size_t)carried[i] * w, w), 0);
+        std::vector<uint8_t> v2(blk);
+        v2.resize(ibp_test_strip_carries(v2.data(), w));
+        ASSERT_EQ(v2.size(), blk.size() - ibp_fmt_carry_len(nwords, plan->carry_words, w));
+        for (size_t l = 0; l < nlevels; l++) {
+            const IbpCodecKernels *k = levels[l];
+            SCOPED_TRACE(k->name);
+            std::vector<uint8_t> out(n);
+            ASSERT_EQ(k->decode(plan, blk.data(), blk.size(), n, out.data(), n), 0);
+            ASSERT_EQ(std::memcmp(out.data(), data.data(), n), 0);
+            std::fill(out.begin(), out.end(), 0);
+            ASSERT_EQ(k->decode(plan, v2.data(), v2.size(), n, out.data(), n), 0);
+            ASSERT_EQ(std::memcmp(out.data(), data.data(), n), 0);
+            for (size_t i = 0; i < carried.size(); i += 5) {
+                std::vector<uint8_t> bad(blk);
+                bad[at0 + i * w + i % w] ^= (uint8_t)(1u << (i % 8));
+                EXPECT_EQ(k->decode(plan, bad.data(), bad.size(), n, out.data(), n), -EBADMSG)
+                    << "carry " << i;
+                // A decode that stops before the carry's word does not check it.
+                EXPECT_EQ(k->decode(plan, bad.data(), bad.size(), n, out.data(), carried[i] * w), 0)
+                    << "carry " << i;
+            }
+            // The flag without the plan's predictors behind it.
+            std::vector<uint8_t> lying(v2);
+            IbpBlockHeader hl;
+            std::memcpy(&hl, lying.data(), sizeof(hl));
+            hl.flags |= IBP_BLOCK_CARRIES;
             std::memcpy(lying.data(), &hl, sizeof(hl));
             EXPECT_EQ(k->decode(plan, lying.data(), lying.size(), n, out.data(), n), -EBADMSG);
         }
