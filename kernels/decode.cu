@@ -1672,6 +1672,28 @@ __device__ __forceinline__ void seg_store(const uint8_t *seg, uint32_t j0, uint3
     }
 }
 
+static_assert(IBP_CARRY_MAX_COLUMNS == IBP_DECODE_PRED_MAX_COLUMNS,
+              "the blocks of every plan the segmented predictor decode takes carry their predecessors");
+
+// The carries of block entry g (g > 0) of a block with them (format.h), for residue `lane` of
+// the words before the entry (lane < C): the original word of that residue just before the entry
+// where its column has a predictor, else 0.
+template <int W>
+__device__ __forceinline__ typename WordT<W>::U entry_carry(const Plan &p, const IbpBlockHeader &h,
+                                                            const uint8_t *blk, uint32_t g)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t at = g * IBP_INDEX_WORDS; // entry word; the carries are words at - C .. at - 1
+    const bool pred = lane < p.c && pred_of(p, h.col_phase, at - p.c + lane);
+    const uint32_t preds = __ballot_sync(kFull, pred); // bit i: word at - C + i has a predictor
+    const uint32_t i = (lane + p.c - at % p.c) % p.c;  // word at - C + i is of residue lane
+    if (lane >= p.c || !((preds >> i) & 1))
+        return 0;
+    const uint8_t *carries = blk + IBP_BLOCK_HEADER_SIZE + ibp_fmt_index_len(h.orig_len / W);
+    const uint32_t k = (g - 1) * __popc(preds) + __popc(preds & ((1u << i) - 1u));
+    return load_aligned<W>(carries + (size_t)k * W);
+}
+
 struct PredShared {
     uint64_t agg[kWarps][IBP_DECODE_PRED_MAX_COLUMNS]; // per segment of the group and residue
     uint64_t carry[IBP_DECODE_PRED_MAX_COLUMNS];       // per residue, before the group
@@ -1692,7 +1714,9 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
     const Share sh = cta_share(a, W);
     uint64_t *edge = (uint64_t *)a.scratch;
     const uint32_t bi0 = (uint32_t)(sh.g0 / sh.per_block);
-    const bool head_rel = sh.g0 % sh.per_block != 0; // the share starts inside its first block
+    // The share starts inside its first block, whose carries (where it has them) start the
+    // predictors there; else they start from 0, relative to the share.
+    bool head_rel = sh.g0 % sh.per_block != 0;
     uint32_t bi = bi0, s0 = (uint32_t)(sh.g0 % sh.per_block) * kWarps, last_bi = bi0;
     uint32_t carry = 0, carry_block = ~0u, pred_block = ~0u;
     for (uint32_t left = (uint32_t)(sh.g1 - sh.g0); left;
@@ -1712,8 +1736,13 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
         if (bi != carry_block)
             carry = s0 ? share_bits_before<W, false>(a, p, t, b, h, s0, st, red) : 0;
         carry_block = bi;
+        const bool carries = s0 && (h.flags & IBP_BLOCK_CARRIES);
         if (bi != pred_block && warp == 0) // the block's predictors start from 0 (or the share's start)
-            ps.carry[lane] = 0;
+            ps.carry[lane] =
+                carries ? (uint64_t)entry_carry<W>(p, h, blk, s0 * IBP_DECODE_SEG_WORDS / IBP_INDEX_WORDS)
+                        : 0;
+        if (bi == bi0 && carries)
+            head_rel = false;
         pred_block = bi;
         LaneStart ls;
         const Placed pl = place_segment<W, false>(p, t, b, h, s, st, ls, seg_bits, carry);
@@ -1781,7 +1810,7 @@ template <int W> __device__ void fix_share(const IbpDecodeArgs &a, const Plan &p
     const uint32_t g_end = (uint32_t)min(sh.g1 - (uint64_t)bi * sh.per_block, (uint64_t)sh.per_block);
     const uint32_t j_begin = (uint32_t)(sh.g0 % sh.per_block) * kWarps * IBP_DECODE_SEG_WORDS;
     const uint32_t j_end = min(nwords, g_end * kWarps * IBP_DECODE_SEG_WORDS);
-    if ((h.flags & IBP_BLOCK_RAW) || j_begin >= j_end)
+    if ((h.flags & (IBP_BLOCK_RAW | IBP_BLOCK_CARRIES)) || j_begin >= j_end) // decoded exactly
         return;
     const DecodeRecord *recs = decode_records(a);
     bool any = false;

@@ -217,11 +217,12 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
         args.flags |= IBP_DECODE_ARG_COUNTED;
     }
     if (!err && segp) {
+        /* Blocks with the group index and its carries decode exactly from any group: no fix-up. */
         err = ibp_kernel_launch(mod, IBP_KERNEL_DECODE_SEGP, grid, IBP_DECODE_THREADS,
                                 segp_shared_bytes(word_size), stream, params);
-        return err ? err
-                   : ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FIX, grid, IBP_DECODE_THREADS, 0, stream,
-                                       params);
+        return err || (flags & IBP_DECODE_INDEXED) ? err
+                                                   : ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FIX, grid,
+                                                                       IBP_DECODE_THREADS, 0, stream, params);
     }
     static const IbpKernelId segs[3][2] = {{IBP_KERNEL_DECODE_SEG, IBP_KERNEL_DECODE_SEG_INL},
                                            {IBP_KERNEL_DECODE_SEG1, IBP_KERNEL_DECODE_SEG1_INL},

@@ -60,16 +60,18 @@ struct IbpDecodeArgs;
 #define IBP_DECODE_PRED 1u  /* the plan has predictor columns (codec IbpCodecPlanInfo xf_delta/xf_xor) */
 #define IBP_DECODE_BLOCK 2u /* a CTA per block whatever the plan (tests compare the two decodes) */
 /* Every packed block of the run has a group index (IBP_BLOCK_INDEXED, as the codec writes since
- * format version 2): no counting pass.  Without it a run of version-1 blocks is counted first;
- * with it such blocks still decode, each CTA counting the segments before its share itself. */
+ * format version 2) and, where the plan's predictors call for them, its carries
+ * (IBP_BLOCK_CARRIES, since version 3): no counting pass, no predictor fix-up.  Without it a run
+ * of version-1 blocks is counted first; with it such blocks still decode, each CTA counting the
+ * segments before its share itself. */
 #define IBP_DECODE_INDEXED 4u
 
 /* Enqueues on `stream` the decode of a->nblocks blocks of a plan of `word_size`-byte words and
  * `columns` columns.  A warp per 512-word segment of a block, so that a few blocks still occupy
  * every SM: ibp_k_decode_seg1 (one column; ibp_k_decode_seg1w8 for 8-byte words) and
- * ibp_k_decode_seg for plans without predictor columns, ibp_k_decode_segp then
- * ibp_k_decode_fix for plans with predictors of a period of at
- * most IBP_DECODE_PRED_MAX_COLUMNS words.  Those need a->scratch: ibp_decode_scratch_bytes() of
+ * ibp_k_decode_seg for plans without predictor columns, ibp_k_decode_segp (then
+ * ibp_k_decode_fix, unless IBP_DECODE_INDEXED) for plans with predictors of a period of at most
+ * IBP_DECODE_PRED_MAX_COLUMNS words.  Those need a->scratch: ibp_decode_scratch_bytes() of
  * device memory that no other launch still in flight uses; given it, runs of plans of several
  * columns that are short against the grid and lack IBP_DECODE_INDEXED are counted first by
  * ibp_k_decode_count, so that no CTA counts the segments of its first block that precede its

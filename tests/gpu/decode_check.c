@@ -42,7 +42,7 @@ typedef struct Encoded {
     int has_pred;
     unsigned columns;
     unsigned word_size;
-    int v1; /* the blocks' group indexes were taken out (strip_index) */
+    int legacy; /* launched without IBP_DECODE_INDEXED (the blocks may lack the index or carries) */
 } Encoded;
 
 static void *pinned(size_t n)
@@ -88,21 +88,23 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPl
     return 0;
 }
 
-/* Rewrites the run as format version 1 wrote it: every packed block without its group index,
- * its sections moved down and its offsets shortened, so that the kernels' counting paths (which
- * such blocks take) are checked too. */
-static void strip_index(Encoded *e)
+/* Rewrites the run as format version 1 (v2 = 0: every packed block without its group index) or 2
+ * (v2 = 1: without the index's carries) wrote it, its sections moved down and its offsets
+ * shortened, so that the kernels' counting and predictor fix-up paths (which such blocks take) are
+ * checked too. */
+static void strip_run(Encoded *e, int v2)
 {
     uint64_t at = 0;
     for (uint32_t i = 0; i < e->nblocks; i++) {
-        const uint32_t len = ibp_test_strip_index(e->run + e->offsets[i]);
+        uint8_t *blk = e->run + e->offsets[i];
+        const uint32_t len = v2 ? ibp_test_strip_carries(blk, e->word_size) : ibp_test_strip_index(blk);
         memmove(e->run + at, e->run + e->offsets[i], len);
         e->offsets[i] = at;
         at += len;
     }
     e->offsets[e->nblocks] = at;
     e->run_len = at;
-    e->v1 = 1;
+    e->legacy = 1;
 }
 
 static void release(Encoded *e)
@@ -138,7 +140,7 @@ static void check_range_from(const char *name, const uint8_t *data, const Encode
     if (inl)
         ibp_decode_inline_offsets(&a, e->offsets + first);
     const unsigned flags = (e->has_pred ? IBP_DECODE_PRED : 0u) | (cta ? IBP_DECODE_BLOCK : 0u) |
-                           (e->v1 ? 0u : IBP_DECODE_INDEXED);
+                           (e->legacy ? 0u : IBP_DECODE_INDEXED);
     if (ibp_decode_launch(mod, &a, e->word_size, e->columns, flags, grid, NULL)) {
         fprintf(stderr, "%s: launch failed\n", name);
         failures++;
@@ -231,16 +233,24 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
         check_range(name, data, &e, d_run, d_plan, d_out, host_out, first, count, skip, l, (size_t)(seed % 7),
                     0, k & 1, k % 3 == 2);
     }
-    /* The same blocks as version 1 wrote them (no group index): the whole run and a range from
-     * inside the second block to the end, with the CTAs the device holds and with three. */
-    strip_index(&e);
-    CHECK_CU(drv->cuMemcpyHtoD(d_run, e.run, e.run_len));
-    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 0, 0, 0);
-    check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 3, 0, 0);
-    const uint64_t skip = e.block_size / 3;
-    if (clip_blocks && len > e.block_size + skip) {
-        check_range(name, data, &e, d_run, d_plan, d_out, host_out, 1, e.nblocks - 1, skip,
-                    len - e.block_size - skip, 1, 0, 0, 0);
+    /* Launched as for blocks of older versions: the same blocks (with a predictor fix-up launch
+     * that must leave blocks with carries alone), then, for plans with carries, the blocks as
+     * version 2 wrote them (no carries), then as version 1 did (no group index): each time the
+     * whole run and a range from inside the second block to the end, with the CTAs the device
+     * holds and with three. */
+    const int carries = e.has_pred && e.columns <= IBP_CARRY_MAX_COLUMNS;
+    e.legacy = 1;
+    for (int version = carries ? 3 : 2; version >= 1 && !failures; version--) {
+        if (version < 3)
+            strip_run(&e, version == 2);
+        CHECK_CU(drv->cuMemcpyHtoD(d_run, e.run, e.run_len));
+        check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 0, 0, 0);
+        check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 3, 0, 0);
+        const uint64_t skip = e.block_size / 3;
+        if (clip_blocks && len > e.block_size + skip) {
+            check_range(name, data, &e, d_run, d_plan, d_out, host_out, 1, e.nblocks - 1, skip,
+                        len - e.block_size - skip, 1, 0, 0, 0);
+        }
     }
     free(host_out);
     drv->cuMemFree(d_run);
