@@ -1610,6 +1610,34 @@ TEST(Codec, CorruptOrTruncatedFilesFailCleanly)
     EXPECT_GT(failures, 300);
 }
 
+// One block of plan encoded from n bytes of data at region offset region_off, cut to its length,
+// and its header (an empty block, and a test failure, where the encode fails).
+std::vector<uint8_t> encode_block(const IbpCodecPlan *plan, const uint8_t *data, size_t n, size_t region_off,
+                                  IbpBlockHeader &h)
+{
+    std::vector<uint8_t> blk(ibp_codec_block_bound(plan, n));
+    size_t len = 0;
+    const int rc = ibp_codec_block_encode(plan, data, n, region_off, blk.data(), blk.size(), &len);
+    EXPECT_EQ(rc, 0);
+    blk.resize(rc ? 0 : len);
+    std::memset(&h, 0, sizeof(h));
+    if (blk.size() >= sizeof(h))
+        std::memcpy(&h, blk.data(), sizeof(h));
+    return blk;
+}
+
+// Level k decodes both the block and its form as an older version wrote it back to data's n bytes.
+void expect_both_decode(const IbpCodecKernels *k, const IbpCodecPlan *plan, const std::vector<uint8_t> &blk,
+                        const std::vector<uint8_t> &older, const std::vector<uint8_t> &data, uint32_t n)
+{
+    for (const std::vector<uint8_t> *b : {&blk, &older}) {
+        std::vector<uint8_t> out(n);
+        ASSERT_EQ(k->decode(plan, b->data(), b->size(), n, out.data(), n), 0)
+            << (b == &blk ? "block" : "older");
+        ASSERT_EQ(std::memcmp(out.data(), data.data(), n), 0) << (b == &blk ? "block" : "older");
+    }
+}
+
 TEST(Codec, CorruptBlocksFailCleanly)
 {
     // Block-level decode has no checksum: it must still stay in bounds on any bytes.
@@ -1618,13 +1646,13 @@ TEST(Codec, CorruptBlocksFailCleanly)
     opts.block_size = 8192;
     IbpCodecPlan *plan = nullptr;
     ASSERT_EQ(ibp_codec_plan_create(data.data(), data.size(), &opts, &plan), 0);
-    std::vector<uint8_t> blk(ibp_codec_block_bound(plan, 8192));
-    size_t len = 0;
-    ASSERT_EQ(ibp_codec_block_encode(plan, data.data(), data.size(), 0, blk.data(), blk.size(), &len), 0);
+    IbpBlockHeader h;
+    const std::vector<uint8_t> blk = encode_block(plan, data.data(), data.size(), 0, h);
+    ASSERT_FALSE(blk.empty());
     std::mt19937_64 rng(5);
     std::vector<uint8_t> out(8192);
     for (int k = 0; k < 2000; k++) {
-        std::vector<uint8_t> bad(blk.begin(), blk.begin() + (long)len);
+        std::vector<uint8_t> bad(blk);
         bad[(size_t)(rng() % bad.size())] = (uint8_t)rng();
         const size_t keep = k % 3 == 0 ? (size_t)(rng() % (bad.size() + 1)) : bad.size();
         std::vector<uint8_t> exact(bad.begin(), bad.begin() + (long)keep);
@@ -1647,12 +1675,8 @@ TEST(Codec, GroupIndexIsCheckedAndOptional)
         opts.block_size = 262144;
         IbpCodecPlan *plan = nullptr;
         ASSERT_EQ(ibp_codec_plan_create(data.data(), n, &opts, &plan), 0);
-        std::vector<uint8_t> blk(ibp_codec_block_bound(plan, n));
-        size_t len = 0;
-        ASSERT_EQ(ibp_codec_block_encode(plan, data.data(), n, 0, blk.data(), blk.size(), &len), 0);
-        blk.resize(len);
         IbpBlockHeader h;
-        std::memcpy(&h, blk.data(), sizeof(h));
+        const std::vector<uint8_t> blk = encode_block(plan, data.data(), n, 0, h);
         ASSERT_EQ(h.flags & ~IBP_BLOCK_CARRIES, IBP_BLOCK_INDEXED) << "the data packs";
         const uint32_t index_len = h.rowflag_off - IBP_BLOCK_HEADER_SIZE;
         const uint32_t entries = (n / plan->word_size - 1) / IBP_INDEX_WORDS;
@@ -1667,12 +1691,8 @@ TEST(Codec, GroupIndexIsCheckedAndOptional)
         for (size_t l = 0; l < nlevels; l++) {
             const IbpCodecKernels *k = levels[l];
             SCOPED_TRACE(std::string(k->name) + " dist " + std::to_string((int)d));
+            expect_both_decode(k, plan, blk, v1, data, n);
             std::vector<uint8_t> out(n);
-            ASSERT_EQ(k->decode(plan, blk.data(), blk.size(), n, out.data(), n), 0);
-            ASSERT_EQ(std::memcmp(out.data(), data.data(), n), 0);
-            std::fill(out.begin(), out.end(), 0);
-            ASSERT_EQ(k->decode(plan, v1.data(), v1.size(), n, out.data(), n), 0);
-            ASSERT_EQ(std::memcmp(out.data(), data.data(), n), 0);
             for (uint32_t e = 0; e < entries; e++) {
                 std::vector<uint8_t> bad(blk);
                 bad[IBP_BLOCK_HEADER_SIZE + 4 * e] ^= 1u << (e % 8);
@@ -1719,12 +1739,8 @@ TEST(Codec, CarriesAreCheckedAndOptional)
             for (uint32_t j = g * IBP_INDEX_WORDS - c_count; j < g * IBP_INDEX_WORDS; j++)
                 if (plan->xform[(phase + j) % c_count] & IBP_XF_PRED_MASK)
                     carried.push_back(j);
-        std::vector<uint8_t> blk(ibp_codec_block_bound(plan, n));
-        size_t len = 0;
-        ASSERT_EQ(ibp_codec_block_encode(plan, data.data(), n, 262144, blk.data(), blk.size(), &len), 0);
-        blk.resize(len);
         IbpBlockHeader h;
-        std::memcpy(&h, blk.data(), sizeof(h));
+        const std::vector<uint8_t> blk = encode_block(plan, data.data(), n, 262144, h);
         SCOPED_TRACE("columns " + std::to_string(c_count));
         ASSERT_FALSE(carried.empty());
         if (c_count > IBP_CARRY_MAX_COLUMNS) {
@@ -1742,12 +1758,8 @@ TEST(Codec, CarriesAreCheckedAndOptional)
         for (size_t l = 0; l < nlevels; l++) {
             const IbpCodecKernels *k = levels[l];
             SCOPED_TRACE(k->name);
+            expect_both_decode(k, plan, blk, v2, data, n);
             std::vector<uint8_t> out(n);
-            ASSERT_EQ(k->decode(plan, blk.data(), blk.size(), n, out.data(), n), 0);
-            ASSERT_EQ(std::memcmp(out.data(), data.data(), n), 0);
-            std::fill(out.begin(), out.end(), 0);
-            ASSERT_EQ(k->decode(plan, v2.data(), v2.size(), n, out.data(), n), 0);
-            ASSERT_EQ(std::memcmp(out.data(), data.data(), n), 0);
             for (size_t i = 0; i < carried.size(); i += 5) {
                 std::vector<uint8_t> bad(blk);
                 bad[at0 + i * w + i % w] ^= (uint8_t)(1u << (i % 8));
