@@ -310,7 +310,8 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
     };
     if (!ibp_decode_inline_offsets(&args, l->host_offsets + first) && !l->offsets)
         return -EINVAL; /* the piece's table was not staged: its runs all fit the arguments */
-    /* The shadow's blocks are this library's: every packed one has its group index. */
+    /* The shadow's blocks are this library's: every packed one has its group index, and its
+     * carries where the plan's predictors call for them. */
     const unsigned flags = IBP_DECODE_INDEXED | (l->has_pred ? IBP_DECODE_PRED : 0u);
     return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, flags, l->opts.max_grid, l->stream);
 }
