@@ -32,6 +32,13 @@
 #define IBP_PERIOD_PICKS 8u
 #define IBP_FINALISTS 3u
 #define IBP_SET_FINALISTS 2u /* finalists that try more than one mask set */
+/* How much larger than the best a word size's best (or best period-1) candidate may be estimated
+ * by the screen and still be a finalist: no such candidate won over the six tensors and their
+ * 4-256 MiB tiles, the winners came within 16.1% (fashion_mnist's four-byte words, a twin of its
+ * two-byte ones), and those beyond 17% (eight-byte words for byte images, two- and four-byte
+ * single columns for int32 triples and float64 features) sized 18% or more above the best one-set
+ * trial with one set and did not get more. */
+#define IBP_FINALIST_SLACK_PCT 15u
 /* Refinement rounds of the mask-set trials and of the winner's refit: a second round in the
  * trials changed no plan of the six tensors or their 4-256 MiB tiles, in the refit only
  * fashion_mnist's by 0.0003-0.0005. */
@@ -2252,11 +2259,14 @@ static int ibp_try_sets(IbpSearch *s, IbpWork *wk, const IbpCandidate *c, const 
 
 /* Phase 3 job: 2 .. IBP_MAX_SETS sets, with the better one-set variant's transforms and, where
  * the candidate has transforms, with the other variant's; that one goes on to three sets only
- * where its two sets beat the first variant's. */
+ * where its two sets beat the first variant's by the 1% it needs to win (ibp_pick_one).  Over the
+ * six tensors and their tiles no such trial won; its three sets took 5% of fashion_mnist's plan at
+ * 4 MiB. */
 static int ibp_job_sets(IbpSearch *s, IbpWork *wk, IbpCandidate *c)
 {
     const int rc = ibp_try_sets(s, wk, c, c->xform, 0, UINT64_MAX, c->more);
-    return rc || !c->has_alt ? rc : ibp_try_sets(s, wk, c, c->alt_xform, 1, c->more[0].bytes, c->more_alt);
+    const uint64_t lead = c->more[0].bytes - c->more[0].bytes / 100u;
+    return rc || !c->has_alt ? rc : ibp_try_sets(s, wk, c, c->alt_xform, 1, lead, c->more_alt);
 }
 
 /* Takes jobs of the current phase until none is left or one failed. */
@@ -2621,14 +2631,17 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     /* 2. For the finalists: transforms, mask sets and row length fitted on one half of the
      * sample and judged by the encoder's exact size on the other.  Faithful IBP (one set, no
      * transform) is always among them.  Finalists: the top candidates, plus each word size's
-     * best candidate and its best period-1 candidate (mask sets and transforms, which the
-     * ranking does not see, change the order). */
+     * best candidate and its best period-1 candidate where their estimate is within
+     * IBP_FINALIST_SLACK_PCT of the best (mask sets and transforms, which the ranking does not
+     * see, change the order). */
     uint32_t seen_any = 0;
     uint32_t seen_single = 0;
     s->njobs = 0;
+    const uint64_t slack = s->ncand ? s->cand[0].est_bits / 100u * (100u + IBP_FINALIST_SLACK_PCT) : 0;
     for (uint32_t k = 0; k < s->ncand; k++) {
         const uint32_t bit = 1u << s->cand[k].word_size;
-        if (k < IBP_FINALISTS || !(seen_any & bit) || (s->cand[k].columns == 1u && !(seen_single & bit)))
+        const int first_of_kind = !(seen_any & bit) || (s->cand[k].columns == 1u && !(seen_single & bit));
+        if (k < IBP_FINALISTS || (first_of_kind && s->cand[k].est_bits <= slack))
             s->jobs[s->njobs++] = k;
         seen_any |= bit;
         if (s->cand[k].columns == 1u)
