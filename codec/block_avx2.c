@@ -674,28 +674,35 @@ IBP_KATTR static uint64_t ibp_codec_assign_avx2(const uint64_t *words, size_t n,
     IBP_ASSIGN_BY_SETS(ibp_ax_assign_k, words, n, wbits, t, j0, base, run);
 }
 
-/* ibp_pick_rows' sum eight rows a step: each row's two running sums by gathers (both r apart),
- * in 32-bit lanes (all rows' bits of a call fit them). */
-IBP_KATTR static uint64_t ibp_codec_row_bits_avx2(const uint32_t *prefix, size_t nrows, uint32_t r,
-                                                  uint32_t row_sel, uint32_t row_raw)
+/* row_level 16 rows a step: both vectors' rows summed, and their pairs added by hadd (pairs of
+ * each 128-bit lane, interleaved by lane) and put in order by a permute; stored at half the
+ * index, behind the rows still to be read. */
+IBP_KATTR static uint64_t ibp_codec_row_level_avx2(uint32_t *sums, size_t nrows, uint32_t row_sel,
+                                                   uint32_t row_raw)
 {
-    const __m256i idx =
-        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)r));
     const __m256i sel = _mm256_set1_epi32((int)row_sel);
     const __m256i raw = _mm256_set1_epi32((int)row_raw);
     __m256i acc = _mm256_setzero_si256();
     size_t q = 0;
-    for (; q + 8u <= nrows; q += 8u) {
-        const int *const p = (const int *)(prefix + q * r);
-        const __m256i a = _mm256_i32gather_epi32(p, idx, 4);
-        const __m256i b = _mm256_i32gather_epi32(p + r, idx, 4);
-        acc = _mm256_add_epi32(acc, _mm256_min_epu32(_mm256_add_epi32(sel, _mm256_sub_epi32(b, a)), raw));
+    for (; q + 16u <= nrows; q += 16u) {
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(sums + q));
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(sums + q + 8u));
+        acc = _mm256_add_epi32(acc, _mm256_min_epu32(_mm256_add_epi32(sel, a), raw));
+        acc = _mm256_add_epi32(acc, _mm256_min_epu32(_mm256_add_epi32(sel, b), raw));
+        _mm256_storeu_si256((__m256i *)(sums + q / 2u),
+                            _mm256_permute4x64_epi64(_mm256_hadd_epi32(a, b), 0xd8));
     }
     const __m256i wide = _mm256_add_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(acc)),
                                           _mm256_cvtepu32_epi64(_mm256_extracti128_si256(acc, 1)));
-    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1));
-    const uint64_t bits = (uint64_t)_mm_cvtsi128_si64(h) + (uint64_t)_mm_extract_epi64(h, 1) + q;
-    return bits + ibp_codec_row_bits_ref(prefix + q * r, nrows - q, r, row_sel, row_raw);
+    const __m256i h = _mm256_add_epi64(wide, _mm256_permute4x64_epi64(wide, 0x4e));
+    uint64_t bits = (uint64_t)_mm256_extract_epi64(h, 0) + (uint64_t)_mm256_extract_epi64(h, 1) + q;
+    for (size_t k = q; k < nrows; k++) {
+        const uint64_t packed = (uint64_t)row_sel + sums[k];
+        bits += (packed < row_raw ? packed : row_raw) + 1u;
+    }
+    for (size_t k = q / 2u; k < nrows / 2u; k++)
+        sums[k] = sums[2u * k] + sums[2u * k + 1u];
+    return bits;
 }
 
 /* The 32 bytes of words of w bytes in v as 64-bit words, 32 / w of them, into out. */
@@ -810,7 +817,7 @@ const IbpCodecKernels ibp_codec_kernels_avx2 = {
     .stage = ibp_codec_stage_avx2,
     .count_bits = ibp_codec_count_bits_avx2,
     .assign = ibp_codec_assign_avx2,
-    .row_bits = ibp_codec_row_bits_avx2,
+    .row_level = ibp_codec_row_level_avx2,
     .widen = ibp_codec_widen_avx2,
     .xf_widen = ibp_codec_xf_widen_avx2,
 };

@@ -147,7 +147,7 @@ const IbpCodecKernels ibp_codec_kernels_ref = {
     .stage = ibp_codec_stage_ref,
     .count_bits = ibp_plan_count_packed,
     .assign = ibp_codec_assign_ref,
-    .row_bits = ibp_codec_row_bits_ref,
+    .row_level = ibp_codec_row_level_ref,
     .widen = ibp_codec_widen_ref,
     .xf_widen = ibp_codec_xf_widen_ref,
 };

@@ -272,12 +272,11 @@ typedef struct IbpCodecKernels {
      * lanes. */
     uint64_t (*assign)(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t, uint32_t j0,
                        uint32_t base, uint32_t *run);
-    /* ibp_pick_rows' sum for one row length r (planner): over the nrows rows of r words whose
-     * running sums of sizes are prefix[0], prefix[r], ..., min(row_sel + the row's sizes, row_raw)
-     * + 1 (the row packed or raw, and its flag).  The rows of one chunk: their bits sum below
-     * 2^32. */
-    uint64_t (*row_bits)(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
-                         uint32_t row_raw);
+    /* ibp_pick_rows' sum for one row length (planner): over the nrows rows whose sizes are
+     * sums[0 .. nrows), min(row_sel + the row's size, row_raw) + 1 (the row packed or raw, and its
+     * flag); and the sizes of rows twice as long, sums[q] = sums[2q] + sums[2q + 1] for q below
+     * nrows / 2, in place.  The rows of one chunk: their bits sum below 2^32. */
+    uint64_t (*row_level)(uint32_t *sums, size_t nrows, uint32_t row_sel, uint32_t row_raw);
     /* The planner's loads: the nw words of w bytes at p into out, one a 64-bit word (widen), and
      * the same with transform xf (not none) in every column, predicted from the word c_count
      * before (from 0 for the first c_count) (xf_widen). */
@@ -298,8 +297,7 @@ void ibp_codec_agree_hist_ref(const uint8_t *words, uint32_t n, uint32_t w, uint
 void ibp_codec_lag_equal_ref(const uint8_t *p, size_t n, uint32_t lag_max, uint32_t *eq);
 uint64_t ibp_codec_assign_ref(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t,
                               uint32_t j0, uint32_t base, uint32_t *run);
-uint64_t ibp_codec_row_bits_ref(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
-                                uint32_t row_raw);
+uint64_t ibp_codec_row_level_ref(uint32_t *sums, size_t nrows, uint32_t row_sel, uint32_t row_raw);
 void ibp_codec_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint64_t *out);
 void ibp_codec_xf_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint32_t xf, uint32_t c_count,
                             uint64_t *out);

@@ -1649,10 +1649,19 @@ static void ibp_fit_sets(const IbpWords *ws, uint32_t nsets, IbpFit *f, uint8_t 
     ibp_refine_sets(ws, f, member, out, IBP_REFIT_ROUNDS, NULL, NULL);
 }
 
+/* Row sizes the row-length pick keeps at once: a chunk's words at most (IBP_CHUNK_MAX of 2-byte
+ * words), so that rows of any length start from one word each. */
+#define IBP_ROW_SUMS_MAX (IBP_CHUNK_MAX / 2u)
+
 /* Best row length for per-word sizes: rows are packed (selectors + fields) or raw, whichever
  * is smaller, plus one flag bit each.  Rows restart at every chunk, as at every block.  prefix:
- * the running sums of the sizes (ibp_assign), so a row costs two loads whatever its length. */
-static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32_t sb, uint64_t *bits_out)
+ * the running sums of the sizes (ibp_assign).  The lengths are doubling chains (8 .. 1024, and
+ * the period's C, 2C, ...): a chain's rows of 2R words are pairs of its rows of R, so each
+ * chunk's row sizes are read from prefix once a chain, at its shortest length, and summed in
+ * pairs for the next (kernel row_level), where a strided read a length took most of the pick.
+ * sums: IBP_ROW_SUMS_MAX entries of scratch. */
+static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32_t sb, uint32_t *sums,
+                              uint64_t *bits_out)
 {
     static const uint32_t fixed[] = {8, 16, 32, 64, 128, 256, 512, 1024};
     uint32_t cand[32];
@@ -1672,45 +1681,71 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
             break;
     }
     const IbpCodecKernels *const kern = ibp_codec_kernels();
-    uint64_t best = UINT64_MAX;
-    uint32_t best_r = cand[0];
+    uint64_t bits[32] = {0};
+    uint8_t done[32] = {0};
     for (uint32_t ci = 0; ci < nc; ci++) {
-        const uint32_t r_len = cand[ci];
-        const uint64_t row_sel = (uint64_t)r_len * sb;
-        const uint64_t row_raw = (uint64_t)r_len * wbits;
-        uint64_t bits = 0;
+        if (done[ci])
+            continue;
+        /* The chain from cand[ci]: which candidate each doubling is, if any. */
+        const uint32_t r0 = cand[ci];
+        uint32_t at[32];
+        uint32_t levels = 0;
+        for (uint32_t r = r0; r <= IBP_MAX_ROW_WORDS && levels < 32u; r *= 2u) {
+            at[levels] = nc;
+            for (uint32_t k = ci; k < nc; k++)
+                if (cand[k] == r && !done[k]) {
+                    at[levels] = k;
+                    done[k] = 1;
+                }
+            levels++;
+        }
+        while (at[levels - 1u] == nc)
+            levels--;
         size_t start = 0;
         for (size_t ch = 0; ch < ws->nchunks; ch++) {
             const size_t end = ws->chunk_end[ch];
-            const size_t nrows = (end - start) / r_len;
-            if (nrows)
-                bits += kern->row_bits(prefix + start, nrows, r_len, (uint32_t)row_sel, (uint32_t)row_raw);
-            const size_t j = start + nrows * r_len;
-            if (j < end) {
-                const size_t n = end - j;
-                const uint64_t packed = (uint64_t)n * sb + (prefix[end] - prefix[j]);
-                const uint64_t raw = (uint64_t)n * wbits;
-                bits += (packed < raw ? packed : raw) + 1u;
+            const size_t n0 = (end - start) / r0;
+            assert(n0 <= IBP_ROW_SUMS_MAX);
+            for (size_t q = 0; q < n0; q++)
+                sums[q] = prefix[start + (q + 1u) * r0] - prefix[start + q * r0];
+            for (uint32_t l = 0; l < levels; l++) {
+                const uint32_t r = r0 << l;
+                const size_t nrows = (end - start) / r;
+                const uint64_t b = kern->row_level(sums, nrows, r * sb, r * wbits);
+                if (at[l] == nc)
+                    continue;
+                bits[at[l]] += b;
+                const size_t j = start + nrows * r;
+                if (j < end) {
+                    const size_t n = end - j;
+                    const uint64_t packed = (uint64_t)n * sb + (prefix[end] - prefix[j]);
+                    const uint64_t raw = (uint64_t)n * wbits;
+                    bits[at[l]] += (packed < raw ? packed : raw) + 1u;
+                }
             }
             start = end;
         }
-        if (bits < best) {
-            best = bits;
-            best_r = r_len;
-        }
     }
+    uint64_t best = UINT64_MAX;
+    uint32_t best_r = cand[0];
+    for (uint32_t ci = 0; ci < nc; ci++)
+        if (bits[ci] < best) {
+            best = bits[ci];
+            best_r = cand[ci];
+        }
     *bits_out = best;
     return best_r;
 }
 
-uint64_t ibp_codec_row_bits_ref(const uint32_t *prefix, size_t nrows, uint32_t r, uint32_t row_sel,
-                                uint32_t row_raw)
+uint64_t ibp_codec_row_level_ref(uint32_t *sums, size_t nrows, uint32_t row_sel, uint32_t row_raw)
 {
     uint64_t bits = 0;
     for (size_t q = 0; q < nrows; q++) {
-        const uint64_t packed = (uint64_t)row_sel + (prefix[(q + 1u) * r] - prefix[q * r]);
+        const uint64_t packed = (uint64_t)row_sel + sums[q];
         bits += (packed < row_raw ? packed : row_raw) + 1u;
     }
+    for (size_t q = 0; q < nrows / 2u; q++)
+        sums[q] = sums[2u * q] + sums[2u * q + 1u];
     return bits;
 }
 
@@ -1951,6 +1986,7 @@ typedef struct IbpWork {
     uint64_t *greedy_mask; /* the greedy sets of ibp_job_sets, before refinement */
     uint64_t *greedy_value;
     uint64_t *assign_tab; /* ibp_assign's table */
+    uint32_t *row_sums;   /* ibp_pick_rows' scratch */
     uint32_t cols; /* the widest candidate and most words it was allocated for */
     size_t words;
 } IbpWork;
@@ -1981,6 +2017,7 @@ static void ibp_work_free(IbpWork *wk)
     free(wk->greedy_mask);
     free(wk->greedy_value);
     free(wk->assign_tab);
+    free(wk->row_sums);
     memset(wk, 0, sizeof(*wk));
 }
 
@@ -1991,7 +2028,7 @@ static size_t ibp_work_bytes(const IbpWork *wk)
     return wk->fit.bytes + wk->words * (1u + sizeof(uint32_t)) + sizeof(uint32_t) + wk->cols +
            4u * (size_t)IBP_MAX_SETS * wk->cols * sizeof(uint64_t) + ibp_assign_bytes(wk->cols) +
            ws->cap * (sizeof(uint64_t) + sizeof(uint32_t)) + ws->chunk_cap * sizeof(size_t) +
-           ws->cycle_len * sizeof(uint32_t);
+           ws->cycle_len * sizeof(uint32_t) + IBP_ROW_SUMS_MAX * sizeof(uint32_t);
 }
 
 static void ibp_keep_destroy(void *p)
@@ -2068,8 +2105,9 @@ static int ibp_work_alloc(IbpWork *wk, uint32_t max_cols, size_t max_words)
     wk->greedy_mask = malloc(masks);
     wk->greedy_value = malloc(masks);
     wk->assign_tab = malloc(ibp_assign_bytes(max_cols));
+    wk->row_sums = malloc(IBP_ROW_SUMS_MAX * sizeof(uint32_t));
     if (!wk->member || !wk->prefix || !wk->xform || !wk->m.mask || !wk->m.value || !wk->greedy_mask ||
-        !wk->greedy_value || !wk->assign_tab) {
+        !wk->greedy_value || !wk->assign_tab || !wk->row_sums) {
         ibp_work_free(wk);
         return -ENOMEM;
     }
@@ -2131,7 +2169,8 @@ static int ibp_judge(const IbpSearch *s, IbpWork *wk, const IbpWords *ws, const 
     uint64_t row_bits;
     IbpCodecPlan *p = NULL;
     ibp_assign(ws, &wk->m, wk->assign_tab, wk->prefix);
-    const uint32_t r_len = ibp_pick_rows(ws, wk->prefix, ibp_fmt_sel_bits(wk->m.nsets), &row_bits);
+    const uint32_t r_len =
+        ibp_pick_rows(ws, wk->prefix, ibp_fmt_sel_bits(wk->m.nsets), wk->row_sums, &row_bits);
     const int rc = ibp_codec_plan_build_lite(ws->word_size, ws->columns, r_len, wk->m.nsets, s->block_size,
                                              xform, wk->m.mask, wk->m.value, &p);
     if (rc)
@@ -2732,7 +2771,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
      * and more, too short for long rows. */
     uint64_t row_bits;
     ibp_assign(ws, &work[0].m, work[0].assign_tab, work[0].prefix);
-    brows = ibp_pick_rows(ws, work[0].prefix, ibp_fmt_sel_bits(bnsets), &row_bits);
+    brows = ibp_pick_rows(ws, work[0].prefix, ibp_fmt_sel_bits(bnsets), work[0].row_sums, &row_bits);
     rc = ibp_codec_plan_build(bc->word_size, bc->columns, brows, bnsets, (uint32_t)bs, bxform, work[0].m.mask,
                               work[0].m.value, &best);
     if (rc)

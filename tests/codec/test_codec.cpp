@@ -591,32 +591,36 @@ TEST(Codec, EveryLevelAssignsWordsAsTheReference)
     }
 }
 
-// The row-length pick's sums at every level against a row-by-row oracle: row lengths of 1 to 1024
-// words, row counts around the vector widths, rows whose packed form is larger than raw and
-// smaller, running sums that wrap around 2^32.
-TEST(Codec, EveryLevelSumsRowBitsAsTheReference)
+// The row-length pick's sums at every level against a row-by-row oracle: row counts around the
+// vector widths, rows whose packed form is larger than raw and smaller, and the sizes of the rows
+// twice as long written in place.
+TEST(Codec, EveryLevelSumsRowLevelsAsTheReference)
 {
     const IbpCodecKernels *levels[8];
     const size_t nlevels = ibp_codec_kernels_levels(levels, 8);
     ASSERT_GE(nlevels, 1u);
     std::mt19937_64 rng(46);
     for (uint32_t r : {1u, 3u, 8u, 14u, 64u, 1024u}) {
-        for (size_t nrows : {1u, 7u, 8u, 9u, 17u, 100u}) {
+        for (size_t nrows : {0u, 1u, 7u, 8u, 15u, 16u, 17u, 31u, 32u, 33u, 100u}) {
             for (uint32_t wbits : {16u, 64u}) {
-                std::vector<uint32_t> prefix(nrows * r + 1u);
-                prefix[0] = (uint32_t)rng();
-                for (size_t i = 1; i < prefix.size(); i++)
-                    prefix[i] = prefix[i - 1] + (uint32_t)(rng() % (wbits + 1u));
+                std::vector<uint32_t> sums(nrows);
+                for (auto &v : sums)
+                    v = (uint32_t)(rng() % ((uint64_t)r * wbits + 1u));
                 const uint32_t row_sel = r * (uint32_t)(rng() % 3u);
                 const uint32_t row_raw = r * wbits;
                 uint64_t want = 0;
                 for (size_t q = 0; q < nrows; q++)
-                    want += std::min<uint64_t>(row_sel + (uint64_t)(prefix[(q + 1u) * r] - prefix[q * r]),
-                                               row_raw) +
-                            1u;
-                for (size_t l = 0; l < nlevels; l++)
-                    EXPECT_EQ(levels[l]->row_bits(prefix.data(), nrows, r, row_sel, row_raw), want)
+                    want += std::min<uint64_t>(row_sel + (uint64_t)sums[q], row_raw) + 1u;
+                std::vector<uint32_t> halves(sums);
+                for (size_t q = 0; q < nrows / 2u; q++)
+                    halves[q] = sums[2u * q] + sums[2u * q + 1u];
+                for (size_t l = 0; l < nlevels; l++) {
+                    std::vector<uint32_t> got(sums);
+                    EXPECT_EQ(levels[l]->row_level(got.data(), nrows, row_sel, row_raw), want)
                         << levels[l]->name << " r " << r << " rows " << nrows << " wbits " << wbits;
+                    EXPECT_TRUE(std::equal(got.begin(), got.begin() + (long)(nrows / 2u), halves.begin()))
+                        << levels[l]->name << " r " << r << " rows " << nrows << " wbits " << wbits;
+                }
             }
         }
     }
