@@ -270,7 +270,8 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     }
     for (size_t r = 0; r < reps; r++)
         memcpy(b.src + r * len, data, len);
-    err = ibp_codec_plan_create(b.src, b.total, NULL, &plan);
+    const IbpCodecPlanOptions plan_opts = {.word_size = opts->word_size};
+    err = ibp_codec_plan_create(b.src, b.total, &plan_opts, &plan);
     if (err)
         goto out;
     err = -ENOMEM;
@@ -293,6 +294,8 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     ibp_codec_plan_info(plan, &info);
     b.word_size = info.word_size;
     b.columns = info.columns;
+    out->word_size = info.word_size;
+    out->columns = info.columns;
     b.has_pred = info.xf_delta + info.xf_xor > 0;
     const void *blob = ibp_codec_plan_blob(plan, &b.blob_len);
     CUdeviceptr zc_run;

@@ -11,7 +11,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: ibp-bench FILE [--size BYTES] [--iters N] [--device D] [--chunk BYTES]\n"
                "                 [--copy-streams 1|2] [--paired] [--tail BYTES] [--trace]\n"
-               "                 [--max-sms N] [--offsets device|mapped] [--json]\n"
+               "                 [--max-sms N] [--offsets device|mapped] [--word-size 2|4|8] [--json]\n"
                "Plans and compresses FILE as the shim would (tiled up to --size bytes, default 1 GiB),\n"
                "then times on the GPU, original bytes per second: a plain pinned copy, DMA of the\n"
                "compressed run then decode, the same pipelined (chunks of --chunk compressed bytes,\n"
@@ -27,7 +27,8 @@ static void usage(FILE *f)
                "255 blocks carries their offsets in its arguments, and the DMA paths send a longer\n"
                "run's offsets ahead of it; --offsets mapped has every decode read the pinned table\n"
                "through its mapped address.  --trace times each chunk of one more pipelined run:\n"
-               "when its DMA ended, its decode started and ended.\n");
+               "when its DMA ended, its decode started and ended.  --word-size plans words of that many\n"
+               "bytes instead of the planner's choice (the rest of the plan still searched).\n");
 }
 
 static size_t parse_size(const char *s)
@@ -70,6 +71,13 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(argv[i], "--offsets") && i + 1 < argc && !strcmp(argv[i + 1], "device")) {
             i++;
+        } else if (!strcmp(argv[i], "--word-size") && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "2") && strcmp(v, "4") && strcmp(v, "8")) {
+                fprintf(stderr, "ibp-bench: --word-size takes 2, 4 or 8, not '%s'\n", v);
+                return 2;
+            }
+            opts.word_size = (unsigned)atoi(v);
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             opts.device = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--json")) {
@@ -119,11 +127,12 @@ int main(int argc, char **argv)
         printf("{\"file\": \"%s\", \"device\": \"%s\", \"bytes\": %zu, \"compressed\": %zu, \"ratio\": %.4f, "
                "\"verified\": %s, \"raw_gbps\": %.2f, \"dma_decode_gbps\": %.2f, \"pipelined_gbps\": %.2f, "
                "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
-               "\"tail\": %zu, \"paired\": %s, \"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d",
+               "\"tail\": %zu, \"paired\": %s, \"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d, "
+               "\"word_size\": %u, \"columns\": %u",
                path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
                r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps, 1.0 / r.ratio, r.chunk,
                opts.tail, opts.paired ? "true" : "false", opts.max_sms,
-               opts.offsets_mapped ? "mapped" : "device", r.rotation);
+               opts.offsets_mapped ? "mapped" : "device", r.rotation, r.word_size, r.columns);
         if (opts.trace) {
             printf(", \"trace_us\": %.1f, \"trace\": [", r.trace_us);
             for (unsigned k = 0; k < r.trace_chunks && k < IBPSHIM_BENCH_TRACE_MAX; k++)
@@ -135,8 +144,9 @@ int main(int argc, char **argv)
         }
         printf("}\n");
     } else {
-        printf("ibp-bench: %s on %s, %.1f MiB, ratio %.4f, decode %s\n", path, r.device_name,
-               (double)r.bytes / 1048576.0, r.ratio, r.verified ? "verified" : "WRONG");
+        printf("ibp-bench: %s on %s, %.1f MiB, ratio %.4f (%u-byte words, %u columns), decode %s\n", path,
+               r.device_name, (double)r.bytes / 1048576.0, r.ratio, r.word_size, r.columns,
+               r.verified ? "verified" : "WRONG");
         printf("  %-26s %10s %8s\n", "path", "GB/s", "speedup");
         printf("  %-26s %10.1f %8.3f\n", "raw pinned H2D", r.raw_gbps, 1.0);
         printf("  %-26s %10.1f %8.3f\n", "DMA + decode", r.dma_decode_gbps, r.dma_decode_gbps / r.raw_gbps);

@@ -30,6 +30,7 @@ typedef struct IbpshimBenchOptions {
     int paired;         /* pipelined: each chunk's decode on the stream of its DMA, right after it, two
                            streams alternating (else: the DMAs on copy_streams, the decodes on a stream
                            of their own that waits for each DMA's event) */
+    unsigned word_size; /* plan words of this many bytes, 2, 4 or 8 (0: the planner's choice) */
 } IbpshimBenchOptions;
 
 #define IBPSHIM_BENCH_TRACE_MAX 64
@@ -59,12 +60,13 @@ typedef struct IbpshimBenchResult {
     double trace_us;         /* the traced run's time, start to the caller's join */
     IbpshimBenchChunk trace[IBPSHIM_BENCH_TRACE_MAX];
     char device_name[96];
+    unsigned word_size, columns; /* the plan's word size (bytes) and columns */
 } IbpshimBenchResult;
 
 /* Plans and encodes data (shape-blind, as the shim would), then times each path on `device`.
  * Returns 0, -ENODEV (no driver or GPU), -ENOTSUP (built without kernels), -ENOMEM, -EIO (a
- * driver call failed) or a codec error.  Takes a few seconds per GiB.  Thread-safety: one call at
- * a time per process. */
+ * driver call failed) or a codec error (-EINVAL for a word size other than 0, 2, 4 or 8).  Takes a few
+ * seconds per GiB.  Thread-safety: one call at a time per process. */
 int ibpshim_bench(const void *data, size_t len, const IbpshimBenchOptions *opts, IbpshimBenchResult *out);
 
 #ifdef __cplusplus
