@@ -1725,9 +1725,8 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
         const uint32_t s = s0 + warp;
         IbpBlockHeader h;
         const uint8_t *blk = block_at(a, bi, h);
-        const Out out = out_for(a, bi, h, W);
         if (h.flags & IBP_BLOCK_RAW) {
-            copy_raw_segment<W>(h, blk, s, out);
+            copy_raw_segment<W>(h, blk, s, out_for(a, bi, h, W));
             continue;
         }
         const Block b = block_view(h, blk, W);
@@ -1747,13 +1746,13 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
         LaneStart ls;
         const Placed pl = place_segment<W, false>(p, t, b, h, s, st, ls, seg_bits, carry);
         const uint32_t j0 = pl.j0, j1 = pl.j1;
-        const uint32_t pred = pred_of(p, h.col_phase, j0 + lane);
         U agg = 0;
-        if (j0 < j1) {
+        if (j0 < j1)
             decode_counted<W, false>(p, t, kind, zz, b, h, j0, j1, pl.sel, pl.before, pl.bits, st, ls,
                                      ToShared<W>{seg});
+        const uint32_t pred = pred_of(p, h.col_phase, j0 + lane);
+        if (j0 < j1)
             agg = seg_reduce<W>(seg, j1 - j0, p.c, rl, pred);
-        }
         if (lane < p.c)
             ps.agg[warp][(j0 + lane) % p.c] = (uint64_t)agg;
         __syncthreads();
@@ -1772,6 +1771,8 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
         __syncthreads();
         if (warp == 0 && lane < p.c)
             ps.carry[lane] = (uint64_t)(total & word_mask<W>());
+        // The output's place only now: live across the decode, it took registers the decode needs.
+        const Out out = out_for(a, bi, h, W);
         if (j0 < j1) {
             seg_scan<W>(seg, j1 - j0, p.c, rl, pred, in);
             __syncwarp();

@@ -68,8 +68,10 @@ static inline int ibp_decode_inline_offsets(IbpDecodeArgs *a, const uint64_t *of
 #define IBP_DECODE_SEG_CTAS_PER_SM 2u
 
 /* CTAs a multiprocessor of ibp_k_decode_segp, the segmented decode of plans with predictor columns
- * of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words. */
-#define IBP_DECODE_SEGP_CTAS_PER_SM 2u
+ * of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words: three (80 registers) where two (128)
+ * left a decode of 4-5 MiB two rounds of CTAs for one and a few groups.  The several-column kernel
+ * at three decoded float64 features 25% slower. */
+#define IBP_DECODE_SEGP_CTAS_PER_SM 3u
 #define IBP_DECODE_PRED_MAX_COLUMNS 32u
 
 /* The segmented kernels' scratch: the decoded words straddling the ends of dst, then a record per
