@@ -144,8 +144,9 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "0 = DMA, then decode."),
     OPT_SIZE("transfer", "pipeline_tail", transfer.pipeline_tail, "2MiB", 0, GIB,
              "dma path: the last chunks of a pipelined copy shrink down to about this many compressed bytes "
-             "(each half of what is left once less than two chunks are), since the last chunk's decode is "
-             "the part no DMA hides; each chunk more costs a copy start-up. 0 = chunks of equal size."),
+             "(each half of what is left once less than two chunks are; half this for runs compressed to "
+             "less than 0.7 of their size, whose chunks hold more to decode), since the last chunk's decode "
+             "is the part no DMA hides; each chunk more costs a copy start-up. 0 = chunks of equal size."),
     OPT_BOOL("transfer", "priority_decode", transfer.priority_decode, "false",
              "dma path: decode on an internal stream of the device's highest priority, joined to the copy's "
              "stream by events, so the GPU schedules the decode's thread blocks ahead of kernels of other "

@@ -345,7 +345,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     b.paired = opts->paired;
     /* As the shim with the default pipeline_chunk (an explicit chunk size is taken as it is). */
     b.chunk = opts->chunk ? opts->chunk : ibp_pipe_chunk_size(b.run_len, IBP_PIPE_CHUNK_DEFAULT);
-    b.tail = opts->tail;
+    b.tail = ibp_pipe_tail(opts->tail, b.run_len, b.total);
     /* As the shim: the pipelined path sends no offset table when every chunk's launch carries its
      * offsets (decode() carries them whenever they fit). */
     const IbpPipeChunks chunks = ibp_pipe_chunks(b.offsets, 0, b.nblocks, b.chunk, b.tail);

@@ -525,7 +525,9 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     const uint64_t *offs = base->host_offsets;
     const uint32_t end = g->last + 1;
     const size_t chunk = ibp_pipe_chunk_size(p->run_len, base->opts.pipeline_chunk);
-    const IbpPipeChunks chunks = ibp_pipe_chunks(offs, g->first, end, chunk, base->opts.pipeline_tail);
+    const size_t tail = ibp_pipe_tail(base->opts.pipeline_tail, offs[end] - offs[g->first],
+                                      (uint64_t)(end - g->first) * base->block_size);
+    const IbpPipeChunks chunks = ibp_pipe_chunks(offs, g->first, end, chunk, tail);
     const uint32_t nchunks = chunks.count;
     const size_t scratch = (g->head_clipped || g->tail_clipped) ? 2 * base->block_size : 0;
     const size_t dec_scratch = dec_scratch_bytes(base);
@@ -568,7 +570,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     dma_sample = plan_wire;
     uint32_t k = 0;
     for (uint32_t b = g->first; !err && b < end; k++) {
-        const uint32_t e = ibp_pipe_chunk_end(offs, b, end, chunk, base->opts.pipeline_tail);
+        const uint32_t e = ibp_pipe_chunk_end(offs, b, end, chunk, tail);
         const unsigned s = k % IBP_PIPE_SLOTS;
         const CUdeviceptr slot = slots + s * slot_stride;
         /* The slot's last reader must be done before the copy stream writes it again. */

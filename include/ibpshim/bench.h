@@ -24,8 +24,8 @@ typedef struct IbpshimBenchOptions {
                            arguments (runs of up to 255 blocks), else from a copy in device memory
                            that the DMA paths send before the run */
     size_t tail;        /* pipelined: shrink the last chunks down to about this many compressed bytes
-                           (halving what is left once less than two chunks are; 0: equal chunks), as the
-                           shim's [transfer] pipeline_tail */
+                           (halving what is left once less than two chunks are; half this for runs
+                           compressed below 0.7; 0: equal chunks), as the shim's [transfer] pipeline_tail */
     int trace;          /* time each chunk of one more pipelined run (IbpshimBenchResult.trace) */
     int paired;         /* pipelined: each chunk's decode on the stream of its DMA, right after it, two
                            streams alternating (else: the DMAs on copy_streams, the decodes on a stream

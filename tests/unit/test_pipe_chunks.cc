@@ -127,4 +127,19 @@ TEST(PipeChunks, WorthAndSize)
     EXPECT_EQ(ibp_pipe_chunk_size(3 * mib, 0), 3 * mib / 8);
 }
 
+// The tail a run ends in: the one asked for, half of it for runs compressed below 0.7 of their
+// original bytes (their last chunk holds more to decode); 0 (equal chunks) stays 0.
+TEST(PipeChunks, WellCompressedRunsEndInHalfTheTail)
+{
+    const size_t mib = (size_t)1 << 20;
+    EXPECT_EQ(ibp_pipe_tail(2 * mib, 88 * mib, 100 * mib), 2 * mib); // fp32 weights
+    EXPECT_EQ(ibp_pipe_tail(2 * mib, 76 * mib, 100 * mib), 2 * mib); // bf16 weights
+    EXPECT_EQ(ibp_pipe_tail(2 * mib, 70 * mib, 100 * mib), 2 * mib); // at the line
+    EXPECT_EQ(ibp_pipe_tail(2 * mib, 70 * mib - 1, 100 * mib), mib);
+    EXPECT_EQ(ibp_pipe_tail(2 * mib, 35 * mib, 100 * mib), mib); // int32 triples
+    EXPECT_EQ(ibp_pipe_tail(2 * mib, 10 * mib, 100 * mib), mib); // float64 features
+    EXPECT_EQ(ibp_pipe_tail(0, 10 * mib, 100 * mib), 0u);
+    EXPECT_EQ(ibp_pipe_tail(2 * mib, 0, 0), 2 * mib); // nothing to go by: as asked
+}
+
 } // namespace
