@@ -1967,18 +1967,30 @@ extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG1W8_CTAS_PE
     decode_segments_any<true, true, 8u>(a);
 }
 
-// More columns keep more state (a column per lane, the field sizes of a lane's run): two CTAs a
-// multiprocessor leave it the registers it needs.
+// More columns keep more state (a column per lane, the field sizes of a lane's run): 2- and
+// 4-byte words fit three CTAs a multiprocessor, 8-byte words (a kernel of their own) two.
 extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_SM)
     ibp_k_decode_seg(IbpDecodeArgs a)
 {
-    decode_segments_any<false, false, 2u | 4u | 8u>(a);
+    decode_segments_any<false, false, 2u | 4u>(a);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_SM)
     ibp_k_decode_seg_inl(IbpDecodeArgs a)
 {
-    decode_segments_any<false, true, 2u | 4u | 8u>(a);
+    decode_segments_any<false, true, 2u | 4u>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEGW8_CTAS_PER_SM)
+    ibp_k_decode_segw8(IbpDecodeArgs a)
+{
+    decode_segments_any<false, false, 8u>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEGW8_CTAS_PER_SM)
+    ibp_k_decode_segw8_inl(IbpDecodeArgs a)
+{
+    decode_segments_any<false, true, 8u>(a);
 }
 
 // Plans with predictor columns of a period of at most 32 words; the segments' decoded words are

@@ -61,16 +61,18 @@ static inline int ibp_decode_inline_offsets(IbpDecodeArgs *a, const uint64_t *of
 #define IBP_DECODE_THREADS 256
 
 /* CTAs a multiprocessor of ibp_k_decode_seg1 (one-column plans of 2- and 4-byte words),
- * ibp_k_decode_seg1w8 (one column of 8-byte words) and ibp_k_decode_seg (more columns): the
- * kernels' launch bounds and the launcher's grid cap. */
+ * ibp_k_decode_seg1w8 (one column of 8-byte words), ibp_k_decode_seg (more columns of 2- and
+ * 4-byte words) and ibp_k_decode_segw8 (more columns of 8-byte words): the kernels' launch bounds
+ * and the launcher's grid cap.  Several columns of 8-byte words decoded 25% slower at three than
+ * at two (float64 features), those of 4-byte words faster (uint8 images, from 18 MiB). */
 #define IBP_DECODE_SEG1_CTAS_PER_SM 4u
 #define IBP_DECODE_SEG1W8_CTAS_PER_SM 3u
-#define IBP_DECODE_SEG_CTAS_PER_SM 2u
+#define IBP_DECODE_SEG_CTAS_PER_SM 3u
+#define IBP_DECODE_SEGW8_CTAS_PER_SM 2u
 
 /* CTAs a multiprocessor of ibp_k_decode_segp, the segmented decode of plans with predictor columns
  * of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words: three (80 registers) where two (128)
- * left a decode of 4-5 MiB two rounds of CTAs for one and a few groups.  The several-column kernel
- * at three decoded float64 features 25% slower. */
+ * left a decode of 4-5 MiB two rounds of CTAs for one and a few groups. */
 #define IBP_DECODE_SEGP_CTAS_PER_SM 3u
 #define IBP_DECODE_PRED_MAX_COLUMNS 32u
 

@@ -172,9 +172,9 @@ static unsigned resident_cap(const IbpModule *mod, unsigned per_sm, unsigned max
 size_t ibp_decode_scratch_bytes(const IbpModule *mod)
 {
     /* A record per CTA of the largest grid of a kernel of several columns. */
-    const unsigned per_sm = IBP_DECODE_SEGP_CTAS_PER_SM > IBP_DECODE_SEG_CTAS_PER_SM
-                                ? IBP_DECODE_SEGP_CTAS_PER_SM
-                                : IBP_DECODE_SEG_CTAS_PER_SM;
+    unsigned per_sm = IBP_DECODE_SEGP_CTAS_PER_SM;
+    per_sm = IBP_DECODE_SEG_CTAS_PER_SM > per_sm ? IBP_DECODE_SEG_CTAS_PER_SM : per_sm;
+    per_sm = IBP_DECODE_SEGW8_CTAS_PER_SM > per_sm ? IBP_DECODE_SEGW8_CTAS_PER_SM : per_sm;
     return (size_t)ibp_decode_scratch_size(resident_cap(mod, per_sm, 0));
 }
 
@@ -202,18 +202,19 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
     const unsigned warps = IBP_DECODE_THREADS / 32;
     const uint64_t per_block = (ibp_decode_segments(word_size, args.block_size) + warps - 1) / warps;
     const uint64_t groups = (uint64_t)args.nblocks * per_block;
-    const int w8 = columns == 1 && word_size == 8; /* one column of 8-byte words: a kernel of its own */
-    const unsigned per_sm = segp           ? IBP_DECODE_SEGP_CTAS_PER_SM
-                            : w8           ? IBP_DECODE_SEG1W8_CTAS_PER_SM
-                            : columns == 1 ? IBP_DECODE_SEG1_CTAS_PER_SM
-                                           : IBP_DECODE_SEG_CTAS_PER_SM;
+    const int w8 = word_size == 8; /* 8-byte words: kernels of their own */
+    const unsigned per_sm = segp          ? IBP_DECODE_SEGP_CTAS_PER_SM
+                            : columns > 1 ? (w8 ? IBP_DECODE_SEGW8_CTAS_PER_SM : IBP_DECODE_SEG_CTAS_PER_SM)
+                            : w8          ? IBP_DECODE_SEG1W8_CTAS_PER_SM
+                                          : IBP_DECODE_SEG1_CTAS_PER_SM;
     const unsigned resident = resident_cap(mod, per_sm, max_ctas);
-    /* The predictor kernel takes its groups in as few rounds as the device holds CTAs for, and
-     * then with as few CTAs as those rounds need: a grid of every CTA it holds leaves a few CTAs a
-     * round more than the rest where the groups are not a multiple of it, and those of the first
-     * round slower for sharing their multiprocessors with more (512 groups on 396 CTAs decoded
-     * 12% slower than on 264).  The other kernels measured no better so. */
-    const uint64_t rounds = segp && resident ? (groups + resident - 1) / resident : 1;
+    /* The kernels of several columns take their groups in as few rounds as the device holds CTAs
+     * for, and then with as few CTAs as those rounds need: a grid of every CTA it holds leaves a
+     * few CTAs a round more than the rest where the groups are not a multiple of it, and those of
+     * the first round slower for sharing their multiprocessors with more (the predictor kernel:
+     * 512 groups on 396 CTAs decoded 12% slower than on 264).  The one-column kernels measured no
+     * better so. */
+    const uint64_t rounds = columns > 1 && resident ? (groups + resident - 1) / resident : 1;
     const unsigned grid = grid_cap(rounds > 1 ? (groups + rounds - 1) / rounds : groups, resident);
     int err = 0;
     /* Shares shorter than a quarter of a block of version-1 blocks (no group index): most CTAs
@@ -231,10 +232,11 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
                                                    : ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FIX, grid,
                                                                        IBP_DECODE_THREADS, 0, stream, params);
     }
-    static const IbpKernelId segs[3][2] = {{IBP_KERNEL_DECODE_SEG, IBP_KERNEL_DECODE_SEG_INL},
-                                           {IBP_KERNEL_DECODE_SEG1, IBP_KERNEL_DECODE_SEG1_INL},
-                                           {IBP_KERNEL_DECODE_SEG1W8, IBP_KERNEL_DECODE_SEG1W8_INL}};
-    const IbpKernelId seg = segs[w8 ? 2 : columns == 1][args.inline_offsets != 0];
+    static const IbpKernelId segs[2][2][2] = {{{IBP_KERNEL_DECODE_SEG, IBP_KERNEL_DECODE_SEG_INL},
+                                               {IBP_KERNEL_DECODE_SEGW8, IBP_KERNEL_DECODE_SEGW8_INL}},
+                                              {{IBP_KERNEL_DECODE_SEG1, IBP_KERNEL_DECODE_SEG1_INL},
+                                               {IBP_KERNEL_DECODE_SEG1W8, IBP_KERNEL_DECODE_SEG1W8_INL}}};
+    const IbpKernelId seg = segs[columns == 1][w8][args.inline_offsets != 0];
     return err ? err : ibp_kernel_launch(mod, seg, grid, IBP_DECODE_THREADS, 0, stream, params);
 }
 

@@ -18,6 +18,8 @@
     X(IBP_KERNEL_DECODE_SEG1_INL, "ibp_k_decode_seg1_inl", "decode")                                         \
     X(IBP_KERNEL_DECODE_SEG1W8, "ibp_k_decode_seg1w8", "decode")                                             \
     X(IBP_KERNEL_DECODE_SEG1W8_INL, "ibp_k_decode_seg1w8_inl", "decode")                                     \
+    X(IBP_KERNEL_DECODE_SEGW8, "ibp_k_decode_segw8", "decode")                                               \
+    X(IBP_KERNEL_DECODE_SEGW8_INL, "ibp_k_decode_segw8_inl", "decode")                                       \
     X(IBP_KERNEL_DECODE_SEGP, "ibp_k_decode_segp", "decode")                                                 \
     X(IBP_KERNEL_DECODE_FIX, "ibp_k_decode_fix", "decode")                                                   \
     X(IBP_KERNEL_DECODE_COUNT, "ibp_k_decode_count", "decode")

@@ -231,6 +231,32 @@ TEST_F(DecodeLaunch, PredictorGridsTakeTheFewestRoundsWithTheFewestCtas)
     ibp_codec_plan_destroy(&plan);
 }
 
+// Several columns of 8-byte words have a kernel of their own too (fewer CTAs a multiprocessor);
+// both take their groups in the fewest rounds with the fewest CTAs (50 blocks: more groups than
+// either grid holds at once).
+TEST_F(DecodeLaunch, SeveralColumnsOfEightByteWordsHaveTheirOwnKernel)
+{
+    ASSERT_NE(last_launch_, nullptr);
+    for (const uint32_t w : {4u, 8u}) {
+        IbpCodecPlan *plan = make_plan(5, false, 262144, w);
+        ASSERT_NE(plan, nullptr);
+        encode(plan, 50);
+        EXPECT_EQ(word_size_, w);
+        EXPECT_EQ(decode(IBP_DECODE_INDEXED, true), 1u);
+        char name[64];
+        unsigned grid = 0;
+        ASSERT_TRUE(last_launch_(name, sizeof(name), &grid));
+        EXPECT_STREQ(name, w == 8 ? "ibp_k_decode_segw8" : "ibp_k_decode_seg");
+        const uint64_t resident =
+            (uint64_t)mod_->sm_count * (w == 8 ? IBP_DECODE_SEGW8_CTAS_PER_SM : IBP_DECODE_SEG_CTAS_PER_SM);
+        const uint64_t groups = 50u * (262144u / w / IBP_DECODE_SEG_WORDS / (IBP_DECODE_THREADS / 32u));
+        const uint64_t rounds = (groups + resident - 1u) / resident;
+        EXPECT_GT(rounds, 1u);
+        EXPECT_EQ(grid, (groups + rounds - 1u) / rounds);
+        ibp_codec_plan_destroy(&plan);
+    }
+}
+
 TEST_F(DecodeLaunch, PlansOfSeveralColumnsCountShortShares)
 {
     IbpCodecPlan *plan = make_plan(5, false, 262144);
