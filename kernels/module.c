@@ -208,13 +208,13 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
                             : w8          ? IBP_DECODE_SEG1W8_CTAS_PER_SM
                                           : IBP_DECODE_SEG1_CTAS_PER_SM;
     const unsigned resident = resident_cap(mod, per_sm, max_ctas);
-    /* The kernels of several columns take their groups in as few rounds as the device holds CTAs
-     * for, and then with as few CTAs as those rounds need: a grid of every CTA it holds leaves a
-     * few CTAs a round more than the rest where the groups are not a multiple of it, and those of
-     * the first round slower for sharing their multiprocessors with more (the predictor kernel:
-     * 512 groups on 396 CTAs decoded 12% slower than on 264).  The one-column kernels measured no
-     * better so. */
-    const uint64_t rounds = columns > 1 && resident ? (groups + resident - 1) / resident : 1;
+    /* The kernels of several columns and the predictor kernel take their groups in as few rounds
+     * as the device holds CTAs for, and then with as few CTAs as those rounds need: a grid of
+     * every CTA it holds leaves a few CTAs a round more than the rest where the groups are not a
+     * multiple of it, and those of the first round slower for sharing their multiprocessors with
+     * more (the predictor kernel: 512 groups on 396 CTAs decoded 12% slower than on 264).  The
+     * one-column kernels measured no better so. */
+    const uint64_t rounds = (columns > 1 || segp) && resident ? (groups + resident - 1) / resident : 1;
     const unsigned grid = grid_cap(rounds > 1 ? (groups + rounds - 1) / rounds : groups, resident);
     int err = 0;
     /* Shares shorter than a quarter of a block of version-1 blocks (no group index): most CTAs

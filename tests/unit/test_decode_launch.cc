@@ -212,23 +212,26 @@ TEST_F(DecodeLaunch, PredictorGridsTakeTheFewestRoundsWithTheFewestCtas)
     ASSERT_NE(last_launch_, nullptr);
     if (refused_smem())
         GTEST_SKIP() << "the device refused the predictor decode its shared memory";
-    IbpCodecPlan *plan = make_plan(3, true, 262144);
-    ASSERT_NE(plan, nullptr);
     const uint64_t resident = (uint64_t)mod_->sm_count * IBP_DECODE_SEGP_CTAS_PER_SM;
     const uint64_t per_block = 262144u / 4u / IBP_DECODE_SEG_WORDS / (IBP_DECODE_THREADS / 32u);
-    for (const uint32_t nblocks : {4u, 30u, 200u}) {
-        encode(plan, nblocks);
-        EXPECT_EQ(decode(IBP_DECODE_PRED | IBP_DECODE_INDEXED, true), 1u);
-        char name[64];
-        unsigned grid = 0;
-        ASSERT_TRUE(last_launch_(name, sizeof(name), &grid));
-        EXPECT_STREQ(name, "ibp_k_decode_segp");
-        const uint64_t groups = nblocks * per_block;
-        const uint64_t rounds = (groups + resident - 1u) / resident;
-        EXPECT_EQ(grid, (groups + rounds - 1u) / rounds) << nblocks << " blocks";
-        EXPECT_LE(grid, resident);
+    for (const uint32_t columns : {1u, 3u}) {
+        IbpCodecPlan *plan = make_plan(columns, true, 262144);
+        ASSERT_NE(plan, nullptr);
+        for (const uint32_t nblocks : {4u, 30u, 200u}) {
+            encode(plan, nblocks);
+            EXPECT_EQ(decode(IBP_DECODE_PRED | IBP_DECODE_INDEXED, true), 1u);
+            char name[64];
+            unsigned grid = 0;
+            ASSERT_TRUE(last_launch_(name, sizeof(name), &grid));
+            EXPECT_STREQ(name, "ibp_k_decode_segp");
+            const uint64_t groups = nblocks * per_block;
+            const uint64_t rounds = (groups + resident - 1u) / resident;
+            EXPECT_EQ(grid, (groups + rounds - 1u) / rounds)
+                << columns << " columns, " << nblocks << " blocks";
+            EXPECT_LE(grid, resident);
+        }
+        ibp_codec_plan_destroy(&plan);
     }
-    ibp_codec_plan_destroy(&plan);
 }
 
 // Several columns of 8-byte words have a kernel of their own too (fewer CTAs a multiprocessor);
