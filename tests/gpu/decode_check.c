@@ -312,12 +312,13 @@ static void synthetic_cases(void)
         uint8_t (*xf)(unsigned);
         size_t len;
     } cases[] = {
-        {4, 40, 1024, 1, 65536, xf_mixed, (3u << 20) + 6},  /* period > 32: predictors by column */
-        {8, 33, 7, 3, 16384, xf_mixed, 300001},             /* short rows, period just above a warp */
-        {2, 24, 100, 2, 65536, xf_mixed, (1u << 20) + 1},   /* period < 32, rows not a warp multiple */
-        {4, 3, 1024, 3, 262144, xf_mixed, 5u << 20},         /* movielens-like */
-        {2, 32, 33, 1, 4096, xf_mixed, 100003},             /* period exactly a warp */
-        {4, 1000, 64, 2, 65536, xf_none, (2u << 20) + 2},    /* long period, no predictor */
+        {4, 40, 1024, 1, 65536, xf_mixed, (3u << 20) + 6}, /* period > 32: predictors by column */
+        {8, 33, 7, 3, 16384, xf_mixed, 300001},            /* short rows, period just above a warp */
+        {2, 24, 100, 2, 65536, xf_mixed, (1u << 20) + 1},  /* period < 32, rows not a warp multiple */
+        {4, 3, 1024, 3, 262144, xf_mixed, 5u << 20},       /* movielens-like */
+        {4, 1, 1024, 2, 262144, xf_mixed, (7u << 20) + 2}, /* one delta column, two rounds of CTAs */
+        {2, 32, 33, 1, 4096, xf_mixed, 100003},            /* period exactly a warp */
+        {4, 1000, 64, 2, 65536, xf_none, (2u << 20) + 2},  /* long period, no predictor */
     };
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const unsigned w = cases[ci].w, c = cases[ci].c;
