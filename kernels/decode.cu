@@ -1941,57 +1941,27 @@ __device__ __forceinline__ void decode_segments_any(const IbpDecodeArgs &a)
         decode_segments<8, C1, INL>(a, p, tbl.t8, stages, seg_bits, red);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG1_CTAS_PER_SM)
-    ibp_k_decode_seg1(IbpDecodeArgs a)
-{
-    decode_segments_any<true, false, 2u | 4u>(a);
-}
+// A segmented kernel's two entry points: block offsets read from the offsets buffer, and carried
+// in the launch's arguments (_inl).
+#define IBP_SEG_KERNELS(NAME, PER_SM, C1, WORDS)                                                             \
+    extern "C" __global__ void __launch_bounds__(kThreads, PER_SM) NAME(IbpDecodeArgs a)                     \
+    {                                                                                                        \
+        decode_segments_any<C1, false, WORDS>(a);                                                            \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(kThreads, PER_SM) NAME##_inl(IbpDecodeArgs a)               \
+    {                                                                                                        \
+        decode_segments_any<C1, true, WORDS>(a);                                                             \
+    }
 
-extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG1_CTAS_PER_SM)
-    ibp_k_decode_seg1_inl(IbpDecodeArgs a)
-{
-    decode_segments_any<true, true, 2u | 4u>(a);
-}
-
+IBP_SEG_KERNELS(ibp_k_decode_seg1, IBP_DECODE_SEG1_CTAS_PER_SM, true, 2u | 4u)
 // One column of 8-byte words: fewer CTAs a multiprocessor leave the unrolled stores the registers
 // they need.
-extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG1W8_CTAS_PER_SM)
-    ibp_k_decode_seg1w8(IbpDecodeArgs a)
-{
-    decode_segments_any<true, false, 8u>(a);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG1W8_CTAS_PER_SM)
-    ibp_k_decode_seg1w8_inl(IbpDecodeArgs a)
-{
-    decode_segments_any<true, true, 8u>(a);
-}
-
+IBP_SEG_KERNELS(ibp_k_decode_seg1w8, IBP_DECODE_SEG1W8_CTAS_PER_SM, true, 8u)
 // More columns keep more state (a column per lane, the field sizes of a lane's run): 2- and
 // 4-byte words fit three CTAs a multiprocessor, 8-byte words (a kernel of their own) two.
-extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_SM)
-    ibp_k_decode_seg(IbpDecodeArgs a)
-{
-    decode_segments_any<false, false, 2u | 4u>(a);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_SM)
-    ibp_k_decode_seg_inl(IbpDecodeArgs a)
-{
-    decode_segments_any<false, true, 2u | 4u>(a);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEGW8_CTAS_PER_SM)
-    ibp_k_decode_segw8(IbpDecodeArgs a)
-{
-    decode_segments_any<false, false, 8u>(a);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEGW8_CTAS_PER_SM)
-    ibp_k_decode_segw8_inl(IbpDecodeArgs a)
-{
-    decode_segments_any<false, true, 8u>(a);
-}
+IBP_SEG_KERNELS(ibp_k_decode_seg, IBP_DECODE_SEG_CTAS_PER_SM, false, 2u | 4u)
+IBP_SEG_KERNELS(ibp_k_decode_segw8, IBP_DECODE_SEGW8_CTAS_PER_SM, false, 8u)
+#undef IBP_SEG_KERNELS
 
 // Plans with predictor columns of a period of at most 32 words; the segments' decoded words are
 // kept in dynamic shared memory (kWarps * IBP_DECODE_SEG_WORDS * W bytes).

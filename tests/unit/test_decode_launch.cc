@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -171,6 +172,24 @@ class DecodeLaunch : public ::testing::Test
         return after.kernel_launches - before.kernel_launches;
     }
 
+    // The last launch was `kernel`, over `nblocks` blocks of 262144 bytes of w-byte words on a
+    // device that holds per_sm of its CTAs a multiprocessor: with every CTA it holds where the
+    // groups are more (balanced false), else with as few as the fewest rounds need.
+    void expect_grid(const char *kernel, uint32_t nblocks, uint32_t w, unsigned per_sm, bool balanced)
+    {
+        char name[64];
+        unsigned grid = 0;
+        ASSERT_TRUE(last_launch_(name, sizeof(name), &grid));
+        EXPECT_STREQ(name, kernel);
+        const uint64_t resident = (uint64_t)mod_->sm_count * per_sm;
+        const uint64_t groups =
+            (uint64_t)nblocks * (262144u / w / IBP_DECODE_SEG_WORDS / (IBP_DECODE_THREADS / 32u));
+        const uint64_t rounds = (groups + resident - 1u) / resident;
+        EXPECT_EQ(grid, balanced ? (groups + rounds - 1u) / rounds : std::min(groups, resident))
+            << kernel << ", " << nblocks << " blocks";
+        EXPECT_LE(grid, resident);
+    }
+
     const IbpDriver *drv_ = nullptr;
     StatsFn stats_ = nullptr;
     LastLaunchFn last_launch_ = nullptr;
@@ -212,50 +231,14 @@ TEST_F(DecodeLaunch, PredictorGridsTakeTheFewestRoundsWithTheFewestCtas)
     ASSERT_NE(last_launch_, nullptr);
     if (refused_smem())
         GTEST_SKIP() << "the device refused the predictor decode its shared memory";
-    const uint64_t resident = (uint64_t)mod_->sm_count * IBP_DECODE_SEGP_CTAS_PER_SM;
-    const uint64_t per_block = 262144u / 4u / IBP_DECODE_SEG_WORDS / (IBP_DECODE_THREADS / 32u);
     for (const uint32_t columns : {1u, 3u}) {
         IbpCodecPlan *plan = make_plan(columns, true, 262144);
         ASSERT_NE(plan, nullptr);
         for (const uint32_t nblocks : {4u, 30u, 200u}) {
             encode(plan, nblocks);
             EXPECT_EQ(decode(IBP_DECODE_PRED | IBP_DECODE_INDEXED, true), 1u);
-            char name[64];
-            unsigned grid = 0;
-            ASSERT_TRUE(last_launch_(name, sizeof(name), &grid));
-            EXPECT_STREQ(name, "ibp_k_decode_segp");
-            const uint64_t groups = nblocks * per_block;
-            const uint64_t rounds = (groups + resident - 1u) / resident;
-            EXPECT_EQ(grid, (groups + rounds - 1u) / rounds)
-                << columns << " columns, " << nblocks << " blocks";
-            EXPECT_LE(grid, resident);
+            expect_grid("ibp_k_decode_segp", nblocks, 4, IBP_DECODE_SEGP_CTAS_PER_SM, true);
         }
-        ibp_codec_plan_destroy(&plan);
-    }
-}
-
-// Several columns of 8-byte words have a kernel of their own too (fewer CTAs a multiprocessor);
-// both take their groups in the fewest rounds with the fewest CTAs (50 blocks: more groups than
-// either grid holds at once).
-TEST_F(DecodeLaunch, SeveralColumnsOfEightByteWordsHaveTheirOwnKernel)
-{
-    ASSERT_NE(last_launch_, nullptr);
-    for (const uint32_t w : {4u, 8u}) {
-        IbpCodecPlan *plan = make_plan(5, false, 262144, w);
-        ASSERT_NE(plan, nullptr);
-        encode(plan, 50);
-        EXPECT_EQ(word_size_, w);
-        EXPECT_EQ(decode(IBP_DECODE_INDEXED, true), 1u);
-        char name[64];
-        unsigned grid = 0;
-        ASSERT_TRUE(last_launch_(name, sizeof(name), &grid));
-        EXPECT_STREQ(name, w == 8 ? "ibp_k_decode_segw8" : "ibp_k_decode_seg");
-        const uint64_t resident =
-            (uint64_t)mod_->sm_count * (w == 8 ? IBP_DECODE_SEGW8_CTAS_PER_SM : IBP_DECODE_SEG_CTAS_PER_SM);
-        const uint64_t groups = 50u * (262144u / w / IBP_DECODE_SEG_WORDS / (IBP_DECODE_THREADS / 32u));
-        const uint64_t rounds = (groups + resident - 1u) / resident;
-        EXPECT_GT(rounds, 1u);
-        EXPECT_EQ(grid, (groups + rounds - 1u) / rounds);
         ibp_codec_plan_destroy(&plan);
     }
 }
@@ -283,23 +266,28 @@ TEST_F(DecodeLaunch, OneColumnPlansNeverCount)
     ibp_codec_plan_destroy(&plan);
 }
 
-// One column of 8-byte words has a kernel of its own, with its own CTAs a multiprocessor; 4-byte
-// words keep theirs.  50 blocks are more groups of segments than either grid holds at once.
-TEST_F(DecodeLaunch, OneColumnOfEightByteWordsHasItsOwnKernel)
+// 8-byte words have kernels of their own, with their own CTAs a multiprocessor, for one column and
+// for several; 4-byte words keep theirs.  50 blocks are more groups of segments than any of the
+// grids holds at once: the one-column kernels take every CTA the device holds, those of several
+// columns as few as the fewest rounds need.
+TEST_F(DecodeLaunch, EightByteWordsHaveKernelsOfTheirOwn)
 {
     ASSERT_NE(last_launch_, nullptr);
-    for (const uint32_t w : {4u, 8u}) {
-        IbpCodecPlan *plan = make_plan(1, false, 262144, w);
+    static const struct {
+        uint32_t columns, w;
+        const char *kernel;
+        unsigned per_sm;
+    } cases[] = {{1, 4, "ibp_k_decode_seg1", IBP_DECODE_SEG1_CTAS_PER_SM},
+                 {1, 8, "ibp_k_decode_seg1w8", IBP_DECODE_SEG1W8_CTAS_PER_SM},
+                 {5, 4, "ibp_k_decode_seg", IBP_DECODE_SEG_CTAS_PER_SM},
+                 {5, 8, "ibp_k_decode_segw8", IBP_DECODE_SEGW8_CTAS_PER_SM}};
+    for (const auto &c : cases) {
+        IbpCodecPlan *plan = make_plan(c.columns, false, 262144, c.w);
         ASSERT_NE(plan, nullptr);
         encode(plan, 50);
-        EXPECT_EQ(word_size_, w);
-        EXPECT_EQ(decode(0, true), 1u);
-        char name[64];
-        unsigned grid = 0;
-        ASSERT_TRUE(last_launch_(name, sizeof(name), &grid));
-        EXPECT_STREQ(name, w == 8 ? "ibp_k_decode_seg1w8" : "ibp_k_decode_seg1");
-        EXPECT_EQ(grid, (unsigned)mod_->sm_count *
-                            (w == 8 ? IBP_DECODE_SEG1W8_CTAS_PER_SM : IBP_DECODE_SEG1_CTAS_PER_SM));
+        EXPECT_EQ(word_size_, c.w);
+        EXPECT_EQ(decode(IBP_DECODE_INDEXED, true), 1u);
+        expect_grid(c.kernel, 50, c.w, c.per_sm, c.columns > 1);
         ibp_codec_plan_destroy(&plan);
     }
     // The kernel follows the word size the caller gives: one the kernels do not decode is refused
