@@ -706,14 +706,8 @@ IBP_KATTR static uint64_t ibp_codec_row_level_avx2(uint32_t *sums, size_t nrows,
     const __m256i wide = _mm256_add_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(acc)),
                                           _mm256_cvtepu32_epi64(_mm256_extracti128_si256(acc, 1)));
     const __m256i h = _mm256_add_epi64(wide, _mm256_permute4x64_epi64(wide, 0x4e));
-    uint64_t bits = (uint64_t)_mm256_extract_epi64(h, 0) + (uint64_t)_mm256_extract_epi64(h, 1) + q;
-    for (size_t k = q; k < nrows; k++) {
-        const uint64_t packed = (uint64_t)row_sel + sums[k];
-        bits += (packed < row_raw ? packed : row_raw) + 1u;
-    }
-    for (size_t k = q / 2u; k < nrows / 2u; k++)
-        sums[k] = sums[2u * k] + sums[2u * k + 1u];
-    return bits;
+    const uint64_t bits = (uint64_t)_mm256_extract_epi64(h, 0) + (uint64_t)_mm256_extract_epi64(h, 1) + q;
+    return bits + ibp_codec_row_level_from(sums, q, nrows, row_sel, row_raw);
 }
 
 /* The 32 bytes of words of w bytes in v as 64-bit words, 32 / w of them, into out. */

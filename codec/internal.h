@@ -298,6 +298,10 @@ void ibp_codec_lag_equal_ref(const uint8_t *p, size_t n, uint32_t lag_max, uint3
 uint64_t ibp_codec_assign_ref(const uint64_t *words, size_t n, uint32_t wbits, const IbpAssignTable *t,
                               uint32_t j0, uint32_t base, uint32_t *run);
 uint64_t ibp_codec_row_level_ref(uint32_t *sums, size_t nrows, uint32_t row_sel, uint32_t row_raw);
+/* row_level's rows [from, nrows) and pairs [from / 2, nrows / 2), from even: what a vector kernel
+ * leaves after its whole steps (the pairs before from / 2 written, the rows from `from` unread). */
+uint64_t ibp_codec_row_level_from(uint32_t *sums, size_t from, size_t nrows, uint32_t row_sel,
+                                  uint32_t row_raw);
 void ibp_codec_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint64_t *out);
 void ibp_codec_xf_widen_ref(const uint8_t *p, uint32_t nw, uint32_t w, uint32_t xf, uint32_t c_count,
                             uint64_t *out);

@@ -1737,16 +1737,22 @@ static uint32_t ibp_pick_rows(const IbpWords *ws, const uint32_t *prefix, uint32
     return best_r;
 }
 
-uint64_t ibp_codec_row_level_ref(uint32_t *sums, size_t nrows, uint32_t row_sel, uint32_t row_raw)
+uint64_t ibp_codec_row_level_from(uint32_t *sums, size_t from, size_t nrows, uint32_t row_sel,
+                                  uint32_t row_raw)
 {
     uint64_t bits = 0;
-    for (size_t q = 0; q < nrows; q++) {
+    for (size_t q = from; q < nrows; q++) {
         const uint64_t packed = (uint64_t)row_sel + sums[q];
         bits += (packed < row_raw ? packed : row_raw) + 1u;
     }
-    for (size_t q = 0; q < nrows / 2u; q++)
+    for (size_t q = from / 2u; q < nrows / 2u; q++)
         sums[q] = sums[2u * q] + sums[2u * q + 1u];
     return bits;
+}
+
+uint64_t ibp_codec_row_level_ref(uint32_t *sums, size_t nrows, uint32_t row_sel, uint32_t row_raw)
+{
+    return ibp_codec_row_level_from(sums, 0, nrows, row_sel, row_raw);
 }
 
 /* Equal-byte counts at every lag up to IBP_PERIOD_MAX over a stretch of the region; the lags

@@ -71,15 +71,15 @@ struct IbpDecodeArgs;
 /* Enqueues on `stream` the decode of a->nblocks blocks of a plan of `word_size`-byte words and
  * `columns` columns.  A warp per 512-word segment of a block, so that a few blocks still occupy
  * every SM: ibp_k_decode_seg1 (one column; ibp_k_decode_seg1w8 for 8-byte words) and
- * ibp_k_decode_seg for plans without predictor columns, ibp_k_decode_segp (then
- * ibp_k_decode_fix, unless IBP_DECODE_INDEXED) for plans with predictors of a period of at most
- * IBP_DECODE_PRED_MAX_COLUMNS words.  Those need a->scratch: ibp_decode_scratch_bytes() of
- * device memory that no other launch still in flight uses; given it, runs of plans of several
- * columns that are short against the grid and lack IBP_DECODE_INDEXED are counted first by
- * ibp_k_decode_count, so that no CTA counts the segments of its first block that precede its
- * share (the group index says where they end).  Without scratch,
- * predictor plans, and any plan with IBP_DECODE_BLOCK, go through ibp_k_decode, a CTA per
- * block, which decodes any plan.  a->comp must be 16-byte aligned (blocks and their sections
+ * ibp_k_decode_seg (more; ibp_k_decode_segw8 for 8-byte words) for plans without predictor
+ * columns, ibp_k_decode_segp (then ibp_k_decode_fix, unless IBP_DECODE_INDEXED) for plans with
+ * predictors of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words.  Those need a->scratch:
+ * ibp_decode_scratch_bytes() of device memory that no other launch still in flight uses; given
+ * it, runs of plans of several columns that are short against the grid and lack
+ * IBP_DECODE_INDEXED are counted first by ibp_k_decode_count, so that no CTA counts the segments
+ * of its first block that precede its share (the group index says where they end).  Without
+ * scratch, predictor plans, and any plan with IBP_DECODE_BLOCK, go through ibp_k_decode, a CTA
+ * per block, which decodes any plan.  a->comp must be 16-byte aligned (blocks and their sections
  * then are); a->flags is the launcher's.  max_ctas caps the grid (0: no cap).  Returns 0,
  * -EINVAL (a misaligned run, a word size other than 2, 4 or 8) or -EIO. */
 int ibp_decode_launch(const IbpModule *mod, const struct IbpDecodeArgs *a, unsigned word_size,
