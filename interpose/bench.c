@@ -352,6 +352,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     b.chunks_inline =
         b.d_offsets != b.d_offsets_mapped && ibp_decode_offsets_fit(chunks.max_blocks, chunks.max_bytes);
     out->chunk = b.chunk;
+    out->tail = b.tail;
     out->rotation = b.rotation;
     /* Verify each compressed path once (DMA then decode, pipelined, zero-copy), the output
      * poisoned before each. */

@@ -131,7 +131,7 @@ int main(int argc, char **argv)
                "\"word_size\": %u, \"columns\": %u",
                path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
                r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps, 1.0 / r.ratio, r.chunk,
-               opts.tail, opts.paired ? "true" : "false", opts.max_sms,
+               r.tail, opts.paired ? "true" : "false", opts.max_sms,
                opts.offsets_mapped ? "mapped" : "device", r.rotation, r.word_size, r.columns);
         if (opts.trace) {
             printf(", \"trace_us\": %.1f, \"trace\": [", r.trace_us);

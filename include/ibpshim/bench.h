@@ -55,6 +55,7 @@ typedef struct IbpshimBenchResult {
     int verified;            /* 1 when every decoded byte matched the input, on the DMA, pipelined and
                                 zero-copy paths (each run once before the timing) */
     size_t chunk;            /* the pipelined chunk size used */
+    size_t tail;             /* the pipelined tail used (options tail, halved for runs below 0.7) */
     int rotation;            /* device buffers cycled through, so that together they exceed twice the L2 */
     unsigned trace_chunks;   /* chunks of the traced run (the first IBPSHIM_BENCH_TRACE_MAX are in trace) */
     double trace_us;         /* the traced run's time, start to the caller's join */
