@@ -1957,8 +1957,8 @@ IBP_SEG_KERNELS(ibp_k_decode_seg1, IBP_DECODE_SEG1_CTAS_PER_SM, true, 2u | 4u)
 // One column of 8-byte words: fewer CTAs a multiprocessor leave the unrolled stores the registers
 // they need.
 IBP_SEG_KERNELS(ibp_k_decode_seg1w8, IBP_DECODE_SEG1W8_CTAS_PER_SM, true, 8u)
-// More columns keep more state (a column per lane, the field sizes of a lane's run): 2- and
-// 4-byte words fit three CTAs a multiprocessor, 8-byte words (a kernel of their own) two.
+// More columns keep more state (a column per lane, the field sizes of a lane's run): each word
+// size's kernel fits three CTAs a multiprocessor only with 8-byte words in a kernel of their own.
 IBP_SEG_KERNELS(ibp_k_decode_seg, IBP_DECODE_SEG_CTAS_PER_SM, false, 2u | 4u)
 IBP_SEG_KERNELS(ibp_k_decode_segw8, IBP_DECODE_SEGW8_CTAS_PER_SM, false, 8u)
 #undef IBP_SEG_KERNELS

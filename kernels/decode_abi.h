@@ -63,12 +63,14 @@ static inline int ibp_decode_inline_offsets(IbpDecodeArgs *a, const uint64_t *of
 /* CTAs a multiprocessor of ibp_k_decode_seg1 (one-column plans of 2- and 4-byte words),
  * ibp_k_decode_seg1w8 (one column of 8-byte words), ibp_k_decode_seg (more columns of 2- and
  * 4-byte words) and ibp_k_decode_segw8 (more columns of 8-byte words): the kernels' launch bounds
- * and the launcher's grid cap.  Several columns of 8-byte words decoded 25% slower at three than
- * at two (float64 features), those of 4-byte words faster (uint8 images, from 18 MiB). */
+ * and the launcher's grid cap.  At three (80 registers, no spill) several columns of 4-byte words
+ * decoded faster than at two (uint8 images, from 18 MiB), and so did those of 8-byte words (float64
+ * features, 1-5%) once their kernel was compiled without the narrower paths (together they had
+ * lost 25%). */
 #define IBP_DECODE_SEG1_CTAS_PER_SM 4u
 #define IBP_DECODE_SEG1W8_CTAS_PER_SM 3u
 #define IBP_DECODE_SEG_CTAS_PER_SM 3u
-#define IBP_DECODE_SEGW8_CTAS_PER_SM 2u
+#define IBP_DECODE_SEGW8_CTAS_PER_SM 3u
 
 /* CTAs a multiprocessor of ibp_k_decode_segp, the segmented decode of plans with predictor columns
  * of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words: three (80 registers) where two (128)
