@@ -16,6 +16,7 @@
 #define BENCH_EVENTS 64
 #define BENCH_MAX_ITERS 64
 #define BENCH_MAX_ROTATION 64
+#define BENCH_DECODE_STREAMS 4
 
 typedef struct Bench {
     const IbpDriver *drv;
@@ -34,12 +35,14 @@ typedef struct Bench {
     size_t run_stride, out_stride; /* between the rotation's copies of d_run and d_out */
     int rotation;                  /* copies of each, together more than twice the L2 */
     unsigned max_sms;
-    CUdeviceptr d_scratch[2]; /* the predictor decode's scratch: decodes on s_copy, on s_dec */
-    CUstream s_copy, s_copy2, s_dec;
+    /* The decode's scratch, one for each stream a decode may run on: s_copy, s_copy2, s_dec[]. */
+    CUdeviceptr d_scratch[2 + BENCH_DECODE_STREAMS];
+    CUstream s_copy, s_copy2, s_dec[BENCH_DECODE_STREAMS];
     CUevent t0, t1;
-    CUevent ev[BENCH_EVENTS + 2];
+    CUevent ev[BENCH_EVENTS + 1 + BENCH_DECODE_STREAMS];
     size_t chunk, tail;
     int copy_streams;
+    int decode_streams; /* pipelined chunks' decodes go round these streams */
     int paired;        /* a chunk's decode follows its DMA on the same stream, two streams alternating */
     int chunks_inline; /* every pipelined chunk's launch carries its offsets: no table sent */
     /* A traced pipelined run: per chunk, timing events after its DMA, before and after its decode. */
@@ -53,6 +56,15 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The scratch of decodes on stream s: no two decodes that may run at once share one. */
+static CUdeviceptr scratch_for(const Bench *b, CUstream s)
+{
+    for (int i = 0; i < BENCH_DECODE_STREAMS; i++)
+        if (s == b->s_dec[i])
+            return b->d_scratch[2 + i];
+    return b->d_scratch[s != b->s_copy];
+}
+
 static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdeviceptr out, uint32_t first,
                   uint32_t count, uint64_t len, CUstream s)
 {
@@ -62,7 +74,7 @@ static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdevic
                        .dst = out + (CUdeviceptr)first * b->block_size,
                        .len = len,
                        .skip = 0,
-                       .scratch = b->d_scratch[s != b->s_copy],
+                       .scratch = scratch_for(b, s),
                        .nblocks = count,
                        .block_size = (uint32_t)b->block_size};
     if (b->d_offsets != b->d_offsets_mapped)
@@ -104,20 +116,25 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
         return decode(b, d_run, b->d_offsets, d_out, 0, b->nblocks, b->total, b->s_copy);
     case 2: {
         /* Chunks of about b->chunk compressed bytes: each chunk's DMA on s_copy (or alternating
-         * over s_copy and s_copy2), its decode on s_dec once its DMA is done; paired: each chunk's
-         * DMA and then its decode on one stream, s_copy and s_copy2 alternating. */
-        CUevent start = b->ev[BENCH_EVENTS], done = b->ev[BENCH_EVENTS + 1];
+         * over s_copy and s_copy2), its decode once its DMA is done on a decode stream (chunk k on
+         * s_dec[k % decode_streams], so with more than one a decode need not wait for the chunk
+         * before's); paired: each chunk's DMA and then its decode on one stream, s_copy and s_copy2
+         * alternating. */
+        const int ndec = b->paired ? 0 : b->decode_streams;
+        CUevent start = b->ev[BENCH_EVENTS];
         if (drv->cuEventRecord(start, b->s_copy) != CUDA_SUCCESS ||
             drv->cuStreamWaitEvent(b->s_copy2, start, 0) != CUDA_SUCCESS ||
-            drv->cuStreamWaitEvent(b->s_dec, start, 0) != CUDA_SUCCESS ||
             (!b->chunks_inline && send_offsets(b, b->s_copy)))
             return -EIO;
+        for (int i = 0; i < ndec; i++)
+            if (drv->cuStreamWaitEvent(b->s_dec[i], start, 0) != CUDA_SUCCESS)
+                return -EIO;
         int err = 0;
         uint32_t s = 0, k = 0;
         while (!err && s < b->nblocks) {
             const uint32_t e = ibp_pipe_chunk_end(b->offsets, s, b->nblocks, b->chunk, b->tail);
             const CUstream cs = (k & 1) && (b->copy_streams > 1 || b->paired) ? b->s_copy2 : b->s_copy;
-            const CUstream ds = b->paired ? cs : b->s_dec;
+            const CUstream ds = b->paired ? cs : b->s_dec[k % (uint32_t)ndec];
             const CUevent ev = b->ev[k % BENCH_EVENTS];
             const int tr = b->tracing && k < IBPSHIM_BENCH_TRACE_MAX;
             if (drv->cuMemcpyHtoDAsync(d_run + b->offsets[s], b->run + b->offsets[s],
@@ -134,11 +151,14 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
             s = e;
             k++;
         }
-        /* s_copy, which carries the clock, waits for the other stream's last decode. */
-        const CUstream last = b->paired ? b->s_copy2 : b->s_dec;
-        if (!err && (drv->cuEventRecord(done, last) != CUDA_SUCCESS ||
-                     drv->cuStreamWaitEvent(b->s_copy, done, 0) != CUDA_SUCCESS))
-            err = -EIO;
+        /* s_copy, which carries the clock, waits for the other streams' last decodes. */
+        for (int i = 0; !err && i < (b->paired ? 1 : ndec); i++) {
+            const CUstream last = b->paired ? b->s_copy2 : b->s_dec[i];
+            const CUevent done = b->ev[BENCH_EVENTS + 1 + i];
+            if (drv->cuEventRecord(done, last) != CUDA_SUCCESS ||
+                drv->cuStreamWaitEvent(b->s_copy, done, 0) != CUDA_SUCCESS)
+                err = -EIO;
+        }
         return err;
     }
     case 3:
@@ -312,17 +332,24 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     if (drv->cuMemAlloc(&b.d_run, b.run_stride * (size_t)b.rotation) != CUDA_SUCCESS ||
         drv->cuMemAlloc(&b.d_plan, b.blob_len) != CUDA_SUCCESS ||
         drv->cuMemAlloc(&b.d_out, b.out_stride * (size_t)b.rotation) != CUDA_SUCCESS ||
-        drv->cuMemAlloc(&b.d_scratch[0], ibp_decode_scratch_bytes(b.mod)) != CUDA_SUCCESS ||
-        drv->cuMemAlloc(&b.d_scratch[1], ibp_decode_scratch_bytes(b.mod)) != CUDA_SUCCESS ||
         drv->cuMemHostGetDevicePointer(&b.d_offsets_mapped, b.offsets, 0) != CUDA_SUCCESS ||
         drv->cuMemHostGetDevicePointer(&zc_run, b.run, 0) != CUDA_SUCCESS ||
         drv->cuMemcpyHtoD(b.d_plan, blob, b.blob_len) != CUDA_SUCCESS ||
         drv->cuStreamCreate(&b.s_copy, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-        drv->cuStreamCreate(&b.s_dec, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
         drv->cuStreamCreate(&b.s_copy2, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
         drv->cuEventCreate(&b.t0, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
         drv->cuEventCreate(&b.t1, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
         goto out;
+    for (int k = 0; k < 2 + BENCH_DECODE_STREAMS; k++)
+        if (drv->cuMemAlloc(&b.d_scratch[k], ibp_decode_scratch_bytes(b.mod)) != CUDA_SUCCESS) {
+            b.d_scratch[k] = 0;
+            goto out;
+        }
+    for (int k = 0; k < BENCH_DECODE_STREAMS; k++)
+        if (drv->cuStreamCreate(&b.s_dec[k], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+            b.s_dec[k] = NULL;
+            goto out;
+        }
     b.offsets_len = ((size_t)b.nblocks + 1) * 8;
     b.d_offsets = b.d_offsets_mapped;
     if (!opts->offsets_mapped) {
@@ -336,13 +363,16 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     for (int k = 0; k < b.rotation; k++)
         if (drv->cuMemcpyHtoD(b.d_run + (CUdeviceptr)k * b.run_stride, b.run, b.run_len) != CUDA_SUCCESS)
             goto out;
-    for (int k = 0; k < BENCH_EVENTS + 2; k++)
+    for (int k = 0; k < BENCH_EVENTS + 1 + BENCH_DECODE_STREAMS; k++)
         if (drv->cuEventCreate(&b.ev[k], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
             b.ev[k] = NULL;
             goto out;
         }
     b.copy_streams = opts->copy_streams == 2 ? 2 : 1;
     b.paired = opts->paired;
+    b.decode_streams = opts->decode_streams < 1                      ? 1
+                       : opts->decode_streams > BENCH_DECODE_STREAMS ? BENCH_DECODE_STREAMS
+                                                                     : opts->decode_streams;
     /* As the shim with the default pipeline_chunk (an explicit chunk size is taken as it is). */
     b.chunk = opts->chunk ? opts->chunk : ibp_pipe_chunk_size(b.run_len, IBP_PIPE_CHUNK_DEFAULT);
     b.tail = ibp_pipe_tail(opts->tail, b.run_len, b.total);
@@ -353,6 +383,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
         b.d_offsets != b.d_offsets_mapped && ibp_decode_offsets_fit(chunks.max_blocks, chunks.max_bytes);
     out->chunk = b.chunk;
     out->tail = b.tail;
+    out->shim_pipelined = ibp_pipe_worth(b.run_len, opts->chunk ? opts->chunk : IBP_PIPE_CHUNK_DEFAULT);
     out->rotation = b.rotation;
     /* Verify each compressed path once (DMA then decode, pipelined, zero-copy), the output
      * poisoned before each. */
@@ -388,11 +419,12 @@ out:
         drv->cuEventDestroy(b.t1);
     if (b.s_copy)
         drv->cuStreamDestroy(b.s_copy);
-    if (b.s_dec)
-        drv->cuStreamDestroy(b.s_dec);
+    for (int k = 0; k < BENCH_DECODE_STREAMS; k++)
+        if (b.s_dec[k])
+            drv->cuStreamDestroy(b.s_dec[k]);
     if (b.s_copy2)
         drv->cuStreamDestroy(b.s_copy2);
-    for (int k = 0; k < BENCH_EVENTS + 2; k++)
+    for (int k = 0; k < BENCH_EVENTS + 1 + BENCH_DECODE_STREAMS; k++)
         if (b.ev[k])
             drv->cuEventDestroy(b.ev[k]);
     for (int k = 0; k < IBPSHIM_BENCH_TRACE_MAX; k++)
@@ -407,7 +439,7 @@ out:
         drv->cuMemFree(b.d_out);
     if (b.d_offsets && b.d_offsets != b.d_offsets_mapped)
         drv->cuMemFree(b.d_offsets);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2 + BENCH_DECODE_STREAMS; k++)
         if (b.d_scratch[k])
             drv->cuMemFree(b.d_scratch[k]);
     if (b.src)

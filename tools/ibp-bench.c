@@ -10,14 +10,15 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ibp-bench FILE [--size BYTES] [--iters N] [--device D] [--chunk BYTES]\n"
-               "                 [--copy-streams 1|2] [--paired] [--tail BYTES] [--trace]\n"
-               "                 [--max-sms N] [--offsets device|mapped] [--word-size 2|4|8] [--json]\n"
+               "         [--copy-streams 1|2] [--decode-streams 1-4] [--paired] [--tail BYTES]\n"
+               "         [--trace] [--max-sms N] [--offsets device|mapped] [--word-size 2|4|8] [--json]\n"
                "Plans and compresses FILE as the shim would (tiled up to --size bytes, default 1 GiB),\n"
                "then times on the GPU, original bytes per second: a plain pinned copy, DMA of the\n"
                "compressed run then decode, the same pipelined (chunks of --chunk compressed bytes,\n"
                "default as the shim's: an eighth of the run, at least 16 MiB; their DMAs on one\n"
                "stream as in the shim or alternating over two with --copy-streams 2, decoded as each\n"
-               "lands, or with --paired each chunk's DMA and decode on one stream, two alternating;\n"
+               "lands on a decode stream, or going round --decode-streams N of them, or with --paired\n"
+               "each chunk's DMA and decode on one stream, two alternating;\n"
                "the last chunks shrink down to about --tail BYTES, default 2 MiB as the shim's\n"
                "pipeline_tail, halving what is left once less than two chunks are, and half that\n"
                "for runs compressed below 0.7; 0 = equal chunks), the kernel reading the pinned run\n"
@@ -64,6 +65,13 @@ int main(int argc, char **argv)
             opts.trace = 1;
         } else if (!strcmp(argv[i], "--copy-streams") && i + 1 < argc) {
             opts.copy_streams = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--decode-streams") && i + 1 < argc) {
+            const char *v = argv[++i];
+            opts.decode_streams = atoi(v);
+            if (opts.decode_streams < 1 || opts.decode_streams > 4) {
+                fprintf(stderr, "ibp-bench: --decode-streams takes 1 to 4, not '%s'\n", v);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--max-sms") && i + 1 < argc) {
             opts.max_sms = (unsigned)strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--offsets") && i + 1 < argc && !strcmp(argv[i + 1], "mapped")) {
@@ -128,11 +136,13 @@ int main(int argc, char **argv)
                "\"verified\": %s, \"raw_gbps\": %.2f, \"dma_decode_gbps\": %.2f, \"pipelined_gbps\": %.2f, "
                "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
                "\"tail\": %zu, \"paired\": %s, \"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d, "
-               "\"word_size\": %u, \"columns\": %u",
+               "\"word_size\": %u, \"columns\": %u, \"decode_streams\": %d, \"shim_path\": \"%s\"",
                path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
                r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps, 1.0 / r.ratio, r.chunk,
                r.tail, opts.paired ? "true" : "false", opts.max_sms,
-               opts.offsets_mapped ? "mapped" : "device", r.rotation, r.word_size, r.columns);
+               opts.offsets_mapped ? "mapped" : "device", r.rotation, r.word_size, r.columns,
+               opts.decode_streams ? opts.decode_streams : 1,
+               r.shim_pipelined ? "pipelined" : "dma_then_decode");
         if (opts.trace) {
             printf(", \"trace_us\": %.1f, \"trace\": [", r.trace_us);
             for (unsigned k = 0; k < r.trace_chunks && k < IBPSHIM_BENCH_TRACE_MAX; k++)
@@ -150,12 +160,18 @@ int main(int argc, char **argv)
         printf("  %-26s %10s %8s\n", "path", "GB/s", "speedup");
         printf("  %-26s %10.1f %8.3f\n", "raw pinned H2D", r.raw_gbps, 1.0);
         printf("  %-26s %10.1f %8.3f\n", "DMA + decode", r.dma_decode_gbps, r.dma_decode_gbps / r.raw_gbps);
+        char decoded_on[64] = "";
+        if (opts.paired)
+            snprintf(decoded_on, sizeof(decoded_on), ", each decoded on its DMA's stream");
+        else if (opts.decode_streams > 1)
+            snprintf(decoded_on, sizeof(decoded_on), ", decodes going round %d streams", opts.decode_streams);
         printf("  %-26s %10.1f %8.3f  (chunks of %.1f MiB%s)\n", "DMA + decode, pipelined", r.pipelined_gbps,
-               r.pipelined_gbps / r.raw_gbps, (double)r.chunk / 1048576.0,
-               opts.paired ? ", each decoded on its DMA's stream" : "");
+               r.pipelined_gbps / r.raw_gbps, (double)r.chunk / 1048576.0, decoded_on);
         printf("  %-26s %10.1f %8.3f\n", "zero-copy decode", r.zerocopy_gbps, r.zerocopy_gbps / r.raw_gbps);
         printf("  %-26s %10.1f\n", "decode only (D2D)", r.decode_gbps);
         printf("  ideal speedup 1/ratio: %.3f\n", 1.0 / r.ratio);
+        printf("  the shim's dma path for this run: %s\n",
+               r.shim_pipelined ? "pipelined" : "DMA, then decode");
         if (opts.max_sms)
             printf("  decode grids of at most %u CTAs\n", opts.max_sms);
         printf("  block offsets read from %s memory; %d copies of the device buffers\n",

@@ -31,6 +31,8 @@ typedef struct IbpshimBenchOptions {
                            streams alternating (else: the DMAs on copy_streams, the decodes on a stream
                            of their own that waits for each DMA's event) */
     unsigned word_size; /* plan words of this many bytes, 2, 4 or 8 (0: the planner's choice) */
+    int decode_streams; /* pipelined, not paired: streams the chunks' decodes go round, 1-4 (0: 1), so
+                           that with more a chunk's decode need not wait for the one before's */
 } IbpshimBenchOptions;
 
 #define IBPSHIM_BENCH_TRACE_MAX 64
@@ -56,6 +58,9 @@ typedef struct IbpshimBenchResult {
                                 zero-copy paths (each run once before the timing) */
     size_t chunk;            /* the pipelined chunk size used */
     size_t tail;             /* the pipelined tail used (options tail, halved for runs below 0.7) */
+    int shim_pipelined;      /* 1 when the shim's dma path would pipeline this run (with pipeline_chunk
+                                as options chunk, default 16 MiB: a run of two chunks), 0 when it would
+                                DMA, then decode */
     int rotation;            /* device buffers cycled through, so that together they exceed twice the L2 */
     unsigned trace_chunks;   /* chunks of the traced run (the first IBPSHIM_BENCH_TRACE_MAX are in trace) */
     double trace_us;         /* the traced run's time, start to the caller's join */
