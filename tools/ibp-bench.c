@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ibpshim/bench.h"
+#include "size_arg.h"
 
 static void usage(FILE *f)
 {
@@ -32,19 +33,6 @@ static void usage(FILE *f)
                "bytes instead of the planner's choice (the rest of the plan still searched).\n");
 }
 
-static size_t parse_size(const char *s)
-{
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end && (*end == 'k' || *end == 'K'))
-        v *= 1024.0;
-    else if (end && (*end == 'm' || *end == 'M'))
-        v *= 1048576.0;
-    else if (end && (*end == 'g' || *end == 'G'))
-        v *= 1073741824.0;
-    return v > 0 ? (size_t)v : 0;
-}
-
 int main(int argc, char **argv)
 {
     const char *path = NULL;
@@ -52,13 +40,13 @@ int main(int argc, char **argv)
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--size") && i + 1 < argc) {
-            opts.size = parse_size(argv[++i]);
+            opts.size = ibp_size_arg(argv[++i]);
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
             opts.iters = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
-            opts.chunk = parse_size(argv[++i]);
+            opts.chunk = ibp_size_arg(argv[++i]);
         } else if (!strcmp(argv[i], "--tail") && i + 1 < argc) {
-            opts.tail = parse_size(argv[++i]);
+            opts.tail = ibp_size_arg(argv[++i]);
         } else if (!strcmp(argv[i], "--paired")) {
             opts.paired = 1;
         } else if (!strcmp(argv[i], "--trace")) {

@@ -10,6 +10,8 @@
 
 #include <cuda.h>
 
+#include "size_arg.h"
+
 #define MAX_PARTS 16
 #define MAX_ITERS 101
 
@@ -103,19 +105,6 @@ static double run(Bench *b, const size_t *sz, int n, int mode)
     return ms[b->iters / 2] * 1e3;
 }
 
-static size_t parse_size(const char *s)
-{
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end && (*end == 'k' || *end == 'K'))
-        v *= 1024.0;
-    else if (end && (*end == 'm' || *end == 'M'))
-        v *= 1048576.0;
-    else if (end && (*end == 'g' || *end == 'G'))
-        v *= 1073741824.0;
-    return v >= 256 ? (size_t)v : 0;
-}
-
 int main(int argc, char **argv)
 {
     const char *driver = "libcuda.so.1";
@@ -124,7 +113,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--size") && i + 1 < argc && ntotals < 8) {
             const char *v = argv[++i];
-            if (!(totals[ntotals++] = parse_size(v))) {
+            if ((totals[ntotals++] = ibp_size_arg(v)) < 256) {
                 fprintf(stderr, "ibp-dmabench: --size takes a size of at least 256 bytes, not '%s'\n", v);
                 return 2;
             }
