@@ -140,7 +140,9 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
     OPT_SIZE("transfer", "pipeline_chunk", transfer.pipeline_chunk, "16MiB", 0, GIB,
              "dma path: a compressed run of at least twice this is copied in chunks of an eighth of the run "
              "(at least this) on an internal stream while another decodes the chunk before, so a copy costs "
-             "about the larger of DMA and decode instead of their sum; two chunks of staging per copy. "
+             "about the larger of DMA and decode instead of their sum; two chunks of staging per copy. A "
+             "shorter run of at least this many original bytes and two pipeline_tail is pipelined too while "
+             "no other compressed copy's decode is pending (copies back to back overlap anyway). "
              "0 = DMA, then decode."),
     OPT_SIZE("transfer", "pipeline_tail", transfer.pipeline_tail, "2MiB", 0, GIB,
              "dma path: the last chunks of a pipelined copy shrink down to about this many compressed bytes "

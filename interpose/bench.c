@@ -383,7 +383,10 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
         b.d_offsets != b.d_offsets_mapped && ibp_decode_offsets_fit(chunks.max_blocks, chunks.max_bytes);
     out->chunk = b.chunk;
     out->tail = b.tail;
-    out->shim_pipelined = ibp_pipe_worth(b.run_len, opts->chunk ? opts->chunk : IBP_PIPE_CHUNK_DEFAULT);
+    const size_t shim_chunk = opts->chunk ? opts->chunk : IBP_PIPE_CHUNK_DEFAULT;
+    out->shim_pipelined = ibp_pipe_worth(b.run_len, shim_chunk)                          ? 1
+                          : ibp_pipe_alone_worth(b.run_len, b.total, shim_chunk, b.tail) ? 2
+                                                                                         : 0;
     out->rotation = b.rotation;
     /* Verify each compressed path once (DMA then decode, pipelined, zero-copy), the output
      * poisoned before each. */

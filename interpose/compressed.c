@@ -198,7 +198,18 @@ static void speed_recorded(const IbpDriver *drv, CUcontext ctx, int pipelined, s
     pthread_mutex_unlock(&speed_lock);
 }
 
-/* A serial run's decode is enqueued on `stream`: later runs see whether it is still going. */
+/* Whether the decode of the context's last compressed run is still pending. */
+static int speed_pending(const IbpDriver *drv, CUcontext ctx)
+{
+    pthread_mutex_lock(&speed_lock);
+    IbpSpeed *sp = speed_for(drv, ctx);
+    const int pending = sp && sp->busy_recorded && drv->cuEventQuery(sp->busy) == CUDA_ERROR_NOT_READY;
+    pthread_mutex_unlock(&speed_lock);
+    return pending;
+}
+
+/* A compressed run's decode is enqueued on `stream` (or the caller's stream joined to it): later
+ * runs see whether it is still going. */
 static void speed_busy(const IbpDriver *drv, CUcontext ctx, CUstream stream)
 {
     pthread_mutex_lock(&speed_lock);
@@ -618,6 +629,8 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
         drv->cuStreamSynchronize(pp->copy);
         err = -EIO;
     }
+    if (!err)
+        speed_busy(drv, ctx, base->stream);
     if (timed) {
         if (!err && marked == 3 && !speed_mark(drv, ctx, 1, 3, base->stream))
             speed_recorded(drv, ctx, 1, dma_sample, dec_sample, p->len, base->tag);
@@ -695,12 +708,22 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
             *sent += p->run_len;
         return err;
     }
-    const IbpPipe *pp = ibp_pipe_worth(p->run_len, base->opts.pipeline_chunk)
-                            ? pipe_for(drv, ctx, base->stream, base->opts.priority_decode)
-                            : NULL;
+    /* Runs of two chunks are pipelined; shorter ones that hold a chunk of original bytes too, as
+     * long as no other compressed copy's decode is pending (back to back, serial runs overlap). */
+    const uint64_t run_orig = (uint64_t)(g.last + 1 - g.first) * bs;
+    const int whole = ibp_pipe_worth(p->run_len, base->opts.pipeline_chunk);
+    const int alone = !whole &&
+                      ibp_pipe_alone_worth(p->run_len, run_orig, base->opts.pipeline_chunk,
+                                           ibp_pipe_tail(base->opts.pipeline_tail, p->run_len, run_orig)) &&
+                      !speed_pending(drv, ctx);
+    const IbpPipe *pp = whole || alone ? pipe_for(drv, ctx, base->stream, base->opts.priority_decode) : NULL;
     int timed = 0;
-    if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, pp != NULL, &timed) && !base->opts.force)
+    if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, whole && pp, &timed) && !base->opts.force)
         return -ETIME;
+    /* A run pipelined only while alone is judged as a serial run, which it beats; a timed one
+     * goes serial, so that the serial path's speeds are what is measured. */
+    if (pp && !whole && timed)
+        pp = NULL;
     if (pp) {
         size_t moved = 0;
         const int err = send_pipelined(&l, pp, ctx, p, &g, blob, blob_len, dst, timed, &moved);

@@ -18,6 +18,19 @@ static inline int ibp_pipe_worth(size_t run_len, size_t base)
     return base && run_len / 2 >= base;
 }
 
+/* Whether a run of less than two chunks is pipelined when no other compressed copy is in flight:
+ * with a tail (ibp_pipe_tail(); 0: equal chunks), when its original bytes are at least a chunk and
+ * it makes two tails.  A well compressed run holds much more to decode than to copy: on the H200 a
+ * single 64 MiB copy of int32 triples (ratio 0.35, a run of 22 MB) reached 0.91 of the ideal
+ * pipelined against 0.70 as DMA then decode, of float64 features (ratio 0.1) 0.71 against 0.57;
+ * below 16 MiB, or with less than two tails, DMA then decode was as fast or faster (float64
+ * features at 16.7 MiB, a run of 1.7 MB: 239 against 228 GB/s).  Copies back to back already
+ * overlap one copy's DMA with the last one's decode, and pipelined lost up to 13 points there. */
+static inline int ibp_pipe_alone_worth(uint64_t run_len, uint64_t orig_len, size_t base, size_t tail)
+{
+    return base && tail && orig_len >= base && run_len >= 2 * (uint64_t)tail;
+}
+
 /* The chunk size a pipelined run aims at: an eighth of the run, at least base (fewer copy
  * start-ups, and enough blocks per chunk to occupy the GPU). */
 static inline size_t ibp_pipe_chunk_size(size_t run_len, size_t base)

@@ -130,7 +130,9 @@ int main(int argc, char **argv)
                r.tail, opts.paired ? "true" : "false", opts.max_sms,
                opts.offsets_mapped ? "mapped" : "device", r.rotation, r.word_size, r.columns,
                opts.decode_streams ? opts.decode_streams : 1,
-               r.shim_pipelined ? "pipelined" : "dma_then_decode");
+               r.shim_pipelined == 1   ? "pipelined"
+               : r.shim_pipelined == 2 ? "pipelined_alone"
+                                       : "dma_then_decode");
         if (opts.trace) {
             printf(", \"trace_us\": %.1f, \"trace\": [", r.trace_us);
             for (unsigned k = 0; k < r.trace_chunks && k < IBPSHIM_BENCH_TRACE_MAX; k++)
@@ -159,7 +161,9 @@ int main(int argc, char **argv)
         printf("  %-26s %10.1f\n", "decode only (D2D)", r.decode_gbps);
         printf("  ideal speedup 1/ratio: %.3f\n", 1.0 / r.ratio);
         printf("  the shim's dma path for this run: %s\n",
-               r.shim_pipelined ? "pipelined" : "DMA, then decode");
+               r.shim_pipelined == 1   ? "pipelined"
+               : r.shim_pipelined == 2 ? "pipelined while no other compressed copy is in flight"
+                                       : "DMA, then decode");
         if (opts.max_sms)
             printf("  decode grids of at most %u CTAs\n", opts.max_sms);
         printf("  block offsets read from %s memory; %d copies of the device buffers\n",

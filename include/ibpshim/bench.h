@@ -58,9 +58,10 @@ typedef struct IbpshimBenchResult {
                                 zero-copy paths (each run once before the timing) */
     size_t chunk;            /* the pipelined chunk size used */
     size_t tail;             /* the pipelined tail used (options tail, halved for runs below 0.7) */
-    int shim_pipelined;      /* 1 when the shim's dma path would pipeline this run (with pipeline_chunk
-                                as options chunk, default 16 MiB: a run of two chunks), 0 when it would
-                                DMA, then decode */
+    int shim_pipelined;      /* how the shim's dma path copies this run (pipeline_chunk as options
+                                chunk, default 16 MiB, pipeline_tail as options tail): 1 pipelined (a
+                                run of two chunks), 2 pipelined while no other compressed copy is in
+                                flight (a chunk of original bytes and two tails), 0 DMA, then decode */
     int rotation;            /* device buffers cycled through, so that together they exceed twice the L2 */
     unsigned trace_chunks;   /* chunks of the traced run (the first IBPSHIM_BENCH_TRACE_MAX are in trace) */
     double trace_us;         /* the traced run's time, start to the caller's join */

@@ -101,14 +101,56 @@ static void copy_with_failure(PreloadTotalsFn totals, const uint8_t *host, size_
           "%s: the next copy did not go compressed", entry);
 }
 
+/* A run of less than two chunks: pipelined when the copy is alone, DMA, then decode behind another
+ * compressed copy whose decode is still pending. */
+static void check_alone(PreloadTotalsFn totals, const uint8_t *host, size_t n, cudaStream_t s, size_t chunk)
+{
+    CHECK(compressed_by(totals, host, n, s, "alone") == n, "the copy did not go compressed");
+    if (!fake_stats)
+        return;
+    /* A run the speed probe times goes serial: one of three alone is pipelined at least. */
+    FakecudaStats st;
+    unsigned long long piped = 0;
+    for (int k = 0; k < 3 && piped < 2; k++) {
+        fake_reset();
+        round_trip(host, 0, n, s, "alone");
+        fake_stats(&st);
+        CHECK(st.h2d_bytes < 2 * chunk, "%llu compressed bytes: two whole chunks",
+              (unsigned long long)st.h2d_bytes);
+        piped = st.kernel_launches;
+    }
+    CHECK(piped >= 2, "a copy alone went as %llu decode launch: not pipelined", piped);
+    /* Two copies back to back, slowed so that the first one's decode is pending at the second: at
+     * most one of them pipelined. */
+    fake_delay(2000);
+    fake_reset();
+    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
+    CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
+    CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
+    CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, n, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    fake_delay(0);
+    fake_stats(&st);
+    CHECK(memcmp(back, host, n) == 0, "back to back: bytes differ");
+    CHECK(st.kernel_launches < 2 * piped, "back to back: %llu decode launches, %llu for one pipelined copy",
+          (unsigned long long)st.kernel_launches, piped);
+}
+
 int main(int argc, char **argv)
 {
     const PreloadTotalsFn totals = preload_compression_or_skip("pipelined", 1);
     const int delta = argc > 1 && !strcmp(argv[1], "delta");
     const int gate = argc > 1 && !strcmp(argv[1], "gate"); /* [transfer] path = auto: timing only */
+    /* The default pipeline_chunk (16 MiB): the weights' run is less than two chunks, but holds more
+     * than a chunk of original bytes and two tails, so it is pipelined while no other compressed
+     * copy is in flight, and goes DMA, then decode behind one. */
+    const int alone = argc > 1 && !strcmp(argv[1], "alone");
     const char *chunk_env = getenv("IBPSHIM_TRANSFER_PIPELINE_CHUNK");
-    CHECK(chunk_env && !strcmp(chunk_env, "256KiB"), "run with IBPSHIM_TRANSFER_PIPELINE_CHUNK=256KiB");
-    const size_t chunk = 256u << 10;
+    if (alone)
+        CHECK(!chunk_env, "run without IBPSHIM_TRANSFER_PIPELINE_CHUNK");
+    else
+        CHECK(chunk_env && !strcmp(chunk_env, "256KiB"), "run with IBPSHIM_TRANSFER_PIPELINE_CHUNK=256KiB");
+    const size_t chunk = alone ? 16u << 20 : 256u << 10;
     fake_stats = (StatsFn)dlsym(RTLD_DEFAULT, "fakecuda_stats");
     fake_reset = (ResetFn)dlsym(RTLD_DEFAULT, "fakecuda_reset_stats");
     fake_fail = (FailFn)dlsym(RTLD_DEFAULT, "fakecuda_fail_calls");
@@ -116,7 +158,9 @@ int main(int argc, char **argv)
     fake_delay = (DelayFn)dlsym(RTLD_DEFAULT, "fakecuda_set_copy_delay_us");
     const int fake = fake_stats && fake_reset && fake_fail && fake_failures && fake_delay;
 
-    const size_t n = (24u << 20) + 1000; /* not a multiple of the block size or the word size */
+    /* Not a multiple of the block size or the word size; alone, whole blocks, so that DMA, then
+     * decode is one launch. */
+    const size_t n = (24u << 20) + (alone ? 0 : 1000);
     uint8_t *host = NULL;
     CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
     CHECK_CUDA(cudaMalloc(&dev_buf, n));
@@ -143,6 +187,12 @@ int main(int argc, char **argv)
     if (fake) {
         fake_fail("cuStreamCreate", 0, 0, 0);
         CHECK(fake_failures() == failures0 + 1, "the internal streams were never created");
+    }
+
+    if (alone) {
+        check_alone(totals, host, n, s, chunk);
+        printf("pipelined: ok (weights alone, default chunk)\n");
+        return 0;
     }
 
     /* One whole copy: every byte through the compressed path, in chunks. */

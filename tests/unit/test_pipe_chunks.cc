@@ -121,6 +121,15 @@ TEST(PipeChunks, WorthAndSize)
     EXPECT_TRUE(ibp_pipe_worth(32 * mib, 16 * mib));
     EXPECT_TRUE(ibp_pipe_worth(52 * mib, IBP_PIPE_CHUNK_DEFAULT)); // a 64 MiB copy of the bf16 weights
     EXPECT_FALSE(ibp_pipe_worth(0, 1));
+    // Shorter runs alone: a chunk of original bytes and two tails (int32 triples at 64 and 16 MiB,
+    // their tail halved), not less than a chunk of original bytes (4.5 MiB of fp32 weights) or two
+    // tails (float64 features at 16.7 MiB), nor without a tail or with pipelining off.
+    EXPECT_TRUE(ibp_pipe_alone_worth(22 * mib, 64 * mib, IBP_PIPE_CHUNK_DEFAULT, mib));
+    EXPECT_TRUE(ibp_pipe_alone_worth(5700 * 1024, 16 * mib, IBP_PIPE_CHUNK_DEFAULT, mib));
+    EXPECT_FALSE(ibp_pipe_alone_worth(4 * mib, 4608 * 1024, IBP_PIPE_CHUNK_DEFAULT, 2 * mib));
+    EXPECT_FALSE(ibp_pipe_alone_worth(1750 * 1024, 17100 * 1024, IBP_PIPE_CHUNK_DEFAULT, mib));
+    EXPECT_FALSE(ibp_pipe_alone_worth(22 * mib, 64 * mib, IBP_PIPE_CHUNK_DEFAULT, 0));
+    EXPECT_FALSE(ibp_pipe_alone_worth(22 * mib, 64 * mib, 0, mib));
     EXPECT_EQ(ibp_pipe_chunk_size(52 * mib, 16 * mib), 16 * mib);
     EXPECT_EQ(ibp_pipe_chunk_size(128 * mib, 16 * mib), 16 * mib);
     EXPECT_EQ(ibp_pipe_chunk_size(200 * mib, 16 * mib), 25 * mib);
