@@ -39,11 +39,12 @@ typedef struct Bench {
     CUdeviceptr d_scratch[2 + BENCH_DECODE_STREAMS];
     CUstream s_copy, s_copy2, s_dec[BENCH_DECODE_STREAMS];
     CUevent t0, t1;
-    CUevent ev[BENCH_EVENTS + 1 + BENCH_DECODE_STREAMS];
+    CUevent ev[BENCH_EVENTS + 2 + BENCH_DECODE_STREAMS];
     size_t chunk, tail;
     int copy_streams;
     int decode_streams; /* pipelined chunks' decodes go round these streams */
     int paired;        /* a chunk's decode follows its DMA on the same stream, two streams alternating */
+    int last_on_copy;  /* the last chunk's decode follows its DMA on the same stream */
     int chunks_inline; /* every pipelined chunk's launch carries its offsets: no table sent */
     /* A traced pipelined run: per chunk, timing events after its DMA, before and after its decode. */
     CUevent tr[IBPSHIM_BENCH_TRACE_MAX][3];
@@ -118,8 +119,8 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
         /* Chunks of about b->chunk compressed bytes: each chunk's DMA on s_copy (or alternating
          * over s_copy and s_copy2), its decode once its DMA is done on a decode stream (chunk k on
          * s_dec[k % decode_streams], so with more than one a decode need not wait for the chunk
-         * before's); paired: each chunk's DMA and then its decode on one stream, s_copy and s_copy2
-         * alternating. */
+         * before's), the last one's with last_on_copy on its DMA's stream right after it; paired:
+         * each chunk's DMA and then its decode on one stream, s_copy and s_copy2 alternating. */
         const int ndec = b->paired ? 0 : b->decode_streams;
         CUevent start = b->ev[BENCH_EVENTS];
         if (drv->cuEventRecord(start, b->s_copy) != CUDA_SUCCESS ||
@@ -134,14 +135,15 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
         while (!err && s < b->nblocks) {
             const uint32_t e = ibp_pipe_chunk_end(b->offsets, s, b->nblocks, b->chunk, b->tail);
             const CUstream cs = (k & 1) && (b->copy_streams > 1 || b->paired) ? b->s_copy2 : b->s_copy;
-            const CUstream ds = b->paired ? cs : b->s_dec[k % (uint32_t)ndec];
+            const int on_copy = b->paired || (b->last_on_copy && e == b->nblocks);
+            const CUstream ds = on_copy ? cs : b->s_dec[k % (uint32_t)ndec];
             const CUevent ev = b->ev[k % BENCH_EVENTS];
             const int tr = b->tracing && k < IBPSHIM_BENCH_TRACE_MAX;
             if (drv->cuMemcpyHtoDAsync(d_run + b->offsets[s], b->run + b->offsets[s],
                                        b->offsets[e] - b->offsets[s], cs) != CUDA_SUCCESS ||
                 (tr && drv->cuEventRecord(b->tr[k][0], cs) != CUDA_SUCCESS) ||
-                (!b->paired && (drv->cuEventRecord(ev, cs) != CUDA_SUCCESS ||
-                                drv->cuStreamWaitEvent(ds, ev, 0) != CUDA_SUCCESS)) ||
+                (!on_copy && (drv->cuEventRecord(ev, cs) != CUDA_SUCCESS ||
+                              drv->cuStreamWaitEvent(ds, ev, 0) != CUDA_SUCCESS)) ||
                 (tr && drv->cuEventRecord(b->tr[k][1], ds) != CUDA_SUCCESS))
                 err = -EIO;
             else
@@ -151,9 +153,15 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
             s = e;
             k++;
         }
-        /* s_copy, which carries the clock, waits for the other streams' last decodes. */
-        for (int i = 0; !err && i < (b->paired ? 1 : ndec); i++) {
-            const CUstream last = b->paired ? b->s_copy2 : b->s_dec[i];
+        /* s_copy, which carries the clock, waits for the other streams' last work. */
+        CUstream others[1 + BENCH_DECODE_STREAMS];
+        int nothers = 0;
+        for (int i = 0; i < ndec; i++)
+            others[nothers++] = b->s_dec[i];
+        if (b->paired || b->copy_streams > 1)
+            others[nothers++] = b->s_copy2;
+        for (int i = 0; !err && i < nothers; i++) {
+            const CUstream last = others[i];
             const CUevent done = b->ev[BENCH_EVENTS + 1 + i];
             if (drv->cuEventRecord(done, last) != CUDA_SUCCESS ||
                 drv->cuStreamWaitEvent(b->s_copy, done, 0) != CUDA_SUCCESS)
@@ -363,13 +371,14 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     for (int k = 0; k < b.rotation; k++)
         if (drv->cuMemcpyHtoD(b.d_run + (CUdeviceptr)k * b.run_stride, b.run, b.run_len) != CUDA_SUCCESS)
             goto out;
-    for (int k = 0; k < BENCH_EVENTS + 1 + BENCH_DECODE_STREAMS; k++)
+    for (int k = 0; k < BENCH_EVENTS + 2 + BENCH_DECODE_STREAMS; k++)
         if (drv->cuEventCreate(&b.ev[k], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
             b.ev[k] = NULL;
             goto out;
         }
     b.copy_streams = opts->copy_streams == 2 ? 2 : 1;
     b.paired = opts->paired;
+    b.last_on_copy = opts->last_decode_on_copy;
     b.decode_streams = opts->decode_streams < 1                      ? 1
                        : opts->decode_streams > BENCH_DECODE_STREAMS ? BENCH_DECODE_STREAMS
                                                                      : opts->decode_streams;
@@ -427,7 +436,7 @@ out:
             drv->cuStreamDestroy(b.s_dec[k]);
     if (b.s_copy2)
         drv->cuStreamDestroy(b.s_copy2);
-    for (int k = 0; k < BENCH_EVENTS + 1 + BENCH_DECODE_STREAMS; k++)
+    for (int k = 0; k < BENCH_EVENTS + 2 + BENCH_DECODE_STREAMS; k++)
         if (b.ev[k])
             drv->cuEventDestroy(b.ev[k]);
     for (int k = 0; k < IBPSHIM_BENCH_TRACE_MAX; k++)

@@ -11,7 +11,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ibp-bench FILE [--size BYTES] [--iters N] [--device D] [--chunk BYTES]\n"
-               "         [--copy-streams 1|2] [--decode-streams 1-4] [--paired] [--tail BYTES]\n"
+               "         [--copy-streams 1|2] [--decode-streams 1-4] [--last-decode-on-copy]\n"
+               "         [--paired] [--tail BYTES]\n"
                "         [--trace] [--max-sms N] [--offsets device|mapped] [--word-size 2|4|8] [--json]\n"
                "Plans and compresses FILE as the shim would (tiled up to --size bytes, default 1 GiB),\n"
                "then times on the GPU, original bytes per second: a plain pinned copy, DMA of the\n"
@@ -19,7 +20,8 @@ static void usage(FILE *f)
                "default as the shim's: an eighth of the run, at least 16 MiB; their DMAs on one\n"
                "stream as in the shim or alternating over two with --copy-streams 2, decoded as each\n"
                "lands on a decode stream, or going round --decode-streams N of them, or with --paired\n"
-               "each chunk's DMA and decode on one stream, two alternating;\n"
+               "each chunk's DMA and decode on one stream, two alternating (--last-decode-on-copy:\n"
+               "the last chunk's decode on its DMA's stream, not waiting for another stream's event);\n"
                "the last chunks shrink down to about --tail BYTES, default 2 MiB as the shim's\n"
                "pipeline_tail, halving what is left once less than two chunks are, and half that\n"
                "for runs compressed below 0.7; 0 = equal chunks), the kernel reading the pinned run\n"
@@ -49,6 +51,8 @@ int main(int argc, char **argv)
             opts.tail = ibp_size_arg(argv[++i]);
         } else if (!strcmp(argv[i], "--paired")) {
             opts.paired = 1;
+        } else if (!strcmp(argv[i], "--last-decode-on-copy")) {
+            opts.last_decode_on_copy = 1;
         } else if (!strcmp(argv[i], "--trace")) {
             opts.trace = 1;
         } else if (!strcmp(argv[i], "--copy-streams") && i + 1 < argc) {
@@ -124,12 +128,13 @@ int main(int argc, char **argv)
                "\"verified\": %s, \"raw_gbps\": %.2f, \"dma_decode_gbps\": %.2f, \"pipelined_gbps\": %.2f, "
                "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
                "\"tail\": %zu, \"paired\": %s, \"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d, "
-               "\"word_size\": %u, \"columns\": %u, \"decode_streams\": %d, \"shim_path\": \"%s\"",
+               "\"word_size\": %u, \"columns\": %u, \"decode_streams\": %d, \"last_decode_on_copy\": %s, "
+               "\"shim_path\": \"%s\"",
                path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
                r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps, 1.0 / r.ratio, r.chunk,
                r.tail, opts.paired ? "true" : "false", opts.max_sms,
                opts.offsets_mapped ? "mapped" : "device", r.rotation, r.word_size, r.columns,
-               opts.decode_streams ? opts.decode_streams : 1,
+               opts.decode_streams ? opts.decode_streams : 1, opts.last_decode_on_copy ? "true" : "false",
                r.shim_pipelined == 1   ? "pipelined"
                : r.shim_pipelined == 2 ? "pipelined_alone"
                                        : "dma_then_decode");
@@ -150,11 +155,14 @@ int main(int argc, char **argv)
         printf("  %-26s %10s %8s\n", "path", "GB/s", "speedup");
         printf("  %-26s %10.1f %8.3f\n", "raw pinned H2D", r.raw_gbps, 1.0);
         printf("  %-26s %10.1f %8.3f\n", "DMA + decode", r.dma_decode_gbps, r.dma_decode_gbps / r.raw_gbps);
-        char decoded_on[64] = "";
+        char decoded_on[96] = "";
         if (opts.paired)
             snprintf(decoded_on, sizeof(decoded_on), ", each decoded on its DMA's stream");
         else if (opts.decode_streams > 1)
-            snprintf(decoded_on, sizeof(decoded_on), ", decodes going round %d streams", opts.decode_streams);
+            snprintf(decoded_on, sizeof(decoded_on), ", decodes going round %d streams%s",
+                     opts.decode_streams, opts.last_decode_on_copy ? ", the last on its DMA's" : "");
+        else if (opts.last_decode_on_copy)
+            snprintf(decoded_on, sizeof(decoded_on), ", the last decoded on its DMA's stream");
         printf("  %-26s %10.1f %8.3f  (chunks of %.1f MiB%s)\n", "DMA + decode, pipelined", r.pipelined_gbps,
                r.pipelined_gbps / r.raw_gbps, (double)r.chunk / 1048576.0, decoded_on);
         printf("  %-26s %10.1f %8.3f\n", "zero-copy decode", r.zerocopy_gbps, r.zerocopy_gbps / r.raw_gbps);

@@ -33,6 +33,8 @@ typedef struct IbpshimBenchOptions {
     unsigned word_size; /* plan words of this many bytes, 2, 4 or 8 (0: the planner's choice) */
     int decode_streams; /* pipelined, not paired: streams the chunks' decodes go round, 1-4 (0: 1), so
                            that with more a chunk's decode need not wait for the one before's */
+    int last_decode_on_copy; /* pipelined: the last chunk's decode on its DMA's stream, right after it
+                                (no wait for an event of another stream) */
 } IbpshimBenchOptions;
 
 #define IBPSHIM_BENCH_TRACE_MAX 64
