@@ -527,17 +527,16 @@ static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream cal
  * earlier work and the caller's stream then waits for it, also when something failed half-way,
  * so a raw copy of the piece enqueued after a failure is never overwritten by a late decode.  When
  * no join can be enqueued, the internal streams are synchronised on the host before returning.
- * Returns 0, -EBUSY (no staging) or -EIO. */
+ * The last chunks shrink down to `tail` (ibp_pipe_tail()).  Returns 0, -EBUSY (no staging) or
+ * -EIO. */
 static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ctx, const IbpPiece *p,
-                          const IbpGeom *g, const void *blob, size_t blob_len, CUdeviceptr dst, int timed,
-                          size_t *sent)
+                          const IbpGeom *g, const void *blob, size_t blob_len, CUdeviceptr dst, size_t tail,
+                          int timed, size_t *sent)
 {
     const IbpDriver *drv = base->drv;
     const uint64_t *offs = base->host_offsets;
     const uint32_t end = g->last + 1;
     const size_t chunk = ibp_pipe_chunk_size(p->run_len, base->opts.pipeline_chunk);
-    const size_t tail = ibp_pipe_tail(base->opts.pipeline_tail, offs[end] - offs[g->first],
-                                      (uint64_t)(end - g->first) * base->block_size);
     const IbpPipeChunks chunks = ibp_pipe_chunks(offs, g->first, end, chunk, tail);
     const uint32_t nchunks = chunks.count;
     const size_t scratch = (g->head_clipped || g->tail_clipped) ? 2 * base->block_size : 0;
@@ -711,10 +710,9 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     /* Runs of two chunks are pipelined; shorter ones that hold a chunk of original bytes too, as
      * long as no other compressed copy's decode is pending (back to back, serial runs overlap). */
     const uint64_t run_orig = (uint64_t)(g.last + 1 - g.first) * bs;
+    const size_t tail = ibp_pipe_tail(base->opts.pipeline_tail, p->run_len, run_orig);
     const int whole = ibp_pipe_worth(p->run_len, base->opts.pipeline_chunk);
-    const int alone = !whole &&
-                      ibp_pipe_alone_worth(p->run_len, run_orig, base->opts.pipeline_chunk,
-                                           ibp_pipe_tail(base->opts.pipeline_tail, p->run_len, run_orig)) &&
+    const int alone = !whole && ibp_pipe_alone_worth(p->run_len, run_orig, base->opts.pipeline_chunk, tail) &&
                       !speed_pending(drv, ctx);
     const IbpPipe *pp = whole || alone ? pipe_for(drv, ctx, base->stream, base->opts.priority_decode) : NULL;
     int timed = 0;
@@ -726,7 +724,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         pp = NULL;
     if (pp) {
         size_t moved = 0;
-        const int err = send_pipelined(&l, pp, ctx, p, &g, blob, blob_len, dst, timed, &moved);
+        const int err = send_pipelined(&l, pp, ctx, p, &g, blob, blob_len, dst, tail, timed, &moved);
         if (!err)
             *sent += moved;
         return err;
