@@ -95,6 +95,11 @@ static const ProcEntry table[] = {
     ENTRY("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
     ENTRY("cuGraphDestroy", 10000, cuGraphDestroy),
     ENTRY("cuGraphGetNodes", 10000, cuGraphGetNodes),
+    ENTRY("cuGraphNodeGetType", 10000, cuGraphNodeGetType),
+    ENTRY("cuGraphChildGraphNodeGetGraph", 10000, cuGraphChildGraphNodeGetGraph),
+    ENTRY("cuGraphMemcpyNodeGetParams", 10000, cuGraphMemcpyNodeGetParams),
+    ENTRY("cuGraphMemsetNodeGetParams", 10000, cuGraphMemsetNodeGetParams),
+    ENTRY("cuGraphExecUpdate", 12000, cuGraphExecUpdate_v2),
 };
 
 static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags,

@@ -800,6 +800,53 @@ RT_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t gr
     return ret_cu(cuGraphInstantiateWithFlags(exec, graph, flags));
 }
 
+RT_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                                    unsigned long long flags)
+{
+    ENTER();
+    return ret_cu(cuGraphInstantiateWithFlags(exec, graph, flags));
+}
+
+/* The upload stream is not used: the fake's graphs need no upload. */
+static cudaError_t instantiate_with_params(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                           cudaGraphInstantiateParams *params)
+{
+    if (!params)
+        return cudaErrorInvalidValue;
+    params->errNode_out = NULL;
+    const cudaError_t err = ret_cu(cuGraphInstantiateWithFlags(exec, graph, params->flags));
+    params->result_out = err == cudaSuccess ? cudaGraphInstantiateSuccess : cudaGraphInstantiateError;
+    return err;
+}
+
+RT_EXPORT cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                                     cudaGraphInstantiateParams *params)
+{
+    ENTER();
+    return instantiate_with_params(exec, graph, params);
+}
+
+RT_EXPORT cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                                          cudaGraphInstantiateParams *params)
+{
+    ENTER();
+    return instantiate_with_params(exec, graph, params);
+}
+
+RT_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
+                                          cudaGraphExecUpdateResultInfo *info)
+{
+    ENTER();
+    CUgraphExecUpdateResultInfo cu_info;
+    const cudaError_t err = ret_cu(cuGraphExecUpdate_v2(exec, graph, info ? &cu_info : NULL));
+    if (info) {
+        info->result = (enum cudaGraphExecUpdateResult)cu_info.result;
+        info->errorNode = NULL;
+        info->errorFromNode = NULL;
+    }
+    return err;
+}
+
 RT_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream)
 {
     ENTER();

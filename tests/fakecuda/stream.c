@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -156,6 +157,35 @@ static double now_ms(const struct timespec *t)
     return (double)t->tv_sec * 1e3 + (double)t->tv_nsec / 1e6;
 }
 
+/* A copy from the device into pinned host memory lands as the GPU's DMA does, without a fault:
+ * written through /proc/self/mem, which ignores the pages' protection (a tracker that protects
+ * them sees nothing, as on real hardware).  Falls back to a plain write where the kernel refuses. */
+static int proc_mem_fd = -1;
+static pthread_once_t proc_mem_once = PTHREAD_ONCE_INIT;
+
+static void proc_mem_open(void)
+{
+    proc_mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+}
+
+static void dma_write(void *dst, const void *src, size_t n)
+{
+    pthread_once(&proc_mem_once, proc_mem_open);
+    size_t done = 0;
+    while (proc_mem_fd >= 0 && done < n) {
+        const ssize_t w =
+            pwrite(proc_mem_fd, (const char *)src + done, n - done, (off_t)((uintptr_t)dst + done));
+        if (w <= 0) {
+            if (w < 0 && errno == EINTR)
+                continue;
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (done < n)
+        memmove((char *)dst + done, (const char *)src + done, n - done);
+}
+
 static CUresult exec_copy(const FakecudaOp *op)
 {
     const unsigned delay = atomic_load(&fakecuda_g.copy_delay_us);
@@ -167,9 +197,14 @@ static CUresult exec_copy(const FakecudaOp *op)
                                                : fakecuda_mem_access(op->u.copy.src, n, true);
     if (!dst || !src)
         return CUDA_ERROR_ILLEGAL_ADDRESS;
-    memmove(dst, src, n);
     const bool dst_dev = fakecuda_mem_in_device_range(op->u.copy.dst);
     const bool src_dev = !op->u.copy.staging && fakecuda_mem_in_device_range(op->u.copy.src);
+    FakecudaPtrInfo dst_info;
+    fakecuda_mem_lookup(op->u.copy.dst, &dst_info);
+    if (src_dev && (dst_info.kind == FAKECUDA_MEM_HOST_ALLOC || dst_info.kind == FAKECUDA_MEM_REGISTERED))
+        dma_write(dst, src, n);
+    else
+        memmove(dst, src, n);
     FakecudaCounters *const c = &fakecuda_counters;
     if (dst_dev && src_dev) {
         atomic_fetch_add_explicit(&c->d2d_bytes, n, memory_order_relaxed);
@@ -1490,15 +1525,165 @@ FAKECUDA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream handle)
     return graph_launch(e, handle, true);
 }
 
+/* A graph's nodes are its ops: a node handle is the op's address, valid while its graph lives. */
 FAKECUDA_EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *count)
 {
     const CUresult r = fakecuda_check_init();
     if (r != CUDA_SUCCESS)
         return r;
-    if (!count || nodes || !graph_live(g))
+    if (!count || !graph_live(g))
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&objects_mu);
+    if (nodes) { /* as the driver: the first *count nodes, NULL past the last, *count set to all */
+        const FakecudaOp *o = g->head;
+        for (size_t i = 0; i < *count; i++) {
+            nodes[i] = (CUgraphNode)o;
+            o = o ? o->next : NULL;
+        }
+    }
     *count = g->count;
     pthread_mutex_unlock(&objects_mu);
+    return CUDA_SUCCESS;
+}
+
+/* The op behind a node handle, copied out; false for a handle of no live graph. */
+static bool node_op(CUgraphNode node, FakecudaOp *out)
+{
+    bool found = false;
+    pthread_mutex_lock(&objects_mu);
+    for (CUgraph g = all_graphs; g && !found; g = g->next)
+        for (const FakecudaOp *o = g->head; o && !found; o = o->next)
+            if ((CUgraphNode)o == node) {
+                *out = *o;
+                found = true;
+            }
+    pthread_mutex_unlock(&objects_mu);
+    return found;
+}
+
+FAKECUDA_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    FakecudaOp op;
+    if (!type || !node_op(node, &op))
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (op.type) {
+    case FAKECUDA_OP_COPY:
+        *type = CU_GRAPH_NODE_TYPE_MEMCPY;
+        break;
+    case FAKECUDA_OP_MEMSET:
+        *type = CU_GRAPH_NODE_TYPE_MEMSET;
+        break;
+    case FAKECUDA_OP_KERNEL:
+        *type = CU_GRAPH_NODE_TYPE_KERNEL;
+        break;
+    case FAKECUDA_OP_HOST_FN:
+        *type = CU_GRAPH_NODE_TYPE_HOST;
+        break;
+    case FAKECUDA_OP_EVENT:
+        *type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+        break;
+    default: /* waits are edges in a real graph */
+        *type = CU_GRAPH_NODE_TYPE_EMPTY;
+        break;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The fake's graphs hold no child graph nodes. */
+FAKECUDA_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph *graph)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    (void)node;
+    (void)graph;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Where an address lies, as a node's parameters name it. */
+static CUmemorytype memory_type_of(uintptr_t p)
+{
+    FakecudaPtrInfo info;
+    fakecuda_mem_lookup(p, &info);
+    return info.kind == FAKECUDA_MEM_DEVICE ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+}
+
+FAKECUDA_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D *params)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    FakecudaOp op;
+    if (!params || !node_op(node, &op) || op.type != FAKECUDA_OP_COPY)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(params, 0, sizeof(*params));
+    params->srcMemoryType = memory_type_of(op.u.copy.src);
+    if (params->srcMemoryType == CU_MEMORYTYPE_HOST)
+        params->srcHost = (const void *)op.u.copy.src;
+    else
+        params->srcDevice = (CUdeviceptr)op.u.copy.src;
+    params->dstMemoryType = memory_type_of(op.u.copy.dst);
+    if (params->dstMemoryType == CU_MEMORYTYPE_HOST)
+        params->dstHost = (void *)op.u.copy.dst;
+    else
+        params->dstDevice = (CUdeviceptr)op.u.copy.dst;
+    params->WidthInBytes = op.u.copy.n;
+    params->Height = 1;
+    params->Depth = 1;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS *params)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    FakecudaOp op;
+    if (!params || !node_op(node, &op) || op.type != FAKECUDA_OP_MEMSET)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(params, 0, sizeof(*params));
+    params->dst = (CUdeviceptr)op.u.memset.dst;
+    params->value = op.u.memset.value;
+    params->elementSize = 1;
+    params->width = op.u.memset.n;
+    params->height = 1;
+    return CUDA_SUCCESS;
+}
+
+/* Replaces an executable graph's ops with the graph's (no check that the topologies match). */
+FAKECUDA_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!info)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(info, 0, sizeof(*info));
+    bool found_e = false, found_g = false, ok = true;
+    FakecudaOp *old = NULL;
+    pthread_mutex_lock(&objects_mu);
+    for (CUgraphExec p = all_execs; p; p = p->next)
+        found_e |= p == e;
+    for (CUgraph p = all_graphs; p; p = p->next)
+        found_g |= p == g;
+    if (found_e && found_g) {
+        FakecudaOp *const ops = op_list_clone(g->head, &ok);
+        if (ok) {
+            old = e->head;
+            e->head = ops;
+        }
+    }
+    pthread_mutex_unlock(&objects_mu);
+    if (!found_e || !found_g) {
+        info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!ok)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op_list_free(old);
+    info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
     return CUDA_SUCCESS;
 }
