@@ -12,6 +12,8 @@
 #undef cudaMemcpyAsync
 #undef cudaLaunchHostFunc
 #undef cudaStreamAddCallback
+#undef cudaGraphInstantiateWithParams
+#undef cudaGraphLaunch
 
 /* Declarations for the per-thread variants, which the header only declares
  * under CUDA_API_PER_THREAD_DEFAULT_STREAM. */
@@ -21,6 +23,9 @@ IBP_HOOK cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t cou
 IBP_HOOK cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *userData);
 IBP_HOOK cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t callback,
                                                 void *userData, unsigned int flags);
+IBP_HOOK cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                                         cudaGraphInstantiateParams *instantiateParams);
+IBP_HOOK cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream);
 
 IBP_HOOK cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
@@ -89,4 +94,51 @@ IBP_HOOK cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamC
                                                 void *userData, unsigned int flags)
 {
     return ibp_route_stream_add_callback(IBP_STREAM_API_PER_THREAD, stream, callback, userData, flags);
+}
+
+IBP_HOOK cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                          unsigned long long flags)
+{
+    return ibp_route_graph_instantiate(pGraphExec, graph, flags, 0);
+}
+
+IBP_HOOK cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                                   unsigned long long flags)
+{
+    return ibp_route_graph_instantiate(pGraphExec, graph, flags, 1);
+}
+
+IBP_HOOK cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                                    cudaGraphInstantiateParams *instantiateParams)
+{
+    return ibp_route_graph_instantiate_with_params(IBP_STREAM_API_LEGACY, pGraphExec, graph,
+                                                   instantiateParams);
+}
+
+IBP_HOOK cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                                         cudaGraphInstantiateParams *instantiateParams)
+{
+    return ibp_route_graph_instantiate_with_params(IBP_STREAM_API_PER_THREAD, pGraphExec, graph,
+                                                   instantiateParams);
+}
+
+IBP_HOOK cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph,
+                                         cudaGraphExecUpdateResultInfo *resultInfo)
+{
+    return ibp_route_graph_exec_update(hGraphExec, hGraph, resultInfo);
+}
+
+IBP_HOOK cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+    return ibp_route_graph_exec_destroy(graphExec);
+}
+
+IBP_HOOK cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    return ibp_route_graph_launch(IBP_STREAM_API_LEGACY, graphExec, stream);
+}
+
+IBP_HOOK cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    return ibp_route_graph_launch(IBP_STREAM_API_PER_THREAD, graphExec, stream);
 }

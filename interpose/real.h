@@ -24,7 +24,20 @@
     X(cudaStreamAddCallback, cudaError_t,                                                                    \
       (cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags))              \
     X(cudaStreamAddCallback_ptsz, cudaError_t,                                                               \
-      (cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags))
+      (cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags))              \
+    X(cudaGraphInstantiate, cudaError_t,                                                                     \
+      (cudaGraphExec_t * exec, cudaGraph_t graph, unsigned long long flags))                                 \
+    X(cudaGraphInstantiateWithFlags, cudaError_t,                                                            \
+      (cudaGraphExec_t * exec, cudaGraph_t graph, unsigned long long flags))                                 \
+    X(cudaGraphInstantiateWithParams, cudaError_t,                                                           \
+      (cudaGraphExec_t * exec, cudaGraph_t graph, cudaGraphInstantiateParams * params))                      \
+    X(cudaGraphInstantiateWithParams_ptsz, cudaError_t,                                                      \
+      (cudaGraphExec_t * exec, cudaGraph_t graph, cudaGraphInstantiateParams * params))                      \
+    X(cudaGraphExecUpdate, cudaError_t,                                                                      \
+      (cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo * info))                       \
+    X(cudaGraphExecDestroy, cudaError_t, (cudaGraphExec_t exec))                                             \
+    X(cudaGraphLaunch, cudaError_t, (cudaGraphExec_t exec, cudaStream_t stream))                             \
+    X(cudaGraphLaunch_ptsz, cudaError_t, (cudaGraphExec_t exec, cudaStream_t stream))
 
 typedef enum IbpRealId {
 #define IBP_REAL_ID(name, ret, params) IBP_REAL_##name,

@@ -416,7 +416,10 @@ cudaError_t ibp_route_memcpy_async(IbpStreamApi api, void *dst, const void *src,
     if (may_compress(src, count, kind) && route_h2d(api, dst, src, count, kind, stream, 0, &ret))
         return ret;
     ret = real(dst, src, count, kind, stream);
-    if (ret == cudaSuccess && writes_tracked_host(dst, count, kind))
+    /* A copy captured into a graph writes nothing now: the graph's launches are followed
+     * (graphs.c), and a fence recorded into the capture would never be seen to land. */
+    if (ret == cudaSuccess && writes_tracked_host(dst, count, kind) &&
+        ibp_router_stream_capturing(api, stream) != 1)
         note_device_write(api, dst, count, stream, 0);
     return ret;
 }
@@ -431,7 +434,7 @@ typedef struct IbpHostFnCall {
 static void hostfn_done(IbpHostFnCall *call)
 {
     free(call);
-    atomic_fetch_sub_explicit(&hostfn_pending, 1, memory_order_release);
+    ibp_router_hostwork_end();
 }
 
 static void CUDART_CB hostfn_trampoline(void *arg)
@@ -473,8 +476,46 @@ static IbpHostFnCall *hostfn_begin(IbpStreamApi api, cudaStream_t stream, int ha
         *unseen = 1;
         return NULL;
     }
-    atomic_fetch_add_explicit(&hostfn_pending, 1, memory_order_relaxed);
+    ibp_router_hostwork_begin();
     return call;
+}
+
+void ibp_router_hostwork_begin(void)
+{
+    atomic_fetch_add_explicit(&hostfn_pending, 1, memory_order_relaxed);
+}
+
+void ibp_router_hostwork_end(void)
+{
+    atomic_fetch_sub_explicit(&hostfn_pending, 1, memory_order_release);
+}
+
+void ibp_router_hostwork_lost(const char *what)
+{
+    if (!atomic_flag_test_and_set(&hostfn_unseen)) {
+        atomic_fetch_add_explicit(&hostfn_pending, 1, memory_order_relaxed);
+        IBP_WARN("%s: host-to-device copies go raw from now on", what);
+    }
+}
+
+void ibp_router_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_t stream)
+{
+    if (writes_tracked_host(dst, n, cudaMemcpyDeviceToHost))
+        note_device_write(api, dst, n, stream, 0);
+}
+
+int ibp_router_stream_capturing(IbpStreamApi api, cudaStream_t stream)
+{
+    const IbpDriver *drv = ibp_driver_get();
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!drv || drv->cuStreamIsCapturing(driver_stream(api, stream), &capture) != CUDA_SUCCESS)
+        return -1;
+    return capture != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+int ibp_router_compressing(void)
+{
+    return atomic_load_explicit(&compress_on, memory_order_relaxed);
 }
 
 /* After the real call: undoes a wrap it refused, or records an unwrapped function it took. */
@@ -485,11 +526,9 @@ static cudaError_t hostfn_end(IbpHostFnCall *call, int unseen, cudaError_t err)
             hostfn_done(call);
         return err;
     }
-    if (unseen && !atomic_flag_test_and_set(&hostfn_unseen)) {
-        atomic_fetch_add_explicit(&hostfn_pending, 1, memory_order_relaxed);
-        IBP_WARN("a host function could not be wrapped (out of memory, or its stream's capture state "
-                 "unknown): host-to-device copies go raw from now on");
-    }
+    if (unseen)
+        ibp_router_hostwork_lost("a host function could not be wrapped (out of memory, or its stream's "
+                                 "capture state unknown)");
     return err;
 }
 

@@ -41,4 +41,32 @@ cudaError_t ibp_route_launch_host_func(IbpStreamApi api, cudaStream_t stream, cu
 cudaError_t ibp_route_stream_add_callback(IbpStreamApi api, cudaStream_t stream,
                                           cudaStreamCallback_t callback, void *user_data, unsigned int flags);
 
+/* Graphs (graphs.c).  Each returns exactly what the real call returns.  An executable graph with
+ * host nodes counts as pending host work from its launch until the stream passes it (copies that
+ * would go compressed go raw meanwhile, as behind a host function); its memcpy and memset nodes
+ * whose destination is host memory mark what they write in tracked regions dirty at launch and
+ * again once they have run, as a device-to-host copy does. */
+cudaError_t ibp_route_graph_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags,
+                                        int with_flags);
+cudaError_t ibp_route_graph_instantiate_with_params(IbpStreamApi api, cudaGraphExec_t *exec,
+                                                    cudaGraph_t graph, cudaGraphInstantiateParams *params);
+cudaError_t ibp_route_graph_exec_update(cudaGraphExec_t exec, cudaGraph_t graph,
+                                        cudaGraphExecUpdateResultInfo *info);
+cudaError_t ibp_route_graph_exec_destroy(cudaGraphExec_t exec);
+cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream);
+
+/* For graphs.c: host work the router cannot wrap.  begin/end count it pending (copies that would
+ * go compressed go raw while any is); lost: its end cannot be followed, so copies go raw for good
+ * (warns once, naming `what`). */
+void ibp_router_hostwork_begin(void);
+void ibp_router_hostwork_end(void);
+void ibp_router_hostwork_lost(const char *what);
+/* A device write of [dst, dst + n) enqueued on stream: tracked bytes it touches are marked dirty
+ * now and again once the stream has passed it. */
+void ibp_router_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_t stream);
+/* 1 when stream is capturing, 0 when not, -1 when the driver cannot say. */
+int ibp_router_stream_capturing(IbpStreamApi api, cudaStream_t stream);
+/* Whether the compressed path is running (nothing needs following when it is not). */
+int ibp_router_compressing(void);
+
 #endif /* IBP_INTERPOSE_ROUTER_H */

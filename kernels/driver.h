@@ -55,7 +55,12 @@
     X(cuEventSynchronize, 2000)                                                                              \
     X(cuEventDestroy, 4000)                                                                                  \
     X(cuEventElapsedTime, 12080)                                                                             \
-    X(cuPointerGetAttribute, 4000)
+    X(cuPointerGetAttribute, 4000)                                                                           \
+    X(cuGraphGetNodes, 10000)                                                                                \
+    X(cuGraphNodeGetType, 10000)                                                                             \
+    X(cuGraphChildGraphNodeGetGraph, 10000)                                                                  \
+    X(cuGraphMemcpyNodeGetParams, 10000)                                                                     \
+    X(cuGraphMemsetNodeGetParams, 10000)
 
 typedef struct IbpDriver {
 #define IBP_DRIVER_FIELD(name, version) PFN_##name##_v##version name;

@@ -10,7 +10,10 @@ ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|ibpshim_[a-z0-9_]+|sigaction|signal|r
                      r"__recvfrom_chk|recvmsg|recvmmsg)$")
 REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister", "cudaHostUnregister",
             "cudaMemcpy", "cudaMemcpy_ptds", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "cudaLaunchHostFunc",
-            "cudaLaunchHostFunc_ptsz", "cudaStreamAddCallback", "cudaStreamAddCallback_ptsz", "ibpshim_version",
+            "cudaLaunchHostFunc_ptsz", "cudaStreamAddCallback", "cudaStreamAddCallback_ptsz",
+            "cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams",
+            "cudaGraphInstantiateWithParams_ptsz", "cudaGraphExecUpdate", "cudaGraphExecDestroy",
+            "cudaGraphLaunch", "cudaGraphLaunch_ptsz", "ibpshim_version",
             "read", "sigaction", "signal", "recvmsg"]
 
 

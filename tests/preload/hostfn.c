@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: a host function (cudaLaunchHostFunc, cudaStreamAddCallback, legacy and _ptsz) that
- * rewrites a compressed region before a copy of it in stream order: the copy delivers the new bytes. */
+ * ibpshim: a host function (cudaLaunchHostFunc, cudaStreamAddCallback, legacy and _ptsz, or a
+ * graph's host node) that rewrites a compressed region before a copy of it in stream order: the
+ * copy delivers the new bytes; so does a copy after a graph's device-to-host copy into the region. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -204,6 +205,128 @@ static void check_variant(const char *name, int ptsz, int callback, uint8_t *hos
     free(patch);
 }
 
+typedef enum GraphMake { GRAPH_INSTANTIATE, GRAPH_WITH_FLAGS, GRAPH_WITH_PARAMS } GraphMake;
+
+static cudaGraphExec_t instantiate(cudaGraph_t graph, GraphMake how)
+{
+    cudaGraphExec_t exec = NULL;
+    if (how == GRAPH_INSTANTIATE) {
+        CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    } else if (how == GRAPH_WITH_FLAGS) {
+        CHECK_CUDA(cudaGraphInstantiateWithFlags(&exec, graph, 0));
+    } else {
+        cudaGraphInstantiateParams params = {.flags = 0};
+        CHECK_CUDA(cudaGraphInstantiateWithParams(&exec, graph, &params));
+        CHECK(params.result_out == cudaGraphInstantiateSuccess, "instantiation reported %d",
+              (int)params.result_out);
+    }
+    return exec;
+}
+
+/* A graph whose host node rewrites a compressed region, launched before a copy of the region in
+ * stream order (twice: each launch is followed on its own): the copy delivers the node's bytes. */
+static void check_graph_host(const char *name, GraphMake how, uint8_t *host, size_t n, cudaStream_t s,
+                             PreloadTotalsFn totals)
+{
+    const size_t off = (2u << 20) + 5 * 4096 + 3, len = (32u << 10) + 7;
+    uint8_t *patch = malloc(len);
+    CHECK(patch != NULL, "malloc");
+    Gate gate = {.dst = host + off, .patch = patch, .len = len};
+    cudaStream_t cs;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    CHECK_CUDA(cudaLaunchHostFunc(cs, gate_host_fn, &gate));
+    cudaGraph_t graph = NULL;
+    CHECK_CUDA(cudaStreamEndCapture(cs, &graph));
+    const cudaGraphExec_t exec = instantiate(graph, how);
+    for (int launch = 0; launch < 2; launch++) {
+        for (size_t i = 0; i < len; i++)
+            patch[i] = (uint8_t)(host[off + i] + 1 + launch);
+        atomic_store(&gate.open, 0);
+        atomic_store(&gate.ran, 0);
+        IbpshimTransferTotals a, b;
+        CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
+        CHECK_CUDA(cudaGraphLaunch(exec, s));
+        CHECK(totals(&a) == 0, "totals");
+        CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
+        CHECK(totals(&b) == 0, "totals");
+        CHECK(!atomic_load(&gate.ran), "%s: the host node ran before it was released", name);
+        atomic_store(&gate.open, 1);
+        CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, n, cudaMemcpyDeviceToHost, s));
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        CHECK(atomic_load(&gate.ran), "%s: the host node did not run", name);
+        for (size_t i = 0; i < n; i++)
+            CHECK(back[i] == host[i], "%s, launch %d: byte %zu is 0x%02x, expected 0x%02x (%s)", name, launch,
+                  i, back[i], host[i], i >= off && i < off + len ? "written by the host node" : "unchanged");
+        CHECK(b.copies == a.copies + 1 && b.compressed_in == a.compressed_in,
+              "%s, launch %d: the copy behind a pending host node went compressed (%llu bytes)", name, launch,
+              (unsigned long long)(b.compressed_in - a.compressed_in));
+        PreloadWaiting waiting = {.host = host, .n = n, .s = s};
+        const unsigned copies = preload_wait_compressed("hostfn", name, totals, copy_all, &waiting);
+        printf("hostfn: %s, launch %d: copy behind it raw and correct, compressed again after %u copies\n",
+               name, launch, copies);
+    }
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    CHECK_CUDA(cudaStreamDestroy(cs));
+    free(patch);
+}
+
+/* A graph's device-to-host copy lands in a compressed region without a fault: later copies of
+ * the region deliver the graph's bytes.  With `update`, the executable graph is made from a graph
+ * copying elsewhere and cudaGraphExecUpdate points it at the region. */
+static void check_graph_write(const char *name, int update, uint8_t *host, size_t n, cudaStream_t s,
+                              PreloadTotalsFn totals)
+{
+    const size_t off = (3u << 20) + 7 * 4096 + 9, len = (48u << 10) + 3;
+    uint8_t *patch = malloc(len), *elsewhere = NULL;
+    void *dev_patch = NULL;
+    CHECK(patch != NULL, "malloc");
+    CHECK_CUDA(cudaHostAlloc((void **)&elsewhere, len, cudaHostAllocDefault));
+    CHECK_CUDA(cudaMalloc(&dev_patch, len));
+    cudaStream_t cs;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    cudaGraph_t graph[2] = {NULL, NULL};
+    uint8_t *const dsts[2] = {elsewhere, host + off};
+    for (int g = update ? 0 : 1; g < 2; g++) {
+        CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+        CHECK_CUDA(cudaMemcpyAsync(dsts[g], dev_patch, len, cudaMemcpyDeviceToHost, cs));
+        CHECK_CUDA(cudaStreamEndCapture(cs, &graph[g]));
+    }
+    const cudaGraphExec_t exec = instantiate(graph[update ? 0 : 1], GRAPH_INSTANTIATE);
+    if (update) {
+        cudaGraphExecUpdateResultInfo info;
+        CHECK_CUDA(cudaGraphExecUpdate(exec, graph[1], &info));
+    }
+    for (int launch = 0; launch < 2; launch++) {
+        /* The region compressed as it is now, then rewritten by the graph. */
+        PreloadWaiting waiting = {.host = host, .n = n, .s = s};
+        preload_wait_compressed("hostfn", name, totals, copy_all, &waiting);
+        for (size_t i = 0; i < len; i++)
+            patch[i] = (uint8_t)(host[off + i] ^ (0x35 + launch));
+        CHECK_CUDA(cudaMemcpy(dev_patch, patch, len, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaGraphLaunch(exec, s));
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        CHECK(memcmp(host + off, patch, len) == 0, "%s: the graph did not write the region", name);
+        CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
+        CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
+        CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, n, cudaMemcpyDeviceToHost, s));
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        for (size_t i = 0; i < n; i++)
+            CHECK(back[i] == host[i], "%s, launch %d: byte %zu is 0x%02x, expected 0x%02x (%s)", name, launch,
+                  i, back[i], host[i], i >= off && i < off + len ? "written by the graph" : "unchanged");
+        printf("hostfn: %s, launch %d: the copy after it delivered the graph's bytes\n", name, launch);
+    }
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    for (int g = 0; g < 2; g++)
+        if (graph[g])
+            CHECK_CUDA(cudaGraphDestroy(graph[g]));
+    CHECK_CUDA(cudaStreamDestroy(cs));
+    CHECK_CUDA(cudaFree(dev_patch));
+    CHECK_CUDA(cudaFreeHost(elsewhere));
+    free(patch);
+}
+
 int main(void)
 {
     const PreloadTotalsFn totals = preload_compression_or_skip("hostfn", 1);
@@ -229,6 +352,11 @@ int main(void)
     check_variant("cudaLaunchHostFunc_ptsz", 1, 0, host, n, s, totals);
     check_variant("cudaStreamAddCallback", 0, 1, host, n, s, totals);
     check_variant("cudaStreamAddCallback_ptsz", 1, 1, host, n, s, totals);
+    check_graph_host("a host node (cudaGraphInstantiate)", GRAPH_INSTANTIATE, host, n, s, totals);
+    check_graph_host("a host node (cudaGraphInstantiateWithFlags)", GRAPH_WITH_FLAGS, host, n, s, totals);
+    check_graph_host("a host node (cudaGraphInstantiateWithParams)", GRAPH_WITH_PARAMS, host, n, s, totals);
+    check_graph_write("a graph's device-to-host copy", 0, host, n, s, totals);
+    check_graph_write("a graph's device-to-host copy after cudaGraphExecUpdate", 1, host, n, s, totals);
     printf("hostfn: ok\n");
 
     CHECK_CUDA(cudaStreamDestroy(s));

@@ -1,0 +1,365 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: executable graphs whose launches run host code or write host memory where the router
+ * does not see it.
+ *
+ * A host node runs when the stream reaches the graph, long after cudaGraphLaunch returned: like a
+ * host function it may rewrite a region a copy behind it reads, so while a launch of a graph with
+ * host nodes is pending, copies that would go compressed go raw.  A memcpy or memset node that
+ * writes host memory lands as a device-to-host copy does, without a fault: its bytes are marked
+ * dirty at each launch and again once the stream has passed it.  What each executable graph does
+ * is read once from its graph's nodes at instantiation (and at cudaGraphExecUpdate); a launch
+ * costs one lookup in a table of the graphs that do either. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "interpose/real.h"
+#include "interpose/router.h"
+#include "interpose/shim.h"
+#include "kernels/driver.h"
+
+static int graphs_oom;
+#define HASH_NONFATAL_OOM 1
+#define uthash_nonfatal_oom(elt) (graphs_oom = 1)
+#include <uthash.h>
+
+/* Child graphs nested deeper than this are not read: the graph is taken as unreadable. */
+#define IBP_GRAPH_MAX_DEPTH 16
+
+typedef struct IbpHostWrite {
+    void *dst;
+    size_t n;
+} IbpHostWrite;
+
+/* What launches of one executable graph do behind the router's back. */
+typedef struct IbpGraphExec {
+    UT_hash_handle hh;
+    cudaGraphExec_t exec; /* the key */
+    int host;             /* runs host nodes */
+    int opaque;           /* holds nodes whose writes cannot be read (conditional bodies, errors) */
+    size_t nwrites;
+    IbpHostWrite *writes; /* memcpy and memset nodes into host memory */
+} IbpGraphExec;
+
+static pthread_mutex_t graphs_mu = PTHREAD_MUTEX_INITIALIZER;
+static IbpGraphExec *graphs;     /* under graphs_mu */
+static atomic_size_t graphs_len; /* entries in graphs: launches skip the lock while it is 0 */
+
+/* ---- Reading a graph ---- */
+
+typedef struct IbpGraphScan {
+    int host, opaque;
+    size_t nwrites, cap;
+    IbpHostWrite *writes;
+} IbpGraphScan;
+
+/* Whether p is host memory: pinned (the driver says so) or unknown to the driver (pageable). */
+static int is_host_memory(const IbpDriver *drv, uintptr_t p)
+{
+    unsigned int type = 0;
+    if (drv->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)p) != CUDA_SUCCESS)
+        return 1;
+    return type == CU_MEMORYTYPE_HOST;
+}
+
+static void scan_write(const IbpDriver *drv, IbpGraphScan *s, uintptr_t base, size_t off, size_t n)
+{
+    if (!n || !is_host_memory(drv, base))
+        return;
+    if (s->nwrites == s->cap) {
+        const size_t cap = s->cap ? 2 * s->cap : 8;
+        IbpHostWrite *const w = realloc(s->writes, cap * sizeof(*w));
+        if (!w) {
+            s->opaque = 1;
+            return;
+        }
+        s->writes = w;
+        s->cap = cap;
+    }
+    s->writes[s->nwrites++] = (IbpHostWrite){(void *)(base + off), n};
+}
+
+/* The bytes a 3D copy's destination spans, from its first to its last. */
+static void scan_memcpy(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
+{
+    CUDA_MEMCPY3D p;
+    memset(&p, 0, sizeof(p));
+    if (drv->cuGraphMemcpyNodeGetParams(node, &p) != CUDA_SUCCESS) {
+        s->opaque = 1;
+        return;
+    }
+    if (p.dstMemoryType == CU_MEMORYTYPE_ARRAY || !p.WidthInBytes || !p.Height || !p.Depth)
+        return;
+    const uintptr_t base =
+        p.dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)p.dstHost : (uintptr_t)p.dstDevice;
+    const size_t slice = (size_t)p.dstPitch * p.dstHeight;
+    const size_t off = p.dstXInBytes + p.dstY * (size_t)p.dstPitch + p.dstZ * slice;
+    const size_t n = (p.Depth - 1) * slice + (p.Height - 1) * (size_t)p.dstPitch + p.WidthInBytes;
+    scan_write(drv, s, base, off, n);
+}
+
+static void scan_memset(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
+{
+    CUDA_MEMSET_NODE_PARAMS p;
+    memset(&p, 0, sizeof(p));
+    if (drv->cuGraphMemsetNodeGetParams(node, &p) != CUDA_SUCCESS) {
+        s->opaque = 1;
+        return;
+    }
+    if (!p.width || !p.height)
+        return;
+    scan_write(drv, s, (uintptr_t)p.dst, 0, (p.height - 1) * p.pitch + p.width * (size_t)p.elementSize);
+}
+
+static void scan_graph(const IbpDriver *drv, CUgraph g, int depth, IbpGraphScan *s)
+{
+    size_t n = 0;
+    if (depth > IBP_GRAPH_MAX_DEPTH || drv->cuGraphGetNodes(g, NULL, &n) != CUDA_SUCCESS) {
+        s->opaque = 1;
+        return;
+    }
+    if (!n)
+        return;
+    CUgraphNode *const nodes = calloc(n, sizeof(*nodes));
+    if (!nodes || drv->cuGraphGetNodes(g, nodes, &n) != CUDA_SUCCESS) {
+        free(nodes);
+        s->opaque = 1;
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        CUgraphNodeType type;
+        CUgraph child = NULL;
+        if (!nodes[i] || drv->cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) {
+            s->opaque = 1;
+            continue;
+        }
+        switch (type) {
+        case CU_GRAPH_NODE_TYPE_HOST:
+            s->host = 1;
+            break;
+        case CU_GRAPH_NODE_TYPE_GRAPH:
+            if (drv->cuGraphChildGraphNodeGetGraph(nodes[i], &child) == CUDA_SUCCESS)
+                scan_graph(drv, child, depth + 1, s);
+            else
+                s->opaque = 1;
+            break;
+        case CU_GRAPH_NODE_TYPE_MEMCPY:
+            scan_memcpy(drv, nodes[i], s);
+            break;
+        case CU_GRAPH_NODE_TYPE_MEMSET:
+            scan_memset(drv, nodes[i], s);
+            break;
+        case CU_GRAPH_NODE_TYPE_KERNEL:
+        case CU_GRAPH_NODE_TYPE_EMPTY:
+        case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+        case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+        case CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL:
+        case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
+        case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+        case CU_GRAPH_NODE_TYPE_MEM_FREE:
+        case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+            /* Kernels and memory operations writing mapped host memory are not followed, in
+             * graphs or out of them (docs/NOTES.md, Known gaps). */
+            break;
+        default:
+            /* Conditional nodes: their bodies (memcpys and memsets among them) cannot be read
+             * through this toolkit's driver API; and node types newer than it. */
+            s->opaque = 1;
+            break;
+        }
+    }
+    free(nodes);
+}
+
+/* ---- The table ---- */
+
+static void exec_free(IbpGraphExec *e)
+{
+    if (e) {
+        free(e->writes);
+        free(e);
+    }
+}
+
+/* Drops exec's entry (a destroyed or re-read executable graph). */
+static void forget(cudaGraphExec_t exec)
+{
+    IbpGraphExec *e = NULL;
+    pthread_mutex_lock(&graphs_mu);
+    HASH_FIND_PTR(graphs, &exec, e);
+    if (e) {
+        HASH_DEL(graphs, e);
+        atomic_fetch_sub_explicit(&graphs_len, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&graphs_mu);
+    exec_free(e);
+}
+
+/* Reads graph, the graph exec was made from (or updated with), and keeps what it found. */
+static void learn(cudaGraphExec_t exec, cudaGraph_t graph)
+{
+    forget(exec);
+    const IbpDriver *drv = ibp_driver_get();
+    if (!drv || !ibp_router_compressing())
+        return; /* no copy goes compressed: nothing to follow */
+    IbpGraphScan s = {0};
+    scan_graph(drv, (CUgraph)graph, 0, &s);
+    if (!s.host && !s.opaque && !s.nwrites) {
+        free(s.writes);
+        return;
+    }
+    IbpGraphExec *const e = calloc(1, sizeof(*e));
+    if (!e) {
+        free(s.writes);
+        ibp_router_hostwork_lost("a graph with host nodes or host memory writes could not be recorded");
+        return;
+    }
+    *e = (IbpGraphExec){
+        .exec = exec, .host = s.host, .opaque = s.opaque, .nwrites = s.nwrites, .writes = s.writes};
+    pthread_mutex_lock(&graphs_mu);
+    graphs_oom = 0;
+    HASH_ADD_PTR(graphs, exec, e);
+    const int failed = graphs_oom;
+    if (!failed)
+        atomic_fetch_add_explicit(&graphs_len, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&graphs_mu);
+    if (failed) {
+        exec_free(e);
+        ibp_router_hostwork_lost("a graph with host nodes or host memory writes could not be recorded");
+        return;
+    }
+    IBP_DEBUG("graph exec %p: %s, %zu host memory writes%s", (void *)exec,
+              s.host ? "host nodes" : "no host nodes", s.nwrites, s.opaque ? ", some nodes unreadable" : "");
+}
+
+/* ---- Hooks ---- */
+
+cudaError_t ibp_route_graph_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags,
+                                        int with_flags)
+{
+    ibp_shim_init();
+    const cudaError_t err =
+        with_flags ? (IBP_REAL(cudaGraphInstantiateWithFlags)
+                          ? IBP_REAL(cudaGraphInstantiateWithFlags)(exec, graph, flags)
+                          : IBP_REAL_MISSING_ERROR)
+                   : (IBP_REAL(cudaGraphInstantiate) ? IBP_REAL(cudaGraphInstantiate)(exec, graph, flags)
+                                                     : IBP_REAL_MISSING_ERROR);
+    if (err == cudaSuccess && exec)
+        learn(*exec, graph);
+    return err;
+}
+
+cudaError_t ibp_route_graph_instantiate_with_params(IbpStreamApi api, cudaGraphExec_t *exec,
+                                                    cudaGraph_t graph, cudaGraphInstantiateParams *params)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphInstantiateWithParams real = api == IBP_STREAM_API_PER_THREAD
+                                                            ? IBP_REAL(cudaGraphInstantiateWithParams_ptsz)
+                                                            : IBP_REAL(cudaGraphInstantiateWithParams);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    const cudaError_t err = real(exec, graph, params);
+    if (err == cudaSuccess && exec)
+        learn(*exec, graph);
+    return err;
+}
+
+cudaError_t ibp_route_graph_exec_update(cudaGraphExec_t exec, cudaGraph_t graph,
+                                        cudaGraphExecUpdateResultInfo *info)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphExecUpdate real = IBP_REAL(cudaGraphExecUpdate);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    const cudaError_t err = real(exec, graph, info);
+    if (err == cudaSuccess)
+        learn(exec, graph);
+    return err;
+}
+
+cudaError_t ibp_route_graph_exec_destroy(cudaGraphExec_t exec)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphExecDestroy real = IBP_REAL(cudaGraphExecDestroy);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    const cudaError_t err = real(exec);
+    if (err == cudaSuccess)
+        forget(exec);
+    return err;
+}
+
+static void CUDART_CB launch_done(void *arg)
+{
+    (void)arg;
+    ibp_router_hostwork_end();
+}
+
+cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphLaunch real =
+        api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaGraphLaunch_ptsz) : IBP_REAL(cudaGraphLaunch);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    if (!atomic_load_explicit(&graphs_len, memory_order_relaxed))
+        return real(exec, stream);
+    int host = 0, opaque = 0;
+    size_t nwrites = 0;
+    IbpHostWrite *writes = NULL;
+    pthread_mutex_lock(&graphs_mu);
+    IbpGraphExec *e = NULL;
+    HASH_FIND_PTR(graphs, &exec, e);
+    if (e) {
+        host = e->host;
+        opaque = e->opaque;
+        if (e->nwrites && (writes = malloc(e->nwrites * sizeof(*writes))) != NULL) {
+            memcpy(writes, e->writes, e->nwrites * sizeof(*writes));
+            nwrites = e->nwrites;
+        } else if (e->nwrites) {
+            opaque = 1;
+        }
+    }
+    pthread_mutex_unlock(&graphs_mu);
+    if (!e) {
+        free(writes);
+        return real(exec, stream);
+    }
+    const int capturing = ibp_router_stream_capturing(api, stream);
+    if (capturing > 0) {
+        /* The launch becomes a node of the graph being captured, which is read when that one is
+         * instantiated. */
+        free(writes);
+        return real(exec, stream);
+    }
+    if (capturing < 0)
+        opaque = 1;
+    if (opaque)
+        ibp_router_hostwork_lost("a graph was launched whose host memory writes cannot be followed "
+                                 "(conditional nodes, or the driver refused to describe a node or stream)");
+    if (host)
+        ibp_router_hostwork_begin();
+    const cudaError_t err = real(exec, stream);
+    if (err != cudaSuccess) {
+        if (host)
+            ibp_router_hostwork_end();
+        free(writes);
+        return err;
+    }
+    for (size_t i = 0; i < nwrites; i++)
+        ibp_router_device_write(api, writes[i].dst, writes[i].n, stream);
+    free(writes);
+    if (host) {
+        /* After the graph in stream order: its host nodes have returned when this runs.  The real
+         * call, not the hook: the hook would count it pending itself. */
+        const IbpReal_cudaLaunchHostFunc launch = api == IBP_STREAM_API_PER_THREAD
+                                                      ? IBP_REAL(cudaLaunchHostFunc_ptsz)
+                                                      : IBP_REAL(cudaLaunchHostFunc);
+        if (!launch || launch(stream, launch_done, NULL) != cudaSuccess)
+            ibp_router_hostwork_lost("the end of a graph with host nodes cannot be followed");
+    }
+    return err;
+}
