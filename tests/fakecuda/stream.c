@@ -1561,14 +1561,24 @@ static bool node_op(CUgraphNode node, FakecudaOp *out)
     return found;
 }
 
-FAKECUDA_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
+/* The op of a node of a live graph for a query with output `out`, of type `want` (or any when
+ * want is FAKECUDA_OP_NOP). */
+static CUresult node_query(CUgraphNode node, const void *out, FakecudaOpType want, FakecudaOp *op)
 {
     const CUresult r = fakecuda_check_init();
     if (r != CUDA_SUCCESS)
         return r;
-    FakecudaOp op;
-    if (!type || !node_op(node, &op))
+    if (!out || !node_op(node, op) || (want != FAKECUDA_OP_NOP && op->type != want))
         return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
+{
+    FakecudaOp op;
+    const CUresult r = node_query(node, type, FAKECUDA_OP_NOP, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
     switch (op.type) {
     case FAKECUDA_OP_COPY:
         *type = CU_GRAPH_NODE_TYPE_MEMCPY;
@@ -1613,12 +1623,10 @@ static CUmemorytype memory_type_of(uintptr_t p)
 
 FAKECUDA_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D *params)
 {
-    const CUresult r = fakecuda_check_init();
+    FakecudaOp op;
+    const CUresult r = node_query(node, params, FAKECUDA_OP_COPY, &op);
     if (r != CUDA_SUCCESS)
         return r;
-    FakecudaOp op;
-    if (!params || !node_op(node, &op) || op.type != FAKECUDA_OP_COPY)
-        return CUDA_ERROR_INVALID_VALUE;
     memset(params, 0, sizeof(*params));
     params->srcMemoryType = memory_type_of(op.u.copy.src);
     if (params->srcMemoryType == CU_MEMORYTYPE_HOST)
@@ -1638,12 +1646,10 @@ FAKECUDA_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCP
 
 FAKECUDA_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS *params)
 {
-    const CUresult r = fakecuda_check_init();
+    FakecudaOp op;
+    const CUresult r = node_query(node, params, FAKECUDA_OP_MEMSET, &op);
     if (r != CUDA_SUCCESS)
         return r;
-    FakecudaOp op;
-    if (!params || !node_op(node, &op) || op.type != FAKECUDA_OP_MEMSET)
-        return CUDA_ERROR_INVALID_VALUE;
     memset(params, 0, sizeof(*params));
     params->dst = (CUdeviceptr)op.u.memset.dst;
     params->value = op.u.memset.value;
