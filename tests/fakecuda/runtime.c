@@ -794,6 +794,12 @@ RT_EXPORT cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t stream, enum cu
     return capture_info(stream, status, id, graph, deps, edges, ndeps, true);
 }
 
+RT_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+{
+    ENTER();
+    return ret_cu(cuThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)mode));
+}
+
 RT_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
 {
     ENTER();

@@ -459,6 +459,40 @@ void fakecuda_stream_invalidate_capture(CUstream s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode). */
+static _Thread_local CUstreamCaptureMode thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+FAKECUDA_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!mode || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                  *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUstreamCaptureMode old = thread_capture_mode;
+    thread_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+/* Whether capture t prohibits unsafe calls of this thread: in global mode (the default) the
+ * thread's own captures not begun relaxed and other threads' global ones; in thread-local mode
+ * its own only; in relaxed mode none. */
+static bool capture_prohibits(CUstream t, pthread_t self)
+{
+    const bool own = pthread_equal(t->capture_thread, self);
+    switch (thread_capture_mode) {
+    case CU_STREAM_CAPTURE_MODE_RELAXED:
+        return false;
+    case CU_STREAM_CAPTURE_MODE_THREAD_LOCAL:
+        return own && t->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+    default:
+        return own ? t->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED
+                   : t->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    }
+}
+
 CUresult fakecuda_capture_check_unsafe(void)
 {
     const pthread_t self = pthread_self();
@@ -466,10 +500,7 @@ CUresult fakecuda_capture_check_unsafe(void)
     pthread_mutex_lock(&streams_mu);
     for (CUstream t = all_streams; t; t = t->next) {
         pthread_mutex_lock(&t->mu);
-        if (t->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE &&
-            (t->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
-             (t->capture_mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-              pthread_equal(t->capture_thread, self)))) {
+        if (t->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && capture_prohibits(t, self)) {
             t->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
             hit = true;
         }
