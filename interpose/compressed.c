@@ -414,7 +414,10 @@ static IbpDevPlan *dev_plan_add(const IbpDriver *drv, CUcontext ctx, const void 
     IbpDevPlan e = {.ctx = ctx, .host = blob, .len = len, .bytes = malloc(len)};
     if (!e.bytes)
         return NULL;
-    if (drv->cuMemAlloc(&e.dev, len) != CUDA_SUCCESS) {
+    const IbpCaptureMode mode = ibp_driver_capture_relax(drv);
+    const CUresult allocated = drv->cuMemAlloc(&e.dev, len);
+    ibp_driver_capture_restore(drv, mode);
+    if (allocated != CUDA_SUCCESS) {
         free(e.bytes);
         return NULL;
     }
@@ -425,7 +428,9 @@ static IbpDevPlan *dev_plan_add(const IbpDriver *drv, CUcontext ctx, const void 
             drv->cuStreamSynchronize(stream); /* the upload must not land in freed memory */
         if (queued && e.ready)
             drv->cuEventDestroy(e.ready);
+        const IbpCaptureMode relaxed = ibp_driver_capture_relax(drv);
         drv->cuMemFree(e.dev);
+        ibp_driver_capture_restore(drv, relaxed);
         free(e.bytes);
         return NULL;
     }

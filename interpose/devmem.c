@@ -68,8 +68,10 @@ static int dm_alloc(void *ctx, size_t size, void **host)
     int pushed;
     if (!drv || ensure_context(drv, &pushed))
         return -ENODEV;
+    const IbpCaptureMode mode = ibp_driver_capture_relax(drv);
     const CUresult res = drv->cuMemHostAlloc(host, size ? size : 1, CU_MEMHOSTALLOC_PORTABLE |
                                              CU_MEMHOSTALLOC_DEVICEMAP);
+    ibp_driver_capture_restore(drv, mode);
     pop_context(drv, pushed);
     if (res != CUDA_SUCCESS) {
         IBP_DEBUG("cuMemHostAlloc(%zu) failed: %s", size, ibp_driver_result_name(res));
@@ -86,7 +88,9 @@ static void dm_free(void *ctx, void *host, size_t size)
     int pushed;
     if (!drv || ensure_context(drv, &pushed))
         return;
+    const IbpCaptureMode mode = ibp_driver_capture_relax(drv);
     drv->cuMemFreeHost(host);
+    ibp_driver_capture_restore(drv, mode);
     pop_context(drv, pushed);
 }
 

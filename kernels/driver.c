@@ -68,6 +68,19 @@ const IbpDriver *ibp_driver_get(void)
     return driver_ready;
 }
 
+IbpCaptureMode ibp_driver_capture_relax(const IbpDriver *drv)
+{
+    IbpCaptureMode m = {.saved = CU_STREAM_CAPTURE_MODE_RELAXED};
+    m.relaxed = drv->cuThreadExchangeStreamCaptureMode(&m.saved) == CUDA_SUCCESS;
+    return m;
+}
+
+void ibp_driver_capture_restore(const IbpDriver *drv, IbpCaptureMode mode)
+{
+    if (mode.relaxed)
+        drv->cuThreadExchangeStreamCaptureMode(&mode.saved);
+}
+
 const char *ibp_driver_error(void)
 {
     pthread_once(&driver_once, driver_load);

@@ -49,6 +49,7 @@
     X(cuStreamSynchronize, 2000)                                                                             \
     X(cuStreamWaitEvent, 3020)                                                                               \
     X(cuStreamIsCapturing, 10000)                                                                            \
+    X(cuThreadExchangeStreamCaptureMode, 10010)                                                              \
     X(cuEventCreate, 2000)                                                                                   \
     X(cuEventRecord, 2000)                                                                                   \
     X(cuEventQuery, 2000)                                                                                    \
@@ -82,6 +83,19 @@ const char *ibp_driver_error(void);
 /* The driver's name for a CUresult ("CUDA_ERROR_INVALID_VALUE"), usable even
  * when the table failed to load. */
 const char *ibp_driver_result_name(CUresult result);
+
+/* The shim's own allocations, frees and module loads touch no stream, but CUDA counts them as
+ * unsafe while any thread captures a stream in global mode (PyTorch's default) or this thread
+ * captures one: made from the calling thread's default interaction mode they would fail and
+ * invalidate the application's capture.  relax() puts the calling thread in relaxed mode, which
+ * allows them; restore() puts back what it found.  Thread-safety: per thread. */
+typedef struct IbpCaptureMode {
+    CUstreamCaptureMode saved;
+    int relaxed; /* saved holds the mode to put back */
+} IbpCaptureMode;
+
+IbpCaptureMode ibp_driver_capture_relax(const IbpDriver *drv);
+void ibp_driver_capture_restore(const IbpDriver *drv, IbpCaptureMode mode);
 
 /* Evaluates a driver call; on failure logs the call, file:line and the error
  * name at debug level and jumps to `label`.  `res` receives the CUresult. */

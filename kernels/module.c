@@ -129,7 +129,9 @@ int ibp_module_get(CUcontext ctx, const IbpModule **out)
         if (n == IBP_MODULE_MAX) {
             err = -ENOSPC;
         } else {
+            const IbpCaptureMode mode = ibp_driver_capture_relax(drv);
             err = module_load(drv, ctx, &modules[n]);
+            ibp_driver_capture_restore(drv, mode);
             if (!err) {
                 found = &modules[n];
                 atomic_store_explicit(&module_count, n + 1, memory_order_release);

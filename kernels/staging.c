@@ -117,12 +117,14 @@ static int pool_allocate(const IbpDriver *drv, IbpStagingPool *pool)
         return -ENOMEM;
     CUresult res = CUDA_ERROR_OUT_OF_MEMORY;
     size_t cap = staging_max;
+    const IbpCaptureMode mode = ibp_driver_capture_relax(drv);
     for (;;) {
         res = drv->cuMemAlloc(&pool->base, cap);
         if (res != CUDA_ERROR_OUT_OF_MEMORY || cap / 2 < IBP_STAGING_MIN_BYTES)
             break;
         cap /= 2;
     }
+    ibp_driver_capture_restore(drv, mode);
     if (res != CUDA_SUCCESS) {
         pool->base = 0;
         pool->failed_ns = now ? now : 1;

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the shim's own allocations and module loads (a pinned shadow on the compressor thread,
+ * the staging ring, a plan's device copy and the kernels at the first compressed copy) happen
+ * while the application captures a stream in global mode, as PyTorch does by default: they must
+ * neither fail nor invalidate the capture, and the copies beside it go compressed and arrive whole. */
+#include <stdint.h>
+#include <string.h>
+
+#include "tests/preload/preload_check.h"
+
+static void *dev_buf;
+static uint8_t *back;
+
+static void copy_all(void *arg)
+{
+    const PreloadWaiting *w = arg;
+    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, w->n, w->s));
+    CHECK_CUDA(cudaMemcpyAsync(dev_buf, w->host, w->n, cudaMemcpyHostToDevice, w->s));
+    CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, w->n, cudaMemcpyDeviceToHost, w->s));
+    CHECK_CUDA(cudaStreamSynchronize(w->s));
+    CHECK(memcmp(back, w->host, w->n) == 0, "a copy of the compressed region differs");
+}
+
+int main(void)
+{
+    const PreloadTotalsFn totals = preload_compression_or_skip("capture", 1);
+    const size_t n = (6u << 20) + 1000, small = 4096;
+    uint8_t *host = NULL, *small_back = malloc(small);
+    void *dev_small = NULL;
+    CHECK(small_back != NULL, "malloc");
+    CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
+    CHECK_CUDA(cudaMalloc(&dev_buf, n));
+    CHECK_CUDA(cudaMalloc(&dev_small, small));
+    back = malloc(n);
+    CHECK(back != NULL, "malloc");
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        const float v = (float)((i * 2654435761u) % 1000u) * 1e-4f;
+        memcpy(host + i, &v, 4);
+    }
+    cudaStream_t s, cs;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+
+    /* Nothing of the shim's is allocated yet: the region was never copied. */
+    CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    CHECK_CUDA(cudaMemsetAsync(dev_small, 0x3c, small, cs));
+    PreloadWaiting waiting = {.host = host, .n = n, .s = s};
+    const unsigned copies =
+        preload_wait_compressed("capture", "copies beside a global-mode capture", totals, copy_all, &waiting);
+    enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    CHECK_CUDA(cudaStreamIsCapturing(cs, &status));
+    CHECK(status == cudaStreamCaptureStatusActive, "the capture was invalidated (status %d)", (int)status);
+    cudaGraph_t graph = NULL;
+    CHECK_CUDA(cudaStreamEndCapture(cs, &graph));
+    cudaGraphExec_t exec = NULL;
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK_CUDA(cudaGraphLaunch(exec, cs));
+    CHECK_CUDA(cudaStreamSynchronize(cs));
+    CHECK_CUDA(cudaMemcpy(small_back, dev_small, small, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < small; i++)
+        CHECK(small_back[i] == 0x3c, "the captured graph wrote 0x%02x at byte %zu", small_back[i], i);
+    printf("capture: compressed after %u copies during a global-mode capture, which stayed valid\n", copies);
+
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    CHECK_CUDA(cudaStreamDestroy(cs));
+    CHECK_CUDA(cudaStreamDestroy(s));
+    CHECK_CUDA(cudaFree(dev_small));
+    CHECK_CUDA(cudaFree(dev_buf));
+    CHECK_CUDA(cudaFreeHost(host));
+    free(back);
+    free(small_back);
+    printf("capture: ok\n");
+    return 0;
+}
