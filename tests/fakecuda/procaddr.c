@@ -101,6 +101,8 @@ static const ProcEntry table[] = {
     ENTRY("cuGraphMemcpyNodeGetParams", 10000, cuGraphMemcpyNodeGetParams),
     ENTRY("cuGraphMemsetNodeGetParams", 10000, cuGraphMemsetNodeGetParams),
     ENTRY("cuGraphExecUpdate", 12000, cuGraphExecUpdate_v2),
+    ENTRY("cuGraphExecMemcpyNodeSetParams", 10020, cuGraphExecMemcpyNodeSetParams),
+    ENTRY("cuGraphExecMemsetNodeSetParams", 10020, cuGraphExecMemsetNodeSetParams),
 };
 
 static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags,

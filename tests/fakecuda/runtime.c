@@ -853,6 +853,46 @@ RT_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t grap
     return err;
 }
 
+RT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *count)
+{
+    ENTER();
+    return ret_cu(cuGraphGetNodes(graph, nodes, count));
+}
+
+/* One-row copies and byte memsets, as the fake's graphs hold them. */
+RT_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                         void *dst, const void *src, size_t count,
+                                                         enum cudaMemcpyKind kind)
+{
+    ENTER();
+    (void)kind;
+    CUDA_MEMCPY3D p;
+    memset(&p, 0, sizeof(p));
+    p.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
+    p.srcDevice = (CUdeviceptr)(uintptr_t)src;
+    p.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+    p.dstDevice = (CUdeviceptr)(uintptr_t)dst;
+    p.WidthInBytes = count;
+    p.Height = 1;
+    p.Depth = 1;
+    return ret_cu(cuGraphExecMemcpyNodeSetParams(exec, node, &p, NULL));
+}
+
+RT_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                       const struct cudaMemsetParams *params)
+{
+    ENTER();
+    if (!params)
+        return cudaErrorInvalidValue;
+    CUDA_MEMSET_NODE_PARAMS p = {.dst = (CUdeviceptr)(uintptr_t)params->dst,
+                                 .pitch = params->pitch,
+                                 .value = params->value,
+                                 .elementSize = params->elementSize,
+                                 .width = params->width,
+                                 .height = params->height};
+    return ret_cu(cuGraphExecMemsetNodeSetParams(exec, node, &p, NULL));
+}
+
 RT_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream)
 {
     ENTER();

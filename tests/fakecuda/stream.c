@@ -1690,6 +1690,70 @@ FAKECUDA_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSE
     return CUDA_SUCCESS;
 }
 
+/* Sets the copy (or memset) of node in executable graph e, made from node's graph, to `with`'s
+ * fields: the op at the node's place in e, which must be of with's type. */
+static CUresult exec_set_op(CUgraphExec e, CUgraphNode node, const FakecudaOp *with)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUresult res = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&objects_mu);
+    size_t at = 0;
+    bool found = false;
+    for (CUgraph g = all_graphs; g && !found; g = g->next) {
+        at = 0;
+        for (const FakecudaOp *o = g->head; o && !found; o = o->next, at += found ? 0 : 1)
+            found = (CUgraphNode)o == node;
+    }
+    bool live = false;
+    for (CUgraphExec p = all_execs; p; p = p->next)
+        live |= p == e;
+    if (found && live) {
+        FakecudaOp *o = e->head;
+        for (size_t i = 0; o && i < at; i++)
+            o = o->next;
+        if (o && o->type == with->type && (o->type == FAKECUDA_OP_COPY || o->type == FAKECUDA_OP_MEMSET)) {
+            o->u = with->u;
+            res = CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&objects_mu);
+    return res;
+}
+
+/* One-row copies between memory the fake knows (no staging), given by address. */
+FAKECUDA_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec e, CUgraphNode node,
+                                                        const CUDA_MEMCPY3D *p, CUcontext ctx)
+{
+    (void)ctx;
+    if (!p || p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY ||
+        p->Height != 1 || p->Depth != 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    FakecudaOp with = {.type = FAKECUDA_OP_COPY};
+    with.u.copy.dst =
+        p->dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)p->dstHost : (uintptr_t)p->dstDevice;
+    with.u.copy.src =
+        p->srcMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)p->srcHost : (uintptr_t)p->srcDevice;
+    with.u.copy.dst += p->dstXInBytes;
+    with.u.copy.src += p->srcXInBytes;
+    with.u.copy.n = p->WidthInBytes;
+    return exec_set_op(e, node, &with);
+}
+
+FAKECUDA_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec e, CUgraphNode node,
+                                                        const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+{
+    (void)ctx;
+    if (!p || p->elementSize != 1 || p->height != 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    FakecudaOp with = {.type = FAKECUDA_OP_MEMSET};
+    with.u.memset.dst = (uintptr_t)p->dst;
+    with.u.memset.n = p->width;
+    with.u.memset.value = (unsigned char)p->value;
+    return exec_set_op(e, node, &with);
+}
+
 /* Replaces an executable graph's ops with the graph's (no check that the topologies match). */
 FAKECUDA_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info)
 {
