@@ -198,41 +198,114 @@ static void forget(cudaGraphExec_t exec)
     exec_free(e);
 }
 
+/* Adds what s found to exec's entry (made if it has none); s's writes are taken over.  What the
+ * entry held stays: a node changed in an executable graph is added, not replaced (a range
+ * marked dirty twice costs a lookup). */
+static void record(cudaGraphExec_t exec, IbpGraphScan *s)
+{
+    if (!s->host && !s->opaque && !s->nwrites) {
+        free(s->writes);
+        return;
+    }
+    int failed = 0;
+    pthread_mutex_lock(&graphs_mu);
+    IbpGraphExec *e = NULL;
+    HASH_FIND_PTR(graphs, &exec, e);
+    if (!e && (e = calloc(1, sizeof(*e))) != NULL) {
+        e->exec = exec;
+        graphs_oom = 0;
+        HASH_ADD_PTR(graphs, exec, e);
+        if (graphs_oom) {
+            free(e);
+            e = NULL;
+        } else {
+            atomic_fetch_add_explicit(&graphs_len, 1, memory_order_relaxed);
+        }
+    }
+    if (e) {
+        e->host |= s->host;
+        e->opaque |= s->opaque;
+        if (!e->nwrites) {
+            free(e->writes);
+            e->writes = s->writes;
+            e->nwrites = s->nwrites;
+            s->writes = NULL;
+        } else if (s->nwrites) {
+            IbpHostWrite *const w = realloc(e->writes, (e->nwrites + s->nwrites) * sizeof(*w));
+            if (w) {
+                memcpy(w + e->nwrites, s->writes, s->nwrites * sizeof(*w));
+                e->writes = w;
+                e->nwrites += s->nwrites;
+            } else {
+                e->opaque = 1;
+            }
+        }
+    } else {
+        failed = 1;
+    }
+    pthread_mutex_unlock(&graphs_mu);
+    free(s->writes);
+    if (failed)
+        ibp_router_hostwork_lost("a graph with host nodes or host memory writes could not be recorded");
+    else
+        IBP_DEBUG("graph exec %p: %s, %zu host memory writes found%s", (void *)exec,
+                  s->host ? "host nodes" : "no host nodes", s->nwrites,
+                  s->opaque ? ", some nodes unreadable" : "");
+}
+
+/* The driver, while copies can go compressed (else nothing needs following). */
+static const IbpDriver *driver_if_compressing(void)
+{
+    return ibp_router_compressing() ? ibp_driver_get() : NULL;
+}
+
 /* Reads graph, the graph exec was made from (or updated with), and keeps what it found. */
 static void learn(cudaGraphExec_t exec, cudaGraph_t graph)
 {
     forget(exec);
-    const IbpDriver *drv = ibp_driver_get();
-    if (!drv || !ibp_router_compressing())
-        return; /* no copy goes compressed: nothing to follow */
+    const IbpDriver *drv = driver_if_compressing();
+    if (!drv)
+        return;
     IbpGraphScan s = {0};
     scan_graph(drv, (CUgraph)graph, 0, &s);
-    if (!s.host && !s.opaque && !s.nwrites) {
-        free(s.writes);
+    record(exec, &s);
+}
+
+/* A node of exec now writes [base + off, base + off + n). */
+static void learn_write(cudaGraphExec_t exec, const void *base, size_t off, size_t n)
+{
+    const IbpDriver *drv = driver_if_compressing();
+    if (!drv)
         return;
-    }
-    IbpGraphExec *const e = calloc(1, sizeof(*e));
-    if (!e) {
-        free(s.writes);
-        ibp_router_hostwork_lost("a graph with host nodes or host memory writes could not be recorded");
+    IbpGraphScan s = {0};
+    scan_write(drv, &s, (uintptr_t)base, off, n);
+    record(exec, &s);
+}
+
+static void learn_memcpy3d(cudaGraphExec_t exec, const struct cudaMemcpy3DParms *p)
+{
+    if (!p || p->dstArray || !p->extent.width || !p->extent.height || !p->extent.depth)
         return;
-    }
-    *e = (IbpGraphExec){
-        .exec = exec, .host = s.host, .opaque = s.opaque, .nwrites = s.nwrites, .writes = s.writes};
-    pthread_mutex_lock(&graphs_mu);
-    graphs_oom = 0;
-    HASH_ADD_PTR(graphs, exec, e);
-    const int failed = graphs_oom;
-    if (!failed)
-        atomic_fetch_add_explicit(&graphs_len, 1, memory_order_relaxed);
-    pthread_mutex_unlock(&graphs_mu);
-    if (failed) {
-        exec_free(e);
-        ibp_router_hostwork_lost("a graph with host nodes or host memory writes could not be recorded");
+    const size_t pitch = p->dstPtr.pitch, slice = pitch * p->dstPtr.ysize;
+    learn_write(exec, p->dstPtr.ptr, p->dstPos.x + p->dstPos.y * pitch + p->dstPos.z * slice,
+                (p->extent.depth - 1) * slice + (p->extent.height - 1) * pitch + p->extent.width);
+}
+
+static void learn_memset(cudaGraphExec_t exec, void *dst, size_t pitch, unsigned element, size_t width,
+                         size_t height)
+{
+    if (width && height)
+        learn_write(exec, dst, 0, (height - 1) * pitch + width * element);
+}
+
+static void learn_child(cudaGraphExec_t exec, cudaGraph_t child)
+{
+    const IbpDriver *drv = driver_if_compressing();
+    if (!drv)
         return;
-    }
-    IBP_DEBUG("graph exec %p: %s, %zu host memory writes%s", (void *)exec,
-              s.host ? "host nodes" : "no host nodes", s.nwrites, s.opaque ? ", some nodes unreadable" : "");
+    IbpGraphScan s = {0};
+    scan_graph(drv, (CUgraph)child, 1, &s);
+    record(exec, &s);
 }
 
 /* ---- Hooks ---- */
@@ -289,6 +362,102 @@ cudaError_t ibp_route_graph_exec_destroy(cudaGraphExec_t exec)
     const cudaError_t err = real(exec);
     if (err == cudaSuccess)
         forget(exec);
+    return err;
+}
+
+/* Node parameters changed in an executable graph: what the node may now write is added. */
+
+cudaError_t ibp_route_graph_exec_memcpy_3d(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                           const struct cudaMemcpy3DParms *params)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphExecMemcpyNodeSetParams real = IBP_REAL(cudaGraphExecMemcpyNodeSetParams);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    const cudaError_t err = real(exec, node, params);
+    if (err == cudaSuccess)
+        learn_memcpy3d(exec, params);
+    return err;
+}
+
+cudaError_t ibp_route_graph_exec_memcpy_1d(cudaGraphExec_t exec, cudaGraphNode_t node, void *dst,
+                                           const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphExecMemcpyNodeSetParams1D real = IBP_REAL(cudaGraphExecMemcpyNodeSetParams1D);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    const cudaError_t err = real(exec, node, dst, src, count, kind);
+    if (err == cudaSuccess)
+        learn_write(exec, dst, 0, count);
+    return err;
+}
+
+cudaError_t ibp_route_graph_exec_memcpy_from_symbol(cudaGraphExec_t exec, cudaGraphNode_t node, void *dst,
+                                                    const void *symbol, size_t count, size_t offset,
+                                                    enum cudaMemcpyKind kind)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphExecMemcpyNodeSetParamsFromSymbol real =
+        IBP_REAL(cudaGraphExecMemcpyNodeSetParamsFromSymbol);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    const cudaError_t err = real(exec, node, dst, symbol, count, offset, kind);
+    if (err == cudaSuccess)
+        learn_write(exec, dst, 0, count);
+    return err;
+}
+
+cudaError_t ibp_route_graph_exec_memset(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                        const struct cudaMemsetParams *params)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphExecMemsetNodeSetParams real = IBP_REAL(cudaGraphExecMemsetNodeSetParams);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    const cudaError_t err = real(exec, node, params);
+    if (err == cudaSuccess && params)
+        learn_memset(exec, params->dst, params->pitch, params->elementSize, params->width, params->height);
+    return err;
+}
+
+cudaError_t ibp_route_graph_exec_child(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraph_t child)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphExecChildGraphNodeSetParams real = IBP_REAL(cudaGraphExecChildGraphNodeSetParams);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    const cudaError_t err = real(exec, node, child);
+    if (err == cudaSuccess)
+        learn_child(exec, child);
+    return err;
+}
+
+cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                      struct cudaGraphNodeParams *params)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphExecNodeSetParams real = IBP_REAL(cudaGraphExecNodeSetParams);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    const cudaError_t err = real(exec, node, params);
+    if (err != cudaSuccess || !params)
+        return err;
+    switch (params->type) {
+    case cudaGraphNodeTypeMemcpy:
+        learn_memcpy3d(exec, &params->memcpy.copyParams);
+        break;
+    case cudaGraphNodeTypeMemset:
+        learn_memset(exec, params->memset.dst, params->memset.pitch, params->memset.elementSize,
+                     params->memset.width, params->memset.height);
+        break;
+    case cudaGraphNodeTypeGraph:
+        learn_child(exec, params->graph.graph);
+        break;
+    case cudaGraphNodeTypeHost: /* was a host node already */
+    default:
+        break;
+    }
     return err;
 }
 

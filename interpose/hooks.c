@@ -142,3 +142,42 @@ IBP_HOOK cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_
 {
     return ibp_route_graph_launch(IBP_STREAM_API_PER_THREAD, graphExec, stream);
 }
+
+IBP_HOOK cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
+                                                      const struct cudaMemcpy3DParms *pNodeParams)
+{
+    return ibp_route_graph_exec_memcpy_3d(hGraphExec, node, pNodeParams);
+}
+
+IBP_HOOK cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
+                                                        void *dst, const void *src, size_t count,
+                                                        enum cudaMemcpyKind kind)
+{
+    return ibp_route_graph_exec_memcpy_1d(hGraphExec, node, dst, src, count, kind);
+}
+
+IBP_HOOK cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphExec_t hGraphExec,
+                                                                cudaGraphNode_t node, void *dst,
+                                                                const void *symbol, size_t count,
+                                                                size_t offset, enum cudaMemcpyKind kind)
+{
+    return ibp_route_graph_exec_memcpy_from_symbol(hGraphExec, node, dst, symbol, count, offset, kind);
+}
+
+IBP_HOOK cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
+                                                      const struct cudaMemsetParams *pNodeParams)
+{
+    return ibp_route_graph_exec_memset(hGraphExec, node, pNodeParams);
+}
+
+IBP_HOOK cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
+                                                          cudaGraph_t childGraph)
+{
+    return ibp_route_graph_exec_child(hGraphExec, node, childGraph);
+}
+
+IBP_HOOK cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node,
+                                                struct cudaGraphNodeParams *nodeParams)
+{
+    return ibp_route_graph_exec_node(graphExec, node, nodeParams);
+}

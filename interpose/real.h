@@ -36,6 +36,20 @@
     X(cudaGraphExecUpdate, cudaError_t,                                                                      \
       (cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo * info))                       \
     X(cudaGraphExecDestroy, cudaError_t, (cudaGraphExec_t exec))                                             \
+    X(cudaGraphExecMemcpyNodeSetParams, cudaError_t,                                                         \
+      (cudaGraphExec_t exec, cudaGraphNode_t node, const struct cudaMemcpy3DParms *params))                  \
+    X(cudaGraphExecMemcpyNodeSetParams1D, cudaError_t,                                                       \
+      (cudaGraphExec_t exec, cudaGraphNode_t node, void *dst, const void *src, size_t count,                 \
+       enum cudaMemcpyKind kind))                                                                            \
+    X(cudaGraphExecMemcpyNodeSetParamsFromSymbol, cudaError_t,                                               \
+      (cudaGraphExec_t exec, cudaGraphNode_t node, void *dst, const void *symbol, size_t count,              \
+       size_t offset, enum cudaMemcpyKind kind))                                                             \
+    X(cudaGraphExecMemsetNodeSetParams, cudaError_t,                                                         \
+      (cudaGraphExec_t exec, cudaGraphNode_t node, const struct cudaMemsetParams *params))                   \
+    X(cudaGraphExecChildGraphNodeSetParams, cudaError_t,                                                     \
+      (cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraph_t child))                                       \
+    X(cudaGraphExecNodeSetParams, cudaError_t,                                                               \
+      (cudaGraphExec_t exec, cudaGraphNode_t node, struct cudaGraphNodeParams * params))                     \
     X(cudaGraphLaunch, cudaError_t, (cudaGraphExec_t exec, cudaStream_t stream))                             \
     X(cudaGraphLaunch_ptsz, cudaError_t, (cudaGraphExec_t exec, cudaStream_t stream))
 

@@ -53,6 +53,19 @@ cudaError_t ibp_route_graph_instantiate_with_params(IbpStreamApi api, cudaGraphE
 cudaError_t ibp_route_graph_exec_update(cudaGraphExec_t exec, cudaGraph_t graph,
                                         cudaGraphExecUpdateResultInfo *info);
 cudaError_t ibp_route_graph_exec_destroy(cudaGraphExec_t exec);
+/* A node changed in an executable graph: what it may now write is added to what the graph did. */
+cudaError_t ibp_route_graph_exec_memcpy_3d(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                           const struct cudaMemcpy3DParms *params);
+cudaError_t ibp_route_graph_exec_memcpy_1d(cudaGraphExec_t exec, cudaGraphNode_t node, void *dst,
+                                           const void *src, size_t count, enum cudaMemcpyKind kind);
+cudaError_t ibp_route_graph_exec_memcpy_from_symbol(cudaGraphExec_t exec, cudaGraphNode_t node, void *dst,
+                                                    const void *symbol, size_t count, size_t offset,
+                                                    enum cudaMemcpyKind kind);
+cudaError_t ibp_route_graph_exec_memset(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                        const struct cudaMemsetParams *params);
+cudaError_t ibp_route_graph_exec_child(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraph_t child);
+cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                      struct cudaGraphNodeParams *params);
 cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream);
 
 /* For graphs.c: host work the router cannot wrap.  begin/end count it pending (copies that would

@@ -70,6 +70,15 @@ static void *lookup(void *handle, const char *name)
 static void *dev_buf;
 static uint8_t *back;
 
+/* Float weights of a narrow range, the kind of data the codec compresses. */
+static void fill_weights(uint8_t *host, size_t n)
+{
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        const float v = (float)((i * 2654435761u) % 1000u) * 1e-4f;
+        memcpy(host + i, &v, 4);
+    }
+}
+
 static void copy_all(void *arg)
 {
     const PreloadWaiting *w = arg;
@@ -272,16 +281,27 @@ static void check_graph_host(const char *name, GraphMake how, uint8_t *host, siz
     free(patch);
 }
 
+/* How an executable graph comes to copy into the region. */
+typedef enum GraphRetarget {
+    GRAPH_AS_CAPTURED, /* captured so */
+    GRAPH_EXEC_UPDATE, /* made from a graph copying elsewhere, then cudaGraphExecUpdate */
+    GRAPH_NODE_PARAMS, /* made from a graph copying elsewhere, then cudaGraphExecMemcpyNodeSetParams1D */
+} GraphRetarget;
+
 /* A graph's device-to-host copy lands in a compressed region without a fault: later copies of
- * the region deliver the graph's bytes.  With `update`, the executable graph is made from a graph
- * copying elsewhere and cudaGraphExecUpdate points it at the region. */
-static void check_graph_write(const char *name, int update, uint8_t *host, size_t n, cudaStream_t s,
+ * the region deliver the graph's bytes.  Each variant copies into a region of its own, so that
+ * the block it writes is compressed when the graph runs (blocks written lately may stay raw a
+ * while, which would deliver the right bytes whether or not the write was followed). */
+static void check_graph_write(const char *name, GraphRetarget how, size_t n, cudaStream_t s,
                               PreloadTotalsFn totals)
 {
-    const size_t off = (3u << 20) + 7 * 4096 + 9, len = (48u << 10) + 3;
-    uint8_t *patch = malloc(len), *elsewhere = NULL;
+    const int update = how != GRAPH_AS_CAPTURED;
+    const size_t off = (1u << 20) + 7 * 4096 + 9, len = (48u << 10) + 3;
+    uint8_t *host = NULL, *patch = malloc(len), *elsewhere = NULL;
     void *dev_patch = NULL;
     CHECK(patch != NULL, "malloc");
+    CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
+    fill_weights(host, n);
     CHECK_CUDA(cudaHostAlloc((void **)&elsewhere, len, cudaHostAllocDefault));
     CHECK_CUDA(cudaMalloc(&dev_patch, len));
     cudaStream_t cs;
@@ -294,29 +314,34 @@ static void check_graph_write(const char *name, int update, uint8_t *host, size_
         CHECK_CUDA(cudaStreamEndCapture(cs, &graph[g]));
     }
     const cudaGraphExec_t exec = instantiate(graph[update ? 0 : 1], GRAPH_INSTANTIATE);
-    if (update) {
+    if (how == GRAPH_EXEC_UPDATE) {
         cudaGraphExecUpdateResultInfo info;
         CHECK_CUDA(cudaGraphExecUpdate(exec, graph[1], &info));
+    } else if (how == GRAPH_NODE_PARAMS) {
+        cudaGraphNode_t node = NULL;
+        size_t count = 1;
+        CHECK_CUDA(cudaGraphGetNodes(graph[0], &node, &count));
+        CHECK(count == 1 && node != NULL, "the captured graph has %zu nodes", count);
+        CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(exec, node, host + off, dev_patch, len,
+                                                      cudaMemcpyDeviceToHost));
     }
-    for (int launch = 0; launch < 2; launch++) {
-        /* The region compressed as it is now, then rewritten by the graph. */
-        PreloadWaiting waiting = {.host = host, .n = n, .s = s};
-        preload_wait_compressed("hostfn", name, totals, copy_all, &waiting);
-        for (size_t i = 0; i < len; i++)
-            patch[i] = (uint8_t)(host[off + i] ^ (0x35 + launch));
-        CHECK_CUDA(cudaMemcpy(dev_patch, patch, len, cudaMemcpyHostToDevice));
-        CHECK_CUDA(cudaGraphLaunch(exec, s));
-        CHECK_CUDA(cudaStreamSynchronize(s));
-        CHECK(memcmp(host + off, patch, len) == 0, "%s: the graph did not write the region", name);
-        CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
-        CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
-        CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, n, cudaMemcpyDeviceToHost, s));
-        CHECK_CUDA(cudaStreamSynchronize(s));
-        for (size_t i = 0; i < n; i++)
-            CHECK(back[i] == host[i], "%s, launch %d: byte %zu is 0x%02x, expected 0x%02x (%s)", name, launch,
-                  i, back[i], host[i], i >= off && i < off + len ? "written by the graph" : "unchanged");
-        printf("hostfn: %s, launch %d: the copy after it delivered the graph's bytes\n", name, launch);
-    }
+    PreloadWaiting waiting = {.host = host, .n = n, .s = s};
+    const unsigned copies = preload_wait_compressed("hostfn", name, totals, copy_all, &waiting);
+    for (size_t i = 0; i < len; i++)
+        patch[i] = (uint8_t)~host[off + i];
+    CHECK_CUDA(cudaMemcpy(dev_patch, patch, len, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaGraphLaunch(exec, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    CHECK(memcmp(host + off, patch, len) == 0, "%s: the graph did not write the region", name);
+    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
+    CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
+    CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, n, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    for (size_t i = 0; i < n; i++)
+        CHECK(back[i] == host[i], "%s: byte %zu is 0x%02x, expected 0x%02x (%s)", name, i, back[i], host[i],
+              i >= off && i < off + len ? "written by the graph" : "unchanged");
+    printf("hostfn: %s: compressed after %u copies, the copy after the graph delivered its bytes\n", name,
+           copies);
     CHECK_CUDA(cudaGraphExecDestroy(exec));
     for (int g = 0; g < 2; g++)
         if (graph[g])
@@ -324,6 +349,7 @@ static void check_graph_write(const char *name, int update, uint8_t *host, size_
     CHECK_CUDA(cudaStreamDestroy(cs));
     CHECK_CUDA(cudaFree(dev_patch));
     CHECK_CUDA(cudaFreeHost(elsewhere));
+    CHECK_CUDA(cudaFreeHost(host));
     free(patch);
 }
 
@@ -336,11 +362,7 @@ int main(void)
     CHECK_CUDA(cudaMalloc(&dev_buf, n));
     back = malloc(n);
     CHECK(back != NULL, "malloc");
-    /* Float weights of a narrow range, the kind of data the codec compresses. */
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        const float v = (float)((i * 2654435761u) % 1000u) * 1e-4f;
-        memcpy(host + i, &v, 4);
-    }
+    fill_weights(host, n);
     cudaStream_t s;
     CHECK_CUDA(cudaStreamCreate(&s));
 
@@ -355,8 +377,11 @@ int main(void)
     check_graph_host("a host node (cudaGraphInstantiate)", GRAPH_INSTANTIATE, host, n, s, totals);
     check_graph_host("a host node (cudaGraphInstantiateWithFlags)", GRAPH_WITH_FLAGS, host, n, s, totals);
     check_graph_host("a host node (cudaGraphInstantiateWithParams)", GRAPH_WITH_PARAMS, host, n, s, totals);
-    check_graph_write("a graph's device-to-host copy", 0, host, n, s, totals);
-    check_graph_write("a graph's device-to-host copy after cudaGraphExecUpdate", 1, host, n, s, totals);
+    check_graph_write("a graph's device-to-host copy", GRAPH_AS_CAPTURED, n, s, totals);
+    check_graph_write("a graph's device-to-host copy after cudaGraphExecUpdate", GRAPH_EXEC_UPDATE, n, s,
+                      totals);
+    check_graph_write("a graph's device-to-host copy after cudaGraphExecMemcpyNodeSetParams1D",
+                      GRAPH_NODE_PARAMS, n, s, totals);
     printf("hostfn: ok\n");
 
     CHECK_CUDA(cudaStreamDestroy(s));
