@@ -13,12 +13,7 @@ static uint8_t *back;
 
 static void copy_all(void *arg)
 {
-    const PreloadWaiting *w = arg;
-    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, w->n, w->s));
-    CHECK_CUDA(cudaMemcpyAsync(dev_buf, w->host, w->n, cudaMemcpyHostToDevice, w->s));
-    CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, w->n, cudaMemcpyDeviceToHost, w->s));
-    CHECK_CUDA(cudaStreamSynchronize(w->s));
-    CHECK(memcmp(back, w->host, w->n) == 0, "a copy of the compressed region differs");
+    preload_round_trip(arg, dev_buf, back);
 }
 
 int main(void)

@@ -81,12 +81,7 @@ static void fill_weights(uint8_t *host, size_t n)
 
 static void copy_all(void *arg)
 {
-    const PreloadWaiting *w = arg;
-    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, w->n, w->s));
-    CHECK_CUDA(cudaMemcpyAsync(dev_buf, w->host, w->n, cudaMemcpyHostToDevice, w->s));
-    CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, w->n, cudaMemcpyDeviceToHost, w->s));
-    CHECK_CUDA(cudaStreamSynchronize(w->s));
-    CHECK(memcmp(back, w->host, w->n) == 0, "a copy of the compressed region differs");
+    preload_round_trip(arg, dev_buf, back);
 }
 
 /* The hooks answer bad arguments exactly as the runtime does, and a refused function leaves no

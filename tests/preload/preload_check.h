@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,6 +77,17 @@ typedef struct PreloadWaiting {
     size_t n;
     cudaStream_t s;
 } PreloadWaiting;
+
+/* One round trip of w's region through a device buffer: poisons dev, copies the region in, copies
+ * it back into back and checks every byte (dev and back hold w->n bytes). */
+static inline void preload_round_trip(const PreloadWaiting *w, void *dev, uint8_t *back)
+{
+    CHECK_CUDA(cudaMemsetAsync(dev, 0x5c, w->n, w->s));
+    CHECK_CUDA(cudaMemcpyAsync(dev, w->host, w->n, cudaMemcpyHostToDevice, w->s));
+    CHECK_CUDA(cudaMemcpyAsync(back, dev, w->n, cudaMemcpyDeviceToHost, w->s));
+    CHECK_CUDA(cudaStreamSynchronize(w->s));
+    CHECK(memcmp(back, w->host, w->n) == 0, "a copy of the compressed region differs");
+}
 
 /* How long preload_wait_compressed() waits: PRELOAD_WAIT_SECONDS, default 100 s.  Compressing a
  * 40 MiB region took 6 s at most under AddressSanitizer with both cores of the CI machine busy
