@@ -126,6 +126,7 @@ typedef enum FakecudaOpType {
     FAKECUDA_OP_WAIT,
     FAKECUDA_OP_HOST_FN,
     FAKECUDA_OP_NOP,
+    FAKECUDA_OP_CHILD, /* a child graph node: only in graphs, never on a stream */
 } FakecudaOpType;
 
 typedef struct FakecudaOp {
@@ -163,6 +164,9 @@ typedef struct FakecudaOp {
             CUhostFn fn;
             void *arg;
         } host_fn;
+        struct {
+            struct CUgraph_st *graph; /* owned: freed with the node */
+        } child;
     } u;
 } FakecudaOp;
 

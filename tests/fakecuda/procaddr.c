@@ -98,6 +98,7 @@ static const ProcEntry table[] = {
     ENTRY("cuGraphGetNodes", 10000, cuGraphGetNodes),
     ENTRY("cuGraphNodeGetType", 10000, cuGraphNodeGetType),
     ENTRY("cuGraphChildGraphNodeGetGraph", 10000, cuGraphChildGraphNodeGetGraph),
+    ENTRY("cuGraphAddChildGraphNode", 10000, cuGraphAddChildGraphNode),
     ENTRY("cuGraphMemcpyNodeGetParams", 10000, cuGraphMemcpyNodeGetParams),
     ENTRY("cuGraphMemsetNodeGetParams", 10000, cuGraphMemsetNodeGetParams),
     ENTRY("cuGraphExecUpdate", 12000, cuGraphExecUpdate_v2),

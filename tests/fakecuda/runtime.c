@@ -853,6 +853,13 @@ RT_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t grap
     return err;
 }
 
+RT_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *node, cudaGraph_t graph,
+                                                 const cudaGraphNode_t *deps, size_t ndeps, cudaGraph_t child)
+{
+    ENTER();
+    return ret_cu(cuGraphAddChildGraphNode(node, graph, deps, ndeps, child));
+}
+
 RT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *count)
 {
     ENTER();

@@ -85,6 +85,8 @@ FakecudaOp *fakecuda_op_new(FakecudaOpType type)
 }
 
 static void event_unref(CUevent ev);
+static void graph_free(CUgraph g);
+static CUgraph graph_clone(CUgraph g);
 
 void fakecuda_op_free(FakecudaOp *op)
 {
@@ -104,6 +106,10 @@ void fakecuda_op_free(FakecudaOp *op)
     case FAKECUDA_OP_WAIT:
         if (op->u.wait.target)
             fakecuda_stream_unref(op->u.wait.target);
+        break;
+    case FAKECUDA_OP_CHILD:
+        if (op->u.child.graph)
+            graph_free(op->u.child.graph);
         break;
     default:
         break;
@@ -136,6 +142,10 @@ static FakecudaOp *op_clone(const FakecudaOp *op)
             c->u.kernel.params[i] = (char *)c->u.kernel.blob + off;
             off += (k->param_sizes[i] + 7) & ~(size_t)7;
         }
+    }
+    if (op->type == FAKECUDA_OP_CHILD && !(c->u.child.graph = graph_clone(op->u.child.graph))) {
+        fakecuda_op_free(c);
+        return NULL;
     }
     assert(op->type != FAKECUDA_OP_COPY || !op->u.copy.staging);
     return c;
@@ -263,6 +273,8 @@ static CUresult exec_op(const FakecudaOp *op)
         return CUDA_SUCCESS;
     case FAKECUDA_OP_NOP:
         return CUDA_SUCCESS;
+    case FAKECUDA_OP_CHILD: /* flattened at instantiation */
+        break;
     }
     return CUDA_ERROR_UNKNOWN;
 }
@@ -1435,32 +1447,82 @@ FAKECUDA_EXPORT CUresult cuGraphDestroy(CUgraph g)
     return CUDA_SUCCESS;
 }
 
+static bool graph_within(CUgraph root, CUgraph g);
+
+/* Whether g is a live graph or one a live graph's child graph nodes own. */
 static bool graph_live(CUgraph g)
 {
     bool found = false;
     pthread_mutex_lock(&objects_mu);
-    for (CUgraph p = all_graphs; p; p = p->next)
-        found |= p == g;
+    for (CUgraph p = all_graphs; p && !found; p = p->next)
+        found = graph_within(p, g);
     pthread_mutex_unlock(&objects_mu);
     return found;
 }
 
-/* Copies a list of ops; NULL with *ok false when memory runs out. */
-static FakecudaOp *op_list_clone(const FakecudaOp *head, bool *ok)
+/* Copies a list of ops; NULL with *ok false when memory runs out.  flatten: child graph nodes
+ * give way to copies of their graphs' ops (an executable graph's list). */
+static FakecudaOp *op_list_clone(const FakecudaOp *head, bool flatten, bool *ok)
 {
     FakecudaOp *out = NULL, **tail = &out;
     *ok = true;
     for (const FakecudaOp *o = head; o; o = o->next) {
-        FakecudaOp *const c = op_clone(o);
-        if (!c) {
+        FakecudaOp *c = NULL;
+        if (flatten && o->type == FAKECUDA_OP_CHILD) {
+            c = op_list_clone(o->u.child.graph->head, true, ok);
+            if (!*ok) {
+                op_list_free(out);
+                return NULL;
+            }
+        } else if (!(c = op_clone(o))) {
             op_list_free(out);
             *ok = false;
             return NULL;
         }
         *tail = c;
-        tail = &c->next;
+        while (*tail)
+            tail = &(*tail)->next;
     }
     return out;
+}
+
+/* A graph owned by a child graph node: not in the live list, freed with its node. */
+static CUgraph graph_clone(CUgraph g)
+{
+    const CUgraph c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    bool ok = true;
+    c->head = op_list_clone(g->head, false, &ok);
+    if (!ok) {
+        free(c);
+        return NULL;
+    }
+    for (FakecudaOp *o = c->head; o; o = o->next) {
+        c->tail = o;
+        c->count++;
+    }
+    return c;
+}
+
+/* Whether g is root or a graph owned by one of its child graph nodes, at any depth. */
+static bool graph_within(CUgraph root, CUgraph g)
+{
+    if (root == g)
+        return true;
+    for (const FakecudaOp *o = root->head; o; o = o->next)
+        if (o->type == FAKECUDA_OP_CHILD && graph_within(o->u.child.graph, g))
+            return true;
+    return false;
+}
+
+/* Ops an executable graph made from g holds for g's ops before `stop` (all with NULL). */
+static size_t flat_count(CUgraph g, const FakecudaOp *stop)
+{
+    size_t n = 0;
+    for (const FakecudaOp *o = g->head; o && o != stop; o = o->next)
+        n += o->type == FAKECUDA_OP_CHILD ? flat_count(o->u.child.graph, NULL) : 1;
+    return n;
 }
 
 FAKECUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g, unsigned long long flags)
@@ -1480,7 +1542,7 @@ FAKECUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g
         found |= p == g;
     bool ok = true;
     if (found)
-        e->head = op_list_clone(g->head, &ok);
+        e->head = op_list_clone(g->head, true, &ok);
     if (found && ok) {
         e->next = all_execs;
         all_execs = e;
@@ -1528,7 +1590,7 @@ static CUresult graph_launch(CUgraphExec e, CUstream handle, bool per_thread_def
     for (CUgraphExec p = all_execs; p; p = p->next)
         found |= p == e;
     if (found)
-        ops = op_list_clone(e->head, &ok);
+        ops = op_list_clone(e->head, false, &ok);
     pthread_mutex_unlock(&objects_mu);
     if (!found)
         r = CUDA_ERROR_INVALID_VALUE;
@@ -1577,17 +1639,27 @@ FAKECUDA_EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *
     return CUDA_SUCCESS;
 }
 
+/* The op behind a node handle in g or a graph its child graph nodes own, copied out. */
+static bool node_in(CUgraph g, CUgraphNode node, FakecudaOp *out)
+{
+    for (const FakecudaOp *o = g->head; o; o = o->next) {
+        if ((CUgraphNode)o == node) {
+            *out = *o;
+            return true;
+        }
+        if (o->type == FAKECUDA_OP_CHILD && node_in(o->u.child.graph, node, out))
+            return true;
+    }
+    return false;
+}
+
 /* The op behind a node handle, copied out; false for a handle of no live graph. */
 static bool node_op(CUgraphNode node, FakecudaOp *out)
 {
     bool found = false;
     pthread_mutex_lock(&objects_mu);
     for (CUgraph g = all_graphs; g && !found; g = g->next)
-        for (const FakecudaOp *o = g->head; o && !found; o = o->next)
-            if ((CUgraphNode)o == node) {
-                *out = *o;
-                found = true;
-            }
+        found = node_in(g, node, out);
     pthread_mutex_unlock(&objects_mu);
     return found;
 }
@@ -1626,6 +1698,9 @@ FAKECUDA_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *t
     case FAKECUDA_OP_EVENT:
         *type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
         break;
+    case FAKECUDA_OP_CHILD:
+        *type = CU_GRAPH_NODE_TYPE_GRAPH;
+        break;
     default: /* waits are edges in a real graph */
         *type = CU_GRAPH_NODE_TYPE_EMPTY;
         break;
@@ -1633,15 +1708,49 @@ FAKECUDA_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *t
     return CUDA_SUCCESS;
 }
 
-/* The fake's graphs hold no child graph nodes. */
+/* The graph the node owns (valid while the node's graph lives). */
 FAKECUDA_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph *graph)
 {
+    FakecudaOp op;
+    const CUresult r = node_query(node, graph, FAKECUDA_OP_CHILD, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *graph = op.u.child.graph;
+    return CUDA_SUCCESS;
+}
+
+/* Appends a node owning a copy of child to g (dependencies are not modelled: g's nodes run in the
+ * order they were added). */
+FAKECUDA_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+                                                  size_t ndeps, CUgraph child)
+{
+    (void)deps;
+    (void)ndeps;
     const CUresult r = fakecuda_check_init();
     if (r != CUDA_SUCCESS)
         return r;
-    (void)node;
-    (void)graph;
-    return CUDA_ERROR_INVALID_VALUE;
+    if (!out || !graph_live(g) || !graph_live(child))
+        return CUDA_ERROR_INVALID_VALUE;
+    FakecudaOp *const op = fakecuda_op_new(FAKECUDA_OP_CHILD);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&objects_mu);
+    op->u.child.graph = graph_clone(child);
+    if (op->u.child.graph) {
+        if (g->tail)
+            g->tail->next = op;
+        else
+            g->head = op;
+        g->tail = op;
+        g->count++;
+    }
+    pthread_mutex_unlock(&objects_mu);
+    if (!op->u.child.graph) {
+        fakecuda_op_free(op);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = (CUgraphNode)op;
+    return CUDA_SUCCESS;
 }
 
 /* Where an address lies, as a node's parameters name it. */
@@ -1701,11 +1810,12 @@ static CUresult exec_set_op(CUgraphExec e, CUgraphNode node, const FakecudaOp *w
     pthread_mutex_lock(&objects_mu);
     size_t at = 0;
     bool found = false;
-    for (CUgraph g = all_graphs; g && !found; g = g->next) {
-        at = 0;
-        for (const FakecudaOp *o = g->head; o && !found; o = o->next, at += found ? 0 : 1)
-            found = (CUgraphNode)o == node;
-    }
+    for (CUgraph g = all_graphs; g && !found; g = g->next)
+        for (const FakecudaOp *o = g->head; o && !found; o = o->next)
+            if ((CUgraphNode)o == node) {
+                at = flat_count(g, o);
+                found = true;
+            }
     bool live = false;
     for (CUgraphExec p = all_execs; p; p = p->next)
         live |= p == e;
@@ -1771,7 +1881,7 @@ FAKECUDA_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphE
     for (CUgraph p = all_graphs; p; p = p->next)
         found_g |= p == g;
     if (found_e && found_g) {
-        FakecudaOp *const ops = op_list_clone(g->head, &ok);
+        FakecudaOp *const ops = op_list_clone(g->head, true, &ok);
         if (ok) {
             old = e->head;
             e->head = ops;
