@@ -228,21 +228,35 @@ static cudaGraphExec_t instantiate(cudaGraph_t graph, GraphMake how)
 }
 
 /* A graph whose host node rewrites a compressed region, launched before a copy of the region in
- * stream order (twice: each launch is followed on its own): the copy delivers the node's bytes. */
-static void check_graph_host(const char *name, GraphMake how, uint8_t *host, size_t n, cudaStream_t s,
+ * stream order (twice: each launch is followed on its own): the copy delivers the node's bytes.
+ * nested: the host node sits in a child graph.  Each variant has a region of its own, so that the
+ * block the node writes is compressed when it runs. */
+static void check_graph_host(const char *name, GraphMake how, int nested, size_t n, cudaStream_t s,
                              PreloadTotalsFn totals)
 {
     const size_t off = (2u << 20) + 5 * 4096 + 3, len = (32u << 10) + 7;
-    uint8_t *patch = malloc(len);
+    uint8_t *host = NULL, *patch = malloc(len);
     CHECK(patch != NULL, "malloc");
+    CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
+    fill_weights(host, n);
     Gate gate = {.dst = host + off, .patch = patch, .len = len};
     cudaStream_t cs;
     CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
     CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
     CHECK_CUDA(cudaLaunchHostFunc(cs, gate_host_fn, &gate));
-    cudaGraph_t graph = NULL;
+    cudaGraph_t graph = NULL, child = NULL;
     CHECK_CUDA(cudaStreamEndCapture(cs, &graph));
+    if (nested) {
+        child = graph;
+        CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+        CHECK_CUDA(cudaMemsetAsync(dev_buf, 0, 16, cs));
+        CHECK_CUDA(cudaStreamEndCapture(cs, &graph));
+        cudaGraphNode_t node = NULL;
+        CHECK_CUDA(cudaGraphAddChildGraphNode(&node, graph, NULL, 0, child));
+    }
     const cudaGraphExec_t exec = instantiate(graph, how);
+    PreloadWaiting waiting = {.host = host, .n = n, .s = s};
+    preload_wait_compressed("hostfn", name, totals, copy_all, &waiting);
     for (int launch = 0; launch < 2; launch++) {
         for (size_t i = 0; i < len; i++)
             patch[i] = (uint8_t)(host[off + i] + 1 + launch);
@@ -265,14 +279,16 @@ static void check_graph_host(const char *name, GraphMake how, uint8_t *host, siz
         CHECK(b.copies == a.copies + 1 && b.compressed_in == a.compressed_in,
               "%s, launch %d: the copy behind a pending host node went compressed (%llu bytes)", name, launch,
               (unsigned long long)(b.compressed_in - a.compressed_in));
-        PreloadWaiting waiting = {.host = host, .n = n, .s = s};
         const unsigned copies = preload_wait_compressed("hostfn", name, totals, copy_all, &waiting);
         printf("hostfn: %s, launch %d: copy behind it raw and correct, compressed again after %u copies\n",
                name, launch, copies);
     }
     CHECK_CUDA(cudaGraphExecDestroy(exec));
     CHECK_CUDA(cudaGraphDestroy(graph));
+    if (child)
+        CHECK_CUDA(cudaGraphDestroy(child));
     CHECK_CUDA(cudaStreamDestroy(cs));
+    CHECK_CUDA(cudaFreeHost(host));
     free(patch);
 }
 
@@ -281,6 +297,7 @@ typedef enum GraphRetarget {
     GRAPH_AS_CAPTURED, /* captured so */
     GRAPH_EXEC_UPDATE, /* made from a graph copying elsewhere, then cudaGraphExecUpdate */
     GRAPH_NODE_PARAMS, /* made from a graph copying elsewhere, then cudaGraphExecMemcpyNodeSetParams1D */
+    GRAPH_IN_CHILD,    /* the copy sits in a child graph */
 } GraphRetarget;
 
 /* A graph's device-to-host copy lands in a compressed region without a fault: later copies of
@@ -290,7 +307,7 @@ typedef enum GraphRetarget {
 static void check_graph_write(const char *name, GraphRetarget how, size_t n, cudaStream_t s,
                               PreloadTotalsFn totals)
 {
-    const int update = how != GRAPH_AS_CAPTURED;
+    const int update = how == GRAPH_EXEC_UPDATE || how == GRAPH_NODE_PARAMS;
     const size_t off = (1u << 20) + 7 * 4096 + 9, len = (48u << 10) + 3;
     uint8_t *host = NULL, *patch = malloc(len), *elsewhere = NULL;
     void *dev_patch = NULL;
@@ -308,7 +325,15 @@ static void check_graph_write(const char *name, GraphRetarget how, size_t n, cud
         CHECK_CUDA(cudaMemcpyAsync(dsts[g], dev_patch, len, cudaMemcpyDeviceToHost, cs));
         CHECK_CUDA(cudaStreamEndCapture(cs, &graph[g]));
     }
-    const cudaGraphExec_t exec = instantiate(graph[update ? 0 : 1], GRAPH_INSTANTIATE);
+    cudaGraph_t parent = NULL;
+    if (how == GRAPH_IN_CHILD) {
+        CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+        CHECK_CUDA(cudaMemsetAsync(dev_buf, 0, 16, cs));
+        CHECK_CUDA(cudaStreamEndCapture(cs, &parent));
+        cudaGraphNode_t node = NULL;
+        CHECK_CUDA(cudaGraphAddChildGraphNode(&node, parent, NULL, 0, graph[1]));
+    }
+    const cudaGraphExec_t exec = instantiate(parent ? parent : graph[update ? 0 : 1], GRAPH_INSTANTIATE);
     if (how == GRAPH_EXEC_UPDATE) {
         cudaGraphExecUpdateResultInfo info;
         CHECK_CUDA(cudaGraphExecUpdate(exec, graph[1], &info));
@@ -338,6 +363,8 @@ static void check_graph_write(const char *name, GraphRetarget how, size_t n, cud
     printf("hostfn: %s: compressed after %u copies, the copy after the graph delivered its bytes\n", name,
            copies);
     CHECK_CUDA(cudaGraphExecDestroy(exec));
+    if (parent)
+        CHECK_CUDA(cudaGraphDestroy(parent));
     for (int g = 0; g < 2; g++)
         if (graph[g])
             CHECK_CUDA(cudaGraphDestroy(graph[g]));
@@ -369,14 +396,16 @@ int main(void)
     check_variant("cudaLaunchHostFunc_ptsz", 1, 0, host, n, s, totals);
     check_variant("cudaStreamAddCallback", 0, 1, host, n, s, totals);
     check_variant("cudaStreamAddCallback_ptsz", 1, 1, host, n, s, totals);
-    check_graph_host("a host node (cudaGraphInstantiate)", GRAPH_INSTANTIATE, host, n, s, totals);
-    check_graph_host("a host node (cudaGraphInstantiateWithFlags)", GRAPH_WITH_FLAGS, host, n, s, totals);
-    check_graph_host("a host node (cudaGraphInstantiateWithParams)", GRAPH_WITH_PARAMS, host, n, s, totals);
+    check_graph_host("a host node (cudaGraphInstantiate)", GRAPH_INSTANTIATE, 0, n, s, totals);
+    check_graph_host("a host node (cudaGraphInstantiateWithFlags)", GRAPH_WITH_FLAGS, 0, n, s, totals);
+    check_graph_host("a host node (cudaGraphInstantiateWithParams)", GRAPH_WITH_PARAMS, 0, n, s, totals);
+    check_graph_host("a host node in a child graph", GRAPH_INSTANTIATE, 1, n, s, totals);
     check_graph_write("a graph's device-to-host copy", GRAPH_AS_CAPTURED, n, s, totals);
     check_graph_write("a graph's device-to-host copy after cudaGraphExecUpdate", GRAPH_EXEC_UPDATE, n, s,
                       totals);
     check_graph_write("a graph's device-to-host copy after cudaGraphExecMemcpyNodeSetParams1D",
                       GRAPH_NODE_PARAMS, n, s, totals);
+    check_graph_write("a child graph's device-to-host copy", GRAPH_IN_CHILD, n, s, totals);
     printf("hostfn: ok\n");
 
     CHECK_CUDA(cudaStreamDestroy(s));
