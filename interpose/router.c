@@ -278,6 +278,15 @@ static CUstream driver_stream(IbpStreamApi api, cudaStream_t stream)
     return (CUstream)stream;
 }
 
+int ibp_router_stream_capturing(IbpStreamApi api, cudaStream_t stream)
+{
+    const IbpDriver *drv = ibp_driver_get();
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!drv || drv->cuStreamIsCapturing(driver_stream(api, stream), &capture) != CUDA_SUCCESS)
+        return -1;
+    return capture != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 /* Tries to send [src, src + n) -> dst compressed.  Returns 1 when the copy was handled (its
  * result in *ret), 0 when the caller should make the real call. */
 static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
@@ -298,14 +307,13 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
     IbpRawReason why = IBP_RAW_ERROR;
     CUcontext ctx = NULL;
     const CUstream cu_stream = driver_stream(api, stream);
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     if (hostfn_busy) {
         why = IBP_RAW_STALE;
         goto raw;
     }
     if (!drv || drv->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
         goto raw;
-    if (drv->cuStreamIsCapturing(cu_stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    if (ibp_router_stream_capturing(api, stream) != 0) {
         why = IBP_RAW_CAPTURING;
         goto raw;
     }
@@ -464,12 +472,10 @@ static IbpHostFnCall *hostfn_begin(IbpStreamApi api, cudaStream_t stream, int ha
     const IbpDriver *drv = ibp_driver_get();
     if (!drv)
         return NULL; /* no driver: every copy goes raw anyway */
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (drv->cuStreamIsCapturing(driver_stream(api, stream), &capture) != CUDA_SUCCESS) {
+    const int capturing = ibp_router_stream_capturing(api, stream);
+    if (capturing < 0)
         *unseen = 1;
-        return NULL;
-    }
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    if (capturing != 0)
         return NULL;
     IbpHostFnCall *call = calloc(1, sizeof(*call));
     if (!call) {
@@ -502,15 +508,6 @@ void ibp_router_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_t
 {
     if (writes_tracked_host(dst, n, cudaMemcpyDeviceToHost))
         note_device_write(api, dst, n, stream, 0);
-}
-
-int ibp_router_stream_capturing(IbpStreamApi api, cudaStream_t stream)
-{
-    const IbpDriver *drv = ibp_driver_get();
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (!drv || drv->cuStreamIsCapturing(driver_stream(api, stream), &capture) != CUDA_SUCCESS)
-        return -1;
-    return capture != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 int ibp_router_compressing(void)
