@@ -82,7 +82,25 @@ static void scan_write(const IbpDriver *drv, IbpGraphScan *s, uintptr_t base, si
     s->writes[s->nwrites++] = (IbpHostWrite){(void *)(base + off), n};
 }
 
-/* The bytes a 3D copy's destination spans, from its first to its last. */
+/* A pitched destination, as copies and memsets (runtime or driver, node or executable graph)
+ * name theirs: width bytes a row, height rows pitch apart, depth slices of rows rows; the first
+ * byte at column x, row y, slice z. */
+typedef struct IbpPitched {
+    uintptr_t base;
+    size_t x, y, z, pitch, rows;
+    size_t width, height, depth;
+} IbpPitched;
+
+/* The bytes d spans, from its first to its last. */
+static void scan_pitched(const IbpDriver *drv, IbpGraphScan *s, IbpPitched d)
+{
+    if (!d.width || !d.height || !d.depth)
+        return;
+    const size_t slice = d.pitch * d.rows;
+    scan_write(drv, s, d.base, d.x + d.y * d.pitch + d.z * slice,
+               (d.depth - 1) * slice + (d.height - 1) * d.pitch + d.width);
+}
+
 static void scan_memcpy(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
 {
     CUDA_MEMCPY3D p;
@@ -91,14 +109,25 @@ static void scan_memcpy(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
         s->opaque = 1;
         return;
     }
-    if (p.dstMemoryType == CU_MEMORYTYPE_ARRAY || !p.WidthInBytes || !p.Height || !p.Depth)
+    if (p.dstMemoryType == CU_MEMORYTYPE_ARRAY)
         return;
-    const uintptr_t base =
-        p.dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)p.dstHost : (uintptr_t)p.dstDevice;
-    const size_t slice = (size_t)p.dstPitch * p.dstHeight;
-    const size_t off = p.dstXInBytes + p.dstY * (size_t)p.dstPitch + p.dstZ * slice;
-    const size_t n = (p.Depth - 1) * slice + (p.Height - 1) * (size_t)p.dstPitch + p.WidthInBytes;
-    scan_write(drv, s, base, off, n);
+    scan_pitched(drv, s,
+                 (IbpPitched){.base = p.dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)p.dstHost
+                                                                            : (uintptr_t)p.dstDevice,
+                              .x = p.dstXInBytes,
+                              .y = p.dstY,
+                              .z = p.dstZ,
+                              .pitch = p.dstPitch,
+                              .rows = p.dstHeight,
+                              .width = p.WidthInBytes,
+                              .height = p.Height,
+                              .depth = p.Depth});
+}
+
+static IbpPitched memset_span(void *dst, size_t pitch, unsigned element, size_t width, size_t height)
+{
+    return (IbpPitched){
+        .base = (uintptr_t)dst, .pitch = pitch, .width = width * element, .height = height, .depth = 1};
 }
 
 static void scan_memset(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
@@ -109,9 +138,7 @@ static void scan_memset(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
         s->opaque = 1;
         return;
     }
-    if (!p.width || !p.height)
-        return;
-    scan_write(drv, s, (uintptr_t)p.dst, 0, (p.height - 1) * p.pitch + p.width * (size_t)p.elementSize);
+    scan_pitched(drv, s, memset_span((void *)(uintptr_t)p.dst, p.pitch, p.elementSize, p.width, p.height));
 }
 
 static void scan_graph(const IbpDriver *drv, CUgraph g, int depth, IbpGraphScan *s)
@@ -259,53 +286,54 @@ static const IbpDriver *driver_if_compressing(void)
     return ibp_router_compressing() ? ibp_driver_get() : NULL;
 }
 
+/* Adds to exec's entry what graph (at depth, 0 for the graph exec was made from) does. */
+static void learn_graph(cudaGraphExec_t exec, cudaGraph_t graph, int depth)
+{
+    const IbpDriver *drv = driver_if_compressing();
+    if (!drv)
+        return;
+    IbpGraphScan s = {0};
+    scan_graph(drv, (CUgraph)graph, depth, &s);
+    record(exec, &s);
+}
+
 /* Reads graph, the graph exec was made from (or updated with), and keeps what it found. */
 static void learn(cudaGraphExec_t exec, cudaGraph_t graph)
 {
     forget(exec);
-    const IbpDriver *drv = driver_if_compressing();
-    if (!drv)
-        return;
-    IbpGraphScan s = {0};
-    scan_graph(drv, (CUgraph)graph, 0, &s);
-    record(exec, &s);
+    learn_graph(exec, graph, 0);
 }
 
-/* A node of exec now writes [base + off, base + off + n). */
-static void learn_write(cudaGraphExec_t exec, const void *base, size_t off, size_t n)
+/* A node of exec now writes d. */
+static void learn_write(cudaGraphExec_t exec, IbpPitched d)
 {
     const IbpDriver *drv = driver_if_compressing();
     if (!drv)
         return;
     IbpGraphScan s = {0};
-    scan_write(drv, &s, (uintptr_t)base, off, n);
+    scan_pitched(drv, &s, d);
     record(exec, &s);
+}
+
+/* A one-row write of n bytes at dst. */
+static IbpPitched row_span(void *dst, size_t n)
+{
+    return (IbpPitched){.base = (uintptr_t)dst, .width = n, .height = 1, .depth = 1};
 }
 
 static void learn_memcpy3d(cudaGraphExec_t exec, const struct cudaMemcpy3DParms *p)
 {
-    if (!p || p->dstArray || !p->extent.width || !p->extent.height || !p->extent.depth)
+    if (!p || p->dstArray)
         return;
-    const size_t pitch = p->dstPtr.pitch, slice = pitch * p->dstPtr.ysize;
-    learn_write(exec, p->dstPtr.ptr, p->dstPos.x + p->dstPos.y * pitch + p->dstPos.z * slice,
-                (p->extent.depth - 1) * slice + (p->extent.height - 1) * pitch + p->extent.width);
-}
-
-static void learn_memset(cudaGraphExec_t exec, void *dst, size_t pitch, unsigned element, size_t width,
-                         size_t height)
-{
-    if (width && height)
-        learn_write(exec, dst, 0, (height - 1) * pitch + width * element);
-}
-
-static void learn_child(cudaGraphExec_t exec, cudaGraph_t child)
-{
-    const IbpDriver *drv = driver_if_compressing();
-    if (!drv)
-        return;
-    IbpGraphScan s = {0};
-    scan_graph(drv, (CUgraph)child, 1, &s);
-    record(exec, &s);
+    learn_write(exec, (IbpPitched){.base = (uintptr_t)p->dstPtr.ptr,
+                                   .x = p->dstPos.x,
+                                   .y = p->dstPos.y,
+                                   .z = p->dstPos.z,
+                                   .pitch = p->dstPtr.pitch,
+                                   .rows = p->dstPtr.ysize,
+                                   .width = p->extent.width,
+                                   .height = p->extent.height,
+                                   .depth = p->extent.depth});
 }
 
 /* ---- Hooks ---- */
@@ -314,12 +342,12 @@ cudaError_t ibp_route_graph_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph
                                         int with_flags)
 {
     ibp_shim_init();
-    const cudaError_t err =
-        with_flags ? (IBP_REAL(cudaGraphInstantiateWithFlags)
-                          ? IBP_REAL(cudaGraphInstantiateWithFlags)(exec, graph, flags)
-                          : IBP_REAL_MISSING_ERROR)
-                   : (IBP_REAL(cudaGraphInstantiate) ? IBP_REAL(cudaGraphInstantiate)(exec, graph, flags)
-                                                     : IBP_REAL_MISSING_ERROR);
+    /* the two entry points take the same arguments */
+    const IbpReal_cudaGraphInstantiate real =
+        with_flags ? IBP_REAL(cudaGraphInstantiateWithFlags) : IBP_REAL(cudaGraphInstantiate);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    const cudaError_t err = real(exec, graph, flags);
     if (err == cudaSuccess && exec)
         learn(*exec, graph);
     return err;
@@ -389,7 +417,7 @@ cudaError_t ibp_route_graph_exec_memcpy_1d(cudaGraphExec_t exec, cudaGraphNode_t
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, dst, src, count, kind);
     if (err == cudaSuccess)
-        learn_write(exec, dst, 0, count);
+        learn_write(exec, row_span(dst, count));
     return err;
 }
 
@@ -404,7 +432,7 @@ cudaError_t ibp_route_graph_exec_memcpy_from_symbol(cudaGraphExec_t exec, cudaGr
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, dst, symbol, count, offset, kind);
     if (err == cudaSuccess)
-        learn_write(exec, dst, 0, count);
+        learn_write(exec, row_span(dst, count));
     return err;
 }
 
@@ -417,7 +445,8 @@ cudaError_t ibp_route_graph_exec_memset(cudaGraphExec_t exec, cudaGraphNode_t no
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, params);
     if (err == cudaSuccess && params)
-        learn_memset(exec, params->dst, params->pitch, params->elementSize, params->width, params->height);
+        learn_write(exec, memset_span(params->dst, params->pitch, params->elementSize, params->width,
+                                      params->height));
     return err;
 }
 
@@ -429,7 +458,7 @@ cudaError_t ibp_route_graph_exec_child(cudaGraphExec_t exec, cudaGraphNode_t nod
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, child);
     if (err == cudaSuccess)
-        learn_child(exec, child);
+        learn_graph(exec, child, 1);
     return err;
 }
 
@@ -448,11 +477,11 @@ cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node
         learn_memcpy3d(exec, &params->memcpy.copyParams);
         break;
     case cudaGraphNodeTypeMemset:
-        learn_memset(exec, params->memset.dst, params->memset.pitch, params->memset.elementSize,
-                     params->memset.width, params->memset.height);
+        learn_write(exec, memset_span(params->memset.dst, params->memset.pitch, params->memset.elementSize,
+                                      params->memset.width, params->memset.height));
         break;
     case cudaGraphNodeTypeGraph:
-        learn_child(exec, params->graph.graph);
+        learn_graph(exec, params->graph.graph, 1);
         break;
     case cudaGraphNodeTypeHost: /* was a host node already */
     default:
@@ -493,10 +522,8 @@ cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaS
         }
     }
     pthread_mutex_unlock(&graphs_mu);
-    if (!e) {
-        free(writes);
+    if (!e)
         return real(exec, stream);
-    }
     const int capturing = ibp_router_stream_capturing(api, stream);
     if (capturing > 0) {
         /* The launch becomes a node of the graph being captured, which is read when that one is
