@@ -510,12 +510,7 @@ int ibp_policy_touches_region(const void *p, size_t n)
 {
     if (!eng.started || !n)
         return 0;
-    IbpRegion *region = NULL;
-    if (!ibp_registry_lookup(p, 0, &region) || !ibp_registry_lookup((const uint8_t *)p + n - 1, 0, &region)) {
-        ibp_region_put(&region);
-        return 1;
-    }
-    return 0;
+    return ibp_registry_overlaps(p, n);
 }
 
 /* ---- The compressor ---- */

@@ -108,8 +108,8 @@ void ibp_policy_plan_end(IbpCopyPlan *plan, void *fence);
  * fence from here on. */
 void ibp_policy_on_d2h(void *dst, size_t n, void *fence);
 
-/* 1 when the first or last byte of [p, p + n) lies in a registered region: a device write there
- * must be reported with ibp_policy_on_d2h().  Lock-free. */
+/* 1 when any byte of [p, p + n) lies in a registered region: a device write there must be
+ * reported with ibp_policy_on_d2h().  Lock-free. */
 int ibp_policy_touches_region(const void *p, size_t n);
 
 /* Runs the compressor's work now on the calling thread (tests): compresses every hot region

@@ -364,6 +364,22 @@ int ibp_registry_lookup(const void *ptr, size_t len, IbpRegion **out)
     return ret;
 }
 
+int ibp_registry_overlaps(const void *ptr, size_t len)
+{
+    const uintptr_t a = (uintptr_t)ptr;
+    if (!len)
+        return 0;
+    const uintptr_t last = len - 1 > UINTPTR_MAX - a ? UINTPTR_MAX : a + (len - 1);
+    const unsigned tok = ibp_registry_read_enter();
+    const IbpSnapshot *const s = snapshot_read();
+    /* The last region starting at or before the range's last byte overlaps it iff it ends after
+     * the first byte: regions are sorted and disjoint. */
+    const size_t i = search_floor(s->regions, s->nregions, sizeof(IbpRegionEntry), last);
+    const int hit = i != SIZE_MAX && s->regions[i].end > a;
+    ibp_registry_read_exit(tok);
+    return hit;
+}
+
 int ibp_registry_get(uint64_t id, IbpRegion **out)
 {
     IbpRegion *r = NULL;

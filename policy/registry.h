@@ -82,6 +82,10 @@ int ibp_registry_remove(const void *base);
  * only partly inside one region).  Lock-free. */
 int ibp_registry_lookup(const void *ptr, size_t len, IbpRegion **out);
 
+/* Whether any registered region overlaps [ptr, ptr + len) (len 0: no byte, so never).  One
+ * search of the snapshot, no reference taken.  Lock-free. */
+int ibp_registry_overlaps(const void *ptr, size_t len);
+
 /* Same as lookup, by id.  Takes the writer mutex: not for hot paths. */
 int ibp_registry_get(uint64_t id, IbpRegion **out);
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cerrno>
+#include <iterator>
 #include <map>
 #include <random>
 #include <thread>
@@ -64,6 +65,20 @@ TEST_F(RegistryTest, LookupNeedsFullContainment)
     EXPECT_FALSE(contains(at(0x0fffff), 2));
     EXPECT_FALSE(contains(at(0x103000), 0));
     EXPECT_FALSE(contains(at(UINTPTR_MAX - 4), 100)) << "wrapping ranges are never contained";
+}
+
+TEST_F(RegistryTest, OverlapsSeesAnyByteInARegion)
+{
+    ASSERT_GT(add(0x500000, 0x1000), 0);
+    EXPECT_TRUE(ibp_registry_overlaps(at(0x500000), 1));
+    EXPECT_TRUE(ibp_registry_overlaps(at(0x4fffff), 2)) << "last byte inside";
+    EXPECT_TRUE(ibp_registry_overlaps(at(0x500fff), 100)) << "first byte inside";
+    EXPECT_TRUE(ibp_registry_overlaps(at(0x400000), 0x200000)) << "the whole region between the ends";
+    EXPECT_FALSE(ibp_registry_overlaps(at(0x4ff000), 0x1000)) << "ends where the region starts";
+    EXPECT_FALSE(ibp_registry_overlaps(at(0x501000), 0x1000)) << "starts where the region ends";
+    EXPECT_FALSE(ibp_registry_overlaps(at(0x500000), 0)) << "an empty range touches nothing";
+    EXPECT_TRUE(ibp_registry_overlaps(at(0x100), SIZE_MAX)) << "a range past the address space";
+    EXPECT_FALSE(ibp_registry_overlaps(at(UINTPTR_MAX - 10), SIZE_MAX));
 }
 
 TEST_F(RegistryTest, OverlapsAreRefusedAdjacentIsFine)
@@ -209,6 +224,13 @@ TEST_F(RegistryTest, MatchesAModelUnderRandomOperations)
                 in = a + len <= it->first + it->second;
             }
             ASSERT_EQ(contains(at(a), len), in) << "lookup " << a << "+" << len;
+            /* A wider range, which may hold whole regions between its ends. */
+            const size_t wide = len * (1 + rng() % 64);
+            auto first = model.lower_bound(a);
+            bool touches = first != model.end() && first->first < a + wide;
+            if (first != model.begin())
+                touches = touches || std::prev(first)->first + std::prev(first)->second > a;
+            ASSERT_EQ(ibp_registry_overlaps(at(a), wide) != 0, touches) << "overlaps " << a << "+" << wide;
         }
         }
     }
