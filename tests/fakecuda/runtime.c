@@ -504,6 +504,315 @@ RT_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t co
     return memcpy_async(dst, src, count, kind, stream, true);
 }
 
+/* ---- pitched, 3D and batched copies and memsets, a row at a time ---- */
+
+/* Rows of width bytes: height rows a slice, depth slices; consecutive rows pitch bytes apart and
+ * slices slice bytes apart on either side.  src NULL: a memset of value.  The fake runs each row
+ * through the 1D entry points in stream order (the whole range is checked first, as CUDA does). */
+typedef struct RtRows {
+    uintptr_t dst, src;
+    size_t dpitch, spitch, dslice, sslice;
+    size_t width, height, depth;
+    int value;
+} RtRows;
+
+static bool reachable(uintptr_t p)
+{
+    bool reach = false;
+    is_device((const void *)p, &reach);
+    return reach;
+}
+
+static cudaError_t rows_run(const RtRows *r, enum cudaMemcpyKind kind, cudaStream_t stream, bool async,
+                            bool per_thread)
+{
+    ENTER();
+    if (!r->width || !r->height || !r->depth)
+        return ret(cudaSuccess);
+    if ((r->height > 1 && (r->dpitch < r->width || (r->src && r->spitch < r->width))) ||
+        (r->depth > 1 &&
+         (r->dslice < r->dpitch * r->height || (r->src && r->sslice < r->spitch * r->height))))
+        return ret(cudaErrorInvalidPitchValue);
+    const size_t dlast = (r->depth - 1) * r->dslice + (r->height - 1) * r->dpitch;
+    const size_t slast = (r->depth - 1) * r->sslice + (r->height - 1) * r->spitch;
+    if (r->src) {
+        cudaError_t e = check_kind((void *)r->dst, (const void *)r->src, r->width, kind);
+        if (e == cudaSuccess)
+            e = check_kind((void *)(r->dst + dlast), (const void *)(r->src + slast), r->width, kind);
+        if (e != cudaSuccess)
+            return ret(e);
+    } else if (!reachable(r->dst) || !reachable(r->dst + dlast)) {
+        return ret(cudaErrorInvalidValue); /* memsets need device or pinned memory */
+    }
+    for (size_t z = 0; z < r->depth; z++) {
+        for (size_t y = 0; y < r->height; y++) {
+            const CUdeviceptr d = r->dst + z * r->dslice + y * r->dpitch;
+            const CUdeviceptr s = r->src + z * r->sslice + y * r->spitch;
+            CUresult c;
+            if (!r->src)
+                c = async ? (per_thread ? cuMemsetD8Async_ptsz : cuMemsetD8Async)(d, (unsigned char)r->value,
+                                                                                  r->width, stream)
+                          : (per_thread ? cuMemsetD8_v2_ptds : cuMemsetD8_v2)(d, (unsigned char)r->value,
+                                                                              r->width);
+            else
+                c = async ? (per_thread ? cuMemcpyAsync_ptsz : cuMemcpyAsync)(d, s, r->width, stream)
+                          : (per_thread ? cuMemcpy_ptds : cuMemcpy)(d, s, r->width);
+            if (c != CUDA_SUCCESS)
+                return ret_cu(c);
+        }
+    }
+    return ret(cudaSuccess);
+}
+
+static RtRows rows_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height)
+{
+    return (RtRows){.dst = (uintptr_t)dst,
+                    .src = (uintptr_t)src,
+                    .dpitch = dpitch,
+                    .spitch = spitch,
+                    .width = width,
+                    .height = height,
+                    .depth = 1};
+}
+
+RT_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                   size_t height, enum cudaMemcpyKind kind)
+{
+    const RtRows r = rows_2d(dst, dpitch, src, spitch, width, height);
+    return rows_run(&r, kind, NULL, false, false);
+}
+
+RT_EXPORT cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                        size_t width, size_t height, enum cudaMemcpyKind kind)
+{
+    const RtRows r = rows_2d(dst, dpitch, src, spitch, width, height);
+    return rows_run(&r, kind, NULL, false, true);
+}
+
+RT_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                        size_t width, size_t height, enum cudaMemcpyKind kind,
+                                        cudaStream_t stream)
+{
+    const RtRows r = rows_2d(dst, dpitch, src, spitch, width, height);
+    return rows_run(&r, kind, stream, true, false);
+}
+
+RT_EXPORT cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                             size_t width, size_t height, enum cudaMemcpyKind kind,
+                                             cudaStream_t stream)
+{
+    const RtRows r = rows_2d(dst, dpitch, src, spitch, width, height);
+    return rows_run(&r, kind, stream, true, true);
+}
+
+/* Pointer-to-pointer 3D copies (the fake has no arrays: cudaErrorInvalidValue). */
+static cudaError_t memcpy_3d(const struct cudaMemcpy3DParms *p, cudaStream_t stream, bool async,
+                             bool per_thread)
+{
+    if (!p || p->srcArray || p->dstArray || !p->srcPtr.ptr || !p->dstPtr.ptr)
+        return ret(cudaErrorInvalidValue);
+    const RtRows r = {
+        .dst = (uintptr_t)p->dstPtr.ptr + p->dstPos.x + p->dstPos.y * p->dstPtr.pitch +
+               p->dstPos.z * p->dstPtr.pitch * p->dstPtr.ysize,
+        .src = (uintptr_t)p->srcPtr.ptr + p->srcPos.x + p->srcPos.y * p->srcPtr.pitch +
+               p->srcPos.z * p->srcPtr.pitch * p->srcPtr.ysize,
+        .dpitch = p->dstPtr.pitch,
+        .spitch = p->srcPtr.pitch,
+        .dslice = p->dstPtr.pitch * p->dstPtr.ysize,
+        .sslice = p->srcPtr.pitch * p->srcPtr.ysize,
+        .width = p->extent.width,
+        .height = p->extent.height,
+        .depth = p->extent.depth,
+    };
+    return rows_run(&r, p->kind, stream, async, per_thread);
+}
+
+RT_EXPORT cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p)
+{
+    return memcpy_3d(p, NULL, false, false);
+}
+
+RT_EXPORT cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p)
+{
+    return memcpy_3d(p, NULL, false, true);
+}
+
+RT_EXPORT cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
+{
+    return memcpy_3d(p, stream, true, false);
+}
+
+RT_EXPORT cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
+{
+    return memcpy_3d(p, stream, true, true);
+}
+
+static RtRows rows_memset(void *dst, size_t pitch, int value, size_t width, size_t height)
+{
+    return (RtRows){
+        .dst = (uintptr_t)dst, .dpitch = pitch, .width = width, .height = height, .depth = 1, .value = value};
+}
+
+RT_EXPORT cudaError_t cudaMemset2D(void *dst, size_t pitch, int value, size_t width, size_t height)
+{
+    const RtRows r = rows_memset(dst, pitch, value, width, height);
+    return rows_run(&r, cudaMemcpyDefault, NULL, false, false);
+}
+
+RT_EXPORT cudaError_t cudaMemset2D_ptds(void *dst, size_t pitch, int value, size_t width, size_t height)
+{
+    const RtRows r = rows_memset(dst, pitch, value, width, height);
+    return rows_run(&r, cudaMemcpyDefault, NULL, false, true);
+}
+
+RT_EXPORT cudaError_t cudaMemset2DAsync(void *dst, size_t pitch, int value, size_t width, size_t height,
+                                        cudaStream_t stream)
+{
+    const RtRows r = rows_memset(dst, pitch, value, width, height);
+    return rows_run(&r, cudaMemcpyDefault, stream, true, false);
+}
+
+RT_EXPORT cudaError_t cudaMemset2DAsync_ptsz(void *dst, size_t pitch, int value, size_t width, size_t height,
+                                             cudaStream_t stream)
+{
+    const RtRows r = rows_memset(dst, pitch, value, width, height);
+    return rows_run(&r, cudaMemcpyDefault, stream, true, true);
+}
+
+static RtRows rows_memset_3d(struct cudaPitchedPtr p, int value, struct cudaExtent e)
+{
+    RtRows r = rows_memset(p.ptr, p.pitch, value, e.width, e.height);
+    r.depth = e.depth;
+    r.dslice = p.pitch * p.ysize;
+    return r;
+}
+
+RT_EXPORT cudaError_t cudaMemset3D(struct cudaPitchedPtr p, int value, struct cudaExtent e)
+{
+    const RtRows r = rows_memset_3d(p, value, e);
+    return rows_run(&r, cudaMemcpyDefault, NULL, false, false);
+}
+
+RT_EXPORT cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr p, int value, struct cudaExtent e)
+{
+    const RtRows r = rows_memset_3d(p, value, e);
+    return rows_run(&r, cudaMemcpyDefault, NULL, false, true);
+}
+
+RT_EXPORT cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr p, int value, struct cudaExtent e,
+                                        cudaStream_t stream)
+{
+    const RtRows r = rows_memset_3d(p, value, e);
+    return rows_run(&r, cudaMemcpyDefault, stream, true, false);
+}
+
+RT_EXPORT cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr p, int value, struct cudaExtent e,
+                                             cudaStream_t stream)
+{
+    const RtRows r = rows_memset_3d(p, value, e);
+    return rows_run(&r, cudaMemcpyDefault, stream, true, true);
+}
+
+/* Batches: every copy must be valid before any is enqueued; attributes are required and their
+ * source access order must be given, as CUDA 13 checks. */
+static cudaError_t batch_check_attrs(const struct cudaMemcpyAttributes *attrs, const size_t *idxs,
+                                     size_t nattrs, size_t count)
+{
+    if (!attrs || !idxs || nattrs == 0 || nattrs > count || idxs[0] != 0)
+        return cudaErrorInvalidValue;
+    for (size_t i = 0; i < nattrs; i++)
+        if ((i > 0 && idxs[i] <= idxs[i - 1]) || idxs[i] >= count ||
+            attrs[i].srcAccessOrder == cudaMemcpySrcAccessOrderInvalid)
+            return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+
+static cudaError_t memcpy_batch(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                                struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs,
+                                cudaStream_t stream, bool per_thread)
+{
+    ENTER();
+    if (!dsts || !srcs || !sizes || count == 0)
+        return ret(cudaErrorInvalidValue);
+    cudaError_t e = batch_check_attrs(attrs, idxs, nattrs, count);
+    for (size_t i = 0; e == cudaSuccess && i < count; i++)
+        e = sizes[i] == 0 ? cudaErrorInvalidValue : check_kind(dsts[i], srcs[i], sizes[i], cudaMemcpyDefault);
+    if (e != cudaSuccess)
+        return ret(e);
+    for (size_t i = 0; i < count; i++) {
+        const RtRows r = rows_2d(dsts[i], 0, srcs[i], 0, sizes[i], 1);
+        if ((e = rows_run(&r, cudaMemcpyDefault, stream, true, per_thread)) != cudaSuccess)
+            return e;
+    }
+    return ret(cudaSuccess);
+}
+
+RT_EXPORT cudaError_t cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs, const size_t *sizes,
+                                           size_t count, struct cudaMemcpyAttributes *attrs,
+                                           size_t *attrsIdxs, size_t numAttrs, cudaStream_t stream)
+{
+    return memcpy_batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream, false);
+}
+
+RT_EXPORT cudaError_t cudaMemcpyBatchAsync_ptsz(void *const *dsts, const void *const *srcs,
+                                                const size_t *sizes, size_t count,
+                                                struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs,
+                                                size_t numAttrs, cudaStream_t stream)
+{
+    return memcpy_batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream, true);
+}
+
+/* 3D batches of pointer operands (rowLength and layerHeight in bytes; 0 takes the extent's). */
+static RtRows batch3d_rows(const struct cudaMemcpy3DBatchOp *op)
+{
+    const size_t dpitch = op->dst.op.ptr.rowLength ? op->dst.op.ptr.rowLength : op->extent.width;
+    const size_t spitch = op->src.op.ptr.rowLength ? op->src.op.ptr.rowLength : op->extent.width;
+    const size_t drows = op->dst.op.ptr.layerHeight ? op->dst.op.ptr.layerHeight : op->extent.height;
+    const size_t srows = op->src.op.ptr.layerHeight ? op->src.op.ptr.layerHeight : op->extent.height;
+    return (RtRows){.dst = (uintptr_t)op->dst.op.ptr.ptr,
+                    .src = (uintptr_t)op->src.op.ptr.ptr,
+                    .dpitch = dpitch,
+                    .spitch = spitch,
+                    .dslice = dpitch * drows,
+                    .sslice = spitch * srows,
+                    .width = op->extent.width,
+                    .height = op->extent.height,
+                    .depth = op->extent.depth};
+}
+
+static cudaError_t memcpy_3d_batch(size_t nops, struct cudaMemcpy3DBatchOp *ops, unsigned long long flags,
+                                   cudaStream_t stream, bool per_thread)
+{
+    ENTER();
+    if (!ops || nops == 0 || flags != 0)
+        return ret(cudaErrorInvalidValue);
+    for (size_t i = 0; i < nops; i++)
+        if (ops[i].src.type != cudaMemcpyOperandTypePointer ||
+            ops[i].dst.type != cudaMemcpyOperandTypePointer || !ops[i].extent.width ||
+            !ops[i].extent.height || !ops[i].extent.depth ||
+            ops[i].srcAccessOrder == cudaMemcpySrcAccessOrderInvalid)
+            return ret(cudaErrorInvalidValue);
+    for (size_t i = 0; i < nops; i++) {
+        const RtRows r = batch3d_rows(&ops[i]);
+        const cudaError_t e = rows_run(&r, cudaMemcpyDefault, stream, true, per_thread);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return ret(cudaSuccess);
+}
+
+RT_EXPORT cudaError_t cudaMemcpy3DBatchAsync(size_t numOps, struct cudaMemcpy3DBatchOp *opList,
+                                             unsigned long long flags, cudaStream_t stream)
+{
+    return memcpy_3d_batch(numOps, opList, flags, stream, false);
+}
+
+RT_EXPORT cudaError_t cudaMemcpy3DBatchAsync_ptsz(size_t numOps, struct cudaMemcpy3DBatchOp *opList,
+                                                  unsigned long long flags, cudaStream_t stream)
+{
+    return memcpy_3d_batch(numOps, opList, flags, stream, true);
+}
+
 RT_EXPORT cudaError_t cudaMemset(void *dst, int value, size_t count)
 {
     ENTER();

@@ -196,6 +196,15 @@ static void dma_write(void *dst, const void *src, size_t n)
         memmove((char *)dst + done, (const char *)src + done, n - done);
 }
 
+/* A memset of pinned host memory lands the same way. */
+static void dma_fill(void *dst, unsigned char value, size_t n)
+{
+    unsigned char chunk[4096];
+    memset(chunk, value, sizeof(chunk));
+    for (size_t done = 0; done < n; done += sizeof(chunk))
+        dma_write((char *)dst + done, chunk, n - done < sizeof(chunk) ? n - done : sizeof(chunk));
+}
+
 static CUresult exec_copy(const FakecudaOp *op)
 {
     const unsigned delay = atomic_load(&fakecuda_g.copy_delay_us);
@@ -241,7 +250,10 @@ static CUresult exec_op(const FakecudaOp *op)
         void *const dst = fakecuda_mem_access(op->u.memset.dst, op->u.memset.n, false);
         if (!dst)
             return CUDA_ERROR_ILLEGAL_ADDRESS;
-        memset(dst, op->u.memset.value, op->u.memset.n);
+        if (fakecuda_mem_in_device_range(op->u.memset.dst))
+            memset(dst, op->u.memset.value, op->u.memset.n);
+        else
+            dma_fill(dst, op->u.memset.value, op->u.memset.n);
         atomic_fetch_add_explicit(&fakecuda_counters.memset_bytes, op->u.memset.n, memory_order_relaxed);
         atomic_fetch_add_explicit(&fakecuda_counters.memset_calls, 1, memory_order_relaxed);
         return CUDA_SUCCESS;
