@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "interpose/pitched.h"
 #include "interpose/real.h"
 #include "interpose/router.h"
 #include "interpose/shim.h"
@@ -65,9 +66,12 @@ static int is_host_memory(const IbpDriver *drv, uintptr_t p)
     return type == CU_MEMORYTYPE_HOST;
 }
 
-static void scan_write(const IbpDriver *drv, IbpGraphScan *s, uintptr_t base, size_t off, size_t n)
+/* The bytes d spans, from its first to its last, when they are host memory. */
+static void scan_pitched(const IbpDriver *drv, IbpGraphScan *s, IbpPitched d)
 {
-    if (!n || !is_host_memory(drv, base))
+    uintptr_t lo;
+    const size_t n = ibp_pitched_span(d, &lo);
+    if (!n || !is_host_memory(drv, lo))
         return;
     if (s->nwrites == s->cap) {
         const size_t cap = s->cap ? 2 * s->cap : 8;
@@ -79,26 +83,7 @@ static void scan_write(const IbpDriver *drv, IbpGraphScan *s, uintptr_t base, si
         s->writes = w;
         s->cap = cap;
     }
-    s->writes[s->nwrites++] = (IbpHostWrite){(void *)(base + off), n};
-}
-
-/* A pitched destination, as copies and memsets (runtime or driver, node or executable graph)
- * name theirs: width bytes a row, height rows pitch apart, depth slices of rows rows; the first
- * byte at column x, row y, slice z. */
-typedef struct IbpPitched {
-    uintptr_t base;
-    size_t x, y, z, pitch, rows;
-    size_t width, height, depth;
-} IbpPitched;
-
-/* The bytes d spans, from its first to its last. */
-static void scan_pitched(const IbpDriver *drv, IbpGraphScan *s, IbpPitched d)
-{
-    if (!d.width || !d.height || !d.depth)
-        return;
-    const size_t slice = d.pitch * d.rows;
-    scan_write(drv, s, d.base, d.x + d.y * d.pitch + d.z * slice,
-               (d.depth - 1) * slice + (d.height - 1) * d.pitch + d.width);
+    s->writes[s->nwrites++] = (IbpHostWrite){(void *)lo, n};
 }
 
 static void scan_memcpy(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
@@ -124,12 +109,6 @@ static void scan_memcpy(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
                               .depth = p.Depth});
 }
 
-static IbpPitched memset_span(void *dst, size_t pitch, unsigned element, size_t width, size_t height)
-{
-    return (IbpPitched){
-        .base = (uintptr_t)dst, .pitch = pitch, .width = width * element, .height = height, .depth = 1};
-}
-
 static void scan_memset(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
 {
     CUDA_MEMSET_NODE_PARAMS p;
@@ -138,7 +117,8 @@ static void scan_memset(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
         s->opaque = 1;
         return;
     }
-    scan_pitched(drv, s, memset_span((void *)(uintptr_t)p.dst, p.pitch, p.elementSize, p.width, p.height));
+    scan_pitched(drv, s,
+                 ibp_pitched_memset((void *)(uintptr_t)p.dst, p.pitch, p.elementSize, p.width, p.height));
 }
 
 static void scan_graph(const IbpDriver *drv, CUgraph g, int depth, IbpGraphScan *s)
@@ -315,27 +295,6 @@ static void learn_write(cudaGraphExec_t exec, IbpPitched d)
     record(exec, &s);
 }
 
-/* A one-row write of n bytes at dst. */
-static IbpPitched row_span(void *dst, size_t n)
-{
-    return (IbpPitched){.base = (uintptr_t)dst, .width = n, .height = 1, .depth = 1};
-}
-
-static void learn_memcpy3d(cudaGraphExec_t exec, const struct cudaMemcpy3DParms *p)
-{
-    if (!p || p->dstArray)
-        return;
-    learn_write(exec, (IbpPitched){.base = (uintptr_t)p->dstPtr.ptr,
-                                   .x = p->dstPos.x,
-                                   .y = p->dstPos.y,
-                                   .z = p->dstPos.z,
-                                   .pitch = p->dstPtr.pitch,
-                                   .rows = p->dstPtr.ysize,
-                                   .width = p->extent.width,
-                                   .height = p->extent.height,
-                                   .depth = p->extent.depth});
-}
-
 /* ---- Hooks ---- */
 
 cudaError_t ibp_route_graph_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags,
@@ -404,7 +363,7 @@ cudaError_t ibp_route_graph_exec_memcpy_3d(cudaGraphExec_t exec, cudaGraphNode_t
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, params);
     if (err == cudaSuccess)
-        learn_memcpy3d(exec, params);
+        learn_write(exec, ibp_pitched_memcpy3d(params));
     return err;
 }
 
@@ -417,7 +376,7 @@ cudaError_t ibp_route_graph_exec_memcpy_1d(cudaGraphExec_t exec, cudaGraphNode_t
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, dst, src, count, kind);
     if (err == cudaSuccess)
-        learn_write(exec, row_span(dst, count));
+        learn_write(exec, ibp_pitched_row(dst, count));
     return err;
 }
 
@@ -432,7 +391,7 @@ cudaError_t ibp_route_graph_exec_memcpy_from_symbol(cudaGraphExec_t exec, cudaGr
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, dst, symbol, count, offset, kind);
     if (err == cudaSuccess)
-        learn_write(exec, row_span(dst, count));
+        learn_write(exec, ibp_pitched_row(dst, count));
     return err;
 }
 
@@ -445,8 +404,8 @@ cudaError_t ibp_route_graph_exec_memset(cudaGraphExec_t exec, cudaGraphNode_t no
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, params);
     if (err == cudaSuccess && params)
-        learn_write(exec, memset_span(params->dst, params->pitch, params->elementSize, params->width,
-                                      params->height));
+        learn_write(exec, ibp_pitched_memset(params->dst, params->pitch, params->elementSize, params->width,
+                                             params->height));
     return err;
 }
 
@@ -474,11 +433,12 @@ cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node
         return err;
     switch (params->type) {
     case cudaGraphNodeTypeMemcpy:
-        learn_memcpy3d(exec, &params->memcpy.copyParams);
+        learn_write(exec, ibp_pitched_memcpy3d(&params->memcpy.copyParams));
         break;
     case cudaGraphNodeTypeMemset:
-        learn_write(exec, memset_span(params->memset.dst, params->memset.pitch, params->memset.elementSize,
-                                      params->memset.width, params->memset.height));
+        learn_write(exec,
+                    ibp_pitched_memset(params->memset.dst, params->memset.pitch, params->memset.elementSize,
+                                       params->memset.width, params->memset.height));
         break;
     case cudaGraphNodeTypeGraph:
         learn_graph(exec, params->graph.graph, 1);

@@ -51,7 +51,96 @@
     X(cudaGraphExecNodeSetParams, cudaError_t,                                                               \
       (cudaGraphExec_t exec, cudaGraphNode_t node, struct cudaGraphNodeParams * params))                     \
     X(cudaGraphLaunch, cudaError_t, (cudaGraphExec_t exec, cudaStream_t stream))                             \
-    X(cudaGraphLaunch_ptsz, cudaError_t, (cudaGraphExec_t exec, cudaStream_t stream))
+    X(cudaGraphLaunch_ptsz, cudaError_t, (cudaGraphExec_t exec, cudaStream_t stream))                        \
+    IBP_REAL_CUDART_WRITERS(X)
+
+/* Copies and memsets besides cudaMemcpy(Async), which the shim follows only for what they may
+ * write into host memory (interpose/writes.c). */
+#define IBP_REAL_CUDART_WRITERS(X)                                                                           \
+    X(cudaMemcpy2D, cudaError_t,                                                                             \
+      (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,                \
+       enum cudaMemcpyKind kind))                                                                            \
+    X(cudaMemcpy2D_ptds, cudaError_t,                                                                        \
+      (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,                \
+       enum cudaMemcpyKind kind))                                                                            \
+    X(cudaMemcpy2DAsync, cudaError_t,                                                                        \
+      (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,                \
+       enum cudaMemcpyKind kind, cudaStream_t stream))                                                       \
+    X(cudaMemcpy2DAsync_ptsz, cudaError_t,                                                                   \
+      (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,                \
+       enum cudaMemcpyKind kind, cudaStream_t stream))                                                       \
+    X(cudaMemcpy2DFromArray, cudaError_t,                                                                    \
+      (void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width,        \
+       size_t height, enum cudaMemcpyKind kind))                                                             \
+    X(cudaMemcpy2DFromArray_ptds, cudaError_t,                                                               \
+      (void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width,        \
+       size_t height, enum cudaMemcpyKind kind))                                                             \
+    X(cudaMemcpy2DFromArrayAsync, cudaError_t,                                                               \
+      (void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width,        \
+       size_t height, enum cudaMemcpyKind kind, cudaStream_t stream))                                        \
+    X(cudaMemcpy2DFromArrayAsync_ptsz, cudaError_t,                                                          \
+      (void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width,        \
+       size_t height, enum cudaMemcpyKind kind, cudaStream_t stream))                                        \
+    X(cudaMemcpyFromArray, cudaError_t,                                                                      \
+      (void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count,                       \
+       enum cudaMemcpyKind kind))                                                                            \
+    X(cudaMemcpyFromArray_ptds, cudaError_t,                                                                 \
+      (void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count,                       \
+       enum cudaMemcpyKind kind))                                                                            \
+    X(cudaMemcpyFromArrayAsync, cudaError_t,                                                                 \
+      (void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count,                       \
+       enum cudaMemcpyKind kind, cudaStream_t stream))                                                       \
+    X(cudaMemcpyFromArrayAsync_ptsz, cudaError_t,                                                            \
+      (void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count,                       \
+       enum cudaMemcpyKind kind, cudaStream_t stream))                                                       \
+    X(cudaMemcpyFromSymbol, cudaError_t,                                                                     \
+      (void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind))                \
+    X(cudaMemcpyFromSymbol_ptds, cudaError_t,                                                                \
+      (void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind))                \
+    X(cudaMemcpyFromSymbolAsync, cudaError_t,                                                                \
+      (void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind,                 \
+       cudaStream_t stream))                                                                                 \
+    X(cudaMemcpyFromSymbolAsync_ptsz, cudaError_t,                                                           \
+      (void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind,                 \
+       cudaStream_t stream))                                                                                 \
+    X(cudaMemcpy3D, cudaError_t, (const struct cudaMemcpy3DParms *p))                                        \
+    X(cudaMemcpy3D_ptds, cudaError_t, (const struct cudaMemcpy3DParms *p))                                   \
+    X(cudaMemcpy3DAsync, cudaError_t, (const struct cudaMemcpy3DParms *p, cudaStream_t stream))              \
+    X(cudaMemcpy3DAsync_ptsz, cudaError_t, (const struct cudaMemcpy3DParms *p, cudaStream_t stream))         \
+    X(cudaMemcpy3DPeer, cudaError_t, (const struct cudaMemcpy3DPeerParms *p))                                \
+    X(cudaMemcpy3DPeer_ptds, cudaError_t, (const struct cudaMemcpy3DPeerParms *p))                           \
+    X(cudaMemcpy3DPeerAsync, cudaError_t, (const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream))      \
+    X(cudaMemcpy3DPeerAsync_ptsz, cudaError_t, (const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream)) \
+    X(cudaMemcpyPeer, cudaError_t, (void *dst, int dstDevice, const void *src, int srcDevice, size_t count)) \
+    X(cudaMemcpyPeerAsync, cudaError_t,                                                                      \
+      (void *dst, int dstDevice, const void *src, int srcDevice, size_t count, cudaStream_t stream))         \
+    X(cudaMemcpyBatchAsync, cudaError_t,                                                                     \
+      (void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,                        \
+       struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, cudaStream_t stream))         \
+    X(cudaMemcpyBatchAsync_ptsz, cudaError_t,                                                                \
+      (void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,                        \
+       struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, cudaStream_t stream))         \
+    X(cudaMemcpy3DBatchAsync, cudaError_t,                                                                   \
+      (size_t numOps, struct cudaMemcpy3DBatchOp * opList, unsigned long long flags, cudaStream_t stream))   \
+    X(cudaMemcpy3DBatchAsync_ptsz, cudaError_t,                                                              \
+      (size_t numOps, struct cudaMemcpy3DBatchOp * opList, unsigned long long flags, cudaStream_t stream))   \
+    X(cudaMemset, cudaError_t, (void *devPtr, int value, size_t count))                                      \
+    X(cudaMemset_ptds, cudaError_t, (void *devPtr, int value, size_t count))                                 \
+    X(cudaMemsetAsync, cudaError_t, (void *devPtr, int value, size_t count, cudaStream_t stream))            \
+    X(cudaMemsetAsync_ptsz, cudaError_t, (void *devPtr, int value, size_t count, cudaStream_t stream))       \
+    X(cudaMemset2D, cudaError_t, (void *devPtr, size_t pitch, int value, size_t width, size_t height))       \
+    X(cudaMemset2D_ptds, cudaError_t, (void *devPtr, size_t pitch, int value, size_t width, size_t height))  \
+    X(cudaMemset2DAsync, cudaError_t,                                                                        \
+      (void *devPtr, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream))             \
+    X(cudaMemset2DAsync_ptsz, cudaError_t,                                                                   \
+      (void *devPtr, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream))             \
+    X(cudaMemset3D, cudaError_t, (struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent)) \
+    X(cudaMemset3D_ptds, cudaError_t,                                                                        \
+      (struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent))                            \
+    X(cudaMemset3DAsync, cudaError_t,                                                                        \
+      (struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent, cudaStream_t stream))       \
+    X(cudaMemset3DAsync_ptsz, cudaError_t,                                                                   \
+      (struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent, cudaStream_t stream))
 
 typedef enum IbpRealId {
 #define IBP_REAL_ID(name, ret, params) IBP_REAL_##name,

@@ -406,8 +406,8 @@ cudaError_t ibp_route_memcpy(IbpStreamApi api, void *dst, const void *src, size_
     if (may_compress(src, count, kind) && route_h2d(api, dst, src, count, kind, NULL, 1, &ret))
         return ret;
     ret = real(dst, src, count, kind);
-    if (ret == cudaSuccess && writes_tracked_host(dst, count, kind))
-        note_device_write(api, dst, count, NULL, 1);
+    if (ret == cudaSuccess)
+        ibp_router_enqueued_write(api, dst, count, kind, NULL, 1);
     return ret;
 }
 
@@ -424,11 +424,8 @@ cudaError_t ibp_route_memcpy_async(IbpStreamApi api, void *dst, const void *src,
     if (may_compress(src, count, kind) && route_h2d(api, dst, src, count, kind, stream, 0, &ret))
         return ret;
     ret = real(dst, src, count, kind, stream);
-    /* A copy captured into a graph writes nothing now: the graph's launches are followed
-     * (graphs.c), and a fence recorded into the capture would never be seen to land. */
-    if (ret == cudaSuccess && writes_tracked_host(dst, count, kind) &&
-        ibp_router_stream_capturing(api, stream) != 1)
-        note_device_write(api, dst, count, stream, 0);
+    if (ret == cudaSuccess)
+        ibp_router_enqueued_write(api, dst, count, kind, stream, 0);
     return ret;
 }
 
@@ -502,6 +499,17 @@ void ibp_router_hostwork_lost(const char *what)
         atomic_fetch_add_explicit(&hostfn_pending, 1, memory_order_relaxed);
         IBP_WARN("%s: host-to-device copies go raw from now on", what);
     }
+}
+
+void ibp_router_enqueued_write(IbpStreamApi api, void *dst, size_t n, enum cudaMemcpyKind kind,
+                               cudaStream_t stream, int landed)
+{
+    if (!writes_tracked_host(dst, n, kind))
+        return;
+    /* A write captured into a graph writes nothing now: the graph's launches are followed
+     * (graphs.c), and a fence recorded into the capture would never be seen to land. */
+    if (landed || ibp_router_stream_capturing(api, stream) != 1)
+        note_device_write(api, dst, n, stream, landed);
 }
 
 void ibp_router_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_t stream)

@@ -13,7 +13,10 @@ REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister
             "cudaLaunchHostFunc_ptsz", "cudaStreamAddCallback", "cudaStreamAddCallback_ptsz",
             "cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams",
             "cudaGraphInstantiateWithParams_ptsz", "cudaGraphExecUpdate", "cudaGraphExecDestroy",
-            "cudaGraphLaunch", "cudaGraphLaunch_ptsz", "ibpshim_version",
+            "cudaGraphLaunch", "cudaGraphLaunch_ptsz", "cudaMemcpy2D", "cudaMemcpy2DAsync",
+            "cudaMemcpy2DAsync_ptsz", "cudaMemcpy3D", "cudaMemcpy3DAsync", "cudaMemcpyFromSymbolAsync",
+            "cudaMemcpyBatchAsync", "cudaMemcpy3DBatchAsync", "cudaMemset", "cudaMemsetAsync",
+            "cudaMemsetAsync_ptsz", "cudaMemset2DAsync", "cudaMemset3DAsync", "ibpshim_version",
             "read", "sigaction", "signal", "recvmsg"]
 
 
