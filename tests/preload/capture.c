@@ -28,10 +28,7 @@ int main(void)
     CHECK_CUDA(cudaMalloc(&dev_small, small));
     back = malloc(n);
     CHECK(back != NULL, "malloc");
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        const float v = (float)((i * 2654435761u) % 1000u) * 1e-4f;
-        memcpy(host + i, &v, 4);
-    }
+    preload_fill_weights(host, n);
     cudaStream_t s, cs;
     CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));

@@ -70,15 +70,6 @@ static void *lookup(void *handle, const char *name)
 static void *dev_buf;
 static uint8_t *back;
 
-/* Float weights of a narrow range, the kind of data the codec compresses. */
-static void fill_weights(uint8_t *host, size_t n)
-{
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        const float v = (float)((i * 2654435761u) % 1000u) * 1e-4f;
-        memcpy(host + i, &v, 4);
-    }
-}
-
 static void copy_all(void *arg)
 {
     preload_round_trip(arg, dev_buf, back);
@@ -238,7 +229,7 @@ static void check_graph_host(const char *name, GraphMake how, int nested, size_t
     uint8_t *host = NULL, *patch = malloc(len);
     CHECK(patch != NULL, "malloc");
     CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
-    fill_weights(host, n);
+    preload_fill_weights(host, n);
     Gate gate = {.dst = host + off, .patch = patch, .len = len};
     cudaStream_t cs;
     CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
@@ -313,7 +304,7 @@ static void check_graph_write(const char *name, GraphRetarget how, size_t n, cud
     void *dev_patch = NULL;
     CHECK(patch != NULL, "malloc");
     CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
-    fill_weights(host, n);
+    preload_fill_weights(host, n);
     CHECK_CUDA(cudaHostAlloc((void **)&elsewhere, len, cudaHostAllocDefault));
     CHECK_CUDA(cudaMalloc(&dev_patch, len));
     cudaStream_t cs;
@@ -384,7 +375,7 @@ int main(void)
     CHECK_CUDA(cudaMalloc(&dev_buf, n));
     back = malloc(n);
     CHECK(back != NULL, "malloc");
-    fill_weights(host, n);
+    preload_fill_weights(host, n);
     cudaStream_t s;
     CHECK_CUDA(cudaStreamCreate(&s));
 

@@ -68,6 +68,15 @@ static inline PreloadTotalsFn preload_compression_or_skip(const char *name, int 
     return totals;
 }
 
+/* Float weights of a narrow range, the kind of data the codec compresses. */
+static inline void preload_fill_weights(uint8_t *host, size_t n)
+{
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        const float v = (float)((i * 2654435761u) % 1000u) * 1e-4f;
+        memcpy(host + i, &v, 4);
+    }
+}
+
 /* One copy of the region the program waits on (its bytes checked by the callee). */
 typedef void (*PreloadCopyFn)(void *arg);
 
@@ -106,13 +115,14 @@ static inline double preload_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Waits for the background compressor: makes one copy (copy(arg)) every 20 ms until one went
- * through the compressed path, measured on wall time, not on a number of copies, so a slow
- * machine only makes it slower.  Exits 1 with a message naming `what` when preload_wait_seconds()
- * pass first (the exit report that follows says why the copies went raw).  Returns the copies
- * made. */
-static inline unsigned preload_wait_compressed(const char *prog, const char *what, PreloadTotalsFn totals,
-                                               PreloadCopyFn copy, void *arg)
+/* Waits for the background compressor: makes one copy (copy(arg)) every 20 ms until one sent at
+ * least min_bytes of original bytes through the compressed path, measured on wall time, not on a
+ * number of copies, so a slow machine only makes it slower.  Exits 1 with a message naming `what`
+ * when preload_wait_seconds() pass first (the exit report that follows says why the copies went
+ * raw).  Returns the copies made. */
+static inline unsigned preload_wait_compressed_bytes(const char *prog, const char *what,
+                                                     PreloadTotalsFn totals, PreloadCopyFn copy, void *arg,
+                                                     uint64_t min_bytes)
 {
     const double start = preload_now(), limit = preload_wait_seconds();
     IbpshimTransferTotals a, b;
@@ -120,16 +130,25 @@ static inline unsigned preload_wait_compressed(const char *prog, const char *wha
         CHECK(totals(&a) == 0, "totals");
         copy(arg);
         CHECK(totals(&b) == 0, "totals");
-        if (b.compressed_in > a.compressed_in)
+        if (b.compressed_in > a.compressed_in && b.compressed_in - a.compressed_in >= min_bytes)
             return copies;
         const double waited = preload_now() - start;
         if (waited >= limit) {
-            fprintf(stderr, "%s: %s: no copy went through the compressed path in %.1f s (%u copies); the "
-                    "report below says why they went raw\n", prog, what, waited, copies);
+            fprintf(stderr,
+                    "%s: %s: no copy sent %llu bytes through the compressed path in %.1f s (%u copies); the "
+                    "report below says why they went raw\n",
+                    prog, what, (unsigned long long)min_bytes, waited, copies);
             exit(1);
         }
         usleep(20000);
     }
+}
+
+/* The same until any bytes of a copy went compressed. */
+static inline unsigned preload_wait_compressed(const char *prog, const char *what, PreloadTotalsFn totals,
+                                               PreloadCopyFn copy, void *arg)
+{
+    return preload_wait_compressed_bytes(prog, what, totals, copy, arg, 1);
 }
 
 #endif /* IBP_TESTS_PRELOAD_PRELOAD_CHECK_H */

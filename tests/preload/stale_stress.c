@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * ibpshim: a random sequence of everything that writes a compressed region behind a copy's back
- * (host writes, device-to-host copies, host functions, graphs with host nodes or copies into it),
- * each followed by copies of the whole region that must deliver exactly its bytes.  The seed
+ * (host writes, device-to-host copies and memsets, 1D or pitched, host functions, graphs with host
+ * nodes or copies into it), each followed by copies of the whole region that must deliver exactly
+ * its bytes.  The seed
  * (STRESS_SEED) and the number of operations (STRESS_OPS) can be set; both are printed. */
 #include <stdint.h>
 #include <string.h>
@@ -70,10 +71,7 @@ int main(void)
     CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
     CHECK_CUDA(cudaMalloc(&dev, n));
     CHECK_CUDA(cudaMalloc(&dev_noise, n));
-    for (size_t i = 0; i + 4 <= n; i += 4) { /* weights the codec compresses */
-        const float v = (float)((i * 2654435761u) % 1000u) * 1e-4f;
-        memcpy(host + i, &v, 4);
-    }
+    preload_fill_weights(host, n);
     for (size_t i = 0; i < n; i++)
         noise[i] = (uint8_t)rnd();
     CHECK_CUDA(cudaMemcpy(dev_noise, noise, n, cudaMemcpyHostToDevice));
@@ -109,11 +107,27 @@ int main(void)
                 host[off + i] = (uint8_t)rnd();
             writes[0]++;
             break;
-        case 1: { /* device-to-host copy of device bytes from anywhere */
+        case 1: { /* a device write: a copy of device bytes from anywhere, or a memset; 1D or pitched */
             pick_range(n, &off, &len);
             const size_t from = rnd() % (n - len + 1);
-            CHECK_CUDA(
-                cudaMemcpyAsync(host + off, (uint8_t *)dev_noise + from, len, cudaMemcpyDeviceToHost, s));
+            const size_t rows = 1 + rnd() % 16, width = 1 + len / rows;
+            const size_t pitch = width + rnd() % 4096, pitched = (rows - 1) * pitch + width;
+            const int value = (int)(rnd() & 0xff);
+            switch (pitched > n - off || pitched > n - from ? rnd() % 2 : rnd() % 4) {
+            case 0:
+                CHECK_CUDA(cudaMemcpyAsync(host + off, (uint8_t *)dev_noise + from, len, cudaMemcpyDeviceToHost, s));
+                break;
+            case 1:
+                CHECK_CUDA(cudaMemsetAsync(host + off, value, len, s));
+                break;
+            case 2:
+                CHECK_CUDA(cudaMemcpy2DAsync(host + off, pitch, (uint8_t *)dev_noise + from, pitch, width, rows,
+                                             cudaMemcpyDeviceToHost, s));
+                break;
+            default:
+                CHECK_CUDA(cudaMemset2DAsync(host + off, pitch, value, width, rows, s));
+                break;
+            }
             writes[1]++;
             break;
         }
@@ -165,7 +179,7 @@ int main(void)
         }
     }
     CHECK_CUDA(cudaStreamSynchronize(s));
-    printf("stale_stress: seed %lu, %lu operations: %lu host writes, %lu device-to-host copies, %lu host "
+    printf("stale_stress: seed %lu, %lu operations: %lu host writes, %lu device writes, %lu host "
            "functions, %lu + %lu graph launches, %lu waits; %lu copies checked, %lu of them partly "
            "compressed\n",
            seed, ops, writes[0], writes[1], writes[2], writes[3], writes[4], writes[5], checks,

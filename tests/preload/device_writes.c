@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: every runtime copy and memset besides cudaMemcpy(Async) that can write pinned memory
+ * from the device (pitched, 3D and batched copies; memsets through the unified address) writes a
+ * slot of a compressed region of its own, and the copy of the region behind it in stream order must
+ * deliver the bytes it wrote.  The device's writes land without a fault, so only the hooks can
+ * tell the shim. */
+#include <stdint.h>
+#include <string.h>
+
+#include "tests/preload/preload_check.h"
+
+/* Each form writes inside the first SLOT bytes of its region. */
+#define SLOT ((size_t)1 << 20)
+
+static void *dev_buf;     /* the round trip's device side */
+static uint8_t *dev_src;  /* device bytes the copies read, equal to src_host */
+static uint8_t *src_host; /* what dev_src holds */
+static uint8_t *back;
+
+static void copy_all(void *arg)
+{
+    preload_round_trip(arg, dev_buf, back);
+}
+
+/* What a form writes, applied to the model of the region: depth slices of height rows of width
+ * bytes; src NULL for a memset of value. */
+typedef struct Rows {
+    size_t dst, dpitch, dslice;
+    size_t src, spitch, sslice;
+    size_t width, height, depth;
+    int value;
+    int memset;
+} Rows;
+
+static void model(uint8_t *expect, const Rows *r)
+{
+    for (size_t z = 0; z < r->depth; z++)
+        for (size_t y = 0; y < r->height; y++) {
+            uint8_t *const d = expect + r->dst + z * r->dslice + y * r->dpitch;
+            if (r->memset)
+                memset(d, r->value, r->width);
+            else
+                memcpy(d, src_host + r->src + z * r->sslice + y * r->spitch, r->width);
+        }
+}
+
+static struct cudaPitchedPtr pitched(void *ptr, size_t pitch, size_t xsize, size_t ysize)
+{
+    return (struct cudaPitchedPtr){.ptr = ptr, .pitch = pitch, .xsize = xsize, .ysize = ysize};
+}
+
+static struct cudaExtent extent(size_t width, size_t height, size_t depth)
+{
+    return (struct cudaExtent){.width = width, .height = height, .depth = depth};
+}
+
+typedef enum Form {
+    MEMCPY_2D_ASYNC,
+    MEMCPY_2D_ASYNC_PTSZ,
+    MEMCPY_2D,
+    MEMCPY_3D_ASYNC,
+    MEMCPY_3D,
+    MEMSET_ASYNC,
+    MEMSET_ASYNC_PTSZ,
+    MEMSET,
+    MEMSET_2D_ASYNC,
+    MEMSET_3D_ASYNC,
+    MEMSET_2D,
+    BATCH,
+    BATCH_3D,
+    FORM_COUNT
+} Form;
+
+static const char *const form_names[FORM_COUNT] = {
+    "cudaMemcpy2DAsync",      "cudaMemcpy2DAsync_ptsz", "cudaMemcpy2D",         "cudaMemcpy3DAsync",
+    "cudaMemcpy3D",           "cudaMemsetAsync",        "cudaMemsetAsync_ptsz", "cudaMemset",
+    "cudaMemset2DAsync",      "cudaMemset3DAsync",      "cudaMemset2D",         "cudaMemcpyBatchAsync",
+    "cudaMemcpy3DBatchAsync",
+};
+
+typedef cudaError_t (*Memcpy2DAsyncFn)(void *, size_t, const void *, size_t, size_t, size_t,
+                                       enum cudaMemcpyKind, cudaStream_t);
+typedef cudaError_t (*MemsetAsyncFn)(void *, int, size_t, cudaStream_t);
+
+static void *lookup(const char *name)
+{
+    void *fn = dlsym(RTLD_DEFAULT, name);
+    CHECK(fn != NULL, "%s not found", name);
+    return fn;
+}
+
+/* Enqueues form f on s writing host (and applies it to expect). */
+static void write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
+{
+    const size_t at = 4096 + 3;    /* unaligned */
+    const size_t slot = (size_t)f; /* varies the source and the values */
+    Rows r = {.dst = at,
+              .dpitch = 8192 + 5,
+              .src = 100 + slot,
+              .spitch = 6000,
+              .width = 3000,
+              .height = 40,
+              .depth = 1};
+    switch (f) {
+    case MEMCPY_2D_ASYNC:
+        CHECK_CUDA(cudaMemcpy2DAsync(host + r.dst, r.dpitch, dev_src + r.src, r.spitch, r.width, r.height,
+                                     cudaMemcpyDeviceToHost, s));
+        break;
+    case MEMCPY_2D_ASYNC_PTSZ: {
+        const Memcpy2DAsyncFn fn = (Memcpy2DAsyncFn)lookup("cudaMemcpy2DAsync_ptsz");
+        CHECK_CUDA(
+            fn(host + r.dst, r.dpitch, dev_src + r.src, r.spitch, r.width, r.height, cudaMemcpyDefault, s));
+        break;
+    }
+    case MEMCPY_2D:
+        CHECK_CUDA(cudaMemcpy2D(host + r.dst, r.dpitch, dev_src + r.src, r.spitch, r.width, r.height,
+                                cudaMemcpyDeviceToHost));
+        break;
+    case MEMCPY_3D_ASYNC:
+    case MEMCPY_3D: {
+        /* Slices of 30 rows 4096 bytes apart; the copy starts at column 17, row 2, slice 1. */
+        struct cudaMemcpy3DParms p;
+        memset(&p, 0, sizeof(p));
+        p.srcPtr = pitched(dev_src + r.src, 6000, 6000, 20);
+        p.dstPtr = pitched(host, 4096, 4096, 30);
+        p.dstPos = (struct cudaPos){17, 2, 1};
+        p.extent = extent(2000, 12, 3);
+        p.kind = cudaMemcpyDeviceToHost;
+        r = (Rows){.dst = 17 + 2 * 4096 + 4096 * 30,
+                   .dpitch = 4096,
+                   .dslice = 4096 * 30,
+                   .src = r.src,
+                   .spitch = 6000,
+                   .sslice = 6000 * 20,
+                   .width = 2000,
+                   .height = 12,
+                   .depth = 3};
+        CHECK_CUDA(f == MEMCPY_3D ? cudaMemcpy3D(&p) : cudaMemcpy3DAsync(&p, s));
+        break;
+    }
+    case MEMSET_ASYNC:
+    case MEMSET_ASYNC_PTSZ:
+    case MEMSET:
+        r = (Rows){
+            .dst = at, .width = 70001, .height = 1, .depth = 1, .value = 0x3c + (int)slot, .memset = 1};
+        if (f == MEMSET)
+            CHECK_CUDA(cudaMemset(host + r.dst, r.value, r.width));
+        else if (f == MEMSET_ASYNC)
+            CHECK_CUDA(cudaMemsetAsync(host + r.dst, r.value, r.width, s));
+        else
+            CHECK_CUDA(((MemsetAsyncFn)lookup("cudaMemsetAsync_ptsz"))(host + r.dst, r.value, r.width, s));
+        break;
+    case MEMSET_2D_ASYNC:
+    case MEMSET_2D:
+        r = (Rows){
+            .dst = at, .dpitch = 10000, .width = 777, .height = 50, .depth = 1, .value = 0xe1, .memset = 1};
+        CHECK_CUDA(f == MEMSET_2D ? cudaMemset2D(host + r.dst, r.dpitch, r.value, r.width, r.height)
+                                  : cudaMemset2DAsync(host + r.dst, r.dpitch, r.value, r.width, r.height, s));
+        break;
+    case MEMSET_3D_ASYNC:
+        r = (Rows){.dst = at,
+                   .dpitch = 5000,
+                   .dslice = 5000 * 20,
+                   .width = 999,
+                   .height = 15,
+                   .depth = 4,
+                   .value = 0x0f,
+                   .memset = 1};
+        CHECK_CUDA(cudaMemset3DAsync(pitched(host + r.dst, r.dpitch, r.dpitch, 20), r.value,
+                                     extent(r.width, r.height, r.depth), s));
+        break;
+    case BATCH: {
+        /* Three copies: two into the slot, one into device memory. */
+        void *dsts[3] = {host + at, dev_buf, host + at + 300000};
+        const void *srcs[3] = {dev_src + 11, dev_src + 5, dev_src + 4099};
+        size_t sizes[3] = {5000, 64, 123457};
+        struct cudaMemcpyAttributes attr;
+        memset(&attr, 0, sizeof(attr));
+        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        size_t idx = 0;
+        CHECK_CUDA(cudaMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 1, s));
+        const Rows a = {.dst = at, .src = 11, .width = 5000, .height = 1, .depth = 1};
+        model(expect, &a);
+        r = (Rows){.dst = at + 300000, .src = 4099, .width = 123457, .height = 1, .depth = 1};
+        break;
+    }
+    case BATCH_3D: {
+        struct cudaMemcpy3DBatchOp op;
+        memset(&op, 0, sizeof(op));
+        op.src.type = cudaMemcpyOperandTypePointer;
+        op.src.op.ptr.ptr = dev_src + 7;
+        op.src.op.ptr.rowLength = 3000;
+        op.src.op.ptr.layerHeight = 10;
+        op.dst.type = cudaMemcpyOperandTypePointer;
+        op.dst.op.ptr.ptr = host + at;
+        op.dst.op.ptr.rowLength = 4000;
+        op.dst.op.ptr.layerHeight = 9;
+        op.extent = extent(2500, 8, 3);
+        op.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        CHECK_CUDA(cudaMemcpy3DBatchAsync(1, &op, 0, s));
+        r = (Rows){.dst = at,
+                   .dpitch = 4000,
+                   .dslice = 4000 * 9,
+                   .src = 7,
+                   .spitch = 3000,
+                   .sslice = 3000 * 10,
+                   .width = 2500,
+                   .height = 8,
+                   .depth = 3};
+        break;
+    }
+    case FORM_COUNT:
+        break;
+    }
+    model(expect, &r);
+}
+
+int main(void)
+{
+    const PreloadTotalsFn totals = preload_compression_or_skip("device_writes", 1);
+    const size_t n = 4 * SLOT + 1000;
+    uint8_t *expect = malloc(n);
+    src_host = malloc(SLOT);
+    back = malloc(n);
+    CHECK(expect != NULL && src_host != NULL && back != NULL, "malloc");
+    CHECK_CUDA(cudaMalloc(&dev_buf, n));
+    CHECK_CUDA(cudaMalloc((void **)&dev_src, SLOT));
+    for (size_t i = 0; i < SLOT; i++)
+        src_host[i] = (uint8_t)(i * 7 + (i >> 9));
+    CHECK_CUDA(cudaMemcpy(dev_src, src_host, SLOT, cudaMemcpyHostToDevice));
+    cudaStream_t s;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    /* A region of its own for each form: what one form writes does not fit the weights' plan and
+     * stays raw, which would leave the next form nothing compressed to test. */
+    for (int f = 0; f < FORM_COUNT; f++) {
+        uint8_t *host = NULL;
+        CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
+        preload_fill_weights(host, n);
+        memcpy(expect, host, n);
+        PreloadWaiting waiting = {.host = host, .n = n, .s = s};
+        preload_wait_compressed_bytes("device_writes", form_names[f], totals, copy_all, &waiting, SLOT);
+        IbpshimTransferTotals a, b;
+        CHECK(totals(&a) == 0, "totals");
+        write_form((Form)f, host, expect, s);
+        CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
+        CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
+        CHECK(totals(&b) == 0, "totals");
+        CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, n, cudaMemcpyDeviceToHost, s));
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        CHECK(memcmp(host, expect, n) == 0, "%s: the region does not hold what the test expects",
+              form_names[f]);
+        for (size_t i = 0; i < n; i++)
+            CHECK(back[i] == expect[i], "%s: byte %zu of the copy behind it is 0x%02x, expected 0x%02x",
+                  form_names[f], i, back[i], expect[i]);
+        CHECK(b.compressed_in > a.compressed_in,
+              "%s: the copy behind it sent nothing compressed: it tested nothing", form_names[f]);
+        printf("device_writes: %s: ok (%llu of %zu bytes compressed)\n", form_names[f],
+               (unsigned long long)(b.compressed_in - a.compressed_in), n);
+        CHECK_CUDA(cudaFreeHost(host));
+    }
+
+    CHECK_CUDA(cudaStreamDestroy(s));
+    CHECK_CUDA(cudaFree(dev_src));
+    CHECK_CUDA(cudaFree(dev_buf));
+    free(back);
+    free(src_host);
+    free(expect);
+    printf("device_writes: ok\n");
+    return 0;
+}
