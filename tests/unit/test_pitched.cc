@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the host bytes a pitched copy or memset may write (interpose/pitched.h). */
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "interpose/pitched.h"
+
+namespace {
+
+size_t span(IbpPitched d, uintptr_t *lo)
+{
+    return ibp_pitched_span(d, lo);
+}
+
+TEST(Pitched, RowIsItsBytes)
+{
+    uintptr_t lo = 0;
+    EXPECT_EQ(span(ibp_pitched_row(reinterpret_cast<void *>(0x1000), 77), &lo), 77u);
+    EXPECT_EQ(lo, 0x1000u);
+    EXPECT_EQ(span(ibp_pitched_row(reinterpret_cast<void *>(0x1000), 0), &lo), 0u) << "an empty write";
+}
+
+TEST(Pitched, TwoDimensionsFromFirstToLastByte)
+{
+    uintptr_t lo = 0;
+    /* 40 rows of 3000 bytes, 8197 apart: the last row starts 39 pitches in. */
+    EXPECT_EQ(span(ibp_pitched_2d(reinterpret_cast<void *>(0x10000), 8197, 3000, 40), &lo), 39u * 8197 + 3000);
+    EXPECT_EQ(lo, 0x10000u);
+    EXPECT_EQ(span(ibp_pitched_2d(reinterpret_cast<void *>(0x10000), 8197, 3000, 0), &lo), 0u);
+}
+
+TEST(Pitched, ThreeDimensionsStartAtTheirPosition)
+{
+    cudaMemcpy3DParms p = {};
+    p.dstPtr = cudaPitchedPtr{reinterpret_cast<void *>(0x100000), 4096, 4096, 30};
+    p.dstPos = cudaPos{17, 2, 1};
+    p.extent = cudaExtent{2000, 12, 3};
+    uintptr_t lo = 0;
+    const size_t n = span(ibp_pitched_memcpy3d(&p), &lo);
+    EXPECT_EQ(lo, 0x100000u + 17 + 2 * 4096 + 4096 * 30);
+    EXPECT_EQ(n, 2u * 4096 * 30 + 11 * 4096 + 2000);
+    p.dstArray = reinterpret_cast<cudaArray_t>(0x1);
+    EXPECT_EQ(span(ibp_pitched_memcpy3d(&p), &lo), 0u) << "an array destination is not host memory";
+    EXPECT_EQ(span(ibp_pitched_memcpy3d(nullptr), &lo), 0u);
+}
+
+TEST(Pitched, ExtentFromAnArrayCountsElementsAtTheWidest)
+{
+    cudaMemcpy3DParms p = {};
+    p.srcArray = reinterpret_cast<cudaArray_t>(0x1);
+    p.dstPtr = cudaPitchedPtr{reinterpret_cast<void *>(0x100000), 65536, 65536, 1};
+    p.extent = cudaExtent{100, 1, 1};
+    uintptr_t lo = 0;
+    EXPECT_EQ(span(ibp_pitched_memcpy3d(&p), &lo), 100u * IBP_ARRAY_ELEMENT_MAX);
+}
+
+TEST(Pitched, MemsetCountsElements)
+{
+    uintptr_t lo = 0;
+    EXPECT_EQ(span(ibp_pitched_memset(reinterpret_cast<void *>(0x2000), 1024, 4, 100, 3), &lo), 2u * 1024 + 400);
+}
+
+TEST(Pitched, OverflowTakesTheRestOfTheAddressSpace)
+{
+    uintptr_t lo = 0;
+    const IbpPitched huge = ibp_pitched_2d(reinterpret_cast<void *>(0x1000), SIZE_MAX / 2, 10, 5);
+    const size_t n = span(huge, &lo);
+    EXPECT_EQ(lo, 0x1000u);
+    EXPECT_EQ(n, UINTPTR_MAX - 0x1000u) << "never wraps";
+    IbpPitched far = ibp_pitched_row(reinterpret_cast<void *>(UINTPTR_MAX - 10), 100);
+    EXPECT_EQ(span(far, &lo), 10u) << "clipped at the end of the address space";
+    EXPECT_EQ(span(ibp_pitched_memset(reinterpret_cast<void *>(0x1000), 0, 8, SIZE_MAX / 2, 1), &lo),
+              UINTPTR_MAX - 0x1000u);
+}
+
+} // namespace
