@@ -66,6 +66,7 @@ typedef struct IbpConfig {
         uint64_t churn_window_ns;
         bool track_shared;
         bool track_write_combined;
+        bool track_mapped;
     } policy;
     struct {
         IbpTransferPath path;
@@ -120,7 +121,7 @@ typedef struct IbpConfigOption {
     const char *help;
 } IbpConfigOption;
 
-#define IBP_CONFIG_OPTION_COUNT 28
+#define IBP_CONFIG_OPTION_COUNT 29
 
 /* The table, IBP_CONFIG_OPTION_COUNT rows grouped by section in file order. */
 const IbpConfigOption *ibp_config_options(void);

@@ -122,6 +122,10 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
     OPT_BOOL("policy", "track_write_combined", policy.track_write_combined, "false",
              "Also compress cudaHostAllocWriteCombined regions "
              "(CPU reads of them for compression are slow)."),
+    OPT_BOOL("policy", "track_mapped", policy.track_mapped, "false",
+             "Also compress regions allocated with cudaHostAllocMapped or registered with "
+             "cudaHostRegisterMapped, trusting that no kernel writes them through their device pointer "
+             "(such writes reach memory without a fault: no tracker sees them)."),
 
     OPT_ENUM("transfer", "path", transfer.path, "auto", transfer_paths,
              "How compressed data reaches the GPU: dma stages it in device memory, zerocopy lets the decode "

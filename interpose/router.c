@@ -104,6 +104,7 @@ void ibp_router_start(const IbpConfig *cfg)
         .churn_limit = cfg->policy.churn_limit > 0 ? (unsigned)cfg->policy.churn_limit : 0u,
         .churn_window_ns = cfg->policy.churn_window_ns,
         .track_write_combined = cfg->policy.track_write_combined,
+        .track_mapped = cfg->policy.track_mapped,
         .track_shared = cfg->policy.track_shared,
         .block_bytes = cfg->transfer.block_bytes,
         .min_run = IBP_ROUTER_MIN_RUN,

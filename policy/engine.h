@@ -26,6 +26,7 @@ typedef struct IbpPolicyParams {
     unsigned churn_limit;        /* 0 = never stop tracking */
     uint64_t churn_window_ns;
     int track_write_combined;
+    int track_mapped;
     int track_shared;            /* also compress registered shared or file-backed mappings */
     size_t block_bytes;          /* 0 = the codec's default */
     size_t min_run;              /* compressed runs shorter than this go raw */

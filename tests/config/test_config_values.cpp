@@ -103,6 +103,7 @@ TEST(ConfigTable, DefaultsParseAndMatchTheIssue)
     EXPECT_EQ(cfg.policy.churn_window_ns, 1000000000u);
     EXPECT_FALSE(cfg.policy.track_shared);
     EXPECT_FALSE(cfg.policy.track_write_combined);
+    EXPECT_FALSE(cfg.policy.track_mapped);
     EXPECT_EQ(cfg.transfer.path, IBP_TRANSFER_PATH_AUTO);
     EXPECT_EQ(cfg.transfer.staging_bytes, 256u << 20);
     EXPECT_EQ(cfg.transfer.block_bytes, 0u);

@@ -584,6 +584,33 @@ TEST(Engine, SharedAndFileMappingsAreNeverCompressed)
     fclose(f);
 }
 
+// Pinned mapped by name (cudaHostAllocMapped, cudaHostRegisterMapped): kernels may write it through
+// its device pointer, unseen, so it stays raw unless track_mapped says otherwise (off here).
+TEST(Engine, MappedRegionsAreNeverCompressed)
+{
+    start_engine();
+    Region alloc(2 * kMiB, 21), registered(2 * kMiB, 22), plain(2 * kMiB, 23);
+    ASSERT_EQ(ibp_policy_on_alloc(alloc.mem, alloc.size, IBP_REGION_PINNED_ALLOC | IBP_REGION_MAPPED, 0, nullptr),
+              1);
+    ASSERT_EQ(ibp_policy_on_alloc(registered.mem, registered.size, IBP_REGION_REGISTERED | IBP_REGION_MAPPED, 0,
+                                  nullptr),
+              1);
+    ASSERT_EQ(ibp_policy_on_alloc(plain.mem, plain.size, IBP_REGION_PINNED_ALLOC | IBP_REGION_PORTABLE, 0, nullptr),
+              1);
+    for (int i = 0; i < 3; i++) {
+        copy_and_check(alloc.mem, alloc.size);
+        copy_and_check(registered.mem, registered.size);
+        copy_and_check(plain.mem, plain.size);
+    }
+    ibp_policy_run_pending();
+    IbpCopyWhy why;
+    EXPECT_EQ(copy_and_check(alloc.mem, alloc.size, &why), 0);
+    EXPECT_EQ(why, IBP_COPY_UNTRACKABLE);
+    EXPECT_EQ(copy_and_check(registered.mem, registered.size, &why), 0);
+    EXPECT_EQ(why, IBP_COPY_UNTRACKABLE);
+    EXPECT_EQ(copy_and_check(plain.mem, plain.size, &why), 1);
+}
+
 // Regions of one allocation site: the second holds the same kind of floats and gets the first's
 // plan without a search; the third holds small integers, which that plan does not fit, and is
 // planned afresh; after it, integers and floats each find their plan among the site's.  Every
