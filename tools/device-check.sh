@@ -164,6 +164,10 @@ done
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 > "$logs/hookbench.txt" 2>&1
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --json >> "$logs/hookbench.txt" 2>&1
 row "hook overhead (200k calls)" "$(grep 'added by the hook' "$logs/hookbench.txt" | sed 's/^ *//')"
+for call in d2h memset; do
+    LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --call $call --json >> "$logs/hookbench.txt" 2>&1
+    row "hook overhead, $call (200k calls)" "$(tail -1 "$logs/hookbench.txt" | grep -o '"added_ns": [-0-9.]*')"
+done
 "$build/tools/ibp-hookbench" --calls 100000 > "$logs/hookbench-noshim.txt" 2>&1
 row "same, without the shim (noise)" "$(grep 'added by the hook' "$logs/hookbench-noshim.txt" | sed 's/^ *//')"
 cat "$logs/hookbench-noshim.txt" >> "$logs/hookbench.txt" && rm -f "$logs/hookbench-noshim.txt"
