@@ -15,8 +15,11 @@
 #include "ibpshim/codec.h"
 #include "policy/mapping.h"
 
-/* Device-to-host copies still landing in a region, kept until a plan has seen them land. */
-#define IBP_POLICY_D2H_MAX 16
+/* Device writes into a region still landing, kept until a plan has seen them land: room for
+ * IBP_POLICY_D2H_MIN at first, doubled while more are in flight, up to IBP_POLICY_D2H_MAX (past
+ * that a new one waits for the oldest to land). */
+#define IBP_POLICY_D2H_MIN 16
+#define IBP_POLICY_D2H_MAX 65536
 /* A stale block is recompressed once no write to it was seen for this long. */
 #define IBP_POLICY_STABLE_NS 50000000ull
 /* How often the compressor looks at compressed regions when nothing wakes it. */
@@ -62,8 +65,8 @@ struct IbpPolicyRegion {
     int churn_counted;
 
     pthread_mutex_t d2h_lock;
-    IbpPendingD2h d2h[IBP_POLICY_D2H_MAX];
-    int nd2h;
+    IbpPendingD2h *d2h; /* nd2h of cap_d2h entries, oldest first */
+    size_t nd2h, cap_d2h;
 };
 
 static struct {
@@ -142,7 +145,7 @@ int ibp_policy_start(const IbpPolicyParams *params)
 
 static void d2h_release_all(IbpPolicyRegion *pr)
 {
-    for (int i = 0; i < pr->nd2h; i++) {
+    for (size_t i = 0; i < pr->nd2h; i++) {
         eng.p.ops.fence_wait(eng.p.ops.ctx, pr->d2h[i].fence);
         eng.p.ops.fence_release(eng.p.ops.ctx, pr->d2h[i].fence);
     }
@@ -160,6 +163,7 @@ static void policy_region_fini(void *data)
     pthread_rwlock_destroy(&pr->lock);
     pthread_mutex_destroy(&pr->d2h_lock);
     pthread_mutex_destroy(&pr->busy);
+    free(pr->d2h);
     free(pr);
 }
 
@@ -271,17 +275,66 @@ void *ibp_policy_on_free(void *ptr)
 static void d2h_apply(IbpPolicyRegion *pr, IbpShadow *sh, int may_forget)
 {
     pthread_mutex_lock(&pr->d2h_lock);
-    int kept = 0;
-    for (int i = 0; i < pr->nd2h; i++) {
+    size_t kept = 0;
+    for (size_t i = 0; i < pr->nd2h; i++) {
+        const IbpPendingD2h e = pr->d2h[i];
+        /* Whether it had landed before this marking, not after: a write landing in between
+         * would otherwise be forgotten with only its old bytes marked. */
+        const int landed = may_forget && eng.p.ops.fence_done(eng.p.ops.ctx, e.fence);
         if (sh)
-            ibp_shadow_invalidate(sh, pr->d2h[i].off, pr->d2h[i].len);
-        if (may_forget && eng.p.ops.fence_done(eng.p.ops.ctx, pr->d2h[i].fence))
-            eng.p.ops.fence_release(eng.p.ops.ctx, pr->d2h[i].fence);
+            ibp_shadow_invalidate(sh, e.off, e.len);
+        if (landed)
+            eng.p.ops.fence_release(eng.p.ops.ctx, e.fence);
         else
-            pr->d2h[kept++] = pr->d2h[i];
+            pr->d2h[kept++] = e;
     }
     pr->nd2h = kept;
     pthread_mutex_unlock(&pr->d2h_lock);
+}
+
+/* With d2h_lock held: writes that have landed are marked once more (after landing, so that a
+ * build or recompression that read the bytes before cannot publish them) and forgotten. */
+static void d2h_reap(IbpPolicyRegion *pr, IbpShadow *sh)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < pr->nd2h; i++) {
+        const IbpPendingD2h e = pr->d2h[i];
+        if (!eng.p.ops.fence_done(eng.p.ops.ctx, e.fence)) {
+            pr->d2h[kept++] = e;
+            continue;
+        }
+        if (sh)
+            ibp_shadow_invalidate(sh, e.off, e.len);
+        eng.p.ops.fence_release(eng.p.ops.ctx, e.fence);
+    }
+    pr->nd2h = kept;
+}
+
+/* With d2h_lock held: room for one more entry.  Landed writes are forgotten first, then the list
+ * grows; only past IBP_POLICY_D2H_MAX entries still landing (or without memory) does the oldest
+ * have to land first. */
+static void d2h_make_room(IbpPolicyRegion *pr, IbpShadow *sh)
+{
+    if (pr->nd2h < pr->cap_d2h)
+        return;
+    d2h_reap(pr, sh);
+    if (pr->nd2h < pr->cap_d2h)
+        return;
+    const size_t cap = pr->cap_d2h ? 2 * pr->cap_d2h : IBP_POLICY_D2H_MIN;
+    IbpPendingD2h *grown = cap <= IBP_POLICY_D2H_MAX ? realloc(pr->d2h, cap * sizeof(*grown)) : NULL;
+    if (grown) {
+        pr->d2h = grown;
+        pr->cap_d2h = cap;
+        return;
+    }
+    /* Full: the oldest write has to land before it can be forgotten. */
+    const IbpPendingD2h oldest = pr->d2h[0];
+    eng.p.ops.fence_wait(eng.p.ops.ctx, oldest.fence);
+    if (sh)
+        ibp_shadow_invalidate(sh, oldest.off, oldest.len);
+    eng.p.ops.fence_release(eng.p.ops.ctx, oldest.fence);
+    memmove(pr->d2h, pr->d2h + 1, sizeof(pr->d2h[0]) * (pr->nd2h - 1));
+    pr->nd2h--;
 }
 
 static void wake_compressor(void);
@@ -448,20 +501,19 @@ static void d2h_record(IbpRegion *region, size_t off, size_t len, void *fence)
             eng.p.ops.fence_release(eng.p.ops.ctx, fence);
         return;
     }
+    /* A region no longer tracked never is again: nothing of it will be sent compressed. */
+    const IbpRegionState state = ibp_region_state(region);
+    if (state == IBP_REGION_UNTRACKED || state == IBP_REGION_DEAD) {
+        if (fence)
+            eng.p.ops.fence_release(eng.p.ops.ctx, fence);
+        return;
+    }
     pthread_rwlock_rdlock(&pr->lock);
     if (pr->shadow)
         ibp_shadow_invalidate(pr->shadow, off, len);
     if (fence) {
         pthread_mutex_lock(&pr->d2h_lock);
-        if (pr->nd2h == IBP_POLICY_D2H_MAX) {
-            /* Full: the oldest copy has to land before it can be forgotten. */
-            eng.p.ops.fence_wait(eng.p.ops.ctx, pr->d2h[0].fence);
-            if (pr->shadow)
-                ibp_shadow_invalidate(pr->shadow, pr->d2h[0].off, pr->d2h[0].len);
-            eng.p.ops.fence_release(eng.p.ops.ctx, pr->d2h[0].fence);
-            memmove(pr->d2h, pr->d2h + 1, sizeof(pr->d2h[0]) * (IBP_POLICY_D2H_MAX - 1));
-            pr->nd2h--;
-        }
+        d2h_make_room(pr, pr->shadow);
         pr->d2h[pr->nd2h++] = (IbpPendingD2h){.off = off, .len = len, .fence = fence};
         pthread_mutex_unlock(&pr->d2h_lock);
     }
@@ -472,14 +524,18 @@ typedef struct IbpOverlap {
     uintptr_t lo, hi;
     uint64_t ids[64];
     int n;
+    uintptr_t last_end; /* the end of the last region collected */
 } IbpOverlap;
 
+/* The first 64 regions overlapping [lo, hi), in address order. */
 static int collect_overlap(const IbpRegionInfo *info, void *arg)
 {
     IbpOverlap *o = arg;
-    if (info->base < o->hi && o->lo < info->base + info->size && o->n < 64)
+    if (info->base < o->hi && o->lo < info->base + info->size) {
         o->ids[o->n++] = info->id;
-    return 0;
+        o->last_end = info->base + info->size;
+    }
+    return o->n == 64;
 }
 
 void ibp_policy_on_d2h(void *dst, size_t n, void *fence)
@@ -496,19 +552,29 @@ void ibp_policy_on_d2h(void *dst, size_t n, void *fence)
         return;
     }
     /* A copy that straddles regions (or lands partly outside any): each overlapped region
-     * waits for the copy to land, since one fence cannot be shared by several owners. */
+     * waits for the copy to land, since one fence cannot be shared by several owners.  Regions
+     * are taken 64 at a time, in address order, until none is left in the range. */
     IbpOverlap o = {.lo = (uintptr_t)dst, .hi = (uintptr_t)dst + n};
-    ibp_registry_foreach(collect_overlap, &o);
-    if (o.n && fence)
-        eng.p.ops.fence_wait(eng.p.ops.ctx, fence);
-    for (int i = 0; i < o.n; i++) {
-        if (ibp_registry_get(o.ids[i], &region))
-            continue;
-        const uintptr_t base = ibp_region_base(region);
-        const uintptr_t lo = o.lo > base ? o.lo : base;
-        const uintptr_t hi = o.hi < base + ibp_region_size(region) ? o.hi : base + ibp_region_size(region);
-        d2h_record(region, lo - base, hi - lo, NULL);
-        ibp_region_put(&region);
+    int waited = !fence;
+    for (;;) {
+        o.n = 0;
+        ibp_registry_foreach(collect_overlap, &o);
+        if (o.n && !waited) {
+            eng.p.ops.fence_wait(eng.p.ops.ctx, fence);
+            waited = 1;
+        }
+        for (int i = 0; i < o.n; i++) {
+            if (ibp_registry_get(o.ids[i], &region))
+                continue;
+            const uintptr_t base = ibp_region_base(region), end = base + ibp_region_size(region);
+            const uintptr_t lo = o.lo > base ? o.lo : base;
+            const uintptr_t hi = o.hi < end ? o.hi : end;
+            d2h_record(region, lo - base, hi - lo, NULL);
+            ibp_region_put(&region);
+        }
+        if (o.n < 64 || o.last_end >= o.hi)
+            break;
+        o.lo = o.last_end; /* the next 64 start after the last of these */
     }
     if (fence)
         eng.p.ops.fence_release(eng.p.ops.ctx, fence);

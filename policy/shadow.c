@@ -545,6 +545,10 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
     atomic_store(&job.next, 0);
     run_threads(build_worker, &job, threads);
     s->offsets[s->nblocks] = at;
+    /* Under the lock that marks blocks stale: an invalidation between the generation check and
+     * the store would otherwise find the block not yet VALID, leave its state alone, and be
+     * lost once the store made it VALID. */
+    pthread_mutex_lock(&s->query_lock);
     for (uint32_t i = 0; i < s->nblocks; i++) {
         if (s->offsets[i + 1] == s->offsets[i]) /* settled above: no slot */
             continue;
@@ -553,6 +557,7 @@ int ibp_shadow_build(IbpShadow *s, IbpTracker *tracker, unsigned threads, double
             atomic_fetch_add_explicit(&s->discarded, 1, memory_order_relaxed);
         atomic_store_explicit(&s->state[i], clean ? IBP_BLOCK_VALID : IBP_BLOCK_STALE, memory_order_release);
     }
+    pthread_mutex_unlock(&s->query_lock);
     s->built = 1;
     if (ratio)
         *ratio = (double)s->slab_len / (double)s->size;
