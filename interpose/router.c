@@ -361,18 +361,19 @@ raw:
     return 0;
 }
 
-/* Device writes into a tracked region land behind the tracker's back. */
-static void note_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_t stream, int synchronous)
+/* Device writes into a tracked region land behind the tracker's back: marked now and again
+ * once a fence behind them on their stream has passed.  Blocking calls too: a copy whose kind
+ * CUDA does not synchronize (device to device through a pinned buffer's unified address) may
+ * return before it lands, and the fence of one that has landed is passed at once. */
+static void note_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_t stream)
 {
     void *fence = NULL;
-    if (!synchronous) {
-        const IbpDriver *drv = ibp_driver_get();
-        CUcontext ctx = NULL;
-        if (drv && drv->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
-            fence = ibp_devmem_fence_record(ctx, driver_stream(api, stream));
-        if (!fence && drv)
-            drv->cuStreamSynchronize(driver_stream(api, stream));
-    }
+    const IbpDriver *drv = ibp_driver_get();
+    CUcontext ctx = NULL;
+    if (drv && drv->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
+        fence = ibp_devmem_fence_record(ctx, driver_stream(api, stream));
+    if (!fence && drv)
+        drv->cuStreamSynchronize(driver_stream(api, stream));
     ibp_policy_on_d2h(dst, n, fence);
 }
 
@@ -408,7 +409,7 @@ cudaError_t ibp_route_memcpy(IbpStreamApi api, void *dst, const void *src, size_
         return ret;
     ret = real(dst, src, count, kind);
     if (ret == cudaSuccess)
-        ibp_router_enqueued_write(api, dst, count, kind, NULL, 1);
+        ibp_router_enqueued_write(api, dst, count, kind, NULL);
     return ret;
 }
 
@@ -426,7 +427,7 @@ cudaError_t ibp_route_memcpy_async(IbpStreamApi api, void *dst, const void *src,
         return ret;
     ret = real(dst, src, count, kind, stream);
     if (ret == cudaSuccess)
-        ibp_router_enqueued_write(api, dst, count, kind, stream, 0);
+        ibp_router_enqueued_write(api, dst, count, kind, stream);
     return ret;
 }
 
@@ -503,20 +504,25 @@ void ibp_router_hostwork_lost(const char *what)
 }
 
 void ibp_router_enqueued_write(IbpStreamApi api, void *dst, size_t n, enum cudaMemcpyKind kind,
-                               cudaStream_t stream, int landed)
+                               cudaStream_t stream)
 {
     if (!writes_tracked_host(dst, n, kind))
         return;
     /* A write captured into a graph writes nothing now: the graph's launches are followed
      * (graphs.c), and a fence recorded into the capture would never be seen to land. */
-    if (landed || ibp_router_stream_capturing(api, stream) != 1)
-        note_device_write(api, dst, n, stream, landed);
+    if (ibp_router_stream_capturing(api, stream) != 1)
+        note_device_write(api, dst, n, stream);
 }
 
 void ibp_router_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_t stream)
 {
     if (writes_tracked_host(dst, n, cudaMemcpyDeviceToHost))
-        note_device_write(api, dst, n, stream, 0);
+        note_device_write(api, dst, n, stream);
+}
+
+int ibp_router_tracked_region(const void *p, size_t n, uintptr_t *base, size_t *size)
+{
+    return atomic_load_explicit(&compress_on, memory_order_relaxed) && ibp_policy_region_bounds(p, n, base, size);
 }
 
 int ibp_router_compressing(void)

@@ -5,6 +5,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "config/config.h"
 
 /* Which default-stream semantics the caller compiled against: the plain
@@ -78,11 +81,13 @@ void ibp_router_hostwork_lost(const char *what);
  * now and again once the stream has passed it. */
 void ibp_router_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_t stream);
 /* A call that may write [dst, dst + n) from the device (a copy of that kind, a memset) returned
- * success: tracked bytes it touches are marked dirty now and, unless landed (the call returned
- * once its writes had landed), again once the stream has passed it.  Nothing is marked for a
- * host-to-device kind, or for a call captured into a graph (its launches are followed). */
+ * success: tracked bytes it touches are marked dirty now and again once stream (NULL: the
+ * default stream of the caller's semantics, for blocking calls) has passed it.  Nothing is marked
+ * for a host-to-device kind, or for a call captured into a graph (its launches are followed). */
 void ibp_router_enqueued_write(IbpStreamApi api, void *dst, size_t n, enum cudaMemcpyKind kind,
-                               cudaStream_t stream, int landed);
+                               cudaStream_t stream);
+/* 1 when [p, p + n) lies wholly inside one tracked region, whose bounds it sets. */
+int ibp_router_tracked_region(const void *p, size_t n, uintptr_t *base, size_t *size);
 /* 1 when stream is capturing, 0 when not, -1 when the driver cannot say. */
 int ibp_router_stream_capturing(IbpStreamApi api, cudaStream_t stream);
 /* Whether the compressed path is running (nothing needs following when it is not). */

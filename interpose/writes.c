@@ -6,6 +6,9 @@
  * of pinned memory through its unified address. */
 #include <cuda_runtime_api.h>
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 #include "interpose/pitched.h"
 #include "interpose/real.h"
 #include "interpose/router.h"
@@ -35,24 +38,18 @@
 #undef cudaMemset3D
 #undef cudaMemset3DAsync
 
-/* How a call's writes are followed. */
-enum {
-    ON_STREAM = 0, /* enqueued on its stream: marked now and once the stream has passed it */
-    LANDED = 1,    /* the call returned once they had landed (blocking copies to host memory) */
-};
-
-static void noted(IbpStreamApi api, IbpPitched d, enum cudaMemcpyKind kind, cudaStream_t stream, int how)
+static void noted(IbpStreamApi api, IbpPitched d, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
     uintptr_t lo;
     const size_t n = ibp_pitched_span(d, &lo);
     if (n)
-        ibp_router_enqueued_write(api, (void *)lo, n, kind, stream, how);
+        ibp_router_enqueued_write(api, (void *)lo, n, kind, stream);
 }
 
-/* One hook: the real call, then, on success, what it may have written noted.  The blocking
- * memsets and peer copies may return before their writes land: they are followed on the default
- * stream (stream NULL under the caller's default-stream semantics). */
-#define WRITE_HOOK(name, api, params, args, span, kind, stream, how)                                         \
+/* One hook: the real call, then, on success, what it may have written noted, marked now and once
+ * stream has passed it (blocking calls: NO_STREAM, the default stream of the caller's semantics;
+ * CUDA returns from some, peer copies for one, before their writes land). */
+#define WRITE_HOOK(name, api, params, args, span, kind, stream)                                         \
     IBP_HOOK cudaError_t name params                                                                         \
     {                                                                                                        \
         const IbpReal_##name real = IBP_REAL(name);                                                          \
@@ -60,14 +57,14 @@ static void noted(IbpStreamApi api, IbpPitched d, enum cudaMemcpyKind kind, cuda
             return IBP_REAL_MISSING_ERROR;                                                                   \
         const cudaError_t ret = real args;                                                                   \
         if (ret == cudaSuccess)                                                                              \
-            noted(api, span, kind, stream, how);                                                             \
+            noted(api, span, kind, stream);                                                             \
         return ret;                                                                                          \
     }
 
 /* A hook and its per-thread form (suffix _ptds or _ptsz). */
-#define WRITE_HOOKS(name, suffix, params, args, span, kind, stream, how)                                     \
-    WRITE_HOOK(name, IBP_STREAM_API_LEGACY, params, args, span, kind, stream, how)                           \
-    WRITE_HOOK(name##suffix, IBP_STREAM_API_PER_THREAD, params, args, span, kind, stream, how)
+#define WRITE_HOOKS(name, suffix, params, args, span, kind, stream)                                     \
+    WRITE_HOOK(name, IBP_STREAM_API_LEGACY, params, args, span, kind, stream)                           \
+    WRITE_HOOK(name##suffix, IBP_STREAM_API_PER_THREAD, params, args, span, kind, stream)
 
 #define NO_STREAM ((cudaStream_t)0)
 
@@ -79,108 +76,181 @@ IBP_REAL_CUDART_WRITERS(DECLARE)
 WRITE_HOOKS(cudaMemcpy2D, _ptds,
             (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
              enum cudaMemcpyKind kind),
-            (dst, dpitch, src, spitch, width, height, kind), ibp_pitched_2d(dst, dpitch, width, height), kind,
-            NO_STREAM, LANDED)
+            (dst, dpitch, src, spitch, width, height, kind), ibp_pitched_2d(dst, dpitch, width, height), kind, NO_STREAM)
 WRITE_HOOKS(cudaMemcpy2DAsync, _ptsz,
             (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
              enum cudaMemcpyKind kind, cudaStream_t stream),
             (dst, dpitch, src, spitch, width, height, kind, stream),
-            ibp_pitched_2d(dst, dpitch, width, height), kind, stream, ON_STREAM)
+            ibp_pitched_2d(dst, dpitch, width, height), kind, stream)
 WRITE_HOOKS(cudaMemcpy2DFromArray, _ptds,
             (void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width,
              size_t height, enum cudaMemcpyKind kind),
             (dst, dpitch, src, wOffset, hOffset, width, height, kind),
-            ibp_pitched_2d(dst, dpitch, width, height), kind, NO_STREAM, LANDED)
+            ibp_pitched_2d(dst, dpitch, width, height), kind, NO_STREAM)
 WRITE_HOOKS(cudaMemcpy2DFromArrayAsync, _ptsz,
             (void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width,
              size_t height, enum cudaMemcpyKind kind, cudaStream_t stream),
             (dst, dpitch, src, wOffset, hOffset, width, height, kind, stream),
-            ibp_pitched_2d(dst, dpitch, width, height), kind, stream, ON_STREAM)
+            ibp_pitched_2d(dst, dpitch, width, height), kind, stream)
 WRITE_HOOKS(cudaMemcpyFromArray, _ptds,
             (void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count,
              enum cudaMemcpyKind kind),
-            (dst, src, wOffset, hOffset, count, kind), ibp_pitched_row(dst, count), kind, NO_STREAM, LANDED)
+            (dst, src, wOffset, hOffset, count, kind), ibp_pitched_row(dst, count), kind, NO_STREAM)
 WRITE_HOOKS(cudaMemcpyFromArrayAsync, _ptsz,
             (void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count,
              enum cudaMemcpyKind kind, cudaStream_t stream),
-            (dst, src, wOffset, hOffset, count, kind, stream), ibp_pitched_row(dst, count), kind, stream,
-            ON_STREAM)
+            (dst, src, wOffset, hOffset, count, kind, stream), ibp_pitched_row(dst, count), kind, stream)
 WRITE_HOOKS(cudaMemcpyFromSymbol, _ptds,
             (void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind),
-            (dst, symbol, count, offset, kind), ibp_pitched_row(dst, count), kind, NO_STREAM, LANDED)
+            (dst, symbol, count, offset, kind), ibp_pitched_row(dst, count), kind, NO_STREAM)
 WRITE_HOOKS(cudaMemcpyFromSymbolAsync, _ptsz,
             (void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind,
              cudaStream_t stream),
-            (dst, symbol, count, offset, kind, stream), ibp_pitched_row(dst, count), kind, stream, ON_STREAM)
-WRITE_HOOKS(cudaMemcpy3D, _ptds, (const struct cudaMemcpy3DParms *p), (p), ibp_pitched_memcpy3d(p), p->kind,
-            NO_STREAM, LANDED)
+            (dst, symbol, count, offset, kind, stream), ibp_pitched_row(dst, count), kind, stream)
+WRITE_HOOKS(cudaMemcpy3D, _ptds, (const struct cudaMemcpy3DParms *p), (p), ibp_pitched_memcpy3d(p), p->kind, NO_STREAM)
 WRITE_HOOKS(cudaMemcpy3DAsync, _ptsz, (const struct cudaMemcpy3DParms *p, cudaStream_t stream), (p, stream),
-            ibp_pitched_memcpy3d(p), p->kind, stream, ON_STREAM)
+            ibp_pitched_memcpy3d(p), p->kind, stream)
 WRITE_HOOKS(cudaMemcpy3DPeer, _ptds, (const struct cudaMemcpy3DPeerParms *p), (p),
             ibp_pitched_3d(p->dstArray, p->dstPtr, p->dstPos, p->extent, p->srcArray != NULL),
-            cudaMemcpyDefault, NO_STREAM, ON_STREAM)
+            cudaMemcpyDefault, NO_STREAM)
 WRITE_HOOKS(cudaMemcpy3DPeerAsync, _ptsz, (const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream),
             (p, stream), ibp_pitched_3d(p->dstArray, p->dstPtr, p->dstPos, p->extent, p->srcArray != NULL),
-            cudaMemcpyDefault, stream, ON_STREAM)
+            cudaMemcpyDefault, stream)
 WRITE_HOOK(cudaMemcpyPeer, IBP_STREAM_API_LEGACY,
            (void *dst, int dstDevice, const void *src, int srcDevice, size_t count),
-           (dst, dstDevice, src, srcDevice, count), ibp_pitched_row(dst, count), cudaMemcpyDefault, NO_STREAM,
-           ON_STREAM)
+           (dst, dstDevice, src, srcDevice, count), ibp_pitched_row(dst, count), cudaMemcpyDefault, NO_STREAM)
 WRITE_HOOK(cudaMemcpyPeerAsync, IBP_STREAM_API_LEGACY,
            (void *dst, int dstDevice, const void *src, int srcDevice, size_t count, cudaStream_t stream),
-           (dst, dstDevice, src, srcDevice, count, stream), ibp_pitched_row(dst, count), cudaMemcpyDefault,
-           stream, ON_STREAM)
+           (dst, dstDevice, src, srcDevice, count, stream), ibp_pitched_row(dst, count), cudaMemcpyDefault, stream)
 WRITE_HOOKS(cudaMemset, _ptds, (void *devPtr, int value, size_t count), (devPtr, value, count),
-            ibp_pitched_row(devPtr, count), cudaMemcpyDeviceToHost, NO_STREAM, ON_STREAM)
+            ibp_pitched_row(devPtr, count), cudaMemcpyDeviceToHost, NO_STREAM)
 WRITE_HOOKS(cudaMemsetAsync, _ptsz, (void *devPtr, int value, size_t count, cudaStream_t stream),
-            (devPtr, value, count, stream), ibp_pitched_row(devPtr, count), cudaMemcpyDeviceToHost, stream,
-            ON_STREAM)
+            (devPtr, value, count, stream), ibp_pitched_row(devPtr, count), cudaMemcpyDeviceToHost, stream)
 WRITE_HOOKS(cudaMemset2D, _ptds, (void *devPtr, size_t pitch, int value, size_t width, size_t height),
             (devPtr, pitch, value, width, height), ibp_pitched_2d(devPtr, pitch, width, height),
-            cudaMemcpyDeviceToHost, NO_STREAM, ON_STREAM)
+            cudaMemcpyDeviceToHost, NO_STREAM)
 WRITE_HOOKS(cudaMemset2DAsync, _ptsz,
             (void *devPtr, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream),
             (devPtr, pitch, value, width, height, stream), ibp_pitched_2d(devPtr, pitch, width, height),
-            cudaMemcpyDeviceToHost, stream, ON_STREAM)
+            cudaMemcpyDeviceToHost, stream)
 WRITE_HOOKS(cudaMemset3D, _ptds, (struct cudaPitchedPtr p, int value, struct cudaExtent extent),
             (p, value, extent), ibp_pitched_3d(NULL, p, (struct cudaPos){0, 0, 0}, extent, 0),
-            cudaMemcpyDeviceToHost, NO_STREAM, ON_STREAM)
+            cudaMemcpyDeviceToHost, NO_STREAM)
 WRITE_HOOKS(cudaMemset3DAsync, _ptsz,
             (struct cudaPitchedPtr p, int value, struct cudaExtent extent, cudaStream_t stream),
             (p, value, extent, stream), ibp_pitched_3d(NULL, p, (struct cudaPos){0, 0, 0}, extent, 0),
-            cudaMemcpyDeviceToHost, stream, ON_STREAM)
+            cudaMemcpyDeviceToHost, stream)
 
-/* ---- Batches: one span per copy ---- */
+/* ---- Batches ---- */
 
-static cudaError_t batch(IbpStreamApi api, IbpReal_cudaMemcpyBatchAsync real, void *const *dsts,
-                         const void *const *srcs, const size_t *sizes, size_t count,
-                         struct cudaMemcpyAttributes *attrs, size_t *attrs_idxs, size_t nattrs,
-                         cudaStream_t stream)
+/* What a batch's copies may write.  Consecutive copies into one tracked region are noted as one
+ * span, from the first byte of the first to the last of the last (more marked than written, never
+ * less), so that a batch into one buffer costs one fence instead of one a copy. */
+typedef struct Batch {
+    IbpStreamApi api;
+    cudaStream_t stream;
+    uintptr_t lo, hi;    /* the span gathered; empty when hi <= lo */
+    uintptr_t base, end; /* its region */
+} Batch;
+
+static void batch_flush(Batch *b)
+{
+    if (b->hi > b->lo)
+        ibp_router_enqueued_write(b->api, (void *)b->lo, b->hi - b->lo, cudaMemcpyDefault, b->stream);
+    b->lo = b->hi = 0;
+}
+
+static void batch_add(Batch *b, IbpPitched d)
+{
+    uintptr_t lo, base;
+    size_t size;
+    const size_t n = ibp_pitched_span(d, &lo);
+    if (!n)
+        return;
+    const uintptr_t hi = lo + n;
+    if (b->hi > b->lo && lo >= b->base && hi <= b->end) {
+        b->lo = lo < b->lo ? lo : b->lo;
+        b->hi = hi > b->hi ? hi : b->hi;
+        return;
+    }
+    batch_flush(b);
+    if (ibp_router_tracked_region((const void *)lo, n, &base, &size))
+        *b = (Batch){.api = b->api, .stream = b->stream, .lo = lo, .hi = hi, .base = base, .end = base + size};
+    else /* untracked (one quick search), or across regions */
+        ibp_router_enqueued_write(b->api, (void *)lo, n, cudaMemcpyDefault, b->stream);
+}
+
+/* CUDA 12.8 and 12.9 took a failIdx argument before the stream, which 13.0 dropped; the batch hooks
+ * are defined to take either and forward by the runtime behind them. */
+static int runtime_is_12(void)
+{
+    static atomic_int major; /* 0: not asked yet */
+    int m = atomic_load_explicit(&major, memory_order_relaxed);
+    if (!m) {
+        typedef cudaError_t (*VersionFn)(int *);
+        const VersionFn version = (VersionFn)ibp_real_resolve("cudaRuntimeGetVersion");
+        int v = 0;
+        m = version && version(&v) == cudaSuccess && v >= 1000 ? v / 1000 : 13;
+        atomic_store_explicit(&major, m, memory_order_relaxed);
+    }
+    return m == 12;
+}
+
+typedef cudaError_t (*Batch12Fn)(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                                 struct cudaMemcpyAttributes *attrs, size_t *attrs_idxs, size_t nattrs,
+                                 size_t *fail_idx, cudaStream_t stream);
+typedef cudaError_t (*Batch3d12Fn)(size_t nops, struct cudaMemcpy3DBatchOp *ops, size_t *fail_idx,
+                                   unsigned long long flags, cudaStream_t stream);
+
+/* a8 and a9: 13.x passes the stream in a8 (a9 is whatever the caller's frame holds there, never
+ * read); 12.x passes failIdx in a8, the stream in a9.  What the copies wrote is noted whatever the
+ * result (a batch that fails part way may have enqueued the copies before the failure; marking
+ * bytes not written costs a recompression, never a wrong byte). */
+static cudaError_t batch(IbpStreamApi api, void *real, void *const *dsts, const void *const *srcs,
+                         const size_t *sizes, size_t count, struct cudaMemcpyAttributes *attrs, size_t *idxs,
+                         size_t nattrs, uintptr_t a8, uintptr_t a9)
 {
     if (!real)
         return IBP_REAL_MISSING_ERROR;
-    const cudaError_t ret = real(dsts, srcs, sizes, count, attrs, attrs_idxs, nattrs, stream);
-    if (ret == cudaSuccess)
+    const int v12 = runtime_is_12();
+    const cudaStream_t stream = (cudaStream_t)(v12 ? a9 : a8);
+    const cudaError_t ret =
+        v12 ? ((Batch12Fn)real)(dsts, srcs, sizes, count, attrs, idxs, nattrs, (size_t *)a8, stream)
+            : ((IbpReal_cudaMemcpyBatchAsync)real)(dsts, srcs, sizes, count, attrs, idxs, nattrs, stream);
+    if (dsts && sizes) {
+        Batch b = {.api = api, .stream = stream};
         for (size_t i = 0; i < count; i++)
-            noted(api, ibp_pitched_row(dsts[i], sizes[i]), cudaMemcpyDefault, stream, ON_STREAM);
+            batch_add(&b, ibp_pitched_row(dsts[i], sizes[i]));
+        batch_flush(&b);
+    }
     return ret;
 }
 
-IBP_HOOK cudaError_t cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs, const size_t *sizes,
-                                          size_t count, struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs,
-                                          size_t numAttrs, cudaStream_t stream)
+/* Declared here under the exported names, with the arguments of either version. */
+IBP_HOOK cudaError_t batch_hook(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                                struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8,
+                                uintptr_t a9) __asm__("cudaMemcpyBatchAsync");
+IBP_HOOK cudaError_t batch_hook_ptsz(void *const *dsts, const void *const *srcs, const size_t *sizes,
+                                     size_t count, struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs,
+                                     uintptr_t a8, uintptr_t a9) __asm__("cudaMemcpyBatchAsync_ptsz");
+IBP_HOOK cudaError_t batch3d_hook(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
+                                  uintptr_t a5) __asm__("cudaMemcpy3DBatchAsync");
+IBP_HOOK cudaError_t batch3d_hook_ptsz(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
+                                       uintptr_t a5) __asm__("cudaMemcpy3DBatchAsync_ptsz");
+
+cudaError_t batch_hook(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                       struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8, uintptr_t a9)
 {
-    return batch(IBP_STREAM_API_LEGACY, IBP_REAL(cudaMemcpyBatchAsync), dsts, srcs, sizes, count, attrs,
-                 attrsIdxs, numAttrs, stream);
+    return batch(IBP_STREAM_API_LEGACY, (void *)IBP_REAL(cudaMemcpyBatchAsync), dsts, srcs, sizes, count, attrs,
+                 idxs, nattrs, a8, a9);
 }
 
-IBP_HOOK cudaError_t cudaMemcpyBatchAsync_ptsz(void *const *dsts, const void *const *srcs,
-                                               const size_t *sizes, size_t count,
-                                               struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs,
-                                               size_t numAttrs, cudaStream_t stream)
+cudaError_t batch_hook_ptsz(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                            struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8,
+                            uintptr_t a9)
 {
-    return batch(IBP_STREAM_API_PER_THREAD, IBP_REAL(cudaMemcpyBatchAsync_ptsz), dsts, srcs, sizes, count,
-                 attrs, attrsIdxs, numAttrs, stream);
+    return batch(IBP_STREAM_API_PER_THREAD, (void *)IBP_REAL(cudaMemcpyBatchAsync_ptsz), dsts, srcs, sizes,
+                 count, attrs, idxs, nattrs, a8, a9);
 }
 
 /* A pointer operand's rows are rowLength elements apart (0: the extent's width), its layers
@@ -193,8 +263,7 @@ static IbpPitched batch3d_span(const struct cudaMemcpy3DBatchOp *op)
     const size_t row = op->dst.op.ptr.rowLength ? op->dst.op.ptr.rowLength : op->extent.width;
     const size_t rows = op->dst.op.ptr.layerHeight ? op->dst.op.ptr.layerHeight : op->extent.height;
     size_t pitch, width;
-    if (__builtin_mul_overflow(row, element, &pitch) ||
-        __builtin_mul_overflow(op->extent.width, element, &width))
+    if (__builtin_mul_overflow(row, element, &pitch) || __builtin_mul_overflow(op->extent.width, element, &width))
         pitch = width = SIZE_MAX;
     return (IbpPitched){.base = (uintptr_t)op->dst.op.ptr.ptr,
                         .pitch = pitch,
@@ -204,27 +273,34 @@ static IbpPitched batch3d_span(const struct cudaMemcpy3DBatchOp *op)
                         .depth = op->extent.depth};
 }
 
-static cudaError_t batch3d(IbpStreamApi api, IbpReal_cudaMemcpy3DBatchAsync real, size_t nops,
-                           struct cudaMemcpy3DBatchOp *ops, unsigned long long flags, cudaStream_t stream)
+/* 13.x: (nops, ops, flags, stream); 12.x: (nops, ops, failIdx, flags, stream). */
+static cudaError_t batch3d(IbpStreamApi api, void *real, size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3,
+                           uintptr_t a4, uintptr_t a5)
 {
     if (!real)
         return IBP_REAL_MISSING_ERROR;
-    const cudaError_t ret = real(nops, ops, flags, stream);
-    if (ret == cudaSuccess)
+    const int v12 = runtime_is_12();
+    const cudaStream_t stream = (cudaStream_t)(v12 ? a5 : a4);
+    const cudaError_t ret =
+        v12 ? ((Batch3d12Fn)real)(nops, ops, (size_t *)a3, (unsigned long long)a4, stream)
+            : ((IbpReal_cudaMemcpy3DBatchAsync)real)(nops, ops, (unsigned long long)a3, stream);
+    if (ops) {
+        Batch b = {.api = api, .stream = stream};
         for (size_t i = 0; i < nops; i++)
-            noted(api, batch3d_span(&ops[i]), cudaMemcpyDefault, stream, ON_STREAM);
+            batch_add(&b, batch3d_span(&ops[i]));
+        batch_flush(&b);
+    }
     return ret;
 }
 
-IBP_HOOK cudaError_t cudaMemcpy3DBatchAsync(size_t numOps, struct cudaMemcpy3DBatchOp *opList,
-                                            unsigned long long flags, cudaStream_t stream)
+cudaError_t batch3d_hook(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4, uintptr_t a5)
 {
-    return batch3d(IBP_STREAM_API_LEGACY, IBP_REAL(cudaMemcpy3DBatchAsync), numOps, opList, flags, stream);
+    return batch3d(IBP_STREAM_API_LEGACY, (void *)IBP_REAL(cudaMemcpy3DBatchAsync), nops, ops, a3, a4, a5);
 }
 
-IBP_HOOK cudaError_t cudaMemcpy3DBatchAsync_ptsz(size_t numOps, struct cudaMemcpy3DBatchOp *opList,
-                                                 unsigned long long flags, cudaStream_t stream)
+cudaError_t batch3d_hook_ptsz(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
+                              uintptr_t a5)
 {
-    return batch3d(IBP_STREAM_API_PER_THREAD, IBP_REAL(cudaMemcpy3DBatchAsync_ptsz), numOps, opList, flags,
-                   stream);
+    return batch3d(IBP_STREAM_API_PER_THREAD, (void *)IBP_REAL(cudaMemcpy3DBatchAsync_ptsz), nops, ops, a3, a4,
+                   a5);
 }

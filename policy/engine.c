@@ -580,6 +580,17 @@ void ibp_policy_on_d2h(void *dst, size_t n, void *fence)
         eng.p.ops.fence_release(eng.p.ops.ctx, fence);
 }
 
+int ibp_policy_region_bounds(const void *p, size_t n, uintptr_t *base, size_t *size)
+{
+    IbpRegion *region = NULL;
+    if (!eng.started || !n || ibp_registry_lookup(p, n, &region))
+        return 0;
+    *base = ibp_region_base(region);
+    *size = ibp_region_size(region);
+    ibp_region_put(&region);
+    return 1;
+}
+
 int ibp_policy_touches_region(const void *p, size_t n)
 {
     if (!eng.started || !n)

@@ -112,6 +112,8 @@ void ibp_policy_on_d2h(void *dst, size_t n, void *fence);
 /* 1 when any byte of [p, p + n) lies in a registered region: a device write there must be
  * reported with ibp_policy_on_d2h().  Lock-free. */
 int ibp_policy_touches_region(const void *p, size_t n);
+/* 1 when [p, p + n) lies wholly inside one registered region, whose bounds it sets.  Lock-free. */
+int ibp_policy_region_bounds(const void *p, size_t n, uintptr_t *base, size_t *size);
 
 /* Runs the compressor's work now on the calling thread (tests): compresses every hot region
  * and recompresses stable stale blocks.  Returns the number of regions compressed. */

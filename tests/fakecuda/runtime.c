@@ -285,11 +285,20 @@ RT_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int d
     return ret(cudaSuccess);
 }
 
+/* FAKECUDA_RUNTIME_VERSION (e.g. 12080) makes the fake say it is that runtime, and take the batch
+ * copies' arguments as CUDA 12.8 and 12.9 did (a failIdx before the stream). */
+static int runtime_version(void)
+{
+    const char *env = getenv("FAKECUDA_RUNTIME_VERSION");
+    const int v = env && *env ? atoi(env) : 0;
+    return v >= 1000 ? v : CUDART_VERSION;
+}
+
 RT_EXPORT cudaError_t cudaRuntimeGetVersion(int *version)
 {
     if (!version)
         return ret(cudaErrorInvalidValue);
-    *version = CUDART_VERSION;
+    *version = runtime_version();
     return cudaSuccess;
 }
 
@@ -747,19 +756,38 @@ static cudaError_t memcpy_batch(void *const *dsts, const void *const *srcs, cons
     return ret(cudaSuccess);
 }
 
-RT_EXPORT cudaError_t cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs, const size_t *sizes,
-                                           size_t count, struct cudaMemcpyAttributes *attrs,
-                                           size_t *attrsIdxs, size_t numAttrs, cudaStream_t stream)
+/* Either version's arguments (see runtime_version): 13.x passes the stream in a8; 12.x passes
+ * failIdx in a8 (set to the failing copy, or SIZE_MAX) and the stream in a9. */
+static cudaError_t memcpy_batch_any(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                                    struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8,
+                                    uintptr_t a9, bool per_thread)
 {
-    return memcpy_batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream, false);
+    const bool v12 = runtime_version() / 1000 == 12;
+    const cudaError_t e = memcpy_batch(dsts, srcs, sizes, count, attrs, idxs, nattrs,
+                                       (cudaStream_t)(v12 ? a9 : a8), per_thread);
+    if (v12 && a8)
+        *(size_t *)a8 = SIZE_MAX;
+    return e;
 }
 
-RT_EXPORT cudaError_t cudaMemcpyBatchAsync_ptsz(void *const *dsts, const void *const *srcs,
-                                                const size_t *sizes, size_t count,
-                                                struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs,
-                                                size_t numAttrs, cudaStream_t stream)
+RT_EXPORT cudaError_t fake_batch(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                                 struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8,
+                                 uintptr_t a9) __asm__("cudaMemcpyBatchAsync");
+RT_EXPORT cudaError_t fake_batch_ptsz(void *const *dsts, const void *const *srcs, const size_t *sizes,
+                                      size_t count, struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs,
+                                      uintptr_t a8, uintptr_t a9) __asm__("cudaMemcpyBatchAsync_ptsz");
+
+cudaError_t fake_batch(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                       struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8, uintptr_t a9)
 {
-    return memcpy_batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream, true);
+    return memcpy_batch_any(dsts, srcs, sizes, count, attrs, idxs, nattrs, a8, a9, false);
+}
+
+cudaError_t fake_batch_ptsz(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                            struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8,
+                            uintptr_t a9)
+{
+    return memcpy_batch_any(dsts, srcs, sizes, count, attrs, idxs, nattrs, a8, a9, true);
 }
 
 /* 3D batches of pointer operands (rowLength and layerHeight in bytes; 0 takes the extent's). */
@@ -801,16 +829,32 @@ static cudaError_t memcpy_3d_batch(size_t nops, struct cudaMemcpy3DBatchOp *ops,
     return ret(cudaSuccess);
 }
 
-RT_EXPORT cudaError_t cudaMemcpy3DBatchAsync(size_t numOps, struct cudaMemcpy3DBatchOp *opList,
-                                             unsigned long long flags, cudaStream_t stream)
+/* 13.x: (nops, ops, flags, stream); 12.x: (nops, ops, failIdx, flags, stream). */
+static cudaError_t memcpy_3d_batch_any(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
+                                       uintptr_t a5, bool per_thread)
 {
-    return memcpy_3d_batch(numOps, opList, flags, stream, false);
+    const bool v12 = runtime_version() / 1000 == 12;
+    const cudaError_t e =
+        memcpy_3d_batch(nops, ops, v12 ? a4 : a3, (cudaStream_t)(v12 ? a5 : a4), per_thread);
+    if (v12 && a3)
+        *(size_t *)a3 = SIZE_MAX;
+    return e;
 }
 
-RT_EXPORT cudaError_t cudaMemcpy3DBatchAsync_ptsz(size_t numOps, struct cudaMemcpy3DBatchOp *opList,
-                                                  unsigned long long flags, cudaStream_t stream)
+RT_EXPORT cudaError_t fake_batch3d(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
+                                   uintptr_t a5) __asm__("cudaMemcpy3DBatchAsync");
+RT_EXPORT cudaError_t fake_batch3d_ptsz(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
+                                        uintptr_t a5) __asm__("cudaMemcpy3DBatchAsync_ptsz");
+
+cudaError_t fake_batch3d(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4, uintptr_t a5)
 {
-    return memcpy_3d_batch(numOps, opList, flags, stream, true);
+    return memcpy_3d_batch_any(nops, ops, a3, a4, a5, false);
+}
+
+cudaError_t fake_batch3d_ptsz(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
+                              uintptr_t a5)
+{
+    return memcpy_3d_batch_any(nops, ops, a3, a4, a5, true);
 }
 
 RT_EXPORT cudaError_t cudaMemset(void *dst, int value, size_t count)

@@ -3,7 +3,7 @@
  * from the device (pitched, 3D and batched copies; memsets through the unified address) writes a
  * slot of a compressed region of its own, and the copy of the region behind it in stream order must
  * deliver the bytes it wrote.  The device's writes land without a fault, so only the hooks can
- * tell the shim. */
+ * tell the shim.  Under a CUDA 12 runtime the batched copies are called with 12.8's arguments. */
 #include <stdint.h>
 #include <string.h>
 
@@ -77,6 +77,19 @@ static const char *const form_names[FORM_COUNT] = {
     "cudaMemset2DAsync",      "cudaMemset3DAsync",      "cudaMemset2D",         "cudaMemcpyBatchAsync",
     "cudaMemcpy3DBatchAsync",
 };
+
+/* CUDA 12.8 and 12.9 took a failIdx argument before the stream; 13.0 dropped it. */
+typedef cudaError_t (*Batch12Fn)(void *const *, const void *const *, const size_t *, size_t,
+                                 struct cudaMemcpyAttributes *, size_t *, size_t, size_t *, cudaStream_t);
+typedef cudaError_t (*Batch3d12Fn)(size_t, struct cudaMemcpy3DBatchOp *, size_t *, unsigned long long,
+                                   cudaStream_t);
+
+static int runtime_is_12(void)
+{
+    int v = 0;
+    CHECK_CUDA(cudaRuntimeGetVersion(&v));
+    return v / 1000 == 12;
+}
 
 typedef cudaError_t (*Memcpy2DAsyncFn)(void *, size_t, const void *, size_t, size_t, size_t,
                                        enum cudaMemcpyKind, cudaStream_t);
@@ -178,7 +191,11 @@ static void write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
         memset(&attr, 0, sizeof(attr));
         attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
         size_t idx = 0;
-        CHECK_CUDA(cudaMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 1, s));
+        size_t fail = 0;
+        if (runtime_is_12())
+            CHECK_CUDA(((Batch12Fn)lookup("cudaMemcpyBatchAsync"))(dsts, srcs, sizes, 3, &attr, &idx, 1, &fail, s));
+        else
+            CHECK_CUDA(cudaMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 1, s));
         const Rows a = {.dst = at, .src = 11, .width = 5000, .height = 1, .depth = 1};
         model(expect, &a);
         r = (Rows){.dst = at + 300000, .src = 4099, .width = 123457, .height = 1, .depth = 1};
@@ -197,7 +214,11 @@ static void write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
         op.dst.op.ptr.layerHeight = 9;
         op.extent = extent(2500, 8, 3);
         op.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-        CHECK_CUDA(cudaMemcpy3DBatchAsync(1, &op, 0, s));
+        size_t fail = 0;
+        if (runtime_is_12())
+            CHECK_CUDA(((Batch3d12Fn)lookup("cudaMemcpy3DBatchAsync"))(1, &op, &fail, 0, s));
+        else
+            CHECK_CUDA(cudaMemcpy3DBatchAsync(1, &op, 0, s));
         r = (Rows){.dst = at,
                    .dpitch = 4000,
                    .dslice = 4000 * 9,
