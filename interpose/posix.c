@@ -36,117 +36,139 @@ static void *real_symbol(const char *name, void *_Atomic *slot)
     return f;
 }
 
-/* Calls the real function, or fails with ENOSYS if libc has none. */
-#define IBP_FORWARD(name, ...)                                                                      \
+/* Calls the real function (or fails with ENOSYS if libc has none) and then releases the pins
+ * the hook before it took, errno kept as the call left it. */
+#define IBP_FORWARD(pins, name, ...)                                                                \
     do {                                                                                            \
         static void *_Atomic slot;                                                                  \
         __typeof__(&name) const real = (__typeof__(&name))real_symbol(#name, &slot);                \
         if (!real) {                                                                                \
+            ibp_track_after_kernel_write(&(pins));                                                  \
             errno = ENOSYS;                                                                         \
             return -1;                                                                              \
         }                                                                                           \
-        return real(__VA_ARGS__);                                                                   \
+        const __typeof__(real(__VA_ARGS__)) result = real(__VA_ARGS__);                             \
+        const int saved = errno;                                                                    \
+        ibp_track_after_kernel_write(&(pins));                                                      \
+        errno = saved;                                                                              \
+        return result;                                                                              \
     } while (0)
 
 IBP_EXPORT ssize_t read(int fd, void *buf, size_t count)
 {
-    ibp_track_before_kernel_write(buf, count);
-    IBP_FORWARD(read, fd, buf, count);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write(buf, count, &pins);
+    IBP_FORWARD(pins, read, fd, buf, count);
 }
 
 IBP_EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen)
 {
-    ibp_track_before_kernel_write(buf, count);
-    IBP_FORWARD(__read_chk, fd, buf, count, buflen);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write(buf, count, &pins);
+    IBP_FORWARD(pins, __read_chk, fd, buf, count, buflen);
 }
 
 IBP_EXPORT ssize_t pread(int fd, void *buf, size_t count, off_t offset)
 {
-    ibp_track_before_kernel_write(buf, count);
-    IBP_FORWARD(pread, fd, buf, count, offset);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write(buf, count, &pins);
+    IBP_FORWARD(pins, pread, fd, buf, count, offset);
 }
 
 IBP_EXPORT ssize_t pread64(int fd, void *buf, size_t count, off64_t offset)
 {
-    ibp_track_before_kernel_write(buf, count);
-    IBP_FORWARD(pread64, fd, buf, count, offset);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write(buf, count, &pins);
+    IBP_FORWARD(pins, pread64, fd, buf, count, offset);
 }
 
 IBP_EXPORT ssize_t __pread_chk(int fd, void *buf, size_t count, off_t offset, size_t buflen)
 {
-    ibp_track_before_kernel_write(buf, count);
-    IBP_FORWARD(__pread_chk, fd, buf, count, offset, buflen);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write(buf, count, &pins);
+    IBP_FORWARD(pins, __pread_chk, fd, buf, count, offset, buflen);
 }
 
 IBP_EXPORT ssize_t __pread64_chk(int fd, void *buf, size_t count, off64_t offset, size_t buflen)
 {
-    ibp_track_before_kernel_write(buf, count);
-    IBP_FORWARD(__pread64_chk, fd, buf, count, offset, buflen);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write(buf, count, &pins);
+    IBP_FORWARD(pins, __pread64_chk, fd, buf, count, offset, buflen);
 }
 
 IBP_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
-    ibp_track_before_kernel_write_iov(iov, iovcnt);
-    IBP_FORWARD(readv, fd, iov, iovcnt);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write_iov(iov, iovcnt, &pins);
+    IBP_FORWARD(pins, readv, fd, iov, iovcnt);
 }
 
 IBP_EXPORT ssize_t preadv(int fd, const struct iovec *iov, int iovcnt, off_t offset)
 {
-    ibp_track_before_kernel_write_iov(iov, iovcnt);
-    IBP_FORWARD(preadv, fd, iov, iovcnt, offset);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write_iov(iov, iovcnt, &pins);
+    IBP_FORWARD(pins, preadv, fd, iov, iovcnt, offset);
 }
 
 IBP_EXPORT ssize_t preadv64(int fd, const struct iovec *iov, int iovcnt, off64_t offset)
 {
-    ibp_track_before_kernel_write_iov(iov, iovcnt);
-    IBP_FORWARD(preadv64, fd, iov, iovcnt, offset);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write_iov(iov, iovcnt, &pins);
+    IBP_FORWARD(pins, preadv64, fd, iov, iovcnt, offset);
 }
 
 IBP_EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags)
 {
-    ibp_track_before_kernel_write_iov(iov, iovcnt);
-    IBP_FORWARD(preadv2, fd, iov, iovcnt, offset, flags);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write_iov(iov, iovcnt, &pins);
+    IBP_FORWARD(pins, preadv2, fd, iov, iovcnt, offset, flags);
 }
 
 IBP_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
-    ibp_track_before_kernel_write(buf, len);
-    IBP_FORWARD(recv, fd, buf, len, flags);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write(buf, len, &pins);
+    IBP_FORWARD(pins, recv, fd, buf, len, flags);
 }
 
 IBP_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
 {
-    ibp_track_before_kernel_write(buf, len);
-    IBP_FORWARD(__recv_chk, fd, buf, len, buflen, flags);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write(buf, len, &pins);
+    IBP_FORWARD(pins, __recv_chk, fd, buf, len, buflen, flags);
 }
 
 IBP_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
                            socklen_t *addrlen)
 {
-    ibp_track_before_kernel_write(buf, len);
-    ibp_track_before_kernel_write(addr, addr && addrlen ? *addrlen : 0);
-    IBP_FORWARD(recvfrom, fd, buf, len, flags, addr, addrlen);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write(buf, len, &pins);
+    ibp_track_before_kernel_write(addr, addr && addrlen ? *addrlen : 0, &pins);
+    IBP_FORWARD(pins, recvfrom, fd, buf, len, flags, addr, addrlen);
 }
 
 IBP_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
                                   struct sockaddr *addr, socklen_t *addrlen)
 {
-    ibp_track_before_kernel_write(buf, len);
-    ibp_track_before_kernel_write(addr, addr && addrlen ? *addrlen : 0);
-    IBP_FORWARD(__recvfrom_chk, fd, buf, len, buflen, flags, addr, addrlen);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write(buf, len, &pins);
+    ibp_track_before_kernel_write(addr, addr && addrlen ? *addrlen : 0, &pins);
+    IBP_FORWARD(pins, __recvfrom_chk, fd, buf, len, buflen, flags, addr, addrlen);
 }
 
 IBP_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
-    ibp_track_before_kernel_write_msg(msg);
-    IBP_FORWARD(recvmsg, fd, msg, flags);
+    IbpTrackPins pins = {0};
+    ibp_track_before_kernel_write_msg(msg, &pins);
+    IBP_FORWARD(pins, recvmsg, fd, msg, flags);
 }
 
 IBP_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags, struct timespec *timeout)
 {
+    IbpTrackPins pins = {0};
     for (unsigned int i = 0; vec && i < vlen; i++)
-        ibp_track_before_kernel_write_msg(&vec[i].msg_hdr);
-    IBP_FORWARD(recvmmsg, fd, vec, vlen, flags, timeout);
+        ibp_track_before_kernel_write_msg(&vec[i].msg_hdr, &pins);
+    IBP_FORWARD(pins, recvmmsg, fd, vec, vlen, flags, timeout);
 }
 
 IBP_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)

@@ -116,10 +116,17 @@ size_t ibp_track_page_size(void);
 
 /* The kernel answers a read() into a read-only page with EFAULT instead of a
  * fault: before such a call, unprotect and mark dirty the tracked pages the
- * call may write.  One atomic load when no mprotect tracker exists. */
-void ibp_track_before_kernel_write(void *buf, size_t len);
-void ibp_track_before_kernel_write_iov(const struct iovec *iov, int iovcnt);
-void ibp_track_before_kernel_write_msg(const struct msghdr *msg);
+ * call may write, and pin them (a rearm leaves them writable and dirty) until
+ * ibp_track_after_kernel_write(), called once the call has returned, whatever
+ * it returned.  pins starts zeroed; it may be NULL (no pin).  One atomic load
+ * when no mprotect tracker exists.  Async-signal-safe. */
+typedef struct IbpTrackPins {
+    uint64_t mask; /* the pin slots held */
+} IbpTrackPins;
+void ibp_track_before_kernel_write(void *buf, size_t len, IbpTrackPins *pins);
+void ibp_track_before_kernel_write_iov(const struct iovec *iov, int iovcnt, IbpTrackPins *pins);
+void ibp_track_before_kernel_write_msg(const struct msghdr *msg, IbpTrackPins *pins);
+void ibp_track_after_kernel_write(IbpTrackPins *pins);
 
 /* sigaction()/signal() for SIGSEGV once the tracker's handler is installed:
  * the application's handler is recorded as the one faults that are not ours

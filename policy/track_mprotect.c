@@ -43,6 +43,77 @@ static void word_unlock(IbpTracker *t, size_t w, bool taken)
         atomic_store(&t->locks[w], 0);
 }
 
+/* Syscall targets pinned writable while the kernel may write them (between
+ * ibp_track_before_kernel_write and ibp_track_after_kernel_write): a rearm
+ * leaves their pages writable and dirty, since one protected under the kernel's
+ * copy would fail the application's read() with EFAULT.  Claimed lock-free (the
+ * hooked calls may run in signal handlers): a slot's range is stored after its
+ * bit is set and cleared before it is released; a rearm reads them under the
+ * page-word lock, which the hook takes after storing its range. */
+#define IBP_PIN_SLOTS 64
+static _Atomic uint64_t pin_used;
+static _Atomic uintptr_t pin_lo[IBP_PIN_SLOTS], pin_hi[IBP_PIN_SLOTS];
+
+static int pin_claim(uintptr_t lo, uintptr_t hi)
+{
+    uint64_t used = atomic_load(&pin_used);
+    for (;;) {
+        if (used == ~0ull)
+            return -1;
+        const int s = __builtin_ctzll(~used);
+        if (atomic_compare_exchange_weak(&pin_used, &used, used | 1ull << s)) {
+            atomic_store(&pin_lo[s], lo);
+            atomic_store(&pin_hi[s], hi);
+            return s;
+        }
+    }
+}
+
+static void pin_release(int s)
+{
+    atomic_store(&pin_hi[s], 0);
+    atomic_store(&pin_lo[s], 0);
+    atomic_fetch_and(&pin_used, ~(1ull << s));
+}
+
+/* The pages of word w of t that a pinned range touches. */
+static uint64_t pinned_mask(const IbpTracker *t, size_t w)
+{
+    uint64_t used = atomic_load(&pin_used), mask = 0;
+    const uintptr_t w_lo = t->start + ((w * IBP_BITS_PER_WORD) << ibp_track_page_shift);
+    while (used) {
+        const int s = __builtin_ctzll(used);
+        used &= used - 1;
+        const uintptr_t hi = atomic_load(&pin_hi[s]), lo = atomic_load(&pin_lo[s]);
+        if (hi <= lo || hi <= w_lo || lo >= t->end)
+            continue;
+        const uintptr_t a = lo > w_lo ? lo : w_lo;
+        const size_t p0 = (a - t->start) >> ibp_track_page_shift;
+        const size_t p1 = ((hi < t->end ? hi : t->end) - 1 - t->start) >> ibp_track_page_shift;
+        if (p0 / IBP_BITS_PER_WORD != w)
+            continue;
+        const size_t last = p1 / IBP_BITS_PER_WORD == w ? p1 : (w + 1) * IBP_BITS_PER_WORD - 1;
+        mask |= ibp_track_word_mask(w, p0, last - p0 + 1);
+    }
+    return mask;
+}
+
+/* Makes the pinned pages of word w writable and dirty again (after a span-wide protect). */
+static void pinned_restore(IbpTracker *t, size_t w)
+{
+    uint64_t rest = pinned_mask(t, w);
+    if (!rest)
+        return;
+    atomic_fetch_or(&t->dirty[w], rest);
+    while (rest) {
+        const unsigned b = (unsigned)__builtin_ctzll(rest);
+        const uintptr_t addr = t->start + ((w * IBP_BITS_PER_WORD + b) << ibp_track_page_shift);
+        if (mprotect((void *)addr, ibp_track_page, PROT_READ | PROT_WRITE) != 0)
+            atomic_store(&t->failed, true);
+        rest &= rest - 1;
+    }
+}
+
 void ibp_mprot_set_protected(IbpTracker *t, bool on)
 {
     if (atomic_exchange(&t->protected_pages, on) != on)
@@ -56,21 +127,30 @@ int ibp_mprot_prepare(IbpTracker *t)
     return ibp_sigchain_install();
 }
 
-/* A handler that set its bit before the words were cleared may make its page
- * writable after the span was protected: that page then reads as written,
- * which is only conservative.  So the words need no lock here. */
+/* Every page-word lock is held while the words are cleared and the span
+ * protected: a fault handler (or a syscall hook) that set its bit before the
+ * clear would otherwise make its page writable after the protect, leaving a
+ * writable page with a clear bit, whose writes no query reports.  Pinned
+ * syscall targets stay writable and dirty. */
 int ibp_mprot_arm(IbpTracker *t)
 {
     ibp_mprot_set_protected(t, true);
     for (size_t w = 0; w < t->nwords; w++)
+        word_lock(t, w);
+    for (size_t w = 0; w < t->nwords; w++)
         atomic_store(&t->dirty[w], 0);
+    int ret = 0;
     if (mprotect((void *)t->start, t->end - t->start, PROT_READ) != 0) {
-        const int err = errno;
+        ret = -errno;
         if (mprotect((void *)t->start, t->end - t->start, PROT_READ | PROT_WRITE) == 0)
             ibp_mprot_set_protected(t, false);
-        return -err;
+    } else if (atomic_load(&pin_used)) {
+        for (size_t w = 0; w < t->nwords; w++)
+            pinned_restore(t, w);
     }
-    return 0;
+    for (size_t w = 0; w < t->nwords; w++)
+        word_unlock(t, w, true);
+    return ret;
 }
 
 int ibp_mprot_disarm(IbpTracker *t)
@@ -104,8 +184,10 @@ void ibp_mprot_take(IbpTracker *t, size_t p0, size_t np, bool rearm, uint64_t *o
             continue;
         }
         const bool taken = word_lock(t, w);
-        const uint64_t bits = atomic_fetch_and(&t->dirty[w], ~m) & m;
-        uint64_t rest = bits;
+        /* Pinned pages are reported written and stay so: the kernel may still write them. */
+        const uint64_t pinned = pinned_mask(t, w) & m;
+        const uint64_t bits = atomic_fetch_and(&t->dirty[w], ~(m & ~pinned)) & m;
+        uint64_t rest = bits & ~pinned;
         while (rest) {
             const unsigned b = (unsigned)__builtin_ctzll(rest);
             const uint64_t from_b = rest >> b;
@@ -177,12 +259,13 @@ static void unprotect_target(IbpTracker *t, void *arg)
                  PROT_READ | PROT_WRITE);
         return;
     }
-    const bool armed = atomic_load(&t->armed);
     for (size_t p = p0; p <= p1;) {
         const size_t w = p / IBP_BITS_PER_WORD;
         const size_t last = (w + 1) * IBP_BITS_PER_WORD - 1 < p1 ? (w + 1) * IBP_BITS_PER_WORD - 1 : p1;
         const bool taken = word_lock(t, w);
-        if (armed)
+        /* Read under the lock: an arm between a read outside it and this unprotect would
+         * leave the page writable with its bit clear. */
+        if (atomic_load(&t->armed))
             atomic_fetch_or(&t->dirty[w], ibp_track_word_mask(w, p, last - p + 1));
         if (mprotect((void *)(t->start + (p << ibp_track_page_shift)), (last - p + 1) << ibp_track_page_shift,
                      PROT_READ | PROT_WRITE) != 0)
@@ -193,31 +276,43 @@ static void unprotect_target(IbpTracker *t, void *arg)
     atomic_fetch_add(&t->kernel_writes, 1);
 }
 
-void ibp_track_before_kernel_write(void *buf, size_t len)
+void ibp_track_before_kernel_write(void *buf, size_t len, IbpTrackPins *pins)
 {
     if (len == 0 || atomic_load_explicit(&ibp_mprot_active, memory_order_acquire) == 0)
         return;
     const uintptr_t a = (uintptr_t)buf;
     IbpKernelWrite kw = {a, len > UINTPTR_MAX - a ? UINTPTR_MAX : a + len};
+    /* Pinned first, then unprotected: see pin_claim.  Without a free slot the target is only
+     * unprotected, as before pins (a rearm during the call may then fail it with EFAULT). */
+    const int slot = pins ? pin_claim(kw.start, kw.end) : -1;
+    if (slot >= 0)
+        pins->mask |= 1ull << slot;
     const unsigned tok = ibp_registry_read_enter();
     ibp_registry_trackers_in(a, len, unprotect_target, &kw);
     ibp_registry_read_exit(tok);
 }
 
-void ibp_track_before_kernel_write_iov(const struct iovec *iov, int iovcnt)
+void ibp_track_before_kernel_write_iov(const struct iovec *iov, int iovcnt, IbpTrackPins *pins)
 {
     if (!iov || atomic_load_explicit(&ibp_mprot_active, memory_order_acquire) == 0)
         return;
     for (int i = 0; i < iovcnt; i++)
-        ibp_track_before_kernel_write(iov[i].iov_base, iov[i].iov_len);
+        ibp_track_before_kernel_write(iov[i].iov_base, iov[i].iov_len, pins);
 }
 
 /* The kernel writes the source address and the ancillary data, too. */
-void ibp_track_before_kernel_write_msg(const struct msghdr *msg)
+void ibp_track_before_kernel_write_msg(const struct msghdr *msg, IbpTrackPins *pins)
 {
     if (!msg || atomic_load_explicit(&ibp_mprot_active, memory_order_acquire) == 0)
         return;
-    ibp_track_before_kernel_write(msg->msg_name, msg->msg_namelen);
-    ibp_track_before_kernel_write(msg->msg_control, msg->msg_controllen);
-    ibp_track_before_kernel_write_iov(msg->msg_iov, (int)msg->msg_iovlen);
+    ibp_track_before_kernel_write(msg->msg_name, msg->msg_namelen, pins);
+    ibp_track_before_kernel_write(msg->msg_control, msg->msg_controllen, pins);
+    ibp_track_before_kernel_write_iov(msg->msg_iov, (int)msg->msg_iovlen, pins);
+}
+
+void ibp_track_after_kernel_write(IbpTrackPins *pins)
+{
+    for (uint64_t m = pins->mask; m; m &= m - 1)
+        pin_release(__builtin_ctzll(m));
+    pins->mask = 0;
 }

@@ -251,7 +251,7 @@ TEST_P(ShadowTest, SyscallWritesAreSeen)
     const char msg[] = "written by the kernel, not by user code";
     ASSERT_EQ(write(fds[1], msg, sizeof(msg)), (ssize_t)sizeof(msg));
     // The interposed read() unprotects mprotect'ed pages first; uffd sees kernel writes itself.
-    ibp_track_before_kernel_write(mem_ + 200000, sizeof(msg));
+    ibp_track_before_kernel_write(mem_ + 200000, sizeof(msg), nullptr);
     ASSERT_EQ(read(fds[0], mem_ + 200000, sizeof(msg)), (ssize_t)sizeof(msg));
     close(fds[0]);
     close(fds[1]);

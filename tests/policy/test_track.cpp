@@ -20,6 +20,10 @@
 
 #include "track_test_util.h"
 
+extern "C" {
+#include "policy/mapping.h"
+}
+
 using namespace ibptest;
 
 namespace {
@@ -326,6 +330,108 @@ TEST_P(TrackTest, SyscallsWriteIntoTrackedPages)
         ibp_tracker_stats(t.tracker, &st);
         EXPECT_GE(st.kernel_writes, 8u);
     }
+}
+
+/* mprotect: a recv() blocked on a tracked page while another thread rearms it (a copy's query,
+ * the recompressor's) must still land its bytes, not fail with EFAULT; the page is reported
+ * written afterwards. */
+TEST_P(TrackTest, ARearmDuringABlockedReadLeavesItsTargetWritable)
+{
+    if (GetParam() != IBP_TRACK_MPROTECT)
+        GTEST_SKIP() << "uffd never makes the kernel's writes fail";
+    Mapping m(16, false);
+    ASSERT_TRUE(m.ok());
+    Tracked t;
+    ASSERT_EQ(t.open(m.map, m.len, GetParam()), 0);
+    ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    Fd s0(sv[0]), s1(sv[1]);
+    std::atomic<ssize_t> got{-2};
+    std::atomic<int> err{0};
+    std::thread reader([&] {
+        const ssize_t r = recv(s1.get(), m.map + 3 * page() + 100, 8, 0);
+        err = errno;
+        got = r;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100)); // blocked in recv by now
+    t.query_all(true);                                            // rearms every page written
+    ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);                     // and a re-arm of the whole span
+    ASSERT_EQ(send(s0.get(), "received", 8, 0), 8);
+    reader.join();
+    EXPECT_EQ(got.load(), 8) << "recv failed: " << strerror(err.load());
+    EXPECT_EQ(memcmp(m.map + 3 * page() + 100, "received", 8), 0);
+    EXPECT_EQ(dirty_pages(t.query_all(true)), std::vector<size_t>{3});
+    m.map[3 * page()] = 1; /* protected again once the call returned and a query rearmed it */
+    EXPECT_EQ(dirty_pages(t.query_all(true)), std::vector<size_t>{3});
+}
+
+/* The /proc/self/maps permissions of the page at p: true when writable. */
+bool page_writable(const void *p)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return false;
+    char line[512];
+    bool w = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && (uintptr_t)p >= lo && (uintptr_t)p < hi) {
+            w = perms[1] == 'w';
+            break;
+        }
+    }
+    fclose(f);
+    return w;
+}
+
+/* mprotect: arming an armed tracker while threads write it must never leave a page writable
+ * with its dirty bit clear (its later writes would go unreported until the next arm). */
+TEST_P(TrackTest, ArmingWhileWrittenLeavesNoPageWritableAndClean)
+{
+    if (GetParam() != IBP_TRACK_MPROTECT)
+        GTEST_SKIP() << "uffd keeps no writable pages of its own";
+    constexpr size_t kPages = 256;
+    Mapping m(kPages, false);
+    ASSERT_TRUE(m.ok());
+    Tracked t;
+    ASSERT_EQ(t.open(m.map, m.len, GetParam()), 0);
+    ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);
+    std::atomic<bool> stop{false}, paused{false};
+    std::atomic<int> writing{0};
+    std::vector<std::thread> writers;
+    for (int i = 0; i < 16; i++)
+        writers.emplace_back([&, i] {
+            std::mt19937 rng(i + 1);
+            while (!stop) {
+                if (paused) {
+                    std::this_thread::yield();
+                    continue;
+                }
+                writing++;
+                if (!paused)
+                    m.map[(rng() % kPages) * page()]++;
+                writing--;
+            }
+        });
+    int bad = 0;
+    for (int round = 0; round < 40 && !bad; round++) {
+        for (int k = 0; k < 200; k++)
+            ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);
+        paused = true;
+        while (writing)
+            std::this_thread::yield();
+        const std::vector<bool> dirty = t.query_all(false);
+        for (size_t p = 0; p < kPages; p++)
+            if (!dirty[p] && page_writable(m.map + p * page()))
+                bad++;
+        paused = false;
+    }
+    stop = true;
+    for (auto &w : writers)
+        w.join();
+    EXPECT_EQ(bad, 0) << "pages writable with a clear dirty bit";
 }
 
 TEST_P(TrackTest, MarkDirtyCoversDeviceWrites)
