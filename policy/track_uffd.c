@@ -270,8 +270,12 @@ static int scan(uintptr_t start, uintptr_t end, bool rearm, uintptr_t first, uin
         for (int i = 0; i < n; i++)
             ibp_bitmap_set_range(out, (vec[i].start - first) >> ibp_track_page_shift,
                                  (vec[i].end - vec[i].start) >> ibp_track_page_shift);
-        if (arg.walk_end >= end || (n == 0 && arg.walk_end <= arg.start))
+        if (arg.walk_end >= end)
             return 0;
+        /* Stopped short without a page: a hugetlb page only partly inside the range, which a
+         * write-protecting scan backs out of.  Nothing past it was looked at. */
+        if (n == 0 && arg.walk_end <= arg.start)
+            return -EAGAIN;
         arg.start = arg.walk_end;
     }
 }

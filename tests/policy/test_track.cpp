@@ -526,6 +526,30 @@ TEST(TrackUffd, DetectsAMappingReplacedBehindItsBack)
     munmap(p, len);
 }
 
+/* hugetlb memory: a write-protecting scan of part of a huge page backs out without a page; the
+ * query must not take that for "nothing written".  Needs free huge pages (vm.nr_hugepages). */
+TEST(TrackUffd, APartialQueryOfAHugetlbPageReportsItsWrite)
+{
+    IBP_SKIP_IF_NO_BACKEND(IBP_TRACK_UFFD);
+    const size_t len = 4u << 20;
+    char *p = static_cast<char *>(
+        mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0));
+    if (p == MAP_FAILED)
+        GTEST_SKIP() << "no free 2 MiB huge pages (vm.nr_hugepages): " << strerror(errno);
+    memset(p, 0, len);
+    char why[128] = "";
+    EXPECT_EQ(ibp_mapping_private_anon((uintptr_t)p, len, why, sizeof why), 0) << "hugetlb taken as trackable";
+    EXPECT_NE(strstr(why, "hugetlb"), nullptr) << why;
+    Tracked t;
+    ASSERT_EQ(t.open(p, len, IBP_TRACK_UFFD), 0);
+    ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);
+    p[3u << 20] = 1;
+    const std::vector<bool> d = t.query(p + (5u << 19), 1u << 20, true); /* [2.5 MiB, 3.5 MiB) */
+    EXPECT_TRUE(d[(3u << 20) / page() - (5u << 19) / page()]) << "the write at 3 MiB went unreported";
+    t.close();
+    munmap(p, len);
+}
+
 /* Pinned host memory is often backed by transparent huge pages.  A write to one 4 KiB page of a
  * huge page must cost one page, not 512: a table with a few rows rewritten between epochs would
  * otherwise see every 2 MiB around each row go stale. */
