@@ -246,7 +246,9 @@ static void drop_shadow(IbpPolicyRegion *pr)
 
 void *ibp_policy_on_free(void *ptr)
 {
-    if (!eng.started || !ptr)
+    /* A forked child: a lock may belong to a thread that was not copied (the compressor in a
+     * build), and CUDA refuses the free there anyway.  The region is left as it is. */
+    if (!eng.started || !ptr || ibp_track_forked_child())
         return NULL;
     IbpRegion *region = NULL;
     void *tag = NULL;
@@ -427,7 +429,9 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
     }
     pthread_rwlock_rdlock(&pr->lock);
     IbpShadow *sh = pr->shadow;
-    if (!sh) {
+    /* Looked at again under the lock: a rebuild since the look above may have installed a
+     * shadow that is still being built. */
+    if (!sh || ibp_region_state(region) != IBP_REGION_COMPRESSED) {
         pthread_rwlock_unlock(&pr->lock);
         plan->why = IBP_COPY_COLD;
         goto raw;

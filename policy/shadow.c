@@ -61,7 +61,7 @@ struct IbpShadow {
     _Atomic uint64_t *touched_ns;
     /* Tickets handed to plans, in order. */
     _Atomic uint64_t tickets;
-    int built;
+    _Atomic int built; /* set once the build has published its blocks */
     double min_ratio;
 
     /* Tracker queries consume what they report: query and marking must be one step, or a
@@ -741,7 +741,10 @@ int ibp_shadow_plan(IbpShadow *s, IbpTracker *tracker, size_t off, size_t len, s
     const int busy = reader_enter(s, ticket);
     if (busy)
         return busy;
-    if (s->built) {
+    /* Read once: a shadow that becomes built between a skipped query and the reads of its
+     * states would have its VALID blocks trusted without the writes since the build's query. */
+    const int built = atomic_load(&s->built);
+    if (built) {
         pthread_mutex_lock(&s->query_lock);
         query_consume(s, tracker, s->base + off, len);
         pthread_mutex_unlock(&s->query_lock);
@@ -753,7 +756,7 @@ int ibp_shadow_plan(IbpShadow *s, IbpTracker *tracker, size_t off, size_t len, s
         const size_t start = (size_t)b * s->block_size;
         const size_t lo = start > off ? start : off;
         const size_t hi = start + block_len(s, b) < off + len ? start + block_len(s, b) : off + len;
-        const uint32_t st = s->built ? atomic_load(&s->state[b]) : IBP_BLOCK_EMPTY;
+        const uint32_t st = built ? atomic_load(&s->state[b]) : IBP_BLOCK_EMPTY;
         /* The last slot is kept: when stale blocks cut the range into more pieces than fit, the
          * rest of it goes raw as one piece, and the runs before it still go compressed. */
         const int full =
