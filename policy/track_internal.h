@@ -41,6 +41,8 @@ struct IbpTracker {
     _Atomic uint64_t pages_dirty_total;
     _Atomic uint64_t pages_dirty_last;
     _Atomic uint64_t errors;
+    /* mprotect: pages made writable one by one since the last arm (see ibp_mprot_budget). */
+    _Atomic long writable;
 };
 
 extern size_t ibp_track_page;
@@ -74,6 +76,11 @@ int ibp_mprot_disarm(IbpTracker *t);
 void ibp_mprot_take(IbpTracker *t, size_t p0, size_t np, bool rearm, uint64_t *out);
 /* The fault path: returns 1 if addr is a tracked page (now writable, marked). */
 int ibp_mprot_fault(uintptr_t addr);
+/* Most pages all mprotect trackers together may make writable one by one (each splits its
+ * mapping in up to three, and past vm.max_map_count mappings the application's own mmap() fails):
+ * past it, a tracker that makes one more writable gives up until re-armed (its span writable
+ * whole).  A quarter of vm.max_map_count unless set; for tests. */
+void ibp_mprot_set_budget(long pages);
 /* Number of mprotect trackers that may have read-only pages (the syscall hook's fast check). */
 extern _Atomic long ibp_mprot_active;
 /* Set once any mprotect tracker has existed: a fault on a page that was just

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT
  * ibpshim: mprotect write tracking: read-only pages, a lock-free fault path, syscall targets. */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 
@@ -41,6 +44,53 @@ static void word_unlock(IbpTracker *t, size_t w, bool taken)
 {
     if (taken)
         atomic_store(&t->locks[w], 0);
+}
+
+/* Pages made writable one by one, all trackers together, against their budget (0: not read yet). */
+static _Atomic long writable_total;
+static _Atomic long writable_budget;
+
+void ibp_mprot_set_budget(long pages)
+{
+    atomic_store(&writable_budget, pages > 0 ? pages : 1);
+}
+
+static void budget_init(void)
+{
+    long max_maps = 65530; /* the kernel's default */
+    const int fd = open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        char buf[32];
+        const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n > 0) {
+            buf[n] = '\0';
+            const long v = strtol(buf, NULL, 10);
+            if (v > 0)
+                max_maps = v;
+        }
+    }
+    long expect = 0;
+    atomic_compare_exchange_strong(&writable_budget, &expect, max_maps / 4 > 0 ? max_maps / 4 : 1);
+}
+
+static void writable_add(IbpTracker *t, long n)
+{
+    if (n) {
+        atomic_fetch_add(&t->writable, n);
+        atomic_fetch_add(&writable_total, n);
+    }
+}
+
+/* The span became writable whole: its pages no longer split anything. */
+static void writable_drop_all(IbpTracker *t)
+{
+    atomic_fetch_sub(&writable_total, atomic_exchange(&t->writable, 0));
+}
+
+static bool over_budget(void)
+{
+    return atomic_load(&writable_total) > atomic_load(&writable_budget);
 }
 
 /* Syscall targets pinned writable while the kernel may write them (between
@@ -104,7 +154,7 @@ static void pinned_restore(IbpTracker *t, size_t w)
     uint64_t rest = pinned_mask(t, w);
     if (!rest)
         return;
-    atomic_fetch_or(&t->dirty[w], rest);
+    writable_add(t, __builtin_popcountll(rest & ~atomic_fetch_or(&t->dirty[w], rest)));
     while (rest) {
         const unsigned b = (unsigned)__builtin_ctzll(rest);
         const uintptr_t addr = t->start + ((w * IBP_BITS_PER_WORD + b) << ibp_track_page_shift);
@@ -123,6 +173,7 @@ void ibp_mprot_set_protected(IbpTracker *t, bool on)
 int ibp_mprot_prepare(IbpTracker *t)
 {
     (void)t;
+    budget_init();
     atomic_store(&ibp_mprot_ever, true);
     return ibp_sigchain_install();
 }
@@ -139,6 +190,7 @@ int ibp_mprot_arm(IbpTracker *t)
         word_lock(t, w);
     for (size_t w = 0; w < t->nwords; w++)
         atomic_store(&t->dirty[w], 0);
+    writable_drop_all(t);
     int ret = 0;
     if (mprotect((void *)t->start, t->end - t->start, PROT_READ) != 0) {
         ret = -errno;
@@ -159,6 +211,7 @@ int ibp_mprot_disarm(IbpTracker *t)
         return 0;
     if (mprotect((void *)t->start, t->end - t->start, PROT_READ | PROT_WRITE) != 0)
         return -errno;
+    writable_drop_all(t);
     ibp_mprot_set_protected(t, false);
     return 0;
 }
@@ -171,7 +224,10 @@ static bool give_up(IbpTracker *t)
 {
     atomic_store(&t->failed, true);
     atomic_fetch_add(&t->errors, 1);
-    return mprotect((void *)t->start, t->end - t->start, PROT_READ | PROT_WRITE) == 0;
+    if (mprotect((void *)t->start, t->end - t->start, PROT_READ | PROT_WRITE) != 0)
+        return false;
+    writable_drop_all(t);
+    return true;
 }
 
 void ibp_mprot_take(IbpTracker *t, size_t p0, size_t np, bool rearm, uint64_t *out)
@@ -187,7 +243,9 @@ void ibp_mprot_take(IbpTracker *t, size_t p0, size_t np, bool rearm, uint64_t *o
         /* Pinned pages are reported written and stay so: the kernel may still write them. */
         const uint64_t pinned = pinned_mask(t, w) & m;
         const uint64_t bits = atomic_fetch_and(&t->dirty[w], ~(m & ~pinned)) & m;
-        uint64_t rest = bits & ~pinned;
+        /* A tracker that gave up reports everything and leaves its span writable whole. */
+        uint64_t rest = atomic_load(&t->failed) ? 0 : bits & ~pinned;
+        writable_add(t, -(long)__builtin_popcountll(rest));
         while (rest) {
             const unsigned b = (unsigned)__builtin_ctzll(rest);
             const uint64_t from_b = rest >> b;
@@ -227,11 +285,16 @@ int ibp_mprot_fault(uintptr_t addr)
         const bool taken = word_lock(t, w);
         /* A disarmed tracker's page can still fault if the write raced with
          * the disarm: making it writable is all that is left to do. */
-        if (atomic_load(&t->armed))
-            atomic_fetch_or(&t->dirty[w], 1ull << (p % IBP_BITS_PER_WORD));
+        if (atomic_load(&t->armed)) {
+            const uint64_t bit = 1ull << (p % IBP_BITS_PER_WORD);
+            if (!(atomic_fetch_or(&t->dirty[w], bit) & bit) && !atomic_load(&t->failed))
+                writable_add(t, 1);
+        }
         if (mprotect((void *)page, ibp_track_page, PROT_READ | PROT_WRITE) != 0 && !give_up(t))
             ours = 0;
         word_unlock(t, w, taken);
+        if (over_budget() && !atomic_load(&t->failed))
+            give_up(t);
         atomic_fetch_add(&t->faults, 1);
     }
     ibp_registry_read_exit(tok);
@@ -265,14 +328,20 @@ static void unprotect_target(IbpTracker *t, void *arg)
         const bool taken = word_lock(t, w);
         /* Read under the lock: an arm between a read outside it and this unprotect would
          * leave the page writable with its bit clear. */
-        if (atomic_load(&t->armed))
-            atomic_fetch_or(&t->dirty[w], ibp_track_word_mask(w, p, last - p + 1));
+        if (atomic_load(&t->armed)) {
+            const uint64_t mask = ibp_track_word_mask(w, p, last - p + 1);
+            const uint64_t fresh = mask & ~atomic_fetch_or(&t->dirty[w], mask);
+            if (!atomic_load(&t->failed))
+                writable_add(t, __builtin_popcountll(fresh));
+        }
         if (mprotect((void *)(t->start + (p << ibp_track_page_shift)), (last - p + 1) << ibp_track_page_shift,
                      PROT_READ | PROT_WRITE) != 0)
             give_up(t);
         word_unlock(t, w, taken);
         p = last + 1;
     }
+    if (over_budget() && !atomic_load(&t->failed))
+        give_up(t);
     atomic_fetch_add(&t->kernel_writes, 1);
 }
 

@@ -22,6 +22,7 @@
 
 extern "C" {
 #include "policy/mapping.h"
+void ibp_mprot_set_budget(long pages); /* policy/track_internal.h (C11 atomics there) */
 }
 
 using namespace ibptest;
@@ -432,6 +433,50 @@ TEST_P(TrackTest, ArmingWhileWrittenLeavesNoPageWritableAndClean)
     for (auto &w : writers)
         w.join();
     EXPECT_EQ(bad, 0) << "pages writable with a clear dirty bit";
+}
+
+/* The mappings of /proc/self/maps that overlap [p, p + len). */
+int mappings_over(const void *p, size_t len)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && lo < (uintptr_t)p + len && (uintptr_t)p < hi)
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* mprotect: every page made writable alone splits its mapping; past the budget (a quarter of
+ * vm.max_map_count, 100 pages here) the tracker gives up, its span writable whole again, so the
+ * application's own mmap() never runs out of mappings; it reports everything until re-armed. */
+TEST(TrackMprotect, TooManyIsolatedWritablePagesGiveTheTrackerUp)
+{
+    ibp_mprot_set_budget(100);
+    Mapping m(1024, false);
+    ASSERT_TRUE(m.ok());
+    memset(m.map, 0, m.len); /* populated as filled buffers are (pieces of one mapping merge back) */
+    Tracked t;
+    ASSERT_EQ(t.open(m.map, m.len, IBP_TRACK_MPROTECT), 0);
+    ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);
+    for (size_t p = 0; p < 1024; p += 2)
+        m.map[p * page()] = 1; /* 512 pages, none beside another */
+    EXPECT_LE(mappings_over(m.map, m.len), 3) << "the span still split page by page";
+    int64_t n = 0;
+    t.query(m.map, m.len, true, &n);
+    EXPECT_EQ(n, 1024) << "a tracker that gave up reports every page";
+    IbpTrackStats st;
+    ibp_tracker_stats(t.tracker, &st);
+    EXPECT_GE(st.errors, 1u);
+    ibp_mprot_set_budget(1L << 30);
+    ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);
+    m.map[5 * page()] = 1;
+    EXPECT_EQ(dirty_pages(t.query_all(true)), std::vector<size_t>{5});
 }
 
 TEST_P(TrackTest, MarkDirtyCoversDeviceWrites)
