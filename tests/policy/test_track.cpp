@@ -367,24 +367,35 @@ TEST_P(TrackTest, ARearmDuringABlockedReadLeavesItsTargetWritable)
     EXPECT_EQ(dirty_pages(t.query_all(true)), std::vector<size_t>{3});
 }
 
-/* The /proc/self/maps permissions of the page at p: true when writable. */
-bool page_writable(const void *p)
+/* The mappings of /proc/self/maps that overlap [p, p + len), and whether the first is writable. */
+struct MapsView {
+    int count = 0;
+    bool first_writable = false;
+};
+
+MapsView maps_over(const void *p, size_t len)
 {
+    MapsView v;
     FILE *f = fopen("/proc/self/maps", "r");
     if (!f)
-        return false;
+        return v;
     char line[512];
-    bool w = false;
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
         char perms[8];
-        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && (uintptr_t)p >= lo && (uintptr_t)p < hi) {
-            w = perms[1] == 'w';
-            break;
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && lo < (uintptr_t)p + len &&
+            (uintptr_t)p < hi) {
+            if (v.count++ == 0)
+                v.first_writable = perms[1] == 'w';
         }
     }
     fclose(f);
-    return w;
+    return v;
+}
+
+bool page_writable(const void *p)
+{
+    return maps_over(p, 1).first_writable;
 }
 
 /* mprotect: arming an armed tracker while threads write it must never leave a page writable
@@ -435,23 +446,6 @@ TEST_P(TrackTest, ArmingWhileWrittenLeavesNoPageWritableAndClean)
     EXPECT_EQ(bad, 0) << "pages writable with a clear dirty bit";
 }
 
-/* The mappings of /proc/self/maps that overlap [p, p + len). */
-int mappings_over(const void *p, size_t len)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return -1;
-    char line[512];
-    int n = 0;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && lo < (uintptr_t)p + len && (uintptr_t)p < hi)
-            n++;
-    }
-    fclose(f);
-    return n;
-}
-
 /* mprotect: every page made writable alone splits its mapping; past the budget (a quarter of
  * vm.max_map_count, 100 pages here) the tracker gives up, its span writable whole again, so the
  * application's own mmap() never runs out of mappings; it reports everything until re-armed. */
@@ -466,7 +460,7 @@ TEST(TrackMprotect, TooManyIsolatedWritablePagesGiveTheTrackerUp)
     ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);
     for (size_t p = 0; p < 1024; p += 2)
         m.map[p * page()] = 1; /* 512 pages, none beside another */
-    EXPECT_LE(mappings_over(m.map, m.len), 3) << "the span still split page by page";
+    EXPECT_LE(maps_over(m.map, m.len).count, 3) << "the span still split page by page";
     int64_t n = 0;
     t.query(m.map, m.len, true, &n);
     EXPECT_EQ(n, 1024) << "a tracker that gave up reports every page";
