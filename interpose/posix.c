@@ -38,20 +38,20 @@ static void *real_symbol(const char *name, void *_Atomic *slot)
 
 /* Calls the real function (or fails with ENOSYS if libc has none) and then releases the pins
  * the hook before it took, errno kept as the call left it. */
-#define IBP_FORWARD(pins, name, ...)                                                                \
-    do {                                                                                            \
-        static void *_Atomic slot;                                                                  \
-        __typeof__(&name) const real = (__typeof__(&name))real_symbol(#name, &slot);                \
-        if (!real) {                                                                                \
-            ibp_track_after_kernel_write(&(pins));                                                  \
-            errno = ENOSYS;                                                                         \
-            return -1;                                                                              \
-        }                                                                                           \
-        const __typeof__(real(__VA_ARGS__)) result = real(__VA_ARGS__);                             \
-        const int saved = errno;                                                                    \
-        ibp_track_after_kernel_write(&(pins));                                                      \
-        errno = saved;                                                                              \
-        return result;                                                                              \
+#define IBP_FORWARD(pins, name, ...)                                                                         \
+    do {                                                                                                     \
+        static void *_Atomic slot;                                                                           \
+        __typeof__(&name) const real = (__typeof__(&name))real_symbol(#name, &slot);                         \
+        if (!real) {                                                                                         \
+            ibp_track_after_kernel_write(&(pins));                                                           \
+            errno = ENOSYS;                                                                                  \
+            return -1;                                                                                       \
+        }                                                                                                    \
+        const __typeof__(real(__VA_ARGS__)) result = real(__VA_ARGS__);                                      \
+        const int saved = errno;                                                                             \
+        ibp_track_after_kernel_write(&(pins));                                                               \
+        errno = saved;                                                                                       \
+        return result;                                                                                       \
     } while (0)
 
 IBP_EXPORT ssize_t read(int fd, void *buf, size_t count)

@@ -522,7 +522,8 @@ void ibp_router_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_t
 
 int ibp_router_tracked_region(const void *p, size_t n, uintptr_t *base, size_t *size)
 {
-    return atomic_load_explicit(&compress_on, memory_order_relaxed) && ibp_policy_region_bounds(p, n, base, size);
+    return atomic_load_explicit(&compress_on, memory_order_relaxed) &&
+           ibp_policy_region_bounds(p, n, base, size);
 }
 
 int ibp_router_compressing(void)

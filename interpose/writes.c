@@ -49,7 +49,7 @@ static void noted(IbpStreamApi api, IbpPitched d, enum cudaMemcpyKind kind, cuda
 /* One hook: the real call, then, on success, what it may have written noted, marked now and once
  * stream has passed it (blocking calls: NO_STREAM, the default stream of the caller's semantics;
  * CUDA returns from some, peer copies for one, before their writes land). */
-#define WRITE_HOOK(name, api, params, args, span, kind, stream)                                         \
+#define WRITE_HOOK(name, api, params, args, span, kind, stream)                                              \
     IBP_HOOK cudaError_t name params                                                                         \
     {                                                                                                        \
         const IbpReal_##name real = IBP_REAL(name);                                                          \
@@ -57,13 +57,13 @@ static void noted(IbpStreamApi api, IbpPitched d, enum cudaMemcpyKind kind, cuda
             return IBP_REAL_MISSING_ERROR;                                                                   \
         const cudaError_t ret = real args;                                                                   \
         if (ret == cudaSuccess)                                                                              \
-            noted(api, span, kind, stream);                                                             \
+            noted(api, span, kind, stream);                                                                  \
         return ret;                                                                                          \
     }
 
 /* A hook and its per-thread form (suffix _ptds or _ptsz). */
-#define WRITE_HOOKS(name, suffix, params, args, span, kind, stream)                                     \
-    WRITE_HOOK(name, IBP_STREAM_API_LEGACY, params, args, span, kind, stream)                           \
+#define WRITE_HOOKS(name, suffix, params, args, span, kind, stream)                                          \
+    WRITE_HOOK(name, IBP_STREAM_API_LEGACY, params, args, span, kind, stream)                                \
     WRITE_HOOK(name##suffix, IBP_STREAM_API_PER_THREAD, params, args, span, kind, stream)
 
 #define NO_STREAM ((cudaStream_t)0)
@@ -76,7 +76,8 @@ IBP_REAL_CUDART_WRITERS(DECLARE)
 WRITE_HOOKS(cudaMemcpy2D, _ptds,
             (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
              enum cudaMemcpyKind kind),
-            (dst, dpitch, src, spitch, width, height, kind), ibp_pitched_2d(dst, dpitch, width, height), kind, NO_STREAM)
+            (dst, dpitch, src, spitch, width, height, kind), ibp_pitched_2d(dst, dpitch, width, height), kind,
+            NO_STREAM)
 WRITE_HOOKS(cudaMemcpy2DAsync, _ptsz,
             (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
              enum cudaMemcpyKind kind, cudaStream_t stream),
@@ -107,7 +108,8 @@ WRITE_HOOKS(cudaMemcpyFromSymbolAsync, _ptsz,
             (void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind,
              cudaStream_t stream),
             (dst, symbol, count, offset, kind, stream), ibp_pitched_row(dst, count), kind, stream)
-WRITE_HOOKS(cudaMemcpy3D, _ptds, (const struct cudaMemcpy3DParms *p), (p), ibp_pitched_memcpy3d(p), p->kind, NO_STREAM)
+WRITE_HOOKS(cudaMemcpy3D, _ptds, (const struct cudaMemcpy3DParms *p), (p), ibp_pitched_memcpy3d(p), p->kind,
+            NO_STREAM)
 WRITE_HOOKS(cudaMemcpy3DAsync, _ptsz, (const struct cudaMemcpy3DParms *p, cudaStream_t stream), (p, stream),
             ibp_pitched_memcpy3d(p), p->kind, stream)
 WRITE_HOOKS(cudaMemcpy3DPeer, _ptds, (const struct cudaMemcpy3DPeerParms *p), (p),
@@ -121,7 +123,8 @@ WRITE_HOOK(cudaMemcpyPeer, IBP_STREAM_API_LEGACY,
            (dst, dstDevice, src, srcDevice, count), ibp_pitched_row(dst, count), cudaMemcpyDefault, NO_STREAM)
 WRITE_HOOK(cudaMemcpyPeerAsync, IBP_STREAM_API_LEGACY,
            (void *dst, int dstDevice, const void *src, int srcDevice, size_t count, cudaStream_t stream),
-           (dst, dstDevice, src, srcDevice, count, stream), ibp_pitched_row(dst, count), cudaMemcpyDefault, stream)
+           (dst, dstDevice, src, srcDevice, count, stream), ibp_pitched_row(dst, count), cudaMemcpyDefault,
+           stream)
 WRITE_HOOKS(cudaMemset, _ptds, (void *devPtr, int value, size_t count), (devPtr, value, count),
             ibp_pitched_row(devPtr, count), cudaMemcpyDeviceToHost, NO_STREAM)
 WRITE_HOOKS(cudaMemsetAsync, _ptsz, (void *devPtr, int value, size_t count, cudaStream_t stream),
@@ -175,7 +178,8 @@ static void batch_add(Batch *b, IbpPitched d)
     }
     batch_flush(b);
     if (ibp_router_tracked_region((const void *)lo, n, &base, &size))
-        *b = (Batch){.api = b->api, .stream = b->stream, .lo = lo, .hi = hi, .base = base, .end = base + size};
+        *b =
+            (Batch){.api = b->api, .stream = b->stream, .lo = lo, .hi = hi, .base = base, .end = base + size};
     else /* untracked (one quick search), or across regions */
         ibp_router_enqueued_write(b->api, (void *)lo, n, cudaMemcpyDefault, b->stream);
 }
@@ -196,9 +200,9 @@ static int runtime_is_12(void)
     return m == 12;
 }
 
-typedef cudaError_t (*Batch12Fn)(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
-                                 struct cudaMemcpyAttributes *attrs, size_t *attrs_idxs, size_t nattrs,
-                                 size_t *fail_idx, cudaStream_t stream);
+typedef cudaError_t (*Batch12Fn)(void *const *dsts, const void *const *srcs, const size_t *sizes,
+                                 size_t count, struct cudaMemcpyAttributes *attrs, size_t *attrs_idxs,
+                                 size_t nattrs, size_t *fail_idx, cudaStream_t stream);
 typedef cudaError_t (*Batch3d12Fn)(size_t nops, struct cudaMemcpy3DBatchOp *ops, size_t *fail_idx,
                                    unsigned long long flags, cudaStream_t stream);
 
@@ -231,18 +235,20 @@ IBP_HOOK cudaError_t batch_hook(void *const *dsts, const void *const *srcs, cons
                                 struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8,
                                 uintptr_t a9) __asm__("cudaMemcpyBatchAsync");
 IBP_HOOK cudaError_t batch_hook_ptsz(void *const *dsts, const void *const *srcs, const size_t *sizes,
-                                     size_t count, struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs,
-                                     uintptr_t a8, uintptr_t a9) __asm__("cudaMemcpyBatchAsync_ptsz");
+                                     size_t count, struct cudaMemcpyAttributes *attrs, size_t *idxs,
+                                     size_t nattrs, uintptr_t a8,
+                                     uintptr_t a9) __asm__("cudaMemcpyBatchAsync_ptsz");
 IBP_HOOK cudaError_t batch3d_hook(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
                                   uintptr_t a5) __asm__("cudaMemcpy3DBatchAsync");
-IBP_HOOK cudaError_t batch3d_hook_ptsz(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
-                                       uintptr_t a5) __asm__("cudaMemcpy3DBatchAsync_ptsz");
+IBP_HOOK cudaError_t batch3d_hook_ptsz(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3,
+                                       uintptr_t a4, uintptr_t a5) __asm__("cudaMemcpy3DBatchAsync_ptsz");
 
 cudaError_t batch_hook(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
-                       struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8, uintptr_t a9)
+                       struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8,
+                       uintptr_t a9)
 {
-    return batch(IBP_STREAM_API_LEGACY, (void *)IBP_REAL(cudaMemcpyBatchAsync), dsts, srcs, sizes, count, attrs,
-                 idxs, nattrs, a8, a9);
+    return batch(IBP_STREAM_API_LEGACY, (void *)IBP_REAL(cudaMemcpyBatchAsync), dsts, srcs, sizes, count,
+                 attrs, idxs, nattrs, a8, a9);
 }
 
 cudaError_t batch_hook_ptsz(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
@@ -263,7 +269,8 @@ static IbpPitched batch3d_span(const struct cudaMemcpy3DBatchOp *op)
     const size_t row = op->dst.op.ptr.rowLength ? op->dst.op.ptr.rowLength : op->extent.width;
     const size_t rows = op->dst.op.ptr.layerHeight ? op->dst.op.ptr.layerHeight : op->extent.height;
     size_t pitch, width;
-    if (__builtin_mul_overflow(row, element, &pitch) || __builtin_mul_overflow(op->extent.width, element, &width))
+    if (__builtin_mul_overflow(row, element, &pitch) ||
+        __builtin_mul_overflow(op->extent.width, element, &width))
         pitch = width = SIZE_MAX;
     return (IbpPitched){.base = (uintptr_t)op->dst.op.ptr.ptr,
                         .pitch = pitch,
@@ -274,8 +281,8 @@ static IbpPitched batch3d_span(const struct cudaMemcpy3DBatchOp *op)
 }
 
 /* 13.x: (nops, ops, flags, stream); 12.x: (nops, ops, failIdx, flags, stream). */
-static cudaError_t batch3d(IbpStreamApi api, void *real, size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3,
-                           uintptr_t a4, uintptr_t a5)
+static cudaError_t batch3d(IbpStreamApi api, void *real, size_t nops, struct cudaMemcpy3DBatchOp *ops,
+                           uintptr_t a3, uintptr_t a4, uintptr_t a5)
 {
     if (!real)
         return IBP_REAL_MISSING_ERROR;
@@ -293,7 +300,8 @@ static cudaError_t batch3d(IbpStreamApi api, void *real, size_t nops, struct cud
     return ret;
 }
 
-cudaError_t batch3d_hook(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4, uintptr_t a5)
+cudaError_t batch3d_hook(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
+                         uintptr_t a5)
 {
     return batch3d(IBP_STREAM_API_LEGACY, (void *)IBP_REAL(cudaMemcpy3DBatchAsync), nops, ops, a3, a4, a5);
 }
@@ -301,6 +309,6 @@ cudaError_t batch3d_hook(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t
 cudaError_t batch3d_hook_ptsz(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
                               uintptr_t a5)
 {
-    return batch3d(IBP_STREAM_API_PER_THREAD, (void *)IBP_REAL(cudaMemcpy3DBatchAsync_ptsz), nops, ops, a3, a4,
-                   a5);
+    return batch3d(IBP_STREAM_API_PER_THREAD, (void *)IBP_REAL(cudaMemcpy3DBatchAsync_ptsz), nops, ops, a3,
+                   a4, a5);
 }

@@ -205,9 +205,10 @@ int ibp_policy_on_alloc(void *ptr, size_t size, uint32_t region_flags, uint64_t 
          * land without a fault, where no tracker sees them. */
         atomic_store(&pr->why, IBP_COPY_UNTRACKABLE);
         ibp_region_set_state(region, IBP_REGION_RAW, IBP_REGION_UNTRACKED);
-        IBP_INFO("region %lld (%p + %zu) was pinned mapped (zero-copy): kernels may write it unseen, so it is "
-                 "never compressed (set [policy] track_mapped = true to allow)",
-                 (long long)id, ptr, size);
+        IBP_INFO(
+            "region %lld (%p + %zu) was pinned mapped (zero-copy): kernels may write it unseen, so it is "
+            "never compressed (set [policy] track_mapped = true to allow)",
+            (long long)id, ptr, size);
     }
     ibp_region_put(&region);
     IBP_DEBUG("region %lld: %p + %zu registered", (long long)id, ptr, size);

@@ -38,9 +38,9 @@ int ibp_mapping_private_anon(uintptr_t base, size_t size, char *why, size_t why_
         name[strcspn(name, "\n")] = '\0';
         if (perms[3] != 'p' || !anonymous_name(name)) {
             snprintf(why, why_len, "%s mapping %s",
-                     perms[3] == 's'                           ? "shared"
+                     perms[3] == 's'                        ? "shared"
                      : !strncmp(name, "/anon_hugepage", 14) ? "hugetlb"
-                                                               : "file-backed",
+                                                            : "file-backed",
                      name[0] ? name : "(anonymous)");
             result = 0;
             break;

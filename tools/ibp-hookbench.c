@@ -81,10 +81,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--json"))
             json = 1;
         else {
-            fprintf(stderr, "usage: %s [--calls N] [--bytes B] [--call h2d|d2h|memset] [--cudart SONAME] [--json]\n"
-                            "Times N small calls through the hooked symbol and through libcudart directly,\n"
-                            "interleaved in batches; prints medians.  h2d (default) and d2h: cudaMemcpyAsync\n"
-                            "between B pinned and B device bytes; memset: cudaMemsetAsync of B device bytes.\n",
+            fprintf(stderr,
+                    "usage: %s [--calls N] [--bytes B] [--call h2d|d2h|memset] [--cudart SONAME] [--json]\n"
+                    "Times N small calls through the hooked symbol and through libcudart directly,\n"
+                    "interleaved in batches; prints medians.  h2d (default) and d2h: cudaMemcpyAsync\n"
+                    "between B pinned and B device bytes; memset: cudaMemsetAsync of B device bytes.\n",
                     argv[0]);
             return 2;
         }
@@ -152,7 +153,8 @@ int main(int argc, char **argv)
     const char *mode = shim_version ? "preloaded" : "not preloaded (both paths are libcudart)";
     if (json) {
         printf("{\"call\": \"%s\", \"calls\": %ld, \"bytes\": %zu, \"shim\": %s, \"median_hooked_ns\": %.1f, "
-               "\"median_direct_ns\": %.1f, \"added_ns\": %.1f, \"p10_hooked_ns\": %.1f, \"p90_hooked_ns\": %.1f, "
+               "\"median_direct_ns\": %.1f, \"added_ns\": %.1f, \"p10_hooked_ns\": %.1f, \"p90_hooked_ns\": "
+               "%.1f, "
                "\"p10_direct_ns\": %.1f, \"p90_direct_ns\": %.1f}\n",
                call, calls, bytes, shim_version ? "true" : "false", mh, md, mh - md,
                quantile(t_hooked, (size_t)calls, 0.1), quantile(t_hooked, (size_t)calls, 0.9),

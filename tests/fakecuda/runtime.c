@@ -758,9 +758,9 @@ static cudaError_t memcpy_batch(void *const *dsts, const void *const *srcs, cons
 
 /* Either version's arguments (see runtime_version): 13.x passes the stream in a8; 12.x passes
  * failIdx in a8 (set to the failing copy, or SIZE_MAX) and the stream in a9. */
-static cudaError_t memcpy_batch_any(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
-                                    struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8,
-                                    uintptr_t a9, bool per_thread)
+static cudaError_t memcpy_batch_any(void *const *dsts, const void *const *srcs, const size_t *sizes,
+                                    size_t count, struct cudaMemcpyAttributes *attrs, size_t *idxs,
+                                    size_t nattrs, uintptr_t a8, uintptr_t a9, bool per_thread)
 {
     const bool v12 = runtime_version() / 1000 == 12;
     const cudaError_t e = memcpy_batch(dsts, srcs, sizes, count, attrs, idxs, nattrs,
@@ -770,15 +770,17 @@ static cudaError_t memcpy_batch_any(void *const *dsts, const void *const *srcs, 
     return e;
 }
 
-RT_EXPORT cudaError_t fake_batch(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
-                                 struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8,
-                                 uintptr_t a9) __asm__("cudaMemcpyBatchAsync");
+RT_EXPORT cudaError_t fake_batch(void *const *dsts, const void *const *srcs, const size_t *sizes,
+                                 size_t count, struct cudaMemcpyAttributes *attrs, size_t *idxs,
+                                 size_t nattrs, uintptr_t a8, uintptr_t a9) __asm__("cudaMemcpyBatchAsync");
 RT_EXPORT cudaError_t fake_batch_ptsz(void *const *dsts, const void *const *srcs, const size_t *sizes,
-                                      size_t count, struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs,
-                                      uintptr_t a8, uintptr_t a9) __asm__("cudaMemcpyBatchAsync_ptsz");
+                                      size_t count, struct cudaMemcpyAttributes *attrs, size_t *idxs,
+                                      size_t nattrs, uintptr_t a8,
+                                      uintptr_t a9) __asm__("cudaMemcpyBatchAsync_ptsz");
 
 cudaError_t fake_batch(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
-                       struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8, uintptr_t a9)
+                       struct cudaMemcpyAttributes *attrs, size_t *idxs, size_t nattrs, uintptr_t a8,
+                       uintptr_t a9)
 {
     return memcpy_batch_any(dsts, srcs, sizes, count, attrs, idxs, nattrs, a8, a9, false);
 }
@@ -830,8 +832,8 @@ static cudaError_t memcpy_3d_batch(size_t nops, struct cudaMemcpy3DBatchOp *ops,
 }
 
 /* 13.x: (nops, ops, flags, stream); 12.x: (nops, ops, failIdx, flags, stream). */
-static cudaError_t memcpy_3d_batch_any(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
-                                       uintptr_t a5, bool per_thread)
+static cudaError_t memcpy_3d_batch_any(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3,
+                                       uintptr_t a4, uintptr_t a5, bool per_thread)
 {
     const bool v12 = runtime_version() / 1000 == 12;
     const cudaError_t e =
@@ -843,10 +845,11 @@ static cudaError_t memcpy_3d_batch_any(size_t nops, struct cudaMemcpy3DBatchOp *
 
 RT_EXPORT cudaError_t fake_batch3d(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
                                    uintptr_t a5) __asm__("cudaMemcpy3DBatchAsync");
-RT_EXPORT cudaError_t fake_batch3d_ptsz(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
-                                        uintptr_t a5) __asm__("cudaMemcpy3DBatchAsync_ptsz");
+RT_EXPORT cudaError_t fake_batch3d_ptsz(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3,
+                                        uintptr_t a4, uintptr_t a5) __asm__("cudaMemcpy3DBatchAsync_ptsz");
 
-cudaError_t fake_batch3d(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4, uintptr_t a5)
+cudaError_t fake_batch3d(size_t nops, struct cudaMemcpy3DBatchOp *ops, uintptr_t a3, uintptr_t a4,
+                         uintptr_t a5)
 {
     return memcpy_3d_batch_any(nops, ops, a3, a4, a5, false);
 }

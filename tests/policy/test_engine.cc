@@ -674,13 +674,15 @@ TEST(Engine, MappedRegionsAreNeverCompressed)
 {
     start_engine();
     Region alloc(2 * kMiB, 21), registered(2 * kMiB, 22), plain(2 * kMiB, 23);
-    ASSERT_EQ(ibp_policy_on_alloc(alloc.mem, alloc.size, IBP_REGION_PINNED_ALLOC | IBP_REGION_MAPPED, 0, nullptr),
+    ASSERT_EQ(
+        ibp_policy_on_alloc(alloc.mem, alloc.size, IBP_REGION_PINNED_ALLOC | IBP_REGION_MAPPED, 0, nullptr),
+        1);
+    ASSERT_EQ(ibp_policy_on_alloc(registered.mem, registered.size, IBP_REGION_REGISTERED | IBP_REGION_MAPPED,
+                                  0, nullptr),
               1);
-    ASSERT_EQ(ibp_policy_on_alloc(registered.mem, registered.size, IBP_REGION_REGISTERED | IBP_REGION_MAPPED, 0,
-                                  nullptr),
-              1);
-    ASSERT_EQ(ibp_policy_on_alloc(plain.mem, plain.size, IBP_REGION_PINNED_ALLOC | IBP_REGION_PORTABLE, 0, nullptr),
-              1);
+    ASSERT_EQ(
+        ibp_policy_on_alloc(plain.mem, plain.size, IBP_REGION_PINNED_ALLOC | IBP_REGION_PORTABLE, 0, nullptr),
+        1);
     for (int i = 0; i < 3; i++) {
         copy_and_check(alloc.mem, alloc.size);
         copy_and_check(registered.mem, registered.size);

@@ -356,8 +356,8 @@ TEST_P(TrackTest, ARearmDuringABlockedReadLeavesItsTargetWritable)
         got = r;
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(100)); // blocked in recv by now
-    t.query_all(true);                                            // rearms every page written
-    ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);                     // and a re-arm of the whole span
+    t.query_all(true);                                           // rearms every page written
+    ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);                    // and a re-arm of the whole span
     ASSERT_EQ(send(s0.get(), "received", 8, 0), 8);
     reader.join();
     EXPECT_EQ(got.load(), 8) << "recv failed: " << strerror(err.load());
@@ -577,7 +577,8 @@ TEST(TrackUffd, APartialQueryOfAHugetlbPageReportsItsWrite)
         GTEST_SKIP() << "no free 2 MiB huge pages (vm.nr_hugepages): " << strerror(errno);
     memset(p, 0, len);
     char why[128] = "";
-    EXPECT_EQ(ibp_mapping_private_anon((uintptr_t)p, len, why, sizeof why), 0) << "hugetlb taken as trackable";
+    EXPECT_EQ(ibp_mapping_private_anon((uintptr_t)p, len, why, sizeof why), 0)
+        << "hugetlb taken as trackable";
     EXPECT_NE(strstr(why, "hugetlb"), nullptr) << why;
     Tracked t;
     ASSERT_EQ(t.open(p, len, IBP_TRACK_UFFD), 0);

@@ -193,7 +193,8 @@ static void write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
         size_t idx = 0;
         size_t fail = 0;
         if (runtime_is_12())
-            CHECK_CUDA(((Batch12Fn)lookup("cudaMemcpyBatchAsync"))(dsts, srcs, sizes, 3, &attr, &idx, 1, &fail, s));
+            CHECK_CUDA(
+                ((Batch12Fn)lookup("cudaMemcpyBatchAsync"))(dsts, srcs, sizes, 3, &attr, &idx, 1, &fail, s));
         else
             CHECK_CUDA(cudaMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 1, s));
         const Rows a = {.dst = at, .src = 11, .width = 5000, .height = 1, .depth = 1};

@@ -115,14 +115,15 @@ int main(void)
             const int value = (int)(rnd() & 0xff);
             switch (pitched > n - off || pitched > n - from ? rnd() % 2 : rnd() % 4) {
             case 0:
-                CHECK_CUDA(cudaMemcpyAsync(host + off, (uint8_t *)dev_noise + from, len, cudaMemcpyDeviceToHost, s));
+                CHECK_CUDA(
+                    cudaMemcpyAsync(host + off, (uint8_t *)dev_noise + from, len, cudaMemcpyDeviceToHost, s));
                 break;
             case 1:
                 CHECK_CUDA(cudaMemsetAsync(host + off, value, len, s));
                 break;
             case 2:
-                CHECK_CUDA(cudaMemcpy2DAsync(host + off, pitch, (uint8_t *)dev_noise + from, pitch, width, rows,
-                                             cudaMemcpyDeviceToHost, s));
+                CHECK_CUDA(cudaMemcpy2DAsync(host + off, pitch, (uint8_t *)dev_noise + from, pitch, width,
+                                             rows, cudaMemcpyDeviceToHost, s));
                 break;
             default:
                 CHECK_CUDA(cudaMemset2DAsync(host + off, pitch, value, width, rows, s));

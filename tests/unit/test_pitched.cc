@@ -6,7 +6,8 @@
 
 #include "interpose/pitched.h"
 
-namespace {
+namespace
+{
 
 size_t span(IbpPitched d, uintptr_t *lo)
 {
@@ -25,7 +26,8 @@ TEST(Pitched, TwoDimensionsFromFirstToLastByte)
 {
     uintptr_t lo = 0;
     /* 40 rows of 3000 bytes, 8197 apart: the last row starts 39 pitches in. */
-    EXPECT_EQ(span(ibp_pitched_2d(reinterpret_cast<void *>(0x10000), 8197, 3000, 40), &lo), 39u * 8197 + 3000);
+    EXPECT_EQ(span(ibp_pitched_2d(reinterpret_cast<void *>(0x10000), 8197, 3000, 40), &lo),
+              39u * 8197 + 3000);
     EXPECT_EQ(lo, 0x10000u);
     EXPECT_EQ(span(ibp_pitched_2d(reinterpret_cast<void *>(0x10000), 8197, 3000, 0), &lo), 0u);
 }
@@ -58,7 +60,8 @@ TEST(Pitched, ExtentFromAnArrayCountsElementsAtTheWidest)
 TEST(Pitched, MemsetCountsElements)
 {
     uintptr_t lo = 0;
-    EXPECT_EQ(span(ibp_pitched_memset(reinterpret_cast<void *>(0x2000), 1024, 4, 100, 3), &lo), 2u * 1024 + 400);
+    EXPECT_EQ(span(ibp_pitched_memset(reinterpret_cast<void *>(0x2000), 1024, 4, 100, 3), &lo),
+              2u * 1024 + 400);
 }
 
 TEST(Pitched, OverflowTakesTheRestOfTheAddressSpace)
