@@ -5,6 +5,7 @@
 #undef _FILE_OFFSET_BITS
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -36,8 +37,14 @@ static void *real_symbol(const char *name, void *_Atomic *slot)
     return f;
 }
 
+static void release_pins(void *pins)
+{
+    ibp_track_after_kernel_write(pins);
+}
+
 /* Calls the real function (or fails with ENOSYS if libc has none) and then releases the pins
- * the hook before it took, errno kept as the call left it. */
+ * the hook before it took, errno kept as the call left it; also when the thread is cancelled in
+ * the call (all of these are cancellation points). */
 #define IBP_FORWARD(pins, name, ...)                                                                         \
     do {                                                                                                     \
         static void *_Atomic slot;                                                                           \
@@ -47,7 +54,10 @@ static void *real_symbol(const char *name, void *_Atomic *slot)
             errno = ENOSYS;                                                                                  \
             return -1;                                                                                       \
         }                                                                                                    \
-        const __typeof__(real(__VA_ARGS__)) result = real(__VA_ARGS__);                                      \
+        __typeof__(real(__VA_ARGS__)) result;                                                                \
+        pthread_cleanup_push(release_pins, &(pins));                                                         \
+        result = real(__VA_ARGS__);                                                                          \
+        pthread_cleanup_pop(0);                                                                              \
         const int saved = errno;                                                                             \
         ibp_track_after_kernel_write(&(pins));                                                               \
         errno = saved;                                                                                       \

@@ -184,11 +184,14 @@ static IbpTracker *tracker_new(IbpTrackBackend backend, uintptr_t start, uintptr
     t->npages = (end - start) >> ibp_track_page_shift;
     t->nwords = (t->npages + IBP_BITS_PER_WORD - 1) / IBP_BITS_PER_WORD;
     t->dirty = calloc(t->nwords, sizeof *t->dirty);
-    if (backend == IBP_TRACK_MPROTECT)
+    if (backend == IBP_TRACK_MPROTECT) {
         t->locks = calloc(t->nwords, sizeof *t->locks);
-    if (!t->dirty || (backend == IBP_TRACK_MPROTECT && !t->locks)) {
+        t->wbits = calloc(t->nwords, sizeof *t->wbits);
+    }
+    if (!t->dirty || (backend == IBP_TRACK_MPROTECT && (!t->locks || !t->wbits))) {
         free(t->dirty);
         free(t->locks);
+        free(t->wbits);
         free(t);
         return NULL;
     }
@@ -202,6 +205,7 @@ static void tracker_free(IbpTracker *t)
         pthread_mutex_destroy(&t->op_mutex);
     free(t->dirty);
     free(t->locks);
+    free(t->wbits);
     free(t);
 }
 

@@ -41,7 +41,9 @@ struct IbpTracker {
     _Atomic uint64_t pages_dirty_total;
     _Atomic uint64_t pages_dirty_last;
     _Atomic uint64_t errors;
-    /* mprotect: pages made writable one by one since the last arm (see ibp_mprot_budget). */
+    /* mprotect: pages made writable one by one since the last arm, one bit a page, under the
+     * word locks; and the runs of them, counted word by word (see ibp_mprot_set_budget). */
+    _Atomic uint64_t *wbits;
     _Atomic long writable;
 };
 

@@ -17,6 +17,8 @@ _Atomic bool ibp_mprot_ever;
 /* Only its address is used: a per-thread identity that needs no syscall and
  * stays valid in a signal handler (initial-exec TLS never allocates). */
 static __thread char lock_identity __attribute__((tls_model("initial-exec")));
+/* Page-word locks this thread holds (a fault nested in a holder sees it non-zero). */
+static __thread unsigned held_words __attribute__((tls_model("initial-exec")));
 
 /* Page-word locks order "set dirty bit, make page writable" (fault path)
  * against "clear dirty bit, make page read-only" (rearm): interleaving the two
@@ -31,8 +33,10 @@ static bool word_lock(IbpTracker *t, size_t w)
     unsigned spins = 0;
     for (;;) {
         uintptr_t cur = 0;
-        if (atomic_compare_exchange_weak(&t->locks[w], &cur, me))
+        if (atomic_compare_exchange_weak(&t->locks[w], &cur, me)) {
+            held_words++;
             return true;
+        }
         if (cur == me)
             return false;
         if (++spins > 64)
@@ -42,8 +46,24 @@ static bool word_lock(IbpTracker *t, size_t w)
 
 static void word_unlock(IbpTracker *t, size_t w, bool taken)
 {
-    if (taken)
+    if (taken) {
         atomic_store(&t->locks[w], 0);
+        held_words--;
+    }
+}
+
+/* Every page-word lock of t, in order (never called while this thread holds one: two threads
+ * taking them all would otherwise wait for each other). */
+static void lock_all(IbpTracker *t)
+{
+    for (size_t w = 0; w < t->nwords; w++)
+        word_lock(t, w);
+}
+
+static void unlock_all(IbpTracker *t)
+{
+    for (size_t w = 0; w < t->nwords; w++)
+        word_unlock(t, w, true);
 }
 
 /* Pages made writable one by one, all trackers together, against their budget (0: not read yet). */
@@ -74,17 +94,31 @@ static void budget_init(void)
     atomic_compare_exchange_strong(&writable_budget, &expect, max_maps / 4 > 0 ? max_maps / 4 : 1);
 }
 
-static void writable_add(IbpTracker *t, long n)
+/* Runs of writable pages within one word (a run across words counts once a word: an
+ * overestimate, by at most a run a word). */
+static long word_runs(uint64_t x)
 {
-    if (n) {
-        atomic_fetch_add(&t->writable, n);
-        atomic_fetch_add(&writable_total, n);
-    }
+    return __builtin_popcountll(x & ~(x << 1));
 }
 
-/* The span became writable whole: its pages no longer split anything. */
-static void writable_drop_all(IbpTracker *t)
+/* With word w's lock held: pages `set` of word w made writable one by one, pages `clear` read-only
+ * again.  Keeps the count of runs, the mappings they may have split. */
+static void wbits_update(IbpTracker *t, size_t w, uint64_t set, uint64_t clear)
 {
+    const uint64_t old = atomic_load(&t->wbits[w]), now = (old | set) & ~clear;
+    if (now == old)
+        return;
+    atomic_store(&t->wbits[w], now);
+    const long n = word_runs(now) - word_runs(old);
+    atomic_fetch_add(&t->writable, n);
+    atomic_fetch_add(&writable_total, n);
+}
+
+/* With every word lock held: the span is one protection again, writable or not. */
+static void wbits_clear_all(IbpTracker *t)
+{
+    for (size_t w = 0; w < t->nwords; w++)
+        atomic_store(&t->wbits[w], 0);
     atomic_fetch_sub(&writable_total, atomic_exchange(&t->writable, 0));
 }
 
@@ -154,7 +188,8 @@ static void pinned_restore(IbpTracker *t, size_t w)
     uint64_t rest = pinned_mask(t, w);
     if (!rest)
         return;
-    writable_add(t, __builtin_popcountll(rest & ~atomic_fetch_or(&t->dirty[w], rest)));
+    atomic_fetch_or(&t->dirty[w], rest);
+    wbits_update(t, w, rest, 0);
     while (rest) {
         const unsigned b = (unsigned)__builtin_ctzll(rest);
         const uintptr_t addr = t->start + ((w * IBP_BITS_PER_WORD + b) << ibp_track_page_shift);
@@ -186,11 +221,13 @@ int ibp_mprot_prepare(IbpTracker *t)
 int ibp_mprot_arm(IbpTracker *t)
 {
     ibp_mprot_set_protected(t, true);
-    for (size_t w = 0; w < t->nwords; w++)
-        word_lock(t, w);
+    lock_all(t);
+    /* Under the locks: a give_up() before this one is undone by the protect below, one after
+     * it waits for the locks and stands. */
+    atomic_store(&t->failed, false);
     for (size_t w = 0; w < t->nwords; w++)
         atomic_store(&t->dirty[w], 0);
-    writable_drop_all(t);
+    wbits_clear_all(t);
     int ret = 0;
     if (mprotect((void *)t->start, t->end - t->start, PROT_READ) != 0) {
         ret = -errno;
@@ -200,8 +237,7 @@ int ibp_mprot_arm(IbpTracker *t)
         for (size_t w = 0; w < t->nwords; w++)
             pinned_restore(t, w);
     }
-    for (size_t w = 0; w < t->nwords; w++)
-        word_unlock(t, w, true);
+    unlock_all(t);
     return ret;
 }
 
@@ -209,25 +245,43 @@ int ibp_mprot_disarm(IbpTracker *t)
 {
     if (!atomic_load(&t->protected_pages))
         return 0;
-    if (mprotect((void *)t->start, t->end - t->start, PROT_READ | PROT_WRITE) != 0)
-        return -errno;
-    writable_drop_all(t);
-    ibp_mprot_set_protected(t, false);
-    return 0;
+    lock_all(t);
+    const int ret = mprotect((void *)t->start, t->end - t->start, PROT_READ | PROT_WRITE) != 0 ? -errno : 0;
+    if (ret == 0)
+        wbits_clear_all(t);
+    unlock_all(t);
+    if (ret == 0)
+        ibp_mprot_set_protected(t, false);
+    return ret;
 }
 
-/* Gives up on the region after an mprotect failure (typically ENOMEM once
- * per-page protections exceed vm.max_map_count): everything writable, every
- * query reports everything until the next arm.  Returns false if even that
- * failed. */
+/* Gives up on the region after an mprotect failure (typically ENOMEM) or past the budget:
+ * everything writable, every query reports everything until the next arm.  Holds every word
+ * lock, so that it and an arm happen one after the other (an arm between its flag and its
+ * unprotect would leave the span writable and armed, reporting nothing).  A fault nested in a
+ * thread that holds a word lock must not wait for the others: it only sets the flag (queries
+ * report everything; the span stays as it is).  Returns false if the unprotect failed. */
 static bool give_up(IbpTracker *t)
 {
-    atomic_store(&t->failed, true);
     atomic_fetch_add(&t->errors, 1);
-    if (mprotect((void *)t->start, t->end - t->start, PROT_READ | PROT_WRITE) != 0)
-        return false;
-    writable_drop_all(t);
-    return true;
+    if (held_words) {
+        atomic_store(&t->failed, true);
+        return true;
+    }
+    lock_all(t);
+    atomic_store(&t->failed, true);
+    const bool ok = mprotect((void *)t->start, t->end - t->start, PROT_READ | PROT_WRITE) == 0;
+    if (ok)
+        wbits_clear_all(t);
+    unlock_all(t);
+    return ok;
+}
+
+/* Past the budget, the tracker that holds runs of its own gives up (its mappings merge). */
+static void check_budget(IbpTracker *t)
+{
+    if (over_budget() && atomic_load(&t->writable) > 0)
+        give_up(t);
 }
 
 void ibp_mprot_take(IbpTracker *t, size_t p0, size_t np, bool rearm, uint64_t *out)
@@ -244,8 +298,9 @@ void ibp_mprot_take(IbpTracker *t, size_t p0, size_t np, bool rearm, uint64_t *o
         const uint64_t pinned = pinned_mask(t, w) & m;
         const uint64_t bits = atomic_fetch_and(&t->dirty[w], ~(m & ~pinned)) & m;
         /* A tracker that gave up reports everything and leaves its span writable whole. */
-        uint64_t rest = atomic_load(&t->failed) ? 0 : bits & ~pinned;
-        writable_add(t, -(long)__builtin_popcountll(rest));
+        const uint64_t protect = atomic_load(&t->failed) ? 0 : bits & ~pinned;
+        uint64_t rest = protect;
+        bool failed_now = false;
         while (rest) {
             const unsigned b = (unsigned)__builtin_ctzll(rest);
             const uint64_t from_b = rest >> b;
@@ -253,12 +308,15 @@ void ibp_mprot_take(IbpTracker *t, size_t p0, size_t np, bool rearm, uint64_t *o
                                                         : (unsigned)__builtin_ctzll(~from_b);
             const uintptr_t addr = t->start + ((w * IBP_BITS_PER_WORD + b) << ibp_track_page_shift);
             if (mprotect((void *)addr, (size_t)run << ibp_track_page_shift, PROT_READ) != 0) {
-                give_up(t);
+                failed_now = true;
                 break;
             }
             rest = run + b >= IBP_BITS_PER_WORD ? 0 : rest & ~(((1ull << run) - 1) << b);
         }
+        wbits_update(t, w, 0, protect & ~rest);
         word_unlock(t, w, taken);
+        if (failed_now)
+            give_up(t);
         ibp_track_out_or_word(out, w, p0, bits);
     }
 }
@@ -285,16 +343,16 @@ int ibp_mprot_fault(uintptr_t addr)
         const bool taken = word_lock(t, w);
         /* A disarmed tracker's page can still fault if the write raced with
          * the disarm: making it writable is all that is left to do. */
-        if (atomic_load(&t->armed)) {
-            const uint64_t bit = 1ull << (p % IBP_BITS_PER_WORD);
-            if (!(atomic_fetch_or(&t->dirty[w], bit) & bit) && !atomic_load(&t->failed))
-                writable_add(t, 1);
-        }
-        if (mprotect((void *)page, ibp_track_page, PROT_READ | PROT_WRITE) != 0 && !give_up(t))
-            ours = 0;
+        const bool armed = atomic_load(&t->armed);
+        if (armed)
+            atomic_fetch_or(&t->dirty[w], 1ull << (p % IBP_BITS_PER_WORD));
+        const bool bad = mprotect((void *)page, ibp_track_page, PROT_READ | PROT_WRITE) != 0;
+        if (armed && !bad)
+            wbits_update(t, w, 1ull << (p % IBP_BITS_PER_WORD), 0);
         word_unlock(t, w, taken);
-        if (over_budget() && !atomic_load(&t->failed))
-            give_up(t);
+        if (bad && !give_up(t))
+            ours = 0;
+        check_budget(t);
         atomic_fetch_add(&t->faults, 1);
     }
     ibp_registry_read_exit(tok);
@@ -304,16 +362,30 @@ int ibp_mprot_fault(uintptr_t addr)
 typedef struct IbpKernelWrite {
     uintptr_t start;
     uintptr_t end;
+    IbpTrackPins *pins; /* NULL: no pin */
+    bool pinned;        /* a slot was claimed for [start, end) */
 } IbpKernelWrite;
 
 static void unprotect_target(IbpTracker *t, void *arg)
 {
-    const IbpKernelWrite *const kw = arg;
-    if (t->backend != IBP_TRACK_MPROTECT || !atomic_load(&t->protected_pages))
+    IbpKernelWrite *const kw = arg;
+    if (t->backend != IBP_TRACK_MPROTECT)
         return;
     const uintptr_t a = kw->start > t->start ? kw->start : t->start;
     const uintptr_t e = kw->end < t->end ? kw->end : t->end;
     if (a >= e)
+        return;
+    /* Pinned first, whether or not the tracker is armed now (an arm during the call must leave
+     * the target writable), then unprotected: see pin_claim.  Only targets inside a tracker take
+     * a slot, one a target.  Without a free slot a target is only unprotected, as before pins. */
+    if (kw->pins && !kw->pinned) {
+        const int slot = pin_claim(kw->start, kw->end);
+        if (slot >= 0) {
+            kw->pins->mask |= 1ull << slot;
+            kw->pinned = true;
+        }
+    }
+    if (!atomic_load(&t->protected_pages))
         return;
     const size_t p0 = (a - t->start) >> ibp_track_page_shift;
     const size_t p1 = (e - 1 - t->start) >> ibp_track_page_shift;
@@ -328,34 +400,36 @@ static void unprotect_target(IbpTracker *t, void *arg)
         const bool taken = word_lock(t, w);
         /* Read under the lock: an arm between a read outside it and this unprotect would
          * leave the page writable with its bit clear. */
-        if (atomic_load(&t->armed)) {
-            const uint64_t mask = ibp_track_word_mask(w, p, last - p + 1);
-            const uint64_t fresh = mask & ~atomic_fetch_or(&t->dirty[w], mask);
-            if (!atomic_load(&t->failed))
-                writable_add(t, __builtin_popcountll(fresh));
-        }
-        if (mprotect((void *)(t->start + (p << ibp_track_page_shift)), (last - p + 1) << ibp_track_page_shift,
-                     PROT_READ | PROT_WRITE) != 0)
-            give_up(t);
+        const bool armed = atomic_load(&t->armed);
+        const uint64_t mask = ibp_track_word_mask(w, p, last - p + 1);
+        if (armed)
+            atomic_fetch_or(&t->dirty[w], mask);
+        const bool bad = mprotect((void *)(t->start + (p << ibp_track_page_shift)),
+                                  (last - p + 1) << ibp_track_page_shift, PROT_READ | PROT_WRITE) != 0;
+        if (armed && !bad)
+            wbits_update(t, w, mask, 0);
         word_unlock(t, w, taken);
+        if (bad)
+            give_up(t);
         p = last + 1;
     }
-    if (over_budget() && !atomic_load(&t->failed))
-        give_up(t);
+    check_budget(t);
     atomic_fetch_add(&t->kernel_writes, 1);
+}
+
+/* Whether any mprotect tracker has existed: a target of a tracker not armed yet is pinned too,
+ * since an arm may come while the kernel writes it. */
+static bool mprotect_used(void)
+{
+    return atomic_load_explicit(&ibp_mprot_ever, memory_order_acquire);
 }
 
 void ibp_track_before_kernel_write(void *buf, size_t len, IbpTrackPins *pins)
 {
-    if (len == 0 || atomic_load_explicit(&ibp_mprot_active, memory_order_acquire) == 0)
+    if (len == 0 || !mprotect_used())
         return;
     const uintptr_t a = (uintptr_t)buf;
-    IbpKernelWrite kw = {a, len > UINTPTR_MAX - a ? UINTPTR_MAX : a + len};
-    /* Pinned first, then unprotected: see pin_claim.  Without a free slot the target is only
-     * unprotected, as before pins (a rearm during the call may then fail it with EFAULT). */
-    const int slot = pins ? pin_claim(kw.start, kw.end) : -1;
-    if (slot >= 0)
-        pins->mask |= 1ull << slot;
+    IbpKernelWrite kw = {.start = a, .end = len > UINTPTR_MAX - a ? UINTPTR_MAX : a + len, .pins = pins};
     const unsigned tok = ibp_registry_read_enter();
     ibp_registry_trackers_in(a, len, unprotect_target, &kw);
     ibp_registry_read_exit(tok);
@@ -363,7 +437,7 @@ void ibp_track_before_kernel_write(void *buf, size_t len, IbpTrackPins *pins)
 
 void ibp_track_before_kernel_write_iov(const struct iovec *iov, int iovcnt, IbpTrackPins *pins)
 {
-    if (!iov || atomic_load_explicit(&ibp_mprot_active, memory_order_acquire) == 0)
+    if (!iov || !mprotect_used())
         return;
     for (int i = 0; i < iovcnt; i++)
         ibp_track_before_kernel_write(iov[i].iov_base, iov[i].iov_len, pins);
@@ -372,7 +446,7 @@ void ibp_track_before_kernel_write_iov(const struct iovec *iov, int iovcnt, IbpT
 /* The kernel writes the source address and the ancillary data, too. */
 void ibp_track_before_kernel_write_msg(const struct msghdr *msg, IbpTrackPins *pins)
 {
-    if (!msg || atomic_load_explicit(&ibp_mprot_active, memory_order_acquire) == 0)
+    if (!msg || !mprotect_used())
         return;
     ibp_track_before_kernel_write(msg->msg_name, msg->msg_namelen, pins);
     ibp_track_before_kernel_write(msg->msg_control, msg->msg_controllen, pins);

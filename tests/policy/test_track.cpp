@@ -2,6 +2,7 @@
  * ibpshim: write tracking tests (uffd and mprotect) through the real libc forwarders. */
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -367,6 +369,79 @@ TEST_P(TrackTest, ARearmDuringABlockedReadLeavesItsTargetWritable)
     EXPECT_EQ(dirty_pages(t.query_all(true)), std::vector<size_t>{3});
 }
 
+/* A recv() into dst on its own thread, for the pin tests; cancellable. */
+struct BlockedRecv {
+    int fd = -1;
+    char *dst = nullptr;
+    size_t len = 0;
+    ssize_t got = -2;
+    int err = 0;
+    pthread_t th{};
+};
+
+void *blocked_recv_main(void *arg)
+{
+    auto *b = static_cast<BlockedRecv *>(arg);
+    b->got = recv(b->fd, b->dst, b->len, 0);
+    b->err = errno;
+    return nullptr;
+}
+
+bool start_recv(BlockedRecv &b, int fd, char *dst, size_t len)
+{
+    b.fd = fd;
+    b.dst = dst;
+    b.len = len;
+    return pthread_create(&b.th, nullptr, blocked_recv_main, &b) == 0;
+}
+
+/* mprotect: a recv() blocked on a page of a tracker armed only afterwards, or while every plain
+ * buffer of 70 other blocked calls is in flight, still lands; one cancelled in the call leaves no
+ * pin behind (its page clean after the next arm). */
+TEST(TrackMprotect, PinsCoverArmsAfterTheCallAndNeverRunOut)
+{
+    Mapping m(16, false);
+    ASSERT_TRUE(m.ok());
+    memset(m.map, 0, m.len);
+    Tracked t;
+    ASSERT_EQ(t.open(m.map, m.len, IBP_TRACK_MPROTECT), 0);
+    /* 70 calls blocked on untracked buffers: they take no pin slot. */
+    constexpr int kPlain = 70;
+    std::vector<std::array<int, 2>> plain(kPlain);
+    std::vector<BlockedRecv> plain_recv(kPlain);
+    std::vector<std::vector<char>> plain_buf(kPlain, std::vector<char>(16));
+    for (int i = 0; i < kPlain; i++) {
+        ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, plain[i].data()), 0);
+        ASSERT_TRUE(start_recv(plain_recv[i], plain[i][1], plain_buf[i].data(), 8));
+    }
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    Fd s0(sv[0]), s1(sv[1]);
+    BlockedRecv tracked;
+    ASSERT_TRUE(start_recv(tracked, s1.get(), m.map + 3 * page() + 100, 8));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150)); /* all blocked by now */
+    ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);                    /* armed after the call began */
+    t.query_all(true);
+    ASSERT_EQ(send(s0.get(), "received", 8, 0), 8);
+    pthread_join(tracked.th, nullptr);
+    EXPECT_EQ(tracked.got, 8) << "recv failed: " << strerror(tracked.err);
+    EXPECT_EQ(memcmp(m.map + 3 * page() + 100, "received", 8), 0);
+    for (int i = 0; i < kPlain; i++) {
+        EXPECT_EQ(send(plain[i][0], "x", 1, 0), 1);
+        pthread_join(plain_recv[i].th, nullptr);
+        close(plain[i][0]);
+        close(plain[i][1]);
+    }
+    /* Cancelled while blocked: its pin goes with it. */
+    BlockedRecv cancelled;
+    ASSERT_TRUE(start_recv(cancelled, s1.get(), m.map + 7 * page(), 8));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(pthread_cancel(cancelled.th), 0);
+    pthread_join(cancelled.th, nullptr);
+    ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);
+    EXPECT_TRUE(dirty_pages(t.query_all(true)).empty()) << "a cancelled call's pin stayed behind";
+}
+
 /* The mappings of /proc/self/maps that overlap [p, p + len), and whether the first is writable. */
 struct MapsView {
     int count = 0;
@@ -458,6 +533,11 @@ TEST(TrackMprotect, TooManyIsolatedWritablePagesGiveTheTrackerUp)
     Tracked t;
     ASSERT_EQ(t.open(m.map, m.len, IBP_TRACK_MPROTECT), 0);
     ASSERT_EQ(ibp_tracker_arm(t.tracker), 0);
+    /* Device writes marked and taken first: they make no page writable, and count nothing. */
+    for (int round = 0; round < 4; round++) {
+        ibp_tracker_mark_dirty(t.tracker, m.map, m.len);
+        t.query_all(true);
+    }
     for (size_t p = 0; p < 1024; p += 2)
         m.map[p * page()] = 1; /* 512 pages, none beside another */
     EXPECT_LE(maps_over(m.map, m.len).count, 3) << "the span still split page by page";
