@@ -62,12 +62,13 @@ static inline IbpPitched ibp_pitched_3d(cudaArray_t dst_array, struct cudaPitche
     size_t width = extent.width;
     if (src_is_array && __builtin_mul_overflow(width, (size_t)IBP_ARRAY_ELEMENT_MAX, &width))
         width = SIZE_MAX;
+    /* Slices at least the extent's rows apart: a ysize below it (0, say) would under-mark. */
     return (IbpPitched){.base = (uintptr_t)dst.ptr,
                         .x = pos.x,
                         .y = pos.y,
                         .z = pos.z,
                         .pitch = dst.pitch,
-                        .rows = dst.ysize,
+                        .rows = dst.ysize > extent.height ? dst.ysize : extent.height,
                         .width = width,
                         .height = extent.height,
                         .depth = extent.depth};
