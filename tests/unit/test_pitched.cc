@@ -62,8 +62,8 @@ TEST(Pitched, SlicesAreAtLeastTheExtentsRowsApart)
     // A pitched pointer with ysize 0 and three slices: taken as slices of the extent's 4 rows.
     uintptr_t lo = 0;
     const IbpPitched d =
-        ibp_pitched_3d(nullptr, cudaPitchedPtr{reinterpret_cast<void *>(0x10000), 512, 512, 0}, cudaPos{0, 0, 0},
-                       cudaExtent{100, 4, 3}, 0);
+        ibp_pitched_3d(nullptr, cudaPitchedPtr{reinterpret_cast<void *>(0x10000), 512, 512, 0},
+                       cudaPos{0, 0, 0}, cudaExtent{100, 4, 3}, 0);
     EXPECT_EQ(span(d, &lo), 2u * 4 * 512 + 3 * 512 + 100);
 }
 
