@@ -17,53 +17,61 @@ _Atomic bool ibp_mprot_ever;
 /* Only its address is used: a per-thread identity that needs no syscall and
  * stays valid in a signal handler (initial-exec TLS never allocates). */
 static __thread char lock_identity __attribute__((tls_model("initial-exec")));
-/* Page-word locks this thread holds (a fault nested in a holder sees it non-zero). */
+/* Page-word locks this thread holds or is taking, counted before each attempt: a fault nested
+ * in such a thread (a signal handler writing the region) sees it non-zero. */
 static __thread unsigned held_words __attribute__((tls_model("initial-exec")));
+
+typedef enum WordLock {
+    LOCK_TAKEN, /* this call took it */
+    LOCK_OURS,  /* this thread holds it already (a nested fault) */
+    LOCK_BUSY,  /* another thread holds it, and the caller may not wait */
+} WordLock;
 
 /* Page-word locks order "set dirty bit, make page writable" (fault path)
  * against "clear dirty bit, make page read-only" (rearm): interleaving the two
  * could leave a writable page with a clear bit, i.e. a missed write.  A fault
  * nested on the thread that holds the lock (a signal handler writing to the
  * region while its own thread rearms) runs between two steps of the holder,
- * which is safe, so it proceeds without the lock instead of deadlocking.
- * Returns true if this call took the lock. */
-static bool word_lock(IbpTracker *t, size_t w)
+ * which is safe, so it proceeds without the lock.  A fault nested in a thread
+ * that holds or takes another word lock must not wait for this one (its holder
+ * may be taking every lock and waiting for that thread's): `wait` false. */
+static WordLock word_lock(IbpTracker *t, size_t w, bool wait)
 {
     const uintptr_t me = (uintptr_t)&lock_identity;
     unsigned spins = 0;
+    held_words++;
     for (;;) {
         uintptr_t cur = 0;
-        if (atomic_compare_exchange_weak(&t->locks[w], &cur, me)) {
-            held_words++;
-            return true;
+        if (atomic_compare_exchange_weak(&t->locks[w], &cur, me))
+            return LOCK_TAKEN;
+        if (cur == me || (cur && !wait)) {
+            held_words--;
+            return cur == me ? LOCK_OURS : LOCK_BUSY;
         }
-        if (cur == me)
-            return false;
         if (++spins > 64)
             sched_yield();
     }
 }
 
-static void word_unlock(IbpTracker *t, size_t w, bool taken)
+static void word_unlock(IbpTracker *t, size_t w, WordLock how)
 {
-    if (taken) {
+    if (how == LOCK_TAKEN) {
         atomic_store(&t->locks[w], 0);
         held_words--;
     }
 }
 
-/* Every page-word lock of t, in order (never called while this thread holds one: two threads
- * taking them all would otherwise wait for each other). */
+/* Every page-word lock of t, in order, for an arm or a disarm (normal context, op_mutex held). */
 static void lock_all(IbpTracker *t)
 {
     for (size_t w = 0; w < t->nwords; w++)
-        word_lock(t, w);
+        word_lock(t, w, true);
 }
 
 static void unlock_all(IbpTracker *t)
 {
     for (size_t w = 0; w < t->nwords; w++)
-        word_unlock(t, w, true);
+        word_unlock(t, w, LOCK_TAKEN);
 }
 
 /* Pages made writable one by one, all trackers together, against their budget (0: not read yet). */
@@ -101,25 +109,31 @@ static long word_runs(uint64_t x)
     return __builtin_popcountll(x & ~(x << 1));
 }
 
-/* With word w's lock held: pages `set` of word w made writable one by one, pages `clear` read-only
- * again.  Keeps the count of runs, the mappings they may have split. */
-static void wbits_update(IbpTracker *t, size_t w, uint64_t set, uint64_t clear)
+static void runs_add(IbpTracker *t, long n)
 {
-    const uint64_t old = atomic_load(&t->wbits[w]), now = (old | set) & ~clear;
-    if (now == old)
-        return;
-    atomic_store(&t->wbits[w], now);
-    const long n = word_runs(now) - word_runs(old);
-    atomic_fetch_add(&t->writable, n);
-    atomic_fetch_add(&writable_total, n);
+    if (n) {
+        atomic_fetch_add(&t->writable, n);
+        atomic_fetch_add(&writable_total, n);
+    }
 }
 
-/* With every word lock held: the span is one protection again, writable or not. */
+/* Pages `set` of word w made writable one by one, pages `clear` read-only again.  Keeps the count
+ * of runs, the mappings they may have split; exact whoever else updates the word meanwhile. */
+static void wbits_update(IbpTracker *t, size_t w, uint64_t set, uint64_t clear)
+{
+    uint64_t old = atomic_load(&t->wbits[w]);
+    while (!atomic_compare_exchange_weak(&t->wbits[w], &old, (old | set) & ~clear)) {
+    }
+    runs_add(t, word_runs((old | set) & ~clear) - word_runs(old));
+}
+
+/* The span is one protection again, writable or not. */
 static void wbits_clear_all(IbpTracker *t)
 {
+    long n = 0;
     for (size_t w = 0; w < t->nwords; w++)
-        atomic_store(&t->wbits[w], 0);
-    atomic_fetch_sub(&writable_total, atomic_exchange(&t->writable, 0));
+        n += word_runs(atomic_exchange(&t->wbits[w], 0));
+    runs_add(t, -n);
 }
 
 static bool over_budget(void)
@@ -222,8 +236,8 @@ int ibp_mprot_arm(IbpTracker *t)
 {
     ibp_mprot_set_protected(t, true);
     lock_all(t);
-    /* Under the locks: a give_up() before this one is undone by the protect below, one after
-     * it waits for the locks and stands. */
+    /* Before the protect: a give_up() unprotects the span before it sets the flag, so either
+     * this protect comes after its unprotect, or its flag after this store (see give_up). */
     atomic_store(&t->failed, false);
     for (size_t w = 0; w < t->nwords; w++)
         atomic_store(&t->dirty[w], 0);
@@ -256,25 +270,32 @@ int ibp_mprot_disarm(IbpTracker *t)
 }
 
 /* Gives up on the region after an mprotect failure (typically ENOMEM) or past the budget:
- * everything writable, every query reports everything until the next arm.  Holds every word
- * lock, so that it and an arm happen one after the other (an arm between its flag and its
- * unprotect would leave the span writable and armed, reporting nothing).  A fault nested in a
- * thread that holds a word lock must not wait for the others: it only sets the flag (queries
- * report everything; the span stays as it is).  Returns false if the unprotect failed. */
+ * everything writable, every query reports everything until the next arm.  Takes no lock (it
+ * runs in the fault path, nested or not): the span is unprotected before the flag is set, so an
+ * arm racing it either protects after the unprotect or clears the flag before it is set, never
+ * leaving the span writable with the flag clear.  Returns false if the unprotect failed. */
 static bool give_up(IbpTracker *t)
 {
     atomic_fetch_add(&t->errors, 1);
-    if (held_words) {
+    if (mprotect((void *)t->start, t->end - t->start, PROT_READ | PROT_WRITE) != 0) {
         atomic_store(&t->failed, true);
-        return true;
+        return false;
     }
-    lock_all(t);
     atomic_store(&t->failed, true);
-    const bool ok = mprotect((void *)t->start, t->end - t->start, PROT_READ | PROT_WRITE) == 0;
-    if (ok)
-        wbits_clear_all(t);
-    unlock_all(t);
-    return ok;
+    wbits_clear_all(t);
+    return true;
+}
+
+/* A fault or syscall hook nested in a thread that holds another word lock found this word held
+ * elsewhere: its pages are made writable and marked without the lock, then the tracker fails
+ * (reports everything until the next arm; the same ordering as give_up). */
+static bool unprotect_unlocked(IbpTracker *t, size_t w, uint64_t mask, uintptr_t addr, size_t len)
+{
+    atomic_fetch_or(&t->dirty[w], mask);
+    const bool ok = mprotect((void *)addr, len, PROT_READ | PROT_WRITE) == 0;
+    atomic_fetch_add(&t->errors, 1);
+    atomic_store(&t->failed, true);
+    return ok || give_up(t);
 }
 
 /* Past the budget, the tracker that holds runs of its own gives up (its mappings merge). */
@@ -293,7 +314,7 @@ void ibp_mprot_take(IbpTracker *t, size_t p0, size_t np, bool rearm, uint64_t *o
             ibp_track_out_or_word(out, w, p0, atomic_load(&t->dirty[w]) & m);
             continue;
         }
-        const bool taken = word_lock(t, w);
+        const WordLock taken = word_lock(t, w, true);
         /* Pinned pages are reported written and stay so: the kernel may still write them. */
         const uint64_t pinned = pinned_mask(t, w) & m;
         const uint64_t bits = atomic_fetch_and(&t->dirty[w], ~(m & ~pinned)) & m;
@@ -340,7 +361,14 @@ int ibp_mprot_fault(uintptr_t addr)
             ibp_registry_read_exit(tok);
             return ours;
         }
-        const bool taken = word_lock(t, w);
+        const WordLock taken = word_lock(t, w, held_words == 0);
+        if (taken == LOCK_BUSY) {
+            if (!unprotect_unlocked(t, w, 1ull << (p % IBP_BITS_PER_WORD), page, ibp_track_page))
+                ours = 0;
+            atomic_fetch_add(&t->faults, 1);
+            ibp_registry_read_exit(tok);
+            return ours;
+        }
         /* A disarmed tracker's page can still fault if the write raced with
          * the disarm: making it writable is all that is left to do. */
         const bool armed = atomic_load(&t->armed);
@@ -397,11 +425,17 @@ static void unprotect_target(IbpTracker *t, void *arg)
     for (size_t p = p0; p <= p1;) {
         const size_t w = p / IBP_BITS_PER_WORD;
         const size_t last = (w + 1) * IBP_BITS_PER_WORD - 1 < p1 ? (w + 1) * IBP_BITS_PER_WORD - 1 : p1;
-        const bool taken = word_lock(t, w);
+        const uint64_t mask = ibp_track_word_mask(w, p, last - p + 1);
+        const WordLock taken = word_lock(t, w, held_words == 0);
+        if (taken == LOCK_BUSY) {
+            unprotect_unlocked(t, w, mask, t->start + (p << ibp_track_page_shift),
+                               (last - p + 1) << ibp_track_page_shift);
+            p = last + 1;
+            continue;
+        }
         /* Read under the lock: an arm between a read outside it and this unprotect would
          * leave the page writable with its bit clear. */
         const bool armed = atomic_load(&t->armed);
-        const uint64_t mask = ibp_track_word_mask(w, p, last - p + 1);
         if (armed)
             atomic_fetch_or(&t->dirty[w], mask);
         const bool bad = mprotect((void *)(t->start + (p << ibp_track_page_shift)),

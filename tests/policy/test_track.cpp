@@ -442,6 +442,79 @@ TEST(TrackMprotect, PinsCoverArmsAfterTheCallAndNeverRunOut)
     EXPECT_TRUE(dirty_pages(t.query_all(true)).empty()) << "a cancelled call's pin stayed behind";
 }
 
+/* mprotect: a signal handler writing a tracked page while its thread holds a page-word lock (in
+ * a rearm), another thread arming the tracker and writing past the budget (giving it up): none
+ * of them may wait for another for good. */
+char *nested_base;
+size_t nested_page;
+
+void nested_write(int)
+{
+    static thread_local unsigned k = 0;
+    k = (k + 2) % 62;
+    nested_base[(1 + k) * nested_page] ^= 1; /* an odd page of word 0 */
+}
+
+TEST(TrackMprotect, NestedFaultsNeverDeadlockWithArmsAndGiveUps)
+{
+    ibp_mprot_set_budget(20);
+    Mapping m(128, false);
+    ASSERT_TRUE(m.ok());
+    memset(m.map, 0, m.len);
+    nested_base = m.map;
+    nested_page = page();
+    Tracked t;
+    ASSERT_EQ(t.open(m.map, m.len, IBP_TRACK_MPROTECT), 0);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = nested_write;
+    ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+    std::atomic<bool> stop{false};
+    std::atomic<long> arms{0}, queries{0};
+    std::thread querier([&] {
+        while (!stop) {
+            t.query(m.map + 64 * page(), 64 * page(), true);
+            queries++;
+        }
+    });
+    std::thread armer([&] {
+        while (!stop) {
+            ibp_tracker_arm(t.tracker);
+            for (size_t p = 64; p < 128; p += 2)
+                m.map[p * page()] ^= 1;
+            for (size_t p = 0; p < 64; p += 2)
+                m.map[p * page()] ^= 1;
+            arms++;
+        }
+    });
+    const pthread_t q = querier.native_handle();
+    std::thread signaller([&] {
+        while (!stop) {
+            pthread_kill(q, SIGUSR1);
+            usleep(1);
+        }
+    });
+    long last_arms = -1, last_queries = -1;
+    for (int s = 0; s < 6; s++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        const long a = arms, qn = queries;
+        if (a == last_arms && qn == last_queries) {
+            fprintf(stderr, "deadlock: no arm or query for 500 ms (%ld arms, %ld queries)\n", a, qn);
+            _exit(1); /* the stuck threads cannot be joined */
+        }
+        last_arms = a;
+        last_queries = qn;
+    }
+    stop = true;
+    signaller.join();
+    armer.join();
+    querier.join();
+    sigaction(SIGUSR1, &old, nullptr);
+    ibp_mprot_set_budget(1L << 30);
+    EXPECT_GT(last_arms, 0);
+    EXPECT_GT(last_queries, 0);
+}
+
 /* The mappings of /proc/self/maps that overlap [p, p + len), and whether the first is writable. */
 struct MapsView {
     int count = 0;
