@@ -457,7 +457,7 @@ int64_t ibp_tracker_query(IbpTracker *t, const void *addr, size_t len, unsigned 
     }
     case IBP_TRACK_MPROTECT:
         ibp_mprot_take(t, p0, np, rearm, bitmap);
-        if (atomic_load(&t->failed))
+        if (atomic_load(&t->failed) || atomic_load(&t->unlocking))
             ibp_bitmap_set_range(bitmap, 0, np);
         break;
     case IBP_TRACK_NONE:

@@ -27,6 +27,9 @@ struct IbpTracker {
     _Atomic bool protected_pages;
     _Atomic bool retired;
     _Atomic bool failed;
+    /* mprotect: give-ups and unlocked unprotects in progress; a query that finds one counts the
+     * tracker failed (it may be between making the span writable and setting `failed`). */
+    _Atomic int unlocking;
     bool uffd_registered; /* under op_mutex */
     /* Writes the page tables cannot show: mprotect faults, syscall targets,
      * marks for device-to-host copies.  One bit per page. */

@@ -20,6 +20,8 @@ static __thread char lock_identity __attribute__((tls_model("initial-exec")));
 /* Page-word locks this thread holds or is taking, counted before each attempt: a fault nested
  * in such a thread (a signal handler writing the region) sees it non-zero. */
 static __thread unsigned held_words __attribute__((tls_model("initial-exec")));
+/* held_words changes are kept on their side of the lock's atomics for a handler on this thread. */
+#define HELD_FENCE() atomic_signal_fence(memory_order_seq_cst)
 
 typedef enum WordLock {
     LOCK_TAKEN, /* this call took it */
@@ -40,11 +42,13 @@ static WordLock word_lock(IbpTracker *t, size_t w, bool wait)
     const uintptr_t me = (uintptr_t)&lock_identity;
     unsigned spins = 0;
     held_words++;
+    HELD_FENCE();
     for (;;) {
         uintptr_t cur = 0;
         if (atomic_compare_exchange_weak(&t->locks[w], &cur, me))
             return LOCK_TAKEN;
         if (cur == me || (cur && !wait)) {
+            HELD_FENCE();
             held_words--;
             return cur == me ? LOCK_OURS : LOCK_BUSY;
         }
@@ -57,6 +61,7 @@ static void word_unlock(IbpTracker *t, size_t w, WordLock how)
 {
     if (how == LOCK_TAKEN) {
         atomic_store(&t->locks[w], 0);
+        HELD_FENCE();
         held_words--;
     }
 }
@@ -269,33 +274,40 @@ int ibp_mprot_disarm(IbpTracker *t)
     return ret;
 }
 
+/* Makes [addr, addr + len) writable without a page-word lock and fails the tracker.  Against a
+ * query (op_mutex), `unlocking` covers the unprotect: one that finds it counts the tracker failed.
+ * Against an arm (which clears the flag before it protects), the flag is set both before and
+ * after the unprotect: an arm between the two ends with the flag set again, one after the second
+ * protected after the unprotect.  Returns whether the unprotect worked. */
+static bool unprotect_failing(IbpTracker *t, uintptr_t addr, size_t len)
+{
+    atomic_fetch_add(&t->unlocking, 1);
+    atomic_store(&t->failed, true);
+    const bool ok = mprotect((void *)addr, len, PROT_READ | PROT_WRITE) == 0;
+    atomic_store(&t->failed, true);
+    atomic_fetch_sub(&t->unlocking, 1);
+    atomic_fetch_add(&t->errors, 1);
+    return ok;
+}
+
 /* Gives up on the region after an mprotect failure (typically ENOMEM) or past the budget:
  * everything writable, every query reports everything until the next arm.  Takes no lock (it
- * runs in the fault path, nested or not): the span is unprotected before the flag is set, so an
- * arm racing it either protects after the unprotect or clears the flag before it is set, never
- * leaving the span writable with the flag clear.  Returns false if the unprotect failed. */
+ * runs in the fault path, nested or not).  Returns false if the unprotect failed. */
 static bool give_up(IbpTracker *t)
 {
-    atomic_fetch_add(&t->errors, 1);
-    if (mprotect((void *)t->start, t->end - t->start, PROT_READ | PROT_WRITE) != 0) {
-        atomic_store(&t->failed, true);
+    if (!unprotect_failing(t, t->start, t->end - t->start))
         return false;
-    }
-    atomic_store(&t->failed, true);
     wbits_clear_all(t);
     return true;
 }
 
-/* A fault or syscall hook nested in a thread that holds another word lock found this word held
- * elsewhere: its pages are made writable and marked without the lock, then the tracker fails
- * (reports everything until the next arm; the same ordering as give_up). */
+/* A fault or syscall hook nested in a thread that holds or takes another word lock found this
+ * word held elsewhere: its pages are marked and made writable without the lock, and the tracker
+ * fails until the next arm. */
 static bool unprotect_unlocked(IbpTracker *t, size_t w, uint64_t mask, uintptr_t addr, size_t len)
 {
     atomic_fetch_or(&t->dirty[w], mask);
-    const bool ok = mprotect((void *)addr, len, PROT_READ | PROT_WRITE) == 0;
-    atomic_fetch_add(&t->errors, 1);
-    atomic_store(&t->failed, true);
-    return ok || give_up(t);
+    return unprotect_failing(t, addr, len) || give_up(t);
 }
 
 /* Past the budget, the tracker that holds runs of its own gives up (its mappings merge). */
@@ -334,7 +346,18 @@ void ibp_mprot_take(IbpTracker *t, size_t p0, size_t np, bool rearm, uint64_t *o
             }
             rest = run + b >= IBP_BITS_PER_WORD ? 0 : rest & ~(((1ull << run) - 1) << b);
         }
-        wbits_update(t, w, 0, protect & ~rest);
+        /* An unlocked unprotect (a nested syscall hook's pinned target, say) may have come before
+         * this protect: once it is seen, what this protected is made writable again. */
+        const uint64_t done = protect & ~rest;
+        if (done && (atomic_load(&t->failed) || atomic_load(&t->unlocking))) {
+            for (uint64_t r = done; r; r &= r - 1) {
+                const uintptr_t addr =
+                    t->start + ((w * IBP_BITS_PER_WORD + (unsigned)__builtin_ctzll(r)) << ibp_track_page_shift);
+                mprotect((void *)addr, ibp_track_page, PROT_READ | PROT_WRITE);
+            }
+        } else {
+            wbits_update(t, w, 0, done);
+        }
         word_unlock(t, w, taken);
         if (failed_now)
             give_up(t);
