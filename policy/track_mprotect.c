@@ -485,11 +485,13 @@ void ibp_track_before_kernel_write(void *buf, size_t len, IbpTrackPins *pins)
 {
     if (len == 0 || !mprotect_used())
         return;
+    const int saved = errno; /* a failed mprotect here is not the call's to report */
     const uintptr_t a = (uintptr_t)buf;
     IbpKernelWrite kw = {.start = a, .end = len > UINTPTR_MAX - a ? UINTPTR_MAX : a + len, .pins = pins};
     const unsigned tok = ibp_registry_read_enter();
     ibp_registry_trackers_in(a, len, unprotect_target, &kw);
     ibp_registry_read_exit(tok);
+    errno = saved;
 }
 
 void ibp_track_before_kernel_write_iov(const struct iovec *iov, int iovcnt, IbpTrackPins *pins)
