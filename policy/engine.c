@@ -273,18 +273,17 @@ void *ibp_policy_on_free(void *ptr)
     return tag;
 }
 
-/* Marks the ranges of device writes still landing (or landed since the last look) stale,
- * and forgets those that have landed.  Called with pr->lock held for reading. */
-static void d2h_apply(IbpPolicyRegion *pr, IbpShadow *sh, int may_forget)
+/* With d2h_lock held: one pass over the device writes a region keeps.  Each is marked stale in sh
+ * (those still landing only when mark_pending), and, when may_forget, those that had landed
+ * before their marking are forgotten (checked first: a write landing in between would otherwise
+ * be forgotten with only its old bytes marked). */
+static void d2h_sweep(IbpPolicyRegion *pr, IbpShadow *sh, int may_forget, int mark_pending)
 {
-    pthread_mutex_lock(&pr->d2h_lock);
     size_t kept = 0;
     for (size_t i = 0; i < pr->nd2h; i++) {
         const IbpPendingD2h e = pr->d2h[i];
-        /* Whether it had landed before this marking, not after: a write landing in between
-         * would otherwise be forgotten with only its old bytes marked. */
         const int landed = may_forget && eng.p.ops.fence_done(eng.p.ops.ctx, e.fence);
-        if (sh)
+        if (sh && (landed || mark_pending))
             ibp_shadow_invalidate(sh, e.off, e.len);
         if (landed)
             eng.p.ops.fence_release(eng.p.ops.ctx, e.fence);
@@ -292,25 +291,15 @@ static void d2h_apply(IbpPolicyRegion *pr, IbpShadow *sh, int may_forget)
             pr->d2h[kept++] = e;
     }
     pr->nd2h = kept;
-    pthread_mutex_unlock(&pr->d2h_lock);
 }
 
-/* With d2h_lock held: writes that have landed are marked once more (after landing, so that a
- * build or recompression that read the bytes before cannot publish them) and forgotten. */
-static void d2h_reap(IbpPolicyRegion *pr, IbpShadow *sh)
+/* Marks the ranges of device writes still landing (or landed since the last look) stale,
+ * and forgets those that have landed.  Called with pr->lock held for reading. */
+static void d2h_apply(IbpPolicyRegion *pr, IbpShadow *sh, int may_forget)
 {
-    size_t kept = 0;
-    for (size_t i = 0; i < pr->nd2h; i++) {
-        const IbpPendingD2h e = pr->d2h[i];
-        if (!eng.p.ops.fence_done(eng.p.ops.ctx, e.fence)) {
-            pr->d2h[kept++] = e;
-            continue;
-        }
-        if (sh)
-            ibp_shadow_invalidate(sh, e.off, e.len);
-        eng.p.ops.fence_release(eng.p.ops.ctx, e.fence);
-    }
-    pr->nd2h = kept;
+    pthread_mutex_lock(&pr->d2h_lock);
+    d2h_sweep(pr, sh, may_forget, 1);
+    pthread_mutex_unlock(&pr->d2h_lock);
 }
 
 /* With d2h_lock held: room for one more entry.  Landed writes are forgotten first, then the list
@@ -320,7 +309,9 @@ static void d2h_make_room(IbpPolicyRegion *pr, IbpShadow *sh)
 {
     if (pr->nd2h < pr->cap_d2h)
         return;
-    d2h_reap(pr, sh);
+    /* Writes that have landed are marked once more (after landing, so that a build or
+     * recompression that read the bytes before cannot publish them) and forgotten. */
+    d2h_sweep(pr, sh, 1, 0);
     if (pr->nd2h < pr->cap_d2h)
         return;
     const size_t cap = pr->cap_d2h ? 2 * pr->cap_d2h : IBP_POLICY_D2H_MIN;
