@@ -110,7 +110,7 @@ static double elapsed_ms(const IbpDriver *drv, CUevent a, CUevent b)
 static void speed_collect(const IbpDriver *drv, IbpSpeed *sp, IbpProbe *pr, int pipelined)
 {
     const int last = pipelined ? 3 : 2;
-    if (pr->state != PROBE_RECORDED || drv->cuEventQuery(pr->ev[last]) != CUDA_SUCCESS)
+    if (pr->state != PROBE_RECORDED || ibp_driver_event_query(drv, pr->ev[last]) != CUDA_SUCCESS)
         return;
     const double dma_ms = elapsed_ms(drv, pr->ev[0], pr->ev[1]);
     const double dec_ms = elapsed_ms(drv, pr->ev[last - 1], pr->ev[last]);
@@ -159,7 +159,8 @@ static int speed_allows(const IbpDriver *drv, CUcontext ctx, size_t wire, size_t
             const double dma = (double)wire * sp->dma_ns_per_byte, dec = (double)orig * sp->dec_ns_per_byte;
             /* Copies back to back: this run's DMA overlaps the last one's decode, so the copy engine
              * is busy for the DMA alone while decodes keep up. */
-            const int overlap = !pipelined && sp->busy_recorded && drv->cuEventQuery(sp->busy) == CUDA_ERROR_NOT_READY;
+            const int overlap = !pipelined && sp->busy_recorded &&
+                                ibp_driver_event_query(drv, sp->busy) == CUDA_ERROR_NOT_READY;
             const double compressed =
                 pipelined ? (double)orig * sp->pipe_ns_per_byte : overlap ? (dma > dec ? dma : dec) : dma + dec;
             ok = compressed < 0.97 * raw;
@@ -203,7 +204,8 @@ static int speed_pending(const IbpDriver *drv, CUcontext ctx)
 {
     pthread_mutex_lock(&speed_lock);
     IbpSpeed *sp = speed_for(drv, ctx);
-    const int pending = sp && sp->busy_recorded && drv->cuEventQuery(sp->busy) == CUDA_ERROR_NOT_READY;
+    const int pending =
+        sp && sp->busy_recorded && ibp_driver_event_query(drv, sp->busy) == CUDA_ERROR_NOT_READY;
     pthread_mutex_unlock(&speed_lock);
     return pending;
 }
@@ -425,7 +427,7 @@ static IbpDevPlan *dev_plan_add(const IbpDriver *drv, CUcontext ctx, const void 
     if (!queued || drv->cuEventCreate(&e.ready, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
         drv->cuEventRecord(e.ready, stream) != CUDA_SUCCESS) {
         if (queued)
-            drv->cuStreamSynchronize(stream); /* the upload must not land in freed memory */
+            ibp_driver_stream_sync(drv, stream); /* the upload must not land in freed memory */
         if (queued && e.ready)
             drv->cuEventDestroy(e.ready);
         const IbpCaptureMode relaxed = ibp_driver_capture_relax(drv);
@@ -460,7 +462,7 @@ static CUdeviceptr plan_for_run(const IbpDriver *drv, CUcontext ctx, const void 
     }
     if (e) {
         dev = e->dev;
-        if (!e->settled && !(e->settled = drv->cuEventQuery(e->ready) == CUDA_SUCCESS))
+        if (!e->settled && !(e->settled = ibp_driver_event_query(drv, e->ready) == CUDA_SUCCESS))
             wait = e->ready;
     } else if ((e = dev_plan_add(drv, ctx, blob, len, stream))) {
         dev = e->dev; /* uploaded on this stream: the run's DMA and decode follow it */
@@ -629,8 +631,8 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
      * still read the shadow or write the staging buffer. */
     if (ibp_devmem_stream_join(ctx, pp->decode, base->stream) ||
         (err && ibp_devmem_stream_join(ctx, pp->copy, base->stream))) {
-        drv->cuStreamSynchronize(pp->decode);
-        drv->cuStreamSynchronize(pp->copy);
+        ibp_driver_stream_sync(drv, pp->decode);
+        ibp_driver_stream_sync(drv, pp->copy);
         err = -EIO;
     }
     if (!err)
@@ -661,7 +663,7 @@ static int decode_on_priority(const IbpLaunch *l, const IbpGeom *g, CUdeviceptr 
     if (ibp_devmem_stream_join(ctx, pp->decode, l->stream)) {
         /* The caller's stream cannot wait for the decode: wait here, so nothing it enqueues later
          * sees the destination before the decode wrote it. */
-        l->drv->cuStreamSynchronize(pp->decode);
+        ibp_driver_stream_sync(l->drv, pp->decode);
         return -EIO;
     }
     return err;
@@ -771,7 +773,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     /* The staging buffer goes back on the caller's stream: it must wait for the DMA whatever
      * happened, or the host does. */
     if (ahead && ibp_devmem_stream_join(ctx, ahead->copy, l.stream)) {
-        drv->cuStreamSynchronize(ahead->copy);
+        ibp_driver_stream_sync(drv, ahead->copy);
         err = -EIO;
     }
     if (!err) {
@@ -858,15 +860,17 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
         stats->raw += p->len;
     }
     if (side_used && ibp_devmem_stream_join(ctx, side->raw, cu_stream))
-        drv->cuStreamSynchronize(side->raw); /* the caller's later work must see those bytes */
+        ibp_driver_stream_sync(drv, side->raw); /* the caller's later work must see those bytes */
     void *fence = NULL;
     if (shadow_read) {
         fence = ibp_devmem_fence_record(ctx, cu_stream);
         if (!fence)
-            drv->cuStreamSynchronize(cu_stream); /* without a fence, the shadow must be free now */
+            ibp_driver_stream_sync(drv, cu_stream); /* without a fence, the shadow must be free now */
     }
     ibp_policy_plan_end(plan, fence);
     stats->enqueue_ns = ibp_ledger_elapsed_ns() - t0;
+    /* The application's own wait, in its own interaction mode: refused where CUDA would refuse
+     * the blocking copy itself. */
     if (synchronous && ret == cudaSuccess && drv && drv->cuStreamSynchronize(cu_stream) != CUDA_SUCCESS)
         ret = cudaErrorUnknown;
     return ret;

@@ -98,7 +98,7 @@ static int dm_fence_done(void *ctx, void *fence)
 {
     (void)ctx;
     const IbpFence *f = fence;
-    const CUresult res = ibp_driver_get()->cuEventQuery(f->ev);
+    const CUresult res = ibp_driver_event_query(ibp_driver_get(), f->ev);
     /* Any answer but "not ready" means the event will never signal more than it has. */
     return res != CUDA_ERROR_NOT_READY;
 }
@@ -107,7 +107,7 @@ static void dm_fence_wait(void *ctx, void *fence)
 {
     (void)ctx;
     const IbpFence *f = fence;
-    ibp_driver_get()->cuEventSynchronize(f->ev);
+    ibp_driver_event_sync(ibp_driver_get(), f->ev);
 }
 
 static void dm_fence_release(void *ctx, void *fence)

@@ -373,7 +373,7 @@ static void note_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_
     if (drv && drv->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
         fence = ibp_devmem_fence_record(ctx, driver_stream(api, stream));
     if (!fence && drv)
-        drv->cuStreamSynchronize(driver_stream(api, stream));
+        ibp_driver_stream_sync(drv, driver_stream(api, stream));
     ibp_policy_on_d2h(dst, n, fence);
 }
 

@@ -81,6 +81,30 @@ void ibp_driver_capture_restore(const IbpDriver *drv, IbpCaptureMode mode)
         drv->cuThreadExchangeStreamCaptureMode(&mode.saved);
 }
 
+CUresult ibp_driver_event_query(const IbpDriver *drv, CUevent ev)
+{
+    const IbpCaptureMode mode = ibp_driver_capture_relax(drv);
+    const CUresult res = drv->cuEventQuery(ev);
+    ibp_driver_capture_restore(drv, mode);
+    return res;
+}
+
+CUresult ibp_driver_event_sync(const IbpDriver *drv, CUevent ev)
+{
+    const IbpCaptureMode mode = ibp_driver_capture_relax(drv);
+    const CUresult res = drv->cuEventSynchronize(ev);
+    ibp_driver_capture_restore(drv, mode);
+    return res;
+}
+
+CUresult ibp_driver_stream_sync(const IbpDriver *drv, CUstream stream)
+{
+    const IbpCaptureMode mode = ibp_driver_capture_relax(drv);
+    const CUresult res = drv->cuStreamSynchronize(stream);
+    ibp_driver_capture_restore(drv, mode);
+    return res;
+}
+
 const char *ibp_driver_error(void)
 {
     pthread_once(&driver_once, driver_load);

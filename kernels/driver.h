@@ -97,6 +97,15 @@ typedef struct IbpCaptureMode {
 IbpCaptureMode ibp_driver_capture_relax(const IbpDriver *drv);
 void ibp_driver_capture_restore(const IbpDriver *drv, IbpCaptureMode mode);
 
+/* cuEventQuery, cuEventSynchronize and cuStreamSynchronize of the shim's own events and streams
+ * (never captured), made in relaxed mode: in the calling thread's own mode they are refused while
+ * a capture prohibits unsafe calls, and the refusal invalidates the application's capture; worse,
+ * a refused query would read as an event that will never signal more.  Thread-safety: as the
+ * calls they make. */
+CUresult ibp_driver_event_query(const IbpDriver *drv, CUevent ev);
+CUresult ibp_driver_event_sync(const IbpDriver *drv, CUevent ev);
+CUresult ibp_driver_stream_sync(const IbpDriver *drv, CUstream stream);
+
 /* Evaluates a driver call; on failure logs the call, file:line and the error
  * name at debug level and jumps to `label`.  `res` receives the CUresult. */
 #define IBP_CU_CHECK_GOTO(res, call, label)                                                        \

@@ -81,7 +81,7 @@ static void retire_done(const IbpDriver *drv, IbpStagingPool *pool)
 {
     while (pool->count) {
         IbpStagingSlot *h = slot_at(pool, 0);
-        if (h->busy || (h->recorded && drv->cuEventQuery(h->ev) != CUDA_SUCCESS))
+        if (h->busy || (h->recorded && ibp_driver_event_query(drv, h->ev) != CUDA_SUCCESS))
             return;
         h->recorded = 0;
         pool->head = (pool->head + 1) % IBP_STAGING_ENTRIES;
@@ -198,7 +198,7 @@ int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
         if (held)
             sched_yield();
         else
-            drv->cuEventSynchronize(ev);
+            ibp_driver_event_sync(drv, ev);
         const uint64_t dt = ibp_monotonic_ns() - t0;
         waited += dt;
         held_ns += held ? dt : 0;
@@ -216,7 +216,7 @@ int ibp_staging_release(IbpStagingBuf *buf, CUstream stream)
     pthread_mutex_lock(&staging_lock);
     const int ok = drv && drv->cuEventRecord(s->ev, stream) == CUDA_SUCCESS;
     if (!ok && drv)
-        drv->cuStreamSynchronize(stream); /* without an event, the space is free only once it ran */
+        ibp_driver_stream_sync(drv, stream); /* without an event, the space is free only once it ran */
     s->recorded = ok;
     s->busy = 0;
     pthread_mutex_unlock(&staging_lock);
