@@ -781,6 +781,8 @@ static CUresult stream_sync(CUstream handle, bool per_thread_default)
     if (fakecuda_stream_capturing(s)) {
         fakecuda_stream_invalidate_capture(s);
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else if ((r = fakecuda_capture_check_unsafe()) != CUDA_SUCCESS) {
+        /* waiting on a stream is unsafe while a capture prohibits it, as on the real runtime */
     } else if (s->kind == FAKECUDA_STREAM_LEGACY) {
         /* A marker on the legacy stream waits for every blocking stream, as the barrier does. */
         FakecudaOp *const op = fakecuda_op_new(FAKECUDA_OP_NOP);
@@ -822,6 +824,8 @@ static CUresult stream_query(CUstream handle, bool per_thread_default)
     if (fakecuda_stream_capturing(s)) {
         fakecuda_stream_invalidate_capture(s);
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else if ((r = fakecuda_capture_check_unsafe()) != CUDA_SUCCESS) {
+        /* so is asking after one */
     } else {
         bool idle = stream_idle(s);
         if (idle && s->kind == FAKECUDA_STREAM_LEGACY) {
@@ -1103,6 +1107,9 @@ FAKECUDA_EXPORT CUresult cuEventQuery(CUevent handle)
     event_unref(ev);
     if (captured)
         return CUDA_ERROR_CAPTURED_EVENT;
+    const CUresult unsafe = fakecuda_capture_check_unsafe(); /* as asking after a stream */
+    if (unsafe != CUDA_SUCCESS)
+        return unsafe;
     return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -1114,6 +1121,11 @@ FAKECUDA_EXPORT CUresult cuEventSynchronize(CUevent handle)
     const CUevent ev = event_get(handle);
     if (!ev)
         return CUDA_ERROR_INVALID_HANDLE;
+    const CUresult unsafe = fakecuda_capture_check_unsafe(); /* as waiting on a stream */
+    if (unsafe != CUDA_SUCCESS) {
+        event_unref(ev);
+        return unsafe;
+    }
     pthread_mutex_lock(&ev->mu);
     const bool captured = event_in_capture(ev);
     const uint64_t gen = ev->gen;

@@ -36,9 +36,23 @@ int main(void)
     /* Nothing of the shim's is allocated yet: the region was never copied. */
     CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
     CHECK_CUDA(cudaMemsetAsync(dev_small, 0x3c, small, cs));
-    PreloadWaiting waiting = {.host = host, .n = n, .s = s};
+    PreloadWaiting waiting = {.host = host, .n = n, .s = s, .capturing = 1};
     const unsigned copies =
         preload_wait_compressed("capture", "copies beside a global-mode capture", totals, copy_all, &waiting);
+    /* Compressed copies back to back (the staging pool recycles, the shim asks after its own
+     * events), then a device write into the region (its fence is asked after at the next copy,
+     * which must send the new bytes), all while the capture goes on. */
+    IbpshimTransferTotals before, after;
+    CHECK(totals(&before) == 0, "totals");
+    for (int i = 0; i < 4; i++)
+        copy_all(&waiting);
+    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x77, n / 2, s));
+    CHECK_CUDA(cudaMemcpyAsync(host + n / 4, dev_buf, n / 2, cudaMemcpyDeviceToHost, s));
+    for (int i = 0; i < 2; i++)
+        copy_all(&waiting);
+    CHECK(host[n / 4] == 0x77 && host[n / 4 + n / 2 - 1] == 0x77, "the device write did not land");
+    CHECK(totals(&after) == 0, "totals");
+    CHECK(after.compressed_in > before.compressed_in, "no copy after the first went compressed");
     enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     CHECK_CUDA(cudaStreamIsCapturing(cs, &status));
     CHECK(status == cudaStreamCaptureStatusActive, "the capture was invalidated (status %d)", (int)status);

@@ -85,6 +85,9 @@ typedef struct PreloadWaiting {
     const uint8_t *host;
     size_t n;
     cudaStream_t s;
+    /* The calling thread captures a stream in global mode, so waiting for s is refused (and would
+     * invalidate the capture) unless the wait switches the thread to relaxed mode. */
+    int capturing;
 } PreloadWaiting;
 
 /* One round trip of w's region through a device buffer: poisons dev, copies the region in, copies
@@ -94,7 +97,12 @@ static inline void preload_round_trip(const PreloadWaiting *w, void *dev, uint8_
     CHECK_CUDA(cudaMemsetAsync(dev, 0x5c, w->n, w->s));
     CHECK_CUDA(cudaMemcpyAsync(dev, w->host, w->n, cudaMemcpyHostToDevice, w->s));
     CHECK_CUDA(cudaMemcpyAsync(back, dev, w->n, cudaMemcpyDeviceToHost, w->s));
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (w->capturing)
+        CHECK_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
     CHECK_CUDA(cudaStreamSynchronize(w->s));
+    if (w->capturing)
+        CHECK_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
     CHECK(memcmp(back, w->host, w->n) == 0, "a copy of the compressed region differs");
 }
 
