@@ -94,19 +94,9 @@ static void scan_memcpy(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
         s->opaque = 1;
         return;
     }
-    if (p.dstMemoryType == CU_MEMORYTYPE_ARRAY)
-        return;
     scan_pitched(drv, s,
-                 (IbpPitched){.base = p.dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)p.dstHost
-                                                                            : (uintptr_t)p.dstDevice,
-                              .x = p.dstXInBytes,
-                              .y = p.dstY,
-                              .z = p.dstZ,
-                              .pitch = p.dstPitch,
-                              .rows = p.dstHeight,
-                              .width = p.WidthInBytes,
-                              .height = p.Height,
-                              .depth = p.Depth});
+                 ibp_pitched_driver(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, p.dstZ,
+                                    p.dstPitch, p.dstHeight, p.WidthInBytes, p.Height, p.Depth));
 }
 
 static void scan_memset(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 /* width bytes a row, height rows pitch apart, depth slices of `rows` rows; the first byte at
@@ -78,6 +79,27 @@ static inline IbpPitched ibp_pitched_memcpy3d(const struct cudaMemcpy3DParms *p)
 {
     return p ? ibp_pitched_3d(p->dstArray, p->dstPtr, p->dstPos, p->extent, p->srcArray != NULL)
              : (IbpPitched){0};
+}
+
+/* The destination of a driver copy (CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_MEMCPY3D_PEER, a memcpy
+ * graph node): nothing when it is an array; host memory by dstHost, anything else (device,
+ * unified) by dstDevice, which is a host address for pinned memory. */
+static inline IbpPitched ibp_pitched_driver(CUmemorytype type, const void *host, CUdeviceptr dev, size_t x,
+                                            size_t y, size_t z, size_t pitch, size_t rows, size_t width,
+                                            size_t height, size_t depth)
+{
+    if (type == CU_MEMORYTYPE_ARRAY)
+        return (IbpPitched){0};
+    /* Slices at least the copy's rows apart: a dstHeight below it (0, say) would under-mark. */
+    return (IbpPitched){.base = type == CU_MEMORYTYPE_HOST ? (uintptr_t)host : (uintptr_t)dev,
+                        .x = x,
+                        .y = y,
+                        .z = z,
+                        .pitch = pitch,
+                        .rows = rows > height ? rows : height,
+                        .width = width,
+                        .height = height,
+                        .depth = depth};
 }
 
 /* A memset of height rows of width elements of `element` bytes, pitch apart. */

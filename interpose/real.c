@@ -27,26 +27,27 @@ static int is_ours(const void *fn)
     return self.dli_fbase == other.dli_fbase;
 }
 
-typedef struct IbpCudartSearch {
+typedef struct IbpLibSearch {
+    const char *lib; /* the library's file name up to its version, "libcudart.so" */
     const char *symbol;
     void *found;
-} IbpCudartSearch;
+} IbpLibSearch;
 
-static int basename_is_cudart(const char *path)
+static int basename_is(const char *path, const char *lib)
 {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    return strncmp(base, "libcudart.so", strlen("libcudart.so")) == 0;
+    return strncmp(base, lib, strlen(lib)) == 0;
 }
 
 /* RTLD_NEXT only sees the global scope; PyTorch-style loaders map libcudart
- * RTLD_LOCAL.  Find it among the loaded objects and ask it directly;
- * RTLD_NOLOAD guarantees we never load a runtime the application did not. */
-static int search_loaded_cudart(struct dl_phdr_info *info, size_t size, void *data)
+ * RTLD_LOCAL, and libcudart maps libcuda so.  Find the library among the loaded objects and ask
+ * it directly; RTLD_NOLOAD guarantees we never load one the application did not. */
+static int search_loaded(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
-    IbpCudartSearch *search = data;
-    if (!info->dlpi_name || !info->dlpi_name[0] || !basename_is_cudart(info->dlpi_name))
+    IbpLibSearch *search = data;
+    if (!info->dlpi_name || !info->dlpi_name[0] || !basename_is(info->dlpi_name, search->lib))
         return 0;
     void *handle = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
     if (!handle)
@@ -59,14 +60,24 @@ static int search_loaded_cudart(struct dl_phdr_info *info, size_t size, void *da
     return 1;
 }
 
-void *ibp_real_resolve(const char *name)
+static void *resolve_in(const char *lib, const char *name)
 {
     void *fn = dlsym(RTLD_NEXT, name);
     if (fn && !is_ours(fn))
         return fn;
-    IbpCudartSearch search = {.symbol = name, .found = NULL};
-    dl_iterate_phdr(search_loaded_cudart, &search);
+    IbpLibSearch search = {.lib = lib, .symbol = name, .found = NULL};
+    dl_iterate_phdr(search_loaded, &search);
     return search.found;
+}
+
+void *ibp_real_resolve(const char *name)
+{
+    return resolve_in("libcudart.so", name);
+}
+
+void *ibp_real_resolve_driver(const char *name)
+{
+    return resolve_in("libcuda.so", name);
 }
 
 void *ibp_real_get(IbpRealId id)

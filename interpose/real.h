@@ -169,5 +169,8 @@ void *ibp_real_get(IbpRealId id);
 
 /* Exposed for tests: the lookup itself, bypassing the cache. */
 void *ibp_real_resolve(const char *name);
+/* The same in the driver (libcuda), for the driver-API hooks (drvwrites.c); NULL when no loaded
+ * object but this one defines name. */
+void *ibp_real_resolve_driver(const char *name);
 
 #endif /* IBP_INTERPOSE_REAL_H */

@@ -1156,6 +1156,34 @@ RT_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCapture
     return ret_cu(cuThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)mode));
 }
 
+/* Driver entry points by name, as the driver's cuGetProcAddress_v2 answers them. */
+static cudaError_t entry_point(const char *symbol, void **fn, unsigned version, unsigned long long flags,
+                               enum cudaDriverEntryPointQueryResult *status)
+{
+    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    const CUresult r = cuGetProcAddress_v2(symbol, fn, (int)version, flags, &found);
+    if (status)
+        *status = (enum cudaDriverEntryPointQueryResult)found;
+    return ret_cu(r);
+}
+
+#undef cudaGetDriverEntryPoint
+#undef cudaGetDriverEntryPointByVersion
+RT_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags,
+                                              enum cudaDriverEntryPointQueryResult *status)
+{
+    ENTER();
+    return entry_point(symbol, fn, CUDART_VERSION, flags, status);
+}
+
+RT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
+                                                       unsigned long long flags,
+                                                       enum cudaDriverEntryPointQueryResult *status)
+{
+    ENTER();
+    return entry_point(symbol, fn, version, flags, status);
+}
+
 RT_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
 {
     ENTER();

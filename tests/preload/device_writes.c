@@ -3,7 +3,10 @@
  * from the device (pitched, 3D and batched copies; memsets through the unified address) writes a
  * slot of a compressed region of its own, and the copy of the region behind it in stream order must
  * deliver the bytes it wrote.  The device's writes land without a fault, so only the hooks can
- * tell the shim.  Under a CUDA 12 runtime the batched copies are called with 12.8's arguments. */
+ * tell the shim.  Under a CUDA 12 runtime the batched copies are called with 12.8's arguments.
+ * The driver API's forms are called as a program linked with libcuda calls them (the symbol the
+ * process resolves), as cuda-python does (an address from cuGetProcAddress) and as a runtime
+ * program does (cudaGetDriverEntryPointByVersion). */
 #include <stdint.h>
 #include <string.h>
 
@@ -68,14 +71,37 @@ typedef enum Form {
     MEMSET_2D,
     BATCH,
     BATCH_3D,
+    CU_DTOH_ASYNC,
+    CU_DTOH_ASYNC_PROC,
+    CU_DTOH_ASYNC_ENTRY,
+    CU_DTOH,
+    CU_COPY_ASYNC,
+    CU_MEMSET_D8_ASYNC,
+    CU_MEMSET_D8,
     FORM_COUNT
 } Form;
 
 static const char *const form_names[FORM_COUNT] = {
-    "cudaMemcpy2DAsync",      "cudaMemcpy2DAsync_ptsz", "cudaMemcpy2D",         "cudaMemcpy3DAsync",
-    "cudaMemcpy3D",           "cudaMemsetAsync",        "cudaMemsetAsync_ptsz", "cudaMemset",
-    "cudaMemset2DAsync",      "cudaMemset3DAsync",      "cudaMemset2D",         "cudaMemcpyBatchAsync",
+    "cudaMemcpy2DAsync",
+    "cudaMemcpy2DAsync_ptsz",
+    "cudaMemcpy2D",
+    "cudaMemcpy3DAsync",
+    "cudaMemcpy3D",
+    "cudaMemsetAsync",
+    "cudaMemsetAsync_ptsz",
+    "cudaMemset",
+    "cudaMemset2DAsync",
+    "cudaMemset3DAsync",
+    "cudaMemset2D",
+    "cudaMemcpyBatchAsync",
     "cudaMemcpy3DBatchAsync",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoHAsync (cuGetProcAddress)",
+    "cuMemcpyDtoHAsync (cudaGetDriverEntryPointByVersion)",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyAsync",
+    "cuMemsetD8Async",
+    "cuMemsetD8_v2",
 };
 
 /* CUDA 12.8 and 12.9 took a failIdx argument before the stream; 13.0 dropped it. */
@@ -100,6 +126,27 @@ static void *lookup(const char *name)
     void *fn = dlsym(RTLD_DEFAULT, name);
     CHECK(fn != NULL, "%s not found", name);
     return fn;
+}
+
+/* The driver's functions, by the types cuda.h gives them (CUdeviceptr an integer, CUstream the
+ * runtime's stream handle). */
+typedef unsigned long long DevPtr;
+typedef int (*CuCopyToHostAsyncFn)(void *, DevPtr, size_t, cudaStream_t);
+typedef int (*CuCopyToHostFn)(void *, DevPtr, size_t);
+typedef int (*CuCopyAsyncFn)(DevPtr, DevPtr, size_t, cudaStream_t);
+typedef int (*CuMemsetD8AsyncFn)(DevPtr, unsigned char, size_t, cudaStream_t);
+typedef int (*CuMemsetD8Fn)(DevPtr, unsigned char, size_t);
+typedef int (*CuGetProcAddressFn)(const char *, void **, int, unsigned long long, int *);
+
+#define CHECK_CU(call)                                                                                       \
+    do {                                                                                                     \
+        const int check_cu_ = (call);                                                                        \
+        CHECK(check_cu_ == 0, "%s -> CUresult %d", #call, check_cu_);                                        \
+    } while (0)
+
+static DevPtr dptr(const void *p)
+{
+    return (DevPtr)(uintptr_t)p;
 }
 
 /* Enqueues form f on s writing host (and applies it to expect). */
@@ -231,6 +278,56 @@ static void write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
                    .depth = 3};
         break;
     }
+    case CU_DTOH_ASYNC:
+        CHECK_CU(((CuCopyToHostAsyncFn)lookup("cuMemcpyDtoHAsync_v2"))(host + r.dst, dptr(dev_src + r.src),
+                                                                       r.width, s));
+        r.height = 1;
+        break;
+    case CU_DTOH_ASYNC_PROC: {
+        const CuGetProcAddressFn gpa = (CuGetProcAddressFn)lookup("cuGetProcAddress_v2");
+        void *fn = NULL;
+        int status = -1;
+        CHECK_CU(gpa("cuMemcpyDtoHAsync", &fn, 12000, 0, &status));
+        CHECK(fn != NULL && status == 0, "cuGetProcAddress_v2(cuMemcpyDtoHAsync) gave nothing (status %d)",
+              status);
+        CHECK_CU(((CuCopyToHostAsyncFn)fn)(host + r.dst, dptr(dev_src + r.src), r.width, s));
+        r.height = 1;
+        break;
+    }
+    case CU_DTOH_ASYNC_ENTRY: {
+        void *fn = NULL;
+        enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+        CHECK_CUDA(
+            cudaGetDriverEntryPointByVersion("cuMemcpyDtoHAsync", &fn, 12000, cudaEnableDefault, &status));
+        CHECK(fn != NULL && status == cudaDriverEntryPointSuccess,
+              "cudaGetDriverEntryPointByVersion(cuMemcpyDtoHAsync) gave nothing (status %d)", (int)status);
+        CHECK_CU(((CuCopyToHostAsyncFn)fn)(host + r.dst, dptr(dev_src + r.src), r.width, s));
+        r.height = 1;
+        break;
+    }
+    case CU_DTOH:
+        CHECK_CU(((CuCopyToHostFn)lookup("cuMemcpyDtoH_v2"))(host + r.dst, dptr(dev_src + r.src), r.width));
+        r.height = 1;
+        break;
+    case CU_COPY_ASYNC:
+        CHECK_CU(
+            ((CuCopyAsyncFn)lookup("cuMemcpyAsync"))(dptr(host + r.dst), dptr(dev_src + r.src), r.width, s));
+        r.height = 1;
+        break;
+    case CU_MEMSET_D8_ASYNC:
+        r.memset = 1;
+        r.value = 0x3d;
+        r.height = 1;
+        CHECK_CU(((CuMemsetD8AsyncFn)lookup("cuMemsetD8Async"))(dptr(host + r.dst), (unsigned char)r.value,
+                                                                r.width, s));
+        break;
+    case CU_MEMSET_D8:
+        r.memset = 1;
+        r.value = 0x4e;
+        r.height = 1;
+        CHECK_CU(
+            ((CuMemsetD8Fn)lookup("cuMemsetD8_v2"))(dptr(host + r.dst), (unsigned char)r.value, r.width));
+        break;
     case FORM_COUNT:
         break;
     }

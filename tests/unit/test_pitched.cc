@@ -67,6 +67,28 @@ TEST(Pitched, SlicesAreAtLeastTheExtentsRowsApart)
     EXPECT_EQ(span(d, &lo), 2u * 4 * 512 + 3 * 512 + 100);
 }
 
+TEST(Pitched, DriverCopiesTakeTheirDestinationByItsMemoryType)
+{
+    uintptr_t lo = 0;
+    void *const host = reinterpret_cast<void *>(0x200000);
+    const CUdeviceptr dev = 0x300000;
+    // Host memory by dstHost; device and unified (a pinned region's unified address) by dstDevice.
+    EXPECT_EQ(span(ibp_pitched_driver(CU_MEMORYTYPE_HOST, host, dev, 5, 1, 0, 1000, 0, 10, 2, 1), &lo),
+              1000u + 10);
+    EXPECT_EQ(lo, 0x200000u + 5 + 1000);
+    EXPECT_EQ(span(ibp_pitched_driver(CU_MEMORYTYPE_UNIFIED, host, dev, 0, 0, 0, 1000, 0, 10, 1, 1), &lo),
+              10u);
+    EXPECT_EQ(lo, 0x300000u);
+    EXPECT_EQ(span(ibp_pitched_driver(CU_MEMORYTYPE_DEVICE, host, dev, 0, 0, 0, 1000, 0, 10, 1, 1), &lo),
+              10u);
+    EXPECT_EQ(lo, 0x300000u);
+    EXPECT_EQ(span(ibp_pitched_driver(CU_MEMORYTYPE_ARRAY, host, dev, 0, 0, 0, 1000, 0, 10, 1, 1), &lo), 0u)
+        << "an array destination is not host memory";
+    // Three slices of a copy of 4 rows, dstHeight 0: slices the copy's rows apart.
+    EXPECT_EQ(span(ibp_pitched_driver(CU_MEMORYTYPE_HOST, host, dev, 0, 0, 0, 512, 0, 100, 4, 3), &lo),
+              2u * 4 * 512 + 3 * 512 + 100);
+}
+
 TEST(Pitched, MemsetCountsElements)
 {
     uintptr_t lo = 0;

@@ -1,0 +1,428 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: the driver API's copies, memsets and stream writes into host memory.  A program (or a
+ * library in it: Numba, cuda-python, a JAX plugin) may copy device memory into a pinned region
+ * through the driver while the runtime's copies send that region compressed; the device's writes
+ * land without a fault, so the tracker cannot see them.  Each call here is forwarded unchanged, and
+ * what it may write is noted as a device-to-host copy through the runtime is (router.c): marked
+ * stale now and again once its stream has passed it.  cuGetProcAddress and the runtime's
+ * cudaGetDriverEntryPoint(ByVersion) hand these hooks out in place of the driver's functions,
+ * except to the runtime itself, whose copies the runtime hooks follow. */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "interpose/pitched.h"
+#include "interpose/real.h"
+#include "interpose/router.h"
+
+#define IBP_HOOK __attribute__((visibility("default")))
+
+/* cuda.h maps the plain names to their versioned forms (cuMemcpyDtoH to cuMemcpyDtoH_v2, ...);
+ * this file defines each by its exported name. */
+#undef cuMemcpyDtoH
+#undef cuMemcpyDtoHAsync
+#undef cuMemcpyDtoD
+#undef cuMemcpyDtoDAsync
+#undef cuMemcpyHtoD
+#undef cuMemcpyHtoDAsync
+#undef cuMemcpyAtoH
+#undef cuMemcpyAtoHAsync
+#undef cuMemcpy2D
+#undef cuMemcpy2DUnaligned
+#undef cuMemcpy2DAsync
+#undef cuMemcpy3D
+#undef cuMemcpy3DAsync
+#undef cuMemsetD8
+#undef cuMemsetD16
+#undef cuMemsetD32
+#undef cuMemsetD2D8
+#undef cuMemsetD2D16
+#undef cuMemsetD2D32
+#undef cuStreamWriteValue32
+#undef cuStreamWriteValue64
+#undef cuStreamBatchMemOp
+#undef cuGetProcAddress
+#undef cudaGetDriverEntryPoint
+#undef cudaGetDriverEntryPointByVersion
+
+#define NO_STREAM ((CUstream)0)
+
+static void noted(IbpStreamApi api, IbpPitched d, enum cudaMemcpyKind kind, CUstream stream)
+{
+    uintptr_t lo;
+    const size_t n = ibp_pitched_span(d, &lo);
+    if (n)
+        ibp_router_enqueued_write(api, (void *)lo, n, kind, (cudaStream_t)stream);
+}
+
+static IbpPitched row(CUdeviceptr dst, size_t n)
+{
+    return ibp_pitched_row((const void *)(uintptr_t)dst, n);
+}
+
+static IbpPitched memset_span(CUdeviceptr dst, size_t pitch, unsigned element, size_t width, size_t height)
+{
+    return ibp_pitched_memset((const void *)(uintptr_t)dst, pitch, element, width, height);
+}
+
+static IbpPitched copy2d(const CUDA_MEMCPY2D *p)
+{
+    return p ? ibp_pitched_driver(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, 0,
+                                  p->dstPitch, p->Height, p->WidthInBytes, p->Height, 1)
+             : (IbpPitched){0};
+}
+
+static IbpPitched copy3d(const CUDA_MEMCPY3D *p)
+{
+    return p ? ibp_pitched_driver(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
+                                  p->dstZ, p->dstPitch, p->dstHeight, p->WidthInBytes, p->Height, p->Depth)
+             : (IbpPitched){0};
+}
+
+static IbpPitched copy3d_peer(const CUDA_MEMCPY3D_PEER *p)
+{
+    return p ? ibp_pitched_driver(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
+                                  p->dstZ, p->dstPitch, p->dstHeight, p->WidthInBytes, p->Height, p->Depth)
+             : (IbpPitched){0};
+}
+
+/* Every hook: P(name, per-thread suffix, params, args, span, kind, stream) defines name and
+ * name##suffix (the _ptds/_ptsz form).  The kind only matters for a host-to-device copy, whose
+ * destination through the unified address may still be host memory: such copies say Default. */
+#define IBP_DRIVER_WRITERS(P)                                                                                \
+    P(cuMemcpy, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n), row(dst, n),             \
+      cudaMemcpyDefault, NO_STREAM)                                                                          \
+    P(cuMemcpyAsync, _ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s),      \
+      row(dst, n), cudaMemcpyDefault, s)                                                                     \
+    P(cuMemcpyDtoH_v2, _ptds, (void *dst, CUdeviceptr src, size_t n), (dst, src, n),                         \
+      row((CUdeviceptr)(uintptr_t)dst, n), cudaMemcpyDeviceToHost, NO_STREAM)                                \
+    P(cuMemcpyDtoHAsync_v2, _ptsz, (void *dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s),     \
+      row((CUdeviceptr)(uintptr_t)dst, n), cudaMemcpyDeviceToHost, s)                                        \
+    P(cuMemcpyDtoD_v2, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n), row(dst, n),      \
+      cudaMemcpyDefault, NO_STREAM)                                                                          \
+    P(cuMemcpyDtoDAsync_v2, _ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),                 \
+      (dst, src, n, s), row(dst, n), cudaMemcpyDefault, s)                                                   \
+    P(cuMemcpyHtoD_v2, _ptds, (CUdeviceptr dst, const void *src, size_t n), (dst, src, n), row(dst, n),      \
+      cudaMemcpyDefault, NO_STREAM)                                                                          \
+    P(cuMemcpyHtoDAsync_v2, _ptsz, (CUdeviceptr dst, const void *src, size_t n, CUstream s),                 \
+      (dst, src, n, s), row(dst, n), cudaMemcpyDefault, s)                                                   \
+    P(cuMemcpyAtoH_v2, _ptds, (void *dst, CUarray src, size_t offset, size_t n), (dst, src, offset, n),      \
+      row((CUdeviceptr)(uintptr_t)dst, n), cudaMemcpyDeviceToHost, NO_STREAM)                                \
+    P(cuMemcpyAtoHAsync_v2, _ptsz, (void *dst, CUarray src, size_t offset, size_t n, CUstream s),            \
+      (dst, src, offset, n, s), row((CUdeviceptr)(uintptr_t)dst, n), cudaMemcpyDeviceToHost, s)              \
+    P(cuMemcpyPeer, _ptds, (CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n),     \
+      (dst, dctx, src, sctx, n), row(dst, n), cudaMemcpyDefault, NO_STREAM)                                  \
+    P(cuMemcpyPeerAsync, _ptsz,                                                                              \
+      (CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, CUstream s),              \
+      (dst, dctx, src, sctx, n, s), row(dst, n), cudaMemcpyDefault, s)                                       \
+    P(cuMemcpy2D_v2, _ptds, (const CUDA_MEMCPY2D *p), (p), copy2d(p), cudaMemcpyDefault, NO_STREAM)          \
+    P(cuMemcpy2DUnaligned_v2, _ptds, (const CUDA_MEMCPY2D *p), (p), copy2d(p), cudaMemcpyDefault, NO_STREAM) \
+    P(cuMemcpy2DAsync_v2, _ptsz, (const CUDA_MEMCPY2D *p, CUstream s), (p, s), copy2d(p), cudaMemcpyDefault, \
+      s)                                                                                                     \
+    P(cuMemcpy3D_v2, _ptds, (const CUDA_MEMCPY3D *p), (p), copy3d(p), cudaMemcpyDefault, NO_STREAM)          \
+    P(cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D *p, CUstream s), (p, s), copy3d(p), cudaMemcpyDefault, \
+      s)                                                                                                     \
+    P(cuMemcpy3DPeer, _ptds, (const CUDA_MEMCPY3D_PEER *p), (p), copy3d_peer(p), cudaMemcpyDefault,          \
+      NO_STREAM)                                                                                             \
+    P(cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER *p, CUstream s), (p, s), copy3d_peer(p),         \
+      cudaMemcpyDefault, s)                                                                                  \
+    P(cuMemsetD8_v2, _ptds, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n),                           \
+      memset_span(d, 0, 1, n, 1), cudaMemcpyDeviceToHost, NO_STREAM)                                         \
+    P(cuMemsetD16_v2, _ptds, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n),                         \
+      memset_span(d, 0, 2, n, 1), cudaMemcpyDeviceToHost, NO_STREAM)                                         \
+    P(cuMemsetD32_v2, _ptds, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n),                           \
+      memset_span(d, 0, 4, n, 1), cudaMemcpyDeviceToHost, NO_STREAM)                                         \
+    P(cuMemsetD8Async, _ptsz, (CUdeviceptr d, unsigned char v, size_t n, CUstream s), (d, v, n, s),          \
+      memset_span(d, 0, 1, n, 1), cudaMemcpyDeviceToHost, s)                                                 \
+    P(cuMemsetD16Async, _ptsz, (CUdeviceptr d, unsigned short v, size_t n, CUstream s), (d, v, n, s),        \
+      memset_span(d, 0, 2, n, 1), cudaMemcpyDeviceToHost, s)                                                 \
+    P(cuMemsetD32Async, _ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream s), (d, v, n, s),          \
+      memset_span(d, 0, 4, n, 1), cudaMemcpyDeviceToHost, s)                                                 \
+    P(cuMemsetD2D8_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),            \
+      (d, pitch, v, w, h), memset_span(d, pitch, 1, w, h), cudaMemcpyDeviceToHost, NO_STREAM)                \
+    P(cuMemsetD2D16_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h),          \
+      (d, pitch, v, w, h), memset_span(d, pitch, 2, w, h), cudaMemcpyDeviceToHost, NO_STREAM)                \
+    P(cuMemsetD2D32_v2, _ptds, (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),            \
+      (d, pitch, v, w, h), memset_span(d, pitch, 4, w, h), cudaMemcpyDeviceToHost, NO_STREAM)                \
+    P(cuMemsetD2D8Async, _ptsz,                                                                              \
+      (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s),                        \
+      (d, pitch, v, w, h, s), memset_span(d, pitch, 1, w, h), cudaMemcpyDeviceToHost, s)                     \
+    P(cuMemsetD2D16Async, _ptsz,                                                                             \
+      (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s),                       \
+      (d, pitch, v, w, h, s), memset_span(d, pitch, 2, w, h), cudaMemcpyDeviceToHost, s)                     \
+    P(cuMemsetD2D32Async, _ptsz,                                                                             \
+      (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s), (d, pitch, v, w, h, s), \
+      memset_span(d, pitch, 4, w, h), cudaMemcpyDeviceToHost, s)                                             \
+    P(cuStreamWriteValue32_v2, _ptsz, (CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned int flags),      \
+      (s, addr, v, flags), row(addr, 4), cudaMemcpyDeviceToHost, s)                                          \
+    P(cuStreamWriteValue64_v2, _ptsz, (CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned int flags),      \
+      (s, addr, v, flags), row(addr, 8), cudaMemcpyDeviceToHost, s)
+
+/* Each hook's real function, resolved at its first call. */
+enum {
+#define HOOK_ID(name, suffix, params, args, span, kind, stream) ID_##name, ID_##name##suffix,
+    IBP_DRIVER_WRITERS(HOOK_ID)
+#undef HOOK_ID
+        ID_cuStreamBatchMemOp_v2,
+    ID_cuStreamBatchMemOp_v2_ptsz,
+    ID_COUNT
+};
+
+static const char *const real_names[ID_COUNT] = {
+#define HOOK_NAME(name, suffix, params, args, span, kind, stream) #name, #name #suffix,
+    IBP_DRIVER_WRITERS(HOOK_NAME)
+#undef HOOK_NAME
+        "cuStreamBatchMemOp_v2",
+    "cuStreamBatchMemOp_v2_ptsz",
+};
+
+static _Atomic(void *) real_fns[ID_COUNT];
+static atomic_flag missing_logged[ID_COUNT];
+
+/* The driver's own function for hook id, or NULL where no loaded driver defines it. */
+static void *real_fn_quiet(int id)
+{
+    void *fn = atomic_load_explicit(&real_fns[id], memory_order_acquire);
+    if (fn)
+        return fn;
+    fn = ibp_real_resolve_driver(real_names[id]);
+    /* Racing first callers resolve the same address; whichever store lands is right. */
+    if (fn)
+        atomic_store_explicit(&real_fns[id], fn, memory_order_release);
+    return fn;
+}
+
+static void *real_fn(int id)
+{
+    void *fn = real_fn_quiet(id);
+    if (!fn) {
+        if (!atomic_flag_test_and_set(&missing_logged[id]))
+            IBP_ERROR("%s: no CUDA driver (libcuda) defines it in this process; returning "
+                      "CUDA_ERROR_NOT_FOUND",
+                      real_names[id]);
+        return NULL;
+    }
+    return fn;
+}
+
+/* One hook: the real call, then, on success, what it may have written noted. */
+#define HOOK(name, id, api, params, args, span, kind, stream)                                                \
+    IBP_HOOK CUresult name params;                                                                           \
+    CUresult name params                                                                                     \
+    {                                                                                                        \
+        typedef CUresult(*Fn) params;                                                                        \
+        const Fn real = (Fn)real_fn(id);                                                                     \
+        if (!real)                                                                                           \
+            return CUDA_ERROR_NOT_FOUND;                                                                     \
+        const CUresult ret = real args;                                                                      \
+        if (ret == CUDA_SUCCESS)                                                                             \
+            noted(api, span, kind, stream);                                                                  \
+        return ret;                                                                                          \
+    }
+
+#define HOOKS(name, suffix, params, args, span, kind, stream)                                                \
+    HOOK(name, ID_##name, IBP_STREAM_API_LEGACY, params, args, span, kind, stream)                           \
+    HOOK(name##suffix, ID_##name##suffix, IBP_STREAM_API_PER_THREAD, params, args, span, kind, stream)
+
+IBP_DRIVER_WRITERS(HOOKS)
+
+/* A batch of stream memory operations: its 32- and 64-bit value writes. */
+static CUresult batch_mem_op(int id, IbpStreamApi api, CUstream s, unsigned int count,
+                             CUstreamBatchMemOpParams *ops, unsigned int flags)
+{
+    typedef CUresult (*Fn)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int);
+    const Fn real = (Fn)real_fn(id);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    const CUresult ret = real(s, count, ops, flags);
+    for (unsigned int i = 0; ret == CUDA_SUCCESS && ops && i < count; i++) {
+        if (ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_32)
+            noted(api, row(ops[i].writeValue.address, 4), cudaMemcpyDeviceToHost, s);
+        else if (ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64)
+            noted(api, row(ops[i].writeValue.address, 8), cudaMemcpyDeviceToHost, s);
+    }
+    return ret;
+}
+
+IBP_HOOK CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
+                                        unsigned int flags);
+IBP_HOOK CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
+                                             unsigned int flags);
+
+CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
+                               unsigned int flags)
+{
+    return batch_mem_op(ID_cuStreamBatchMemOp_v2, IBP_STREAM_API_LEGACY, s, count, ops, flags);
+}
+
+CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
+                                    unsigned int flags)
+{
+    return batch_mem_op(ID_cuStreamBatchMemOp_v2_ptsz, IBP_STREAM_API_PER_THREAD, s, count, ops, flags);
+}
+
+/* ---- cuGetProcAddress ---- */
+
+static void *const hooks[ID_COUNT] = {
+#define HOOK_FN(name, suffix, params, args, span, kind, stream) (void *)name, (void *)name##suffix,
+    IBP_DRIVER_WRITERS(HOOK_FN)
+#undef HOOK_FN
+        (void *) cuStreamBatchMemOp_v2,
+    (void *)cuStreamBatchMemOp_v2_ptsz,
+};
+
+/* Whether the caller at `ret` (a return address) lies in the CUDA runtime, whose copies are
+ * followed by the runtime's hooks. */
+static int called_by_runtime(const void *ret)
+{
+    Dl_info info;
+    if (!ret || !dladdr(ret, &info) || !info.dli_fname)
+        return 0;
+    const char *base = strrchr(info.dli_fname, '/');
+    base = base ? base + 1 : info.dli_fname;
+    return strncmp(base, "libcudart.so", strlen("libcudart.so")) == 0;
+}
+
+/* The driver answered *pfn for a symbol: when that is one of the functions hooked here (the very
+ * address the driver exports it at), the hook goes in its place. */
+static void hand_out_hook(const char *symbol, void **pfn, const void *caller)
+{
+    if (!symbol || !pfn || !*pfn || called_by_runtime(caller))
+        return;
+    const size_t len = strlen(symbol);
+    for (int id = 0; id < ID_COUNT; id++) {
+        /* Only the forms of this symbol: itself, _v2, _ptds, _ptsz and their combinations. */
+        if (strncmp(real_names[id], symbol, len) != 0 || (real_names[id][len] && real_names[id][len] != '_'))
+            continue;
+        if (real_fn_quiet(id) == *pfn) {
+            *pfn = hooks[id];
+            return;
+        }
+    }
+}
+
+typedef CUresult (*GetProcAddressFn)(const char *symbol, void **pfn, int version, cuuint64_t flags);
+typedef CUresult (*GetProcAddressV2Fn)(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                       CUdriverProcAddressQueryResult *status);
+
+static _Atomic(void *) real_gpa, real_gpa2;
+
+static void *gpa_real(_Atomic(void *) *cache, const char *name)
+{
+    void *fn = atomic_load_explicit(cache, memory_order_acquire);
+    if (!fn && (fn = ibp_real_resolve_driver(name)))
+        atomic_store_explicit(cache, fn, memory_order_release);
+    return fn;
+}
+
+IBP_HOOK CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
+IBP_HOOK CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                      CUdriverProcAddressQueryResult *status);
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    const GetProcAddressFn real = (GetProcAddressFn)gpa_real(&real_gpa, "cuGetProcAddress");
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    const CUresult ret = real(symbol, pfn, version, flags);
+    if (ret == CUDA_SUCCESS)
+        hand_out_hook(symbol, pfn, __builtin_return_address(0));
+    return ret;
+}
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status)
+{
+    const GetProcAddressV2Fn real = (GetProcAddressV2Fn)gpa_real(&real_gpa2, "cuGetProcAddress_v2");
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    const CUresult ret = real(symbol, pfn, version, flags, status);
+    if (ret == CUDA_SUCCESS)
+        hand_out_hook(symbol, pfn, __builtin_return_address(0));
+    return ret;
+}
+
+/* The runtime's way to the same addresses: what it answers the program gets hooked. */
+typedef cudaError_t (*EntryPointFn)(const char *symbol, void **fn, unsigned long long flags,
+                                    enum cudaDriverEntryPointQueryResult *status);
+typedef cudaError_t (*EntryPointByVersionFn)(const char *symbol, void **fn, unsigned int version,
+                                             unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *status);
+
+static _Atomic(void *) real_entry[4];
+
+static void *entry_real(int which, const char *name)
+{
+    void *fn = atomic_load_explicit(&real_entry[which], memory_order_acquire);
+    if (!fn && (fn = ibp_real_resolve(name)))
+        atomic_store_explicit(&real_entry[which], fn, memory_order_release);
+    return fn;
+}
+
+static cudaError_t entry_point(int which, const char *name, const char *symbol, void **fn,
+                               unsigned long long flags, enum cudaDriverEntryPointQueryResult *status)
+{
+    const EntryPointFn real = (EntryPointFn)entry_real(which, name);
+    if (!real)
+        return cudaErrorSharedObjectSymbolNotFound;
+    const cudaError_t ret = real(symbol, fn, flags, status);
+    if (ret == cudaSuccess)
+        hand_out_hook(symbol, fn, NULL);
+    return ret;
+}
+
+static cudaError_t entry_point_by_version(int which, const char *name, const char *symbol, void **fn,
+                                          unsigned int version, unsigned long long flags,
+                                          enum cudaDriverEntryPointQueryResult *status)
+{
+    const EntryPointByVersionFn real = (EntryPointByVersionFn)entry_real(which, name);
+    if (!real)
+        return cudaErrorSharedObjectSymbolNotFound;
+    const cudaError_t ret = real(symbol, fn, version, flags, status);
+    if (ret == cudaSuccess)
+        hand_out_hook(symbol, fn, NULL);
+    return ret;
+}
+
+IBP_HOOK cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *status);
+IBP_HOOK cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **fn, unsigned long long flags,
+                                                  enum cudaDriverEntryPointQueryResult *status);
+IBP_HOOK cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
+                                                      unsigned long long flags,
+                                                      enum cudaDriverEntryPointQueryResult *status);
+IBP_HOOK cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fn,
+                                                           unsigned int version, unsigned long long flags,
+                                                           enum cudaDriverEntryPointQueryResult *status);
+
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags,
+                                    enum cudaDriverEntryPointQueryResult *status)
+{
+    return entry_point(0, "cudaGetDriverEntryPoint", symbol, fn, flags, status);
+}
+
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **fn, unsigned long long flags,
+                                         enum cudaDriverEntryPointQueryResult *status)
+{
+    return entry_point(1, "cudaGetDriverEntryPoint_ptsz", symbol, fn, flags, status);
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
+                                             unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *status)
+{
+    return entry_point_by_version(2, "cudaGetDriverEntryPointByVersion", symbol, fn, version, flags, status);
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fn, unsigned int version,
+                                                  unsigned long long flags,
+                                                  enum cudaDriverEntryPointQueryResult *status)
+{
+    return entry_point_by_version(3, "cudaGetDriverEntryPointByVersion_ptsz", symbol, fn, version, flags,
+                                  status);
+}
