@@ -871,7 +871,14 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
     stats->enqueue_ns = ibp_ledger_elapsed_ns() - t0;
     /* The application's own wait, in its own interaction mode: refused where CUDA would refuse
      * the blocking copy itself. */
-    if (synchronous && ret == cudaSuccess && drv && drv->cuStreamSynchronize(cu_stream) != CUDA_SUCCESS)
-        ret = cudaErrorUnknown;
+    if (synchronous && ret == cudaSuccess && drv) {
+        const CUresult waited = drv->cuStreamSynchronize(cu_stream);
+        if (waited == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+            ret = cudaErrorStreamCaptureUnsupported;
+        else if (waited == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+            ret = cudaErrorStreamCaptureInvalidated;
+        else if (waited != CUDA_SUCCESS)
+            ret = cudaErrorUnknown;
+    }
     return ret;
 }

@@ -99,8 +99,10 @@ static int dm_fence_done(void *ctx, void *fence)
     (void)ctx;
     const IbpFence *f = fence;
     const CUresult res = ibp_driver_event_query(ibp_driver_get(), f->ev);
-    /* Any answer but "not ready" means the event will never signal more than it has. */
-    return res != CUDA_ERROR_NOT_READY;
+    /* Any answer but "not ready" means the event will never signal more than it has, but for a
+     * query refused under a capture (the thread could not be relaxed): that says nothing. */
+    return res != CUDA_ERROR_NOT_READY && res != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED &&
+           res != CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
 }
 
 static void dm_fence_wait(void *ctx, void *fence)

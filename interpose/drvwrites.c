@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: the driver API's copies, memsets and stream writes into host memory.  A program (or a
- * library in it: Numba, cuda-python, a JAX plugin) may copy device memory into a pinned region
- * through the driver while the runtime's copies send that region compressed; the device's writes
- * land without a fault, so the tracker cannot see them.  Each call here is forwarded unchanged, and
+ * ibpshim: the driver API's copies, memsets and stream writes into host memory.  A program may
+ * copy device memory into a pinned region through the driver while the runtime's copies send that
+ * region compressed; the device's writes land without a fault, so the tracker cannot see them.
+ * The hooks are reached by symbol (a program or library linked with libcuda), and through the
+ * addresses cuGetProcAddress and cudaGetDriverEntryPoint(ByVersion) answer; a library that
+ * opens libcuda itself and looks functions up in its handle (Numba, cuda-python) does not reach
+ * them.  Each call here is forwarded unchanged, and
  * what it may write is noted as a device-to-host copy through the runtime is (router.c): marked
  * stale now and again once its stream has passed it.  cuGetProcAddress and the runtime's
  * cudaGetDriverEntryPoint(ByVersion) hand these hooks out in place of the driver's functions,
@@ -31,6 +34,7 @@
 #undef cuMemcpyHtoD
 #undef cuMemcpyHtoDAsync
 #undef cuMemcpyAtoH
+#undef cuMemcpyAtoD
 #undef cuMemcpyAtoHAsync
 #undef cuMemcpy2D
 #undef cuMemcpy2DUnaligned
@@ -111,6 +115,8 @@ static IbpPitched copy3d_peer(const CUDA_MEMCPY3D_PEER *p)
       cudaMemcpyDefault, NO_STREAM)                                                                          \
     P(cuMemcpyHtoDAsync_v2, _ptsz, (CUdeviceptr dst, const void *src, size_t n, CUstream s),                 \
       (dst, src, n, s), row(dst, n), cudaMemcpyDefault, s)                                                   \
+    P(cuMemcpyAtoD_v2, _ptds, (CUdeviceptr dst, CUarray src, size_t offset, size_t n),                       \
+      (dst, src, offset, n), row(dst, n), cudaMemcpyDefault, NO_STREAM)                                      \
     P(cuMemcpyAtoH_v2, _ptds, (void *dst, CUarray src, size_t offset, size_t n), (dst, src, offset, n),      \
       row((CUdeviceptr)(uintptr_t)dst, n), cudaMemcpyDeviceToHost, NO_STREAM)                                \
     P(cuMemcpyAtoHAsync_v2, _ptsz, (void *dst, CUarray src, size_t offset, size_t n, CUstream s),            \
@@ -290,10 +296,25 @@ static int called_by_runtime(const void *ret)
 
 /* The driver answered *pfn for a symbol: when that is one of the functions hooked here (the very
  * address the driver exports it at), the hook goes in its place. */
+static void *gpa_real(_Atomic(void *) *cache, const char *name);
+static _Atomic(void *) real_gpa, real_gpa2;
+IBP_HOOK CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
+IBP_HOOK CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                      CUdriverProcAddressQueryResult *status);
+
 static void hand_out_hook(const char *symbol, void **pfn, const void *caller)
 {
     if (!symbol || !pfn || !*pfn || called_by_runtime(caller))
         return;
+    /* cuGetProcAddress itself: every lookup through what it answers must come back here. */
+    if (*pfn == gpa_real(&real_gpa2, "cuGetProcAddress_v2")) {
+        *pfn = (void *)cuGetProcAddress_v2;
+        return;
+    }
+    if (*pfn == gpa_real(&real_gpa, "cuGetProcAddress")) {
+        *pfn = (void *)cuGetProcAddress;
+        return;
+    }
     const size_t len = strlen(symbol);
     for (int id = 0; id < ID_COUNT; id++) {
         /* Only the forms of this symbol: itself, _v2, _ptds, _ptsz and their combinations. */
@@ -310,8 +331,6 @@ typedef CUresult (*GetProcAddressFn)(const char *symbol, void **pfn, int version
 typedef CUresult (*GetProcAddressV2Fn)(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                        CUdriverProcAddressQueryResult *status);
 
-static _Atomic(void *) real_gpa, real_gpa2;
-
 static void *gpa_real(_Atomic(void *) *cache, const char *name)
 {
     void *fn = atomic_load_explicit(cache, memory_order_acquire);
@@ -319,10 +338,6 @@ static void *gpa_real(_Atomic(void *) *cache, const char *name)
         atomic_store_explicit(cache, fn, memory_order_release);
     return fn;
 }
-
-IBP_HOOK CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
-IBP_HOOK CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
-                                      CUdriverProcAddressQueryResult *status);
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {

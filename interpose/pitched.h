@@ -63,13 +63,14 @@ static inline IbpPitched ibp_pitched_3d(cudaArray_t dst_array, struct cudaPitche
     size_t width = extent.width;
     if (src_is_array && __builtin_mul_overflow(width, (size_t)IBP_ARRAY_ELEMENT_MAX, &width))
         width = SIZE_MAX;
-    /* Slices at least the extent's rows apart: a ysize below it (0, say) would under-mark. */
+    /* As a driver copy's: the first byte at the position by ysize as given, several slices at
+     * least the extent's rows apart. */
     return (IbpPitched){.base = (uintptr_t)dst.ptr,
                         .x = pos.x,
                         .y = pos.y,
                         .z = pos.z,
                         .pitch = dst.pitch,
-                        .rows = dst.ysize > extent.height ? dst.ysize : extent.height,
+                        .rows = extent.depth > 1 && dst.ysize < extent.height ? extent.height : dst.ysize,
                         .width = width,
                         .height = extent.height,
                         .depth = extent.depth};
@@ -90,13 +91,14 @@ static inline IbpPitched ibp_pitched_driver(CUmemorytype type, const void *host,
 {
     if (type == CU_MEMORYTYPE_ARRAY)
         return (IbpPitched){0};
-    /* Slices at least the copy's rows apart: a dstHeight below it (0, say) would under-mark. */
+    /* The first byte is at (z * rows + y) * pitch + x with rows as given (0 allowed for one
+     * slice); several slices at least the copy's rows apart, or a rows below it would under-mark. */
     return (IbpPitched){.base = type == CU_MEMORYTYPE_HOST ? (uintptr_t)host : (uintptr_t)dev,
                         .x = x,
                         .y = y,
                         .z = z,
                         .pitch = pitch,
-                        .rows = rows > height ? rows : height,
+                        .rows = depth > 1 && rows < height ? height : rows,
                         .width = width,
                         .height = height,
                         .depth = depth};

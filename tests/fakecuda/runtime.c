@@ -2,6 +2,7 @@
  * ibpshim: fake CUDA runtime (libcudart.so.13) built on the fake driver, as the real one is. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -11,6 +12,63 @@
 
 #define RT_EXPORT __attribute__((visibility("default")))
 #define RT_MAX_DEVICES 16
+
+/* The driver's copy, memset and entry-point functions, taken from its own handle as the real
+ * runtime takes them: called by symbol they would bind to a preloaded library's hooks of the
+ * same names (the shim's driver-API hooks), which the real runtime never reaches. */
+typedef struct DriverCalls {
+    CUresult (*memcpy)(CUdeviceptr, CUdeviceptr, size_t);
+    CUresult (*memcpy_ptds)(CUdeviceptr, CUdeviceptr, size_t);
+    CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*memcpy_async_ptsz)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*memset_d8)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*memset_d8_ptds)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*memset_d8_async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*memset_d8_async_ptsz)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*get_proc_address)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+} DriverCalls;
+
+static DriverCalls driver_calls;
+static pthread_once_t driver_calls_once = PTHREAD_ONCE_INIT;
+
+static void *driver_call(void *lib, const char *name)
+{
+    void *fn = lib ? dlsym(lib, name) : NULL;
+    if (!fn) {
+        fprintf(stderr, "fakecuda runtime: the driver has no %s\n", name);
+        abort();
+    }
+    return fn;
+}
+
+static void driver_calls_load(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    driver_calls.memcpy = (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t))driver_call(lib, "cuMemcpy");
+    driver_calls.memcpy_ptds =
+        (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t))driver_call(lib, "cuMemcpy_ptds");
+    driver_calls.memcpy_async =
+        (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUstream))driver_call(lib, "cuMemcpyAsync");
+    driver_calls.memcpy_async_ptsz =
+        (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUstream))driver_call(lib, "cuMemcpyAsync_ptsz");
+    driver_calls.memset_d8 =
+        (CUresult(*)(CUdeviceptr, unsigned char, size_t))driver_call(lib, "cuMemsetD8_v2");
+    driver_calls.memset_d8_ptds =
+        (CUresult(*)(CUdeviceptr, unsigned char, size_t))driver_call(lib, "cuMemsetD8_v2_ptds");
+    driver_calls.memset_d8_async =
+        (CUresult(*)(CUdeviceptr, unsigned char, size_t, CUstream))driver_call(lib, "cuMemsetD8Async");
+    driver_calls.memset_d8_async_ptsz =
+        (CUresult(*)(CUdeviceptr, unsigned char, size_t, CUstream))driver_call(lib, "cuMemsetD8Async_ptsz");
+    driver_calls.get_proc_address =
+        (CUresult(*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))driver_call(
+            lib, "cuGetProcAddress_v2");
+}
+
+static const DriverCalls *drv(void)
+{
+    pthread_once(&driver_calls_once, driver_calls_load);
+    return &driver_calls;
+}
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static CUresult init_result;
@@ -477,7 +535,7 @@ static cudaError_t memcpy_sync(void *dst, const void *src, size_t count, enum cu
     if (e != cudaSuccess)
         return ret(e);
     const CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
-    return ret_cu(ptds ? cuMemcpy_ptds(d, s, count) : cuMemcpy(d, s, count));
+    return ret_cu(ptds ? drv()->memcpy_ptds(d, s, count) : drv()->memcpy(d, s, count));
 }
 
 RT_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
@@ -498,7 +556,8 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t count, enum c
     if (e != cudaSuccess)
         return ret(e);
     const CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
-    return ret_cu(ptsz ? cuMemcpyAsync_ptsz(d, s, count, stream) : cuMemcpyAsync(d, s, count, stream));
+    return ret_cu(ptsz ? drv()->memcpy_async_ptsz(d, s, count, stream)
+                       : drv()->memcpy_async(d, s, count, stream));
 }
 
 RT_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
@@ -559,13 +618,14 @@ static cudaError_t rows_run(const RtRows *r, enum cudaMemcpyKind kind, cudaStrea
             const CUdeviceptr s = r->src + z * r->sslice + y * r->spitch;
             CUresult c;
             if (!r->src)
-                c = async ? (per_thread ? cuMemsetD8Async_ptsz : cuMemsetD8Async)(d, (unsigned char)r->value,
-                                                                                  r->width, stream)
-                          : (per_thread ? cuMemsetD8_v2_ptds : cuMemsetD8_v2)(d, (unsigned char)r->value,
-                                                                              r->width);
+                c = async ? (per_thread ? drv()->memset_d8_async_ptsz : drv()->memset_d8_async)(
+                                d, (unsigned char)r->value, r->width, stream)
+                          : (per_thread ? drv()->memset_d8_ptds
+                                        : drv()->memset_d8)(d, (unsigned char)r->value, r->width);
             else
-                c = async ? (per_thread ? cuMemcpyAsync_ptsz : cuMemcpyAsync)(d, s, r->width, stream)
-                          : (per_thread ? cuMemcpy_ptds : cuMemcpy)(d, s, r->width);
+                c = async ? (per_thread ? drv()->memcpy_async_ptsz : drv()->memcpy_async)(d, s, r->width,
+                                                                                          stream)
+                          : (per_thread ? drv()->memcpy_ptds : drv()->memcpy)(d, s, r->width);
             if (c != CUDA_SUCCESS)
                 return ret_cu(c);
         }
@@ -863,25 +923,26 @@ cudaError_t fake_batch3d_ptsz(size_t nops, struct cudaMemcpy3DBatchOp *ops, uint
 RT_EXPORT cudaError_t cudaMemset(void *dst, int value, size_t count)
 {
     ENTER();
-    return ret_cu(cuMemsetD8_v2((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count));
+    return ret_cu(drv()->memset_d8((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count));
 }
 
 RT_EXPORT cudaError_t cudaMemset_ptds(void *dst, int value, size_t count)
 {
     ENTER();
-    return ret_cu(cuMemsetD8_v2_ptds((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count));
+    return ret_cu(drv()->memset_d8_ptds((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count));
 }
 
 RT_EXPORT cudaError_t cudaMemsetAsync(void *dst, int value, size_t count, cudaStream_t stream)
 {
     ENTER();
-    return ret_cu(cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count, stream));
+    return ret_cu(drv()->memset_d8_async((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count, stream));
 }
 
 RT_EXPORT cudaError_t cudaMemsetAsync_ptsz(void *dst, int value, size_t count, cudaStream_t stream)
 {
     ENTER();
-    return ret_cu(cuMemsetD8Async_ptsz((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count, stream));
+    return ret_cu(
+        drv()->memset_d8_async_ptsz((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, count, stream));
 }
 
 /* ---- streams ---- */
@@ -1161,7 +1222,7 @@ static cudaError_t entry_point(const char *symbol, void **fn, unsigned version, 
                                enum cudaDriverEntryPointQueryResult *status)
 {
     CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    const CUresult r = cuGetProcAddress_v2(symbol, fn, (int)version, flags, &found);
+    const CUresult r = drv()->get_proc_address(symbol, fn, (int)version, flags, &found);
     if (status)
         *status = (enum cudaDriverEntryPointQueryResult)found;
     return ret_cu(r);

@@ -5,8 +5,8 @@
  * deliver the bytes it wrote.  The device's writes land without a fault, so only the hooks can
  * tell the shim.  Under a CUDA 12 runtime the batched copies are called with 12.8's arguments.
  * The driver API's forms are called as a program linked with libcuda calls them (the symbol the
- * process resolves), as cuda-python does (an address from cuGetProcAddress) and as a runtime
- * program does (cudaGetDriverEntryPointByVersion). */
+ * process resolves), through the address the exported cuGetProcAddress_v2 answers, and through
+ * the one cudaGetDriverEntryPointByVersion answers. */
 #include <stdint.h>
 #include <string.h>
 

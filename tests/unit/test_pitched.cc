@@ -89,6 +89,21 @@ TEST(Pitched, DriverCopiesTakeTheirDestinationByItsMemoryType)
               2u * 4 * 512 + 3 * 512 + 100);
 }
 
+TEST(Pitched, OneSliceStartsWhereItsHeightSays)
+{
+    // One slice, dstHeight 0 (allowed then) at dstZ 2: CUDA starts at (2 * 0 + 0) * pitch, so the
+    // write is [base, base + 3 * 512 + 100), not two slices of the copy's rows further on.
+    uintptr_t lo = 0;
+    void *const host = reinterpret_cast<void *>(0x200000);
+    EXPECT_EQ(span(ibp_pitched_driver(CU_MEMORYTYPE_HOST, host, 0, 0, 0, 2, 512, 0, 100, 4, 1), &lo),
+              3u * 512 + 100);
+    EXPECT_EQ(lo, 0x200000u);
+    const IbpPitched d = ibp_pitched_3d(nullptr, cudaPitchedPtr{host, 512, 512, 0}, cudaPos{0, 0, 2},
+                                        cudaExtent{100, 4, 1}, 0);
+    EXPECT_EQ(span(d, &lo), 3u * 512 + 100);
+    EXPECT_EQ(lo, 0x200000u);
+}
+
 TEST(Pitched, MemsetCountsElements)
 {
     uintptr_t lo = 0;
