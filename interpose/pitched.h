@@ -53,6 +53,18 @@ static inline IbpPitched ibp_pitched_2d(const void *dst, size_t pitch, size_t wi
     return (IbpPitched){.base = (uintptr_t)dst, .pitch = pitch, .width = width, .height = height, .depth = 1};
 }
 
+/* The rows a slice of a 3D destination takes: its height as given, or, given as 0, the copy's
+ * rows past its first row, as the driver takes it (H200, CUDA 13: a cuMemcpy3D of 2 rows at row
+ * 1, slice 3 with dstHeight 0 wrote from (3 * 3 + 1) rows in).  A nonzero height below that is
+ * refused. */
+static inline size_t ibp_pitched_slice_rows(size_t rows, size_t height, size_t y)
+{
+    size_t all;
+    if (rows)
+        return rows;
+    return __builtin_add_overflow(height, y, &all) ? SIZE_MAX : all;
+}
+
 /* The destination of a runtime 3D copy (cudaMemcpy3DParms, cudaMemcpy3DPeerParms): nothing when
  * it is an array.  The extent counts bytes unless an array takes part, then that array's elements. */
 static inline IbpPitched ibp_pitched_3d(cudaArray_t dst_array, struct cudaPitchedPtr dst, struct cudaPos pos,
@@ -63,14 +75,13 @@ static inline IbpPitched ibp_pitched_3d(cudaArray_t dst_array, struct cudaPitche
     size_t width = extent.width;
     if (src_is_array && __builtin_mul_overflow(width, (size_t)IBP_ARRAY_ELEMENT_MAX, &width))
         width = SIZE_MAX;
-    /* As a driver copy's: the first byte at the position by ysize as given, several slices at
-     * least the extent's rows apart. */
+    /* ysize is the driver's dstHeight (ibp_pitched_slice_rows). */
     return (IbpPitched){.base = (uintptr_t)dst.ptr,
                         .x = pos.x,
                         .y = pos.y,
                         .z = pos.z,
                         .pitch = dst.pitch,
-                        .rows = extent.depth > 1 && dst.ysize < extent.height ? extent.height : dst.ysize,
+                        .rows = ibp_pitched_slice_rows(dst.ysize, extent.height, pos.y),
                         .width = width,
                         .height = extent.height,
                         .depth = extent.depth};
@@ -91,14 +102,12 @@ static inline IbpPitched ibp_pitched_driver(CUmemorytype type, const void *host,
 {
     if (type == CU_MEMORYTYPE_ARRAY)
         return (IbpPitched){0};
-    /* The first byte is at (z * rows + y) * pitch + x with rows as given (0 allowed for one
-     * slice); several slices at least the copy's rows apart, or a rows below it would under-mark. */
     return (IbpPitched){.base = type == CU_MEMORYTYPE_HOST ? (uintptr_t)host : (uintptr_t)dev,
                         .x = x,
                         .y = y,
                         .z = z,
                         .pitch = pitch,
-                        .rows = depth > 1 && rows < height ? height : rows,
+                        .rows = ibp_pitched_slice_rows(rows, height, y),
                         .width = width,
                         .height = height,
                         .depth = depth};

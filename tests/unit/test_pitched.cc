@@ -89,19 +89,23 @@ TEST(Pitched, DriverCopiesTakeTheirDestinationByItsMemoryType)
               2u * 4 * 512 + 3 * 512 + 100);
 }
 
-TEST(Pitched, OneSliceStartsWhereItsHeightSays)
+TEST(Pitched, AHeightOfZeroIsTheCopysRowsPastItsFirst)
 {
-    // One slice, dstHeight 0 (allowed then) at dstZ 2: CUDA starts at (2 * 0 + 0) * pitch, so the
-    // write is [base, base + 3 * 512 + 100), not two slices of the copy's rows further on.
+    // As the H200's driver wrote it: 2 rows at row 1 of slice 3, pitch 256, dstHeight 0, from
+    // (3 * 3 + 1) * 256 on; the runtime's ysize taken the same way.
     uintptr_t lo = 0;
     void *const host = reinterpret_cast<void *>(0x200000);
-    EXPECT_EQ(span(ibp_pitched_driver(CU_MEMORYTYPE_HOST, host, 0, 0, 0, 2, 512, 0, 100, 4, 1), &lo),
-              3u * 512 + 100);
-    EXPECT_EQ(lo, 0x200000u);
-    const IbpPitched d = ibp_pitched_3d(nullptr, cudaPitchedPtr{host, 512, 512, 0}, cudaPos{0, 0, 2},
-                                        cudaExtent{100, 4, 1}, 0);
-    EXPECT_EQ(span(d, &lo), 3u * 512 + 100);
-    EXPECT_EQ(lo, 0x200000u);
+    EXPECT_EQ(span(ibp_pitched_driver(CU_MEMORYTYPE_HOST, host, 0, 0, 1, 3, 256, 0, 16, 2, 1), &lo),
+              256u + 16);
+    EXPECT_EQ(lo, 0x200000u + 10 * 256);
+    // Two slices of 2 rows from slice 1, dstHeight 0: slices 2 rows apart, from 512 to 1295.
+    EXPECT_EQ(span(ibp_pitched_driver(CU_MEMORYTYPE_HOST, host, 0, 0, 0, 1, 256, 0, 16, 2, 2), &lo),
+              1295u - 512 + 1);
+    EXPECT_EQ(lo, 0x200000u + 512);
+    const IbpPitched d =
+        ibp_pitched_3d(nullptr, cudaPitchedPtr{host, 256, 256, 0}, cudaPos{0, 1, 3}, cudaExtent{16, 2, 1}, 0);
+    EXPECT_EQ(span(d, &lo), 256u + 16);
+    EXPECT_EQ(lo, 0x200000u + 10 * 256);
 }
 
 TEST(Pitched, MemsetCountsElements)
