@@ -362,6 +362,8 @@ FAKECUDA_EXPORT CUresult cuCtxSynchronize(void)
     if (r != CUDA_SUCCESS)
         return r;
     r = fakecuda_capture_check_unsafe();
+    if (r == CUDA_SUCCESS)
+        r = fakecuda_capture_check_device(dev);
     if (r != CUDA_SUCCESS)
         return r;
     return fakecuda_device_sync(dev);

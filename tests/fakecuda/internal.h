@@ -202,6 +202,9 @@ void fakecuda_stream_invalidate_capture(CUstream s);
  * global-mode capture is active anywhere or a thread-local one in this thread: the call that asked is
  * not legal during capture. */
 CUresult fakecuda_capture_check_unsafe(void);
+/* Synchronizing a whole device encompasses its capturing streams: refused, and those captures
+ * invalidated, whatever the calling thread's interaction mode (as on the H200). */
+CUresult fakecuda_capture_check_device(int device);
 
 FakecudaOp *fakecuda_op_new(FakecudaOpType type);
 void fakecuda_op_free(FakecudaOp *op);

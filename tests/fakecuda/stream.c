@@ -534,6 +534,22 @@ CUresult fakecuda_capture_check_unsafe(void)
     return hit ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
+CUresult fakecuda_capture_check_device(int device)
+{
+    bool hit = false;
+    pthread_mutex_lock(&streams_mu);
+    for (CUstream t = all_streams; t; t = t->next) {
+        pthread_mutex_lock(&t->mu);
+        if (t->device == device && t->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+            t->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+            hit = true;
+        }
+        pthread_mutex_unlock(&t->mu);
+    }
+    pthread_mutex_unlock(&streams_mu);
+    return hit ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
 /* A wait op on target up to its current tail, or NULL when nothing is pending there. */
 static FakecudaOp *wait_for_tail(CUstream target)
 {
