@@ -5,15 +5,12 @@
  * The hooks are reached by symbol (a program or library linked with libcuda), and through the
  * addresses cuGetProcAddress and cudaGetDriverEntryPoint(ByVersion) answer; a library that
  * opens libcuda itself and looks functions up in its handle (Numba, cuda-python) does not reach
- * them.  Each call here is forwarded unchanged, and
- * what it may write is noted as a device-to-host copy through the runtime is (router.c): marked
- * stale now and again once its stream has passed it.  cuGetProcAddress and the runtime's
- * cudaGetDriverEntryPoint(ByVersion) hand these hooks out in place of the driver's functions,
- * except to the runtime itself, whose copies the runtime hooks follow. */
+ * them, nor does the runtime itself, whose copies the runtime hooks follow.  Each call here is
+ * forwarded unchanged, and what it may write is noted as a device-to-host copy through the runtime
+ * is (router.c): marked stale now and again once its stream has passed it. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -190,17 +187,20 @@ static const char *const real_names[ID_COUNT] = {
 static _Atomic(void *) real_fns[ID_COUNT];
 static atomic_flag missing_logged[ID_COUNT];
 
+/* name resolved by resolve, once found kept in *cache. */
+static void *resolve_cached(_Atomic(void *) *cache, void *(*resolve)(const char *), const char *name)
+{
+    void *fn = atomic_load_explicit(cache, memory_order_acquire);
+    /* Racing first callers resolve the same address; whichever store lands is right. */
+    if (!fn && (fn = resolve(name)))
+        atomic_store_explicit(cache, fn, memory_order_release);
+    return fn;
+}
+
 /* The driver's own function for hook id, or NULL where no loaded driver defines it. */
 static void *real_fn_quiet(int id)
 {
-    void *fn = atomic_load_explicit(&real_fns[id], memory_order_acquire);
-    if (fn)
-        return fn;
-    fn = ibp_real_resolve_driver(real_names[id]);
-    /* Racing first callers resolve the same address; whichever store lands is right. */
-    if (fn)
-        atomic_store_explicit(&real_fns[id], fn, memory_order_release);
-    return fn;
+    return resolve_cached(&real_fns[id], ibp_real_resolve_driver, real_names[id]);
 }
 
 static void *real_fn(int id)
@@ -286,12 +286,7 @@ static void *const hooks[ID_COUNT] = {
  * followed by the runtime's hooks. */
 static int called_by_runtime(const void *ret)
 {
-    Dl_info info;
-    if (!ret || !dladdr(ret, &info) || !info.dli_fname)
-        return 0;
-    const char *base = strrchr(info.dli_fname, '/');
-    base = base ? base + 1 : info.dli_fname;
-    return strncmp(base, "libcudart.so", strlen("libcudart.so")) == 0;
+    return ibp_real_in_library(ret, "libcudart.so");
 }
 
 /* The driver answered *pfn for a symbol: when that is one of the functions hooked here (the very
@@ -333,10 +328,7 @@ typedef CUresult (*GetProcAddressV2Fn)(const char *symbol, void **pfn, int versi
 
 static void *gpa_real(_Atomic(void *) *cache, const char *name)
 {
-    void *fn = atomic_load_explicit(cache, memory_order_acquire);
-    if (!fn && (fn = ibp_real_resolve_driver(name)))
-        atomic_store_explicit(cache, fn, memory_order_release);
-    return fn;
+    return resolve_cached(cache, ibp_real_resolve_driver, name);
 }
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
@@ -373,10 +365,7 @@ static _Atomic(void *) real_entry[4];
 
 static void *entry_real(int which, const char *name)
 {
-    void *fn = atomic_load_explicit(&real_entry[which], memory_order_acquire);
-    if (!fn && (fn = ibp_real_resolve(name)))
-        atomic_store_explicit(&real_entry[which], fn, memory_order_release);
-    return fn;
+    return resolve_cached(&real_entry[which], ibp_real_resolve, name);
 }
 
 static cudaError_t entry_point(int which, const char *name, const char *symbol, void **fn,

@@ -70,6 +70,12 @@ static void *resolve_in(const char *lib, const char *name)
     return search.found;
 }
 
+int ibp_real_in_library(const void *addr, const char *lib)
+{
+    Dl_info info;
+    return addr && dladdr(addr, &info) && info.dli_fname && basename_is(info.dli_fname, lib);
+}
+
 void *ibp_real_resolve(const char *name)
 {
     return resolve_in("libcudart.so", name);

@@ -172,5 +172,7 @@ void *ibp_real_resolve(const char *name);
 /* The same in the driver (libcuda), for the driver-API hooks (drvwrites.c); NULL when no loaded
  * object but this one defines name. */
 void *ibp_real_resolve_driver(const char *name);
+/* Whether addr lies in a loaded object whose file name begins with lib ("libcudart.so"). */
+int ibp_real_in_library(const void *addr, const char *lib);
 
 #endif /* IBP_INTERPOSE_REAL_H */
