@@ -517,14 +517,15 @@ static bool capture_prohibits(CUstream t, pthread_t self)
     }
 }
 
-CUresult fakecuda_capture_check_unsafe(void)
+/* Invalidates every active capture refuses(t, arg) names; CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * when there was one. */
+static CUresult invalidate_captures(bool (*refuses)(CUstream t, const void *arg), const void *arg)
 {
-    const pthread_t self = pthread_self();
     bool hit = false;
     pthread_mutex_lock(&streams_mu);
     for (CUstream t = all_streams; t; t = t->next) {
         pthread_mutex_lock(&t->mu);
-        if (t->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && capture_prohibits(t, self)) {
+        if (t->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && refuses(t, arg)) {
             t->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
             hit = true;
         }
@@ -534,20 +535,25 @@ CUresult fakecuda_capture_check_unsafe(void)
     return hit ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
+static bool prohibits_caller(CUstream t, const void *self)
+{
+    return capture_prohibits(t, *(const pthread_t *)self);
+}
+
+CUresult fakecuda_capture_check_unsafe(void)
+{
+    const pthread_t self = pthread_self();
+    return invalidate_captures(prohibits_caller, &self);
+}
+
+static bool on_device(CUstream t, const void *device)
+{
+    return t->device == *(const int *)device;
+}
+
 CUresult fakecuda_capture_check_device(int device)
 {
-    bool hit = false;
-    pthread_mutex_lock(&streams_mu);
-    for (CUstream t = all_streams; t; t = t->next) {
-        pthread_mutex_lock(&t->mu);
-        if (t->device == device && t->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-            t->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
-            hit = true;
-        }
-        pthread_mutex_unlock(&t->mu);
-    }
-    pthread_mutex_unlock(&streams_mu);
-    return hit ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+    return invalidate_captures(on_device, &device);
 }
 
 /* A wait op on target up to its current tail, or NULL when nothing is pending there. */
