@@ -44,24 +44,18 @@ static void *driver_call(void *lib, const char *name)
 static void driver_calls_load(void)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    driver_calls.memcpy = (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t))driver_call(lib, "cuMemcpy");
-    driver_calls.memcpy_ptds =
-        (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t))driver_call(lib, "cuMemcpy_ptds");
-    driver_calls.memcpy_async =
-        (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUstream))driver_call(lib, "cuMemcpyAsync");
-    driver_calls.memcpy_async_ptsz =
-        (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUstream))driver_call(lib, "cuMemcpyAsync_ptsz");
-    driver_calls.memset_d8 =
-        (CUresult(*)(CUdeviceptr, unsigned char, size_t))driver_call(lib, "cuMemsetD8_v2");
-    driver_calls.memset_d8_ptds =
-        (CUresult(*)(CUdeviceptr, unsigned char, size_t))driver_call(lib, "cuMemsetD8_v2_ptds");
-    driver_calls.memset_d8_async =
-        (CUresult(*)(CUdeviceptr, unsigned char, size_t, CUstream))driver_call(lib, "cuMemsetD8Async");
-    driver_calls.memset_d8_async_ptsz =
-        (CUresult(*)(CUdeviceptr, unsigned char, size_t, CUstream))driver_call(lib, "cuMemsetD8Async_ptsz");
-    driver_calls.get_proc_address =
-        (CUresult(*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))driver_call(
-            lib, "cuGetProcAddress_v2");
+    /* POSIX's way to store dlsym's answer into a function pointer. */
+#define LOAD(field, name) (*(void **)&driver_calls.field = driver_call(lib, name))
+    LOAD(memcpy, "cuMemcpy");
+    LOAD(memcpy_ptds, "cuMemcpy_ptds");
+    LOAD(memcpy_async, "cuMemcpyAsync");
+    LOAD(memcpy_async_ptsz, "cuMemcpyAsync_ptsz");
+    LOAD(memset_d8, "cuMemsetD8_v2");
+    LOAD(memset_d8_ptds, "cuMemsetD8_v2_ptds");
+    LOAD(memset_d8_async, "cuMemsetD8Async");
+    LOAD(memset_d8_async_ptsz, "cuMemsetD8Async_ptsz");
+    LOAD(get_proc_address, "cuGetProcAddress_v2");
+#undef LOAD
 }
 
 static const DriverCalls *drv(void)
