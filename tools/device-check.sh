@@ -164,7 +164,7 @@ done
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 > "$logs/hookbench.txt" 2>&1
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --json >> "$logs/hookbench.txt" 2>&1
 row "hook overhead (200k calls)" "$(grep 'added by the hook' "$logs/hookbench.txt" | sed 's/^ *//')"
-for call in d2h memset; do
+for call in d2h memset drv-d2h drv-memset relaxed-query; do
     LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --call $call --json >> "$logs/hookbench.txt" 2>&1
     row "hook overhead, $call (200k calls)" "$(tail -1 "$logs/hookbench.txt" | grep -o '"added_ns": [-0-9.]*')"
 done

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: the time a hooked call adds over calling libcudart directly, measured in one process by
- * interleaving both call paths (run it under LD_PRELOAD=libibpshim.so): a small host-to-device
- * cudaMemcpyAsync (the router's fast reject), a small device-to-host one (its check for tracked
- * destinations), or a cudaMemsetAsync of device memory (a hook that only notes device writes). */
+ * ibpshim: the time a hooked call adds over calling libcudart or libcuda directly, measured in one
+ * process by interleaving both call paths (run it under LD_PRELOAD=libibpshim.so): a small
+ * host-to-device cudaMemcpyAsync (the router's fast reject), a small device-to-host one (its check
+ * for tracked destinations), a cudaMemsetAsync of device memory (a hook that only notes device
+ * writes), the driver's cuMemcpyDtoHAsync and cuMemsetD8Async (the driver hooks, the same checks).
+ * And what the shim pays to query its own events beside a capture: cuEventQuery between two
+ * cuThreadExchangeStreamCaptureMode calls (relaxed, then back) against cuEventQuery alone. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 typedef cudaError_t (*MemcpyAsyncFn)(void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t);
@@ -20,6 +24,36 @@ typedef cudaError_t (*StreamCreateFn)(cudaStream_t *);
 typedef cudaError_t (*StreamSyncFn)(cudaStream_t);
 typedef cudaError_t (*DeviceCountFn)(int *);
 typedef const char *(*VersionFn)(void);
+typedef CUresult (*DrvDtoHAsyncFn)(void *, CUdeviceptr, size_t, CUstream);
+typedef CUresult (*DrvMemsetD8AsyncFn)(CUdeviceptr, unsigned char, size_t, CUstream);
+typedef CUresult (*DrvEventCreateFn)(CUevent *, unsigned);
+typedef CUresult (*DrvEventRecordFn)(CUevent, CUstream);
+typedef CUresult (*DrvEventQueryFn)(CUevent);
+typedef CUresult (*DrvExchangeModeFn)(CUstreamCaptureMode *);
+
+enum { CALL_H2D, CALL_D2H, CALL_MEMSET, CALL_DRV_D2H, CALL_DRV_MEMSET, CALL_RELAXED_QUERY, NCALLS };
+
+static const struct {
+    const char *name, *symbol, *what, *paths[2];
+} kCalls[NCALLS] = {
+    {"h2d", "cudaMemcpyAsync", "pinned bytes to the device (cudaMemcpyAsync)", {"hooked", "direct"}},
+    {"d2h", "cudaMemcpyAsync", "device bytes to pinned memory (cudaMemcpyAsync)", {"hooked", "direct"}},
+    {"memset", "cudaMemsetAsync", "device bytes set (cudaMemsetAsync)", {"hooked", "direct"}},
+    {"drv-d2h",
+     "cuMemcpyDtoHAsync_v2",
+     "device bytes to pinned memory (cuMemcpyDtoHAsync)",
+     {"hooked", "direct"}},
+    {"drv-memset", "cuMemsetD8Async", "device bytes set (cuMemsetD8Async)", {"hooked", "direct"}},
+    {"relaxed-query", "cuEventQuery", "queries of a completed event (cuEventQuery)", {"relaxed", "plain"}},
+};
+
+/* The query of a completed event as the shim makes its own: between a switch of the thread's
+ * capture mode to relaxed and the switch back. */
+typedef struct {
+    DrvEventQueryFn query;
+    DrvExchangeModeFn exchange;
+    CUevent event;
+} RelaxedQuery;
 
 static double now_ns(void)
 {
@@ -49,16 +83,32 @@ static void *need(void *lib, const char *name)
     return fn;
 }
 
-/* One call of the timed kind through fn. */
-static cudaError_t one_call(int kind, void *fn, void *host, void *dev, size_t bytes, cudaStream_t stream)
+/* One call of the timed kind through fn (for relaxed-query: path 0 relaxed, 1 plain). */
+static int one_call(int kind, void *fn, int path, const RelaxedQuery *rq, void *host, void *dev, size_t bytes,
+                    cudaStream_t stream)
 {
     switch (kind) {
-    case 0:
-        return ((MemcpyAsyncFn)fn)(dev, host, bytes, cudaMemcpyHostToDevice, stream);
-    case 1:
-        return ((MemcpyAsyncFn)fn)(host, dev, bytes, cudaMemcpyDeviceToHost, stream);
-    default:
-        return ((MemsetAsyncFn)fn)(dev, 0, bytes, stream);
+    case CALL_H2D:
+        return ((MemcpyAsyncFn)fn)(dev, host, bytes, cudaMemcpyHostToDevice, stream) != cudaSuccess;
+    case CALL_D2H:
+        return ((MemcpyAsyncFn)fn)(host, dev, bytes, cudaMemcpyDeviceToHost, stream) != cudaSuccess;
+    case CALL_MEMSET:
+        return ((MemsetAsyncFn)fn)(dev, 0, bytes, stream) != cudaSuccess;
+    case CALL_DRV_D2H:
+        return ((DrvDtoHAsyncFn)fn)(host, (CUdeviceptr)(uintptr_t)dev, bytes, (CUstream)stream) !=
+               CUDA_SUCCESS;
+    case CALL_DRV_MEMSET:
+        return ((DrvMemsetD8AsyncFn)fn)((CUdeviceptr)(uintptr_t)dev, 0, bytes, (CUstream)stream) !=
+               CUDA_SUCCESS;
+    default: {
+        if (path == 1)
+            return rq->query(rq->event) != CUDA_SUCCESS;
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        if (rq->exchange(&mode) != CUDA_SUCCESS)
+            return 1;
+        const CUresult r = rq->query(rq->event);
+        return (rq->exchange(&mode) != CUDA_SUCCESS) | (r != CUDA_SUCCESS);
+    }
     }
 }
 
@@ -82,17 +132,27 @@ int main(int argc, char **argv)
             json = 1;
         else {
             fprintf(stderr,
-                    "usage: %s [--calls N] [--bytes B] [--call h2d|d2h|memset] [--cudart SONAME] [--json]\n"
-                    "Times N small calls through the hooked symbol and through libcudart directly,\n"
-                    "interleaved in batches; prints medians.  h2d (default) and d2h: cudaMemcpyAsync\n"
-                    "between B pinned and B device bytes; memset: cudaMemsetAsync of B device bytes.\n",
+                    "usage: %s [--calls N] [--bytes B] [--call KIND] [--cudart SONAME] [--json]\n"
+                    "Times N small calls through the hooked symbol and directly, interleaved in\n"
+                    "batches; prints medians.  KIND: h2d (default) and d2h: cudaMemcpyAsync between B\n"
+                    "pinned and B device bytes; memset: cudaMemsetAsync of B device bytes; drv-d2h and\n"
+                    "drv-memset: cuMemcpyDtoHAsync and cuMemsetD8Async, the same through the driver\n"
+                    "(direct: libcuda's own symbol); relaxed-query: cuEventQuery of a completed event\n"
+                    "between two cuThreadExchangeStreamCaptureMode calls, as the shim queries its own\n"
+                    "events, against cuEventQuery alone.\n",
                     argv[0]);
             return 2;
         }
     }
-    const int kind = !strcmp(call, "h2d") ? 0 : !strcmp(call, "d2h") ? 1 : !strcmp(call, "memset") ? 2 : -1;
+    int kind = -1;
+    for (int k = 0; k < NCALLS; k++)
+        if (!strcmp(call, kCalls[k].name))
+            kind = k;
     if (kind < 0) {
-        fprintf(stderr, "ibp-hookbench: --call takes h2d, d2h or memset, not %s\n", call);
+        fprintf(
+            stderr,
+            "ibp-hookbench: --call takes h2d, d2h, memset, drv-d2h, drv-memset or relaxed-query, not %s\n",
+            call);
         return 2;
     }
     if (calls < batch)
@@ -102,8 +162,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "ibp-hookbench: cannot load %s: %s\n", cudart, dlerror());
         return 2;
     }
-    const char *const symbol = kind == 2 ? "cudaMemsetAsync" : "cudaMemcpyAsync";
-    void *const fns[2] = {need(RTLD_DEFAULT, symbol), need(lib, symbol)}; /* hooked, direct */
+    const int driver = kind >= CALL_DRV_D2H;
+    /* Global, so that without the shim the default lookup finds libcuda's own symbols (noise). */
+    void *cuda = driver ? dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) : NULL;
+    if (driver && !cuda) {
+        printf("ibp-hookbench: cannot load libcuda.so.1 (%s), skipped\n", dlerror());
+        return 77;
+    }
+    const char *const symbol = kCalls[kind].symbol;
+    /* hooked, direct: a handle's lookup never sees the preloaded shim */
+    void *const fns[2] = {need(RTLD_DEFAULT, symbol), need(driver ? cuda : lib, symbol)};
     const VersionFn shim_version = (VersionFn)dlsym(RTLD_DEFAULT, "ibpshim_version");
     int ndev = 0;
     if (((DeviceCountFn)need(lib, "cudaGetDeviceCount"))(&ndev) != cudaSuccess || ndev == 0) {
@@ -118,6 +186,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "ibp-hookbench: CUDA set-up failed\n");
         return 1;
     }
+    RelaxedQuery rq = {0};
+    if (kind == CALL_RELAXED_QUERY) {
+        rq.query = (DrvEventQueryFn)fns[1];
+        rq.exchange = (DrvExchangeModeFn)need(cuda, "cuThreadExchangeStreamCaptureMode");
+        if (((DrvEventCreateFn)need(cuda, "cuEventCreate"))(&rq.event, CU_EVENT_DISABLE_TIMING) !=
+                CUDA_SUCCESS ||
+            ((DrvEventRecordFn)need(cuda, "cuEventRecord"))(rq.event, (CUstream)stream) != CUDA_SUCCESS) {
+            fprintf(stderr, "ibp-hookbench: event set-up failed\n");
+            return 1;
+        }
+    }
     const StreamSyncFn sync = (StreamSyncFn)need(lib, "cudaStreamSynchronize");
     memset(host, 0x42, bytes);
     double *t_hooked = malloc(sizeof(double) * (size_t)calls);
@@ -127,7 +206,7 @@ int main(int argc, char **argv)
     /* Warm-up: first calls pay for lazy module and context set-up. */
     for (int i = 0; i < 1000; i++)
         for (int path = 0; path < 2; path++)
-            one_call(kind, fns[path], host, dev, bytes, stream);
+            one_call(kind, fns[path], path, &rq, host, dev, bytes, stream);
     sync(stream);
     long done = 0;
     while (done < calls) {
@@ -136,10 +215,10 @@ int main(int argc, char **argv)
             double *out = (path ? t_direct : t_hooked) + done;
             for (long i = 0; i < n; i++) {
                 const double t0 = now_ns();
-                const cudaError_t err = one_call(kind, fns[path], host, dev, bytes, stream);
+                const int failed = one_call(kind, fns[path], path, &rq, host, dev, bytes, stream);
                 out[i] = now_ns() - t0;
-                if (err != cudaSuccess) {
-                    fprintf(stderr, "ibp-hookbench: %s failed (%d)\n", symbol, (int)err);
+                if (failed) {
+                    fprintf(stderr, "ibp-hookbench: %s failed\n", symbol);
                     return 1;
                 }
             }
@@ -150,7 +229,9 @@ int main(int argc, char **argv)
     qsort(t_hooked, (size_t)calls, sizeof(double), cmp_double);
     qsort(t_direct, (size_t)calls, sizeof(double), cmp_double);
     const double mh = quantile(t_hooked, (size_t)calls, 0.5), md = quantile(t_direct, (size_t)calls, 0.5);
-    const char *mode = shim_version ? "preloaded" : "not preloaded (both paths are libcudart)";
+    const char *mode = shim_version ? "preloaded"
+                       : driver     ? "not preloaded (both paths are libcuda)"
+                                    : "not preloaded (both paths are libcudart)";
     if (json) {
         printf("{\"call\": \"%s\", \"calls\": %ld, \"bytes\": %zu, \"shim\": %s, \"median_hooked_ns\": %.1f, "
                "\"median_direct_ns\": %.1f, \"added_ns\": %.1f, \"p10_hooked_ns\": %.1f, \"p90_hooked_ns\": "
@@ -160,16 +241,17 @@ int main(int argc, char **argv)
                quantile(t_hooked, (size_t)calls, 0.1), quantile(t_hooked, (size_t)calls, 0.9),
                quantile(t_direct, (size_t)calls, 0.1), quantile(t_direct, (size_t)calls, 0.9));
     } else {
-        static const char *const what[3] = {"pinned bytes to the device (cudaMemcpyAsync)",
-                                            "device bytes to pinned memory (cudaMemcpyAsync)",
-                                            "device bytes set (cudaMemsetAsync)"};
-        printf("ibp-hookbench: %ld x %zu %s, shim %s\n", calls, bytes, what[kind], mode);
+        const char *const *paths = kCalls[kind].paths;
+        printf("ibp-hookbench: %ld x %zu %s, shim %s\n", calls, bytes, kCalls[kind].what, mode);
         printf("  path      median     p10      p90   (ns per call)\n");
-        printf("  hooked  %8.1f %8.1f %8.1f\n", mh, quantile(t_hooked, (size_t)calls, 0.1),
+        printf("  %-7s %8.1f %8.1f %8.1f\n", paths[0], mh, quantile(t_hooked, (size_t)calls, 0.1),
                quantile(t_hooked, (size_t)calls, 0.9));
-        printf("  direct  %8.1f %8.1f %8.1f\n", md, quantile(t_direct, (size_t)calls, 0.1),
+        printf("  %-7s %8.1f %8.1f %8.1f\n", paths[1], md, quantile(t_direct, (size_t)calls, 0.1),
                quantile(t_direct, (size_t)calls, 0.9));
-        printf("  added by the hook: %.1f ns (median difference)\n", mh - md);
+        if (kind == CALL_RELAXED_QUERY)
+            printf("  added by the mode switches: %.1f ns (median difference)\n", mh - md);
+        else
+            printf("  added by the hook: %.1f ns (median difference)\n", mh - md);
     }
     free(t_hooked);
     free(t_direct);
