@@ -72,6 +72,10 @@ static inline int ibp_decode_inline_offsets(IbpDecodeArgs *a, const uint64_t *of
 #define IBP_DECODE_SEG_CTAS_PER_SM 3u
 #define IBP_DECODE_SEGW8_CTAS_PER_SM 3u
 
+/* Dynamic shared memory ibp_k_decode_seg1w8 stores its segments through: a segment of 8-byte
+ * words for each warp.  Launched without it, the kernel stores from the lanes' runs. */
+#define IBP_DECODE_VIA_BYTES (IBP_DECODE_THREADS / 32 * IBP_DECODE_SEG_WORDS * 8u)
+
 /* CTAs a multiprocessor of ibp_k_decode_segp, the segmented decode of plans with predictor columns
  * of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words: three (80 registers) where two (128)
  * left a decode of 4-5 MiB two rounds of CTAs for one and a few groups. */

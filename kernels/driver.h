@@ -31,6 +31,7 @@
     X(cuModuleUnload, 2000)                                                                                  \
     X(cuModuleGetFunction, 2000)                                                                             \
     X(cuFuncSetAttribute, 9000)                                                                              \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050)                                                     \
     X(cuLaunchKernel, 4000)                                                                                  \
     X(cuMemAlloc, 3020)                                                                                      \
     X(cuMemFree, 3020)                                                                                       \

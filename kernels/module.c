@@ -100,6 +100,21 @@ static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
             "device %d allows the predictor decode %u bytes of dynamic shared memory: wider plans decode "
             "a CTA per block",
             (int)mod->device, mod->segp_max_dynamic);
+    /* One column of 8-byte words stores its segments through shared memory where the device holds
+     * as many CTAs a multiprocessor with it as without (sm_90: 228 KiB a multiprocessor; 8.x
+     * devices have 100-164 KiB, and there it stores from the lanes' runs). */
+    mod->seg1w8_via = IBP_DECODE_VIA_BYTES;
+    static const IbpKernelId seg1w8[2] = {IBP_KERNEL_DECODE_SEG1W8, IBP_KERNEL_DECODE_SEG1W8_INL};
+    for (int i = 0; i < 2; i++) {
+        const IbpKernelId k = seg1w8[i];
+        int ctas = 0;
+        if (drv->cuFuncSetAttribute(mod->fn[k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    (int)IBP_DECODE_VIA_BYTES) != CUDA_SUCCESS ||
+            drv->cuOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, mod->fn[k], IBP_DECODE_THREADS,
+                                                             IBP_DECODE_VIA_BYTES) != CUDA_SUCCESS ||
+            ctas < (int)IBP_DECODE_SEG1W8_CTAS_PER_SM)
+            mod->seg1w8_via = 0;
+    }
     IBP_DEBUG("kernels loaded for context %p (device %d, %d SMs)", (void *)ctx, (int)mod->device,
               mod->sm_count);
     return 0;
@@ -239,7 +254,8 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
                                               {{IBP_KERNEL_DECODE_SEG1, IBP_KERNEL_DECODE_SEG1_INL},
                                                {IBP_KERNEL_DECODE_SEG1W8, IBP_KERNEL_DECODE_SEG1W8_INL}}};
     const IbpKernelId seg = segs[columns == 1][w8][args.inline_offsets != 0];
-    return err ? err : ibp_kernel_launch(mod, seg, grid, IBP_DECODE_THREADS, 0, stream, params);
+    const unsigned via = columns == 1 && w8 ? mod->seg1w8_via : 0;
+    return err ? err : ibp_kernel_launch(mod, seg, grid, IBP_DECODE_THREADS, via, stream, params);
 }
 
 int ibp_kernels_selftest(int ordinal, uint32_t n, char *why, size_t why_len)

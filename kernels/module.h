@@ -37,6 +37,7 @@ typedef struct IbpModule {
     int sm_count;
     int max_threads_per_block;
     unsigned segp_max_dynamic; /* dynamic shared bytes ibp_k_decode_segp may take here (0: none) */
+    unsigned seg1w8_via;       /* dynamic shared bytes ibp_k_decode_seg1w8 stores through here (0: none) */
     CUfunction fn[IBP_KERNEL_COUNT];
 } IbpModule;
 

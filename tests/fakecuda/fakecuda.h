@@ -29,9 +29,9 @@ typedef struct FakecudaStats {
 void fakecuda_stats(FakecudaStats *out);
 void fakecuda_reset_stats(void);
 
-/* The name of the last kernel launched (any thread) into name (len bytes) and its grid's x
- * dimension; returns 0 when none was. */
-int fakecuda_last_launch(char *name, size_t len, unsigned *grid_x);
+/* The name of the last kernel launched (any thread) into name (len bytes), its grid's x dimension
+ * and its dynamic shared memory (either pointer may be NULL); returns 0 when none was. */
+int fakecuda_last_launch(char *name, size_t len, unsigned *grid_x, unsigned *shared_bytes);
 
 /* Sleeps this long before each asynchronous copy a stream executes (FAKECUDA_COPY_DELAY_US sets the
  * start value), so a program that reads a destination before synchronizing sees stale data. */
@@ -40,7 +40,8 @@ void fakecuda_set_copy_delay_us(unsigned us);
 /* Failure injection: after `skip` more calls of the driver entry point `entry` succeed, the next
  * `count` calls return `error` (a CUresult; 0 means CUDA_ERROR_UNKNOWN) and do nothing, as when the
  * driver refuses work.  Entry points: "cuLaunchKernel", "cuMemcpyHtoDAsync", "cuStreamCreate",
- * "cuEventRecord", "cuStreamWaitEvent", "cuFuncSetAttribute", "cuMemAlloc" (every _v2/_ptsz flavour, and
+ * "cuEventRecord", "cuStreamWaitEvent", "cuFuncSetAttribute", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+ * "cuMemAlloc" (every _v2/_ptsz flavour, and
  * runtime calls that reach them). One rule at a time: a call replaces the last; count 0 disarms. */
 void fakecuda_fail_calls(const char *entry, unsigned skip, unsigned count, int error);
 

@@ -220,6 +220,7 @@ FAKECUDA_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks
     const CUresult r = fakecuda_check_init();
     if (r != CUDA_SUCCESS)
         return r;
+    FAKECUDA_RETURN_IF_INJECTED("cuOccupancyMaxActiveBlocksPerMultiprocessor");
     const FakecudaKernel *kernel = NULL;
     int max_dyn = 0;
     if (!blocks || block_size <= 0 || (unsigned)block_size > MAX_THREADS_PER_BLOCK)
@@ -238,12 +239,13 @@ FAKECUDA_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks
     return CUDA_SUCCESS;
 }
 
-/* The last kernel launched (of any thread) and its grid's x dimension, for fakecuda_last_launch. */
+/* The last kernel launched (of any thread), its grid's x dimension and its dynamic shared memory,
+ * for fakecuda_last_launch. */
 static pthread_mutex_t last_mu = PTHREAD_MUTEX_INITIALIZER;
 static const char *last_name;
-static unsigned last_grid_x;
+static unsigned last_grid_x, last_shared;
 
-FAKECUDA_EXPORT int fakecuda_last_launch(char *name, size_t len, unsigned *grid_x)
+FAKECUDA_EXPORT int fakecuda_last_launch(char *name, size_t len, unsigned *grid_x, unsigned *shared_bytes)
 {
     pthread_mutex_lock(&last_mu);
     const int any = last_name != NULL;
@@ -251,6 +253,8 @@ FAKECUDA_EXPORT int fakecuda_last_launch(char *name, size_t len, unsigned *grid_
         snprintf(name, len, "%s", any ? last_name : "");
     if (grid_x)
         *grid_x = any ? last_grid_x : 0;
+    if (shared_bytes)
+        *shared_bytes = any ? last_shared : 0;
     pthread_mutex_unlock(&last_mu);
     return any;
 }
@@ -317,6 +321,7 @@ static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned bloc
         pthread_mutex_lock(&last_mu);
         last_name = kernel->name;
         last_grid_x = grid[0];
+        last_shared = smem;
         pthread_mutex_unlock(&last_mu);
     }
 done:

@@ -27,7 +27,7 @@ namespace
 {
 
 typedef void (*StatsFn)(FakecudaStats *);
-typedef int (*LastLaunchFn)(char *, size_t, unsigned *);
+typedef int (*LastLaunchFn)(char *, size_t, unsigned *, unsigned *);
 typedef void (*FailFn)(const char *, unsigned, unsigned, int);
 
 // Under the registration that sets it: how many of the module's requests for dynamic shared
@@ -36,6 +36,13 @@ unsigned refused_smem()
 {
     const char *v = std::getenv("DECODE_LAUNCH_REFUSE_SMEM");
     return v ? (unsigned)std::atoi(v) : 0u;
+}
+
+// Under the registration that sets it: the driver's occupancy queries fail, so the one-column
+// kernel of 8-byte words gets no segment buffer.
+bool refused_occupancy()
+{
+    return std::getenv("DECODE_LAUNCH_REFUSE_OCCUPANCY") != nullptr;
 }
 
 // A plan of w-byte words (4 or 8) and `columns` columns, rows of 1024 words, one mask set keeping
@@ -81,6 +88,9 @@ class DecodeLaunch : public ::testing::Test
             GTEST_SKIP() << "needs the fake CUDA driver (it counts kernel launches)";
         if (refused_smem()) // before the first module load of the process
             ((FailFn)dlsym(lib, "fakecuda_fail_calls"))("cuFuncSetAttribute", 0, refused_smem(), 0);
+        else if (refused_occupancy())
+            ((FailFn)dlsym(lib, "fakecuda_fail_calls"))("cuOccupancyMaxActiveBlocksPerMultiprocessor", 0, 2,
+                                                        0);
         ASSERT_EQ(drv_->cuDeviceGet(&dev_, 0), CUDA_SUCCESS);
         ASSERT_EQ(drv_->cuDevicePrimaryCtxRetain(&ctx_, dev_), CUDA_SUCCESS);
         ASSERT_EQ(drv_->cuCtxPushCurrent(ctx_), CUDA_SUCCESS);
@@ -175,12 +185,15 @@ class DecodeLaunch : public ::testing::Test
     // The last launch was `kernel`, over `nblocks` blocks of 262144 bytes of w-byte words on a
     // device that holds per_sm of its CTAs a multiprocessor: with every CTA it holds where the
     // groups are more (balanced false), else with as few as the fewest rounds need.
-    void expect_grid(const char *kernel, uint32_t nblocks, uint32_t w, unsigned per_sm, bool balanced)
+    // shared: the dynamic shared memory it was launched with.
+    void expect_grid(const char *kernel, uint32_t nblocks, uint32_t w, unsigned per_sm, bool balanced,
+                     unsigned shared = 0)
     {
         char name[64];
-        unsigned grid = 0;
-        ASSERT_TRUE(last_launch_(name, sizeof(name), &grid));
+        unsigned grid = 0, shared_bytes = ~0u;
+        ASSERT_TRUE(last_launch_(name, sizeof(name), &grid, &shared_bytes));
         EXPECT_STREQ(name, kernel);
+        EXPECT_EQ(shared_bytes, shared) << kernel;
         const uint64_t resident = (uint64_t)mod_->sm_count * per_sm;
         const uint64_t groups =
             (uint64_t)nblocks * (262144u / w / IBP_DECODE_SEG_WORDS / (IBP_DECODE_THREADS / 32u));
@@ -237,7 +250,8 @@ TEST_F(DecodeLaunch, PredictorGridsTakeTheFewestRoundsWithTheFewestCtas)
         for (const uint32_t nblocks : {4u, 30u, 200u}) {
             encode(plan, nblocks);
             EXPECT_EQ(decode(IBP_DECODE_PRED | IBP_DECODE_INDEXED, true), 1u);
-            expect_grid("ibp_k_decode_segp", nblocks, 4, IBP_DECODE_SEGP_CTAS_PER_SM, true);
+            expect_grid("ibp_k_decode_segp", nblocks, 4, IBP_DECODE_SEGP_CTAS_PER_SM, true,
+                        IBP_DECODE_THREADS / 32 * IBP_DECODE_SEG_WORDS * 4);
         }
         ibp_codec_plan_destroy(&plan);
     }
@@ -269,7 +283,9 @@ TEST_F(DecodeLaunch, OneColumnPlansNeverCount)
 // 8-byte words have kernels of their own, with their own CTAs a multiprocessor, for one column and
 // for several; 4-byte words keep theirs.  50 blocks are more groups of segments than any of the
 // grids holds at once: the one-column kernels take every CTA the device holds, those of several
-// columns as few as the fewest rounds need.
+// columns as few as the fewest rounds need.  One column of 8-byte words stores its segments
+// through shared memory where the device holds as many CTAs with it (the fake does), and from the
+// lanes' runs where the occupancy query failed.
 TEST_F(DecodeLaunch, EightByteWordsHaveKernelsOfTheirOwn)
 {
     ASSERT_NE(last_launch_, nullptr);
@@ -287,7 +303,9 @@ TEST_F(DecodeLaunch, EightByteWordsHaveKernelsOfTheirOwn)
         encode(plan, 50);
         EXPECT_EQ(word_size_, c.w);
         EXPECT_EQ(decode(IBP_DECODE_INDEXED, true), 1u);
-        expect_grid(c.kernel, 50, c.w, c.per_sm, c.columns > 1);
+        const bool via = c.columns == 1 && c.w == 8 && !refused_occupancy();
+        EXPECT_EQ(mod_->seg1w8_via, refused_occupancy() ? 0u : (unsigned)IBP_DECODE_VIA_BYTES);
+        expect_grid(c.kernel, 50, c.w, c.per_sm, c.columns > 1, via ? IBP_DECODE_VIA_BYTES : 0);
         ibp_codec_plan_destroy(&plan);
     }
     // The kernel follows the word size the caller gives: one the kernels do not decode is refused
