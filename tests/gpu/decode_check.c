@@ -121,6 +121,33 @@ static void release(Encoded *e)
     ibp_codec_plan_destroy(&e->plan);
 }
 
+/* An encoded run of len original bytes on the device, its plan, an output buffer (len + 64
+ * bytes) and the host buffer the output is read back into. */
+typedef struct Uploaded {
+    CUdeviceptr run, plan, out;
+    uint8_t *host_out;
+} Uploaded;
+
+static void upload(const Encoded *e, size_t len, Uploaded *u)
+{
+    size_t blob_len;
+    const void *blob = ibp_codec_plan_blob(e->plan, &blob_len);
+    CHECK_CU(drv->cuMemAlloc(&u->run, e->run_len + 16));
+    CHECK_CU(drv->cuMemAlloc(&u->plan, blob_len));
+    CHECK_CU(drv->cuMemAlloc(&u->out, len + 64));
+    CHECK_CU(drv->cuMemcpyHtoD(u->run, e->run, e->run_len));
+    CHECK_CU(drv->cuMemcpyHtoD(u->plan, blob, blob_len));
+    u->host_out = malloc(len + 64);
+}
+
+static void unload(Uploaded *u)
+{
+    free(u->host_out);
+    drv->cuMemFree(u->run);
+    drv->cuMemFree(u->plan);
+    drv->cuMemFree(u->out);
+}
+
 /* Decodes blocks [first, first + count) with clip (skip, len) and checks against data; the offsets
  * from the pinned table, or (inl) carried in the arguments; the run from d_run, or (mapped) read
  * through the pinned run's mapped address, as zero-copy reads it. */
@@ -203,15 +230,10 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
         failures++;
         return;
     }
-    size_t blob_len;
-    const void *blob = ibp_codec_plan_blob(e.plan, &blob_len);
-    CUdeviceptr d_run, d_plan, d_out;
-    CHECK_CU(drv->cuMemAlloc(&d_run, e.run_len + 16));
-    CHECK_CU(drv->cuMemAlloc(&d_plan, blob_len));
-    CHECK_CU(drv->cuMemAlloc(&d_out, len + 64));
-    CHECK_CU(drv->cuMemcpyHtoD(d_run, e.run, e.run_len));
-    CHECK_CU(drv->cuMemcpyHtoD(d_plan, blob, blob_len));
-    uint8_t *host_out = malloc(len + 64);
+    Uploaded u;
+    upload(&e, len, &u);
+    const CUdeviceptr d_run = u.run, d_plan = u.plan, d_out = u.out;
+    uint8_t *const host_out = u.host_out;
     /* Whole run (also with fewer CTAs than blocks, as max_sms does, a CTA per block, and read
      * through the pinned run's mapped address as zero-copy reads it), then clipped ranges,
      * alternately by the segmented kernels and a CTA per block, every third one zero-copy.  Both undo
@@ -259,10 +281,7 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
                         len - e.block_size - skip, 1, 0, 0, 0);
         }
     }
-    free(host_out);
-    drv->cuMemFree(d_run);
-    drv->cuMemFree(d_plan);
-    drv->cuMemFree(d_out);
+    unload(&u);
     release(&e);
 }
 
@@ -291,15 +310,10 @@ static void large_case(const char *name, const uint8_t *tile, size_t tile_len)
         free(data);
         return;
     }
-    size_t blob_len;
-    const void *blob = ibp_codec_plan_blob(e.plan, &blob_len);
-    CUdeviceptr d_run, d_plan, d_out;
-    CHECK_CU(drv->cuMemAlloc(&d_run, e.run_len + 16));
-    CHECK_CU(drv->cuMemAlloc(&d_plan, blob_len));
-    CHECK_CU(drv->cuMemAlloc(&d_out, len + 64));
-    CHECK_CU(drv->cuMemcpyHtoD(d_run, e.run, e.run_len));
-    CHECK_CU(drv->cuMemcpyHtoD(d_plan, blob, blob_len));
-    uint8_t *host_out = malloc(len + 64);
+    Uploaded u;
+    upload(&e, len, &u);
+    const CUdeviceptr d_run = u.run, d_plan = u.plan, d_out = u.out;
+    uint8_t *const host_out = u.host_out;
     const int before = failures;
     check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 0, 0, 0, 0);
     check_range(name, data, &e, d_run, d_plan, d_out, host_out, 0, e.nblocks, 0, len, 3, 0, 0, 1);
@@ -311,10 +325,7 @@ static void large_case(const char *name, const uint8_t *tile, size_t tile_len)
                 0);
     printf("decode check: %s tiled to %zu bytes (%u blocks, ratio %.4f): %s\n", name, len, e.nblocks,
            (double)e.run_len / (double)len, failures == before ? "every byte matched" : "MISMATCH");
-    free(host_out);
-    drv->cuMemFree(d_run);
-    drv->cuMemFree(d_plan);
-    drv->cuMemFree(d_out);
+    unload(&u);
     release(&e);
     free(data);
 }
