@@ -1,0 +1,50 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# ibpshim: compute-sanitizer's memcheck over one decode of each segmented kernel on the real
+# tensors: ibp-bench at 4 MiB, one timed run of every path, each decode verified (fp32 weights:
+# one column of 8-byte words stored through shared memory; bf16: one column of 4-byte words;
+# uint8 images and float64 features: several columns; int32 triples: predictors).  Fails on any
+# error memcheck reports; exits 77 (skipped) without compute-sanitizer, a GPU or the tensors.
+# usage: memcheck.sh CUDA_ROOT IBP_BENCH
+set -u
+root=$1
+bench=$2
+# The real driver, never the fake's (meson puts its folder on the path of programs linked with it).
+LD_LIBRARY_PATH=$(printf '%s' "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | grep -v '/tests/fakecuda/*$' | paste -sd: -)
+export LD_LIBRARY_PATH
+san=$(command -v compute-sanitizer || true)
+[ -n "$san" ] || [ ! -x "$root/bin/compute-sanitizer" ] || san=$root/bin/compute-sanitizer
+if [ -z "$san" ]; then
+    echo "memcheck skipped: no compute-sanitizer on PATH or in $root/bin"
+    exit 77
+fi
+data=${IBPSHIM_TEST_DATA:-}
+files="ocr_det_all_f32 ocr_rec_all_bf16 fashion_mnist_5000x784_u8 digits_1797x64_f64 movielens_100004x3_i32"
+first=
+for f in $files; do
+    [ -f "$data/$f.bin" ] && { first=$data/$f.bin; break; }
+done
+if [ -z "$first" ]; then
+    echo "memcheck skipped: real tensors absent (set IBPSHIM_TEST_DATA to the data folder)"
+    exit 77
+fi
+"$bench" "$first" --size 1M --iters 1 > /dev/null 2>&1
+rc=$?
+if [ "$rc" = 77 ]; then
+    echo "memcheck skipped: no CUDA driver or GPU"
+    exit 77
+fi
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+failed=0
+for f in $files; do
+    [ -f "$data/$f.bin" ] || continue
+    if "$san" --tool memcheck --error-exitcode 99 "$bench" "$data/$f.bin" --size 4M --iters 1 > "$log" 2>&1; then
+        echo "memcheck: $f: $(grep 'ERROR SUMMARY' "$log")"
+    else
+        echo "memcheck: $f: FAILED (exit $?)"
+        tail -40 "$log"
+        failed=1
+    fi
+done
+exit $failed
