@@ -3,8 +3,9 @@
 # ibpshim: compute-sanitizer's memcheck over one decode of each segmented kernel on the real
 # tensors: ibp-bench at 4 MiB, one timed run of every path, each decode verified (fp32 weights:
 # one column of 8-byte words stored through shared memory; bf16: one column of 4-byte words;
-# uint8 images and float64 features: several columns; int32 triples: predictors).  Fails on any
-# error memcheck reports; exits 77 (skipped) without compute-sanitizer, a GPU or the tensors.
+# uint8 images and float64 features: several columns; int32 triples: predictors); then racecheck
+# and synccheck over the fp32 weights, whose warps share a buffer in shared memory.  Fails on any
+# error a tool reports; exits 77 (skipped) without compute-sanitizer, a GPU or the tensors.
 # usage: memcheck.sh CUDA_ROOT IBP_BENCH
 set -u
 root=$1
@@ -37,14 +38,21 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 failed=0
-for f in $files; do
-    [ -f "$data/$f.bin" ] || continue
-    if "$san" --tool memcheck --error-exitcode 99 "$bench" "$data/$f.bin" --size 4M --iters 1 > "$log" 2>&1; then
-        echo "memcheck: $f: $(grep 'ERROR SUMMARY' "$log")"
+# check TOOL FILE: one sanitizer run of ibp-bench over FILE.
+check() {
+    if "$san" --tool "$1" --error-exitcode 99 "$bench" "$data/$2.bin" --size 4M --iters 1 > "$log" 2>&1; then
+        echo "$1: $2: $(grep 'ERROR SUMMARY' "$log")"
     else
-        echo "memcheck: $f: FAILED (exit $?)"
+        echo "$1: $2: FAILED (exit $?)"
         tail -40 "$log"
         failed=1
     fi
+}
+for f in $files; do
+    [ -f "$data/$f.bin" ] && check memcheck "$f"
 done
+if [ -f "$data/ocr_det_all_f32.bin" ]; then
+    check racecheck ocr_det_all_f32
+    check synccheck ocr_det_all_f32
+fi
 exit $failed
