@@ -7,7 +7,10 @@
  * opens libcuda itself and looks functions up in its handle (Numba, cuda-python) does not reach
  * them, nor does the runtime itself, whose copies the runtime hooks follow.  Each call here is
  * forwarded unchanged, and what it may write is noted as a device-to-host copy through the runtime
- * is (router.c): marked stale now and again once its stream has passed it. */
+ * is (router.c): marked stale now and again once its stream has passed it.  The driver's host
+ * functions and stream callbacks, which may rewrite a region before a later copy of it in stream
+ * order, run wrapped as the runtime's do (copies that would go compressed go raw while one is
+ * pending). */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -47,6 +50,8 @@
 #undef cuStreamWriteValue32
 #undef cuStreamWriteValue64
 #undef cuStreamBatchMemOp
+#undef cuLaunchHostFunc
+#undef cuStreamAddCallback
 #undef cuGetProcAddress
 #undef cudaGetDriverEntryPoint
 #undef cudaGetDriverEntryPointByVersion
@@ -173,6 +178,10 @@ enum {
 #undef HOOK_ID
         ID_cuStreamBatchMemOp_v2,
     ID_cuStreamBatchMemOp_v2_ptsz,
+    ID_cuLaunchHostFunc,
+    ID_cuLaunchHostFunc_ptsz,
+    ID_cuStreamAddCallback,
+    ID_cuStreamAddCallback_ptsz,
     ID_COUNT
 };
 
@@ -182,6 +191,10 @@ static const char *const real_names[ID_COUNT] = {
 #undef HOOK_NAME
         "cuStreamBatchMemOp_v2",
     "cuStreamBatchMemOp_v2_ptsz",
+    "cuLaunchHostFunc",
+    "cuLaunchHostFunc_ptsz",
+    "cuStreamAddCallback",
+    "cuStreamAddCallback_ptsz",
 };
 
 static _Atomic(void *) real_fns[ID_COUNT];
@@ -272,6 +285,48 @@ CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int count, CUstreamBatc
     return batch_mem_op(ID_cuStreamBatchMemOp_v2_ptsz, IBP_STREAM_API_PER_THREAD, s, count, ops, flags);
 }
 
+/* ---- host functions and stream callbacks ---- */
+
+static CUresult launch_host_func(int id, IbpStreamApi api, CUstream s, CUhostFn fn, void *user_data)
+{
+    const IbpCuLaunchHostFuncFn real = (IbpCuLaunchHostFuncFn)real_fn(id);
+    return real ? ibp_route_cu_launch_host_func(api, real, s, fn, user_data) : CUDA_ERROR_NOT_FOUND;
+}
+
+static CUresult stream_add_callback(int id, IbpStreamApi api, CUstream s, CUstreamCallback cb,
+                                    void *user_data, unsigned int flags)
+{
+    const IbpCuStreamAddCallbackFn real = (IbpCuStreamAddCallbackFn)real_fn(id);
+    return real ? ibp_route_cu_stream_add_callback(api, real, s, cb, user_data, flags) : CUDA_ERROR_NOT_FOUND;
+}
+
+IBP_HOOK CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user_data);
+IBP_HOOK CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void *user_data);
+IBP_HOOK CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void *user_data, unsigned int flags);
+IBP_HOOK CUresult cuStreamAddCallback_ptsz(CUstream s, CUstreamCallback cb, void *user_data,
+                                           unsigned int flags);
+
+CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user_data)
+{
+    return launch_host_func(ID_cuLaunchHostFunc, IBP_STREAM_API_LEGACY, s, fn, user_data);
+}
+
+CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void *user_data)
+{
+    return launch_host_func(ID_cuLaunchHostFunc_ptsz, IBP_STREAM_API_PER_THREAD, s, fn, user_data);
+}
+
+CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void *user_data, unsigned int flags)
+{
+    return stream_add_callback(ID_cuStreamAddCallback, IBP_STREAM_API_LEGACY, s, cb, user_data, flags);
+}
+
+CUresult cuStreamAddCallback_ptsz(CUstream s, CUstreamCallback cb, void *user_data, unsigned int flags)
+{
+    return stream_add_callback(ID_cuStreamAddCallback_ptsz, IBP_STREAM_API_PER_THREAD, s, cb, user_data,
+                               flags);
+}
+
 /* ---- cuGetProcAddress ---- */
 
 static void *const hooks[ID_COUNT] = {
@@ -280,6 +335,10 @@ static void *const hooks[ID_COUNT] = {
 #undef HOOK_FN
         (void *) cuStreamBatchMemOp_v2,
     (void *)cuStreamBatchMemOp_v2_ptsz,
+    (void *)cuLaunchHostFunc,
+    (void *)cuLaunchHostFunc_ptsz,
+    (void *)cuStreamAddCallback,
+    (void *)cuStreamAddCallback_ptsz,
 };
 
 /* Whether the caller at `ret` (a return address) lies in the CUDA runtime, whose copies are

@@ -433,8 +433,9 @@ cudaError_t ibp_route_memcpy_async(IbpStreamApi api, void *dst, const void *src,
 
 /* A host function or stream callback, wrapped while it is pending. */
 typedef struct IbpHostFnCall {
-    cudaHostFn_t fn;         /* cudaLaunchHostFunc's, or NULL */
+    cudaHostFn_t fn;         /* cudaLaunchHostFunc's or cuLaunchHostFunc's, or NULL */
     cudaStreamCallback_t cb; /* cudaStreamAddCallback's, or NULL */
+    CUstreamCallback cu_cb;  /* cuStreamAddCallback's, or NULL */
     void *user_data;
 } IbpHostFnCall;
 
@@ -455,6 +456,13 @@ static void CUDART_CB callback_trampoline(cudaStream_t stream, cudaError_t statu
 {
     IbpHostFnCall *call = arg;
     call->cb(stream, status, call->user_data);
+    hostfn_done(call);
+}
+
+static void CUDA_CB cu_callback_trampoline(CUstream stream, CUresult status, void *arg)
+{
+    IbpHostFnCall *call = arg;
+    call->cu_cb(stream, status, call->user_data);
     hostfn_done(call);
 }
 
@@ -578,4 +586,37 @@ cudaError_t ibp_route_stream_add_callback(IbpStreamApi api, cudaStream_t stream,
     call->cb = callback;
     call->user_data = user_data;
     return hostfn_end(call, 0, real(stream, callback_trampoline, call, flags));
+}
+
+/* hostfn_end for a driver call's result. */
+static CUresult cu_hostfn_end(IbpHostFnCall *call, int unseen, CUresult err)
+{
+    hostfn_end(call, unseen, err == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown);
+    return err;
+}
+
+CUresult ibp_route_cu_launch_host_func(IbpStreamApi api, IbpCuLaunchHostFuncFn real, CUstream stream,
+                                       CUhostFn fn, void *user_data)
+{
+    ibp_shim_init();
+    int unseen;
+    IbpHostFnCall *call = hostfn_begin(api, (cudaStream_t)stream, fn != NULL, &unseen);
+    if (!call)
+        return cu_hostfn_end(NULL, unseen, real(stream, fn, user_data));
+    call->fn = fn;
+    call->user_data = user_data;
+    return cu_hostfn_end(call, 0, real(stream, hostfn_trampoline, call));
+}
+
+CUresult ibp_route_cu_stream_add_callback(IbpStreamApi api, IbpCuStreamAddCallbackFn real, CUstream stream,
+                                          CUstreamCallback callback, void *user_data, unsigned int flags)
+{
+    ibp_shim_init();
+    int unseen;
+    IbpHostFnCall *call = hostfn_begin(api, (cudaStream_t)stream, callback != NULL, &unseen);
+    if (!call)
+        return cu_hostfn_end(NULL, unseen, real(stream, callback, user_data, flags));
+    call->cu_cb = callback;
+    call->user_data = user_data;
+    return cu_hostfn_end(call, 0, real(stream, cu_callback_trampoline, call, flags));
 }

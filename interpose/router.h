@@ -3,6 +3,7 @@
 #ifndef IBP_INTERPOSE_ROUTER_H
 #define IBP_INTERPOSE_ROUTER_H
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <stddef.h>
@@ -43,6 +44,14 @@ cudaError_t ibp_route_launch_host_func(IbpStreamApi api, cudaStream_t stream, cu
                                        void *user_data);
 cudaError_t ibp_route_stream_add_callback(IbpStreamApi api, cudaStream_t stream,
                                           cudaStreamCallback_t callback, void *user_data, unsigned int flags);
+/* The same for the driver's (drvwrites.c): real is the driver's own function. */
+typedef CUresult (*IbpCuLaunchHostFuncFn)(CUstream stream, CUhostFn fn, void *user_data);
+typedef CUresult (*IbpCuStreamAddCallbackFn)(CUstream stream, CUstreamCallback callback, void *user_data,
+                                             unsigned int flags);
+CUresult ibp_route_cu_launch_host_func(IbpStreamApi api, IbpCuLaunchHostFuncFn real, CUstream stream,
+                                       CUhostFn fn, void *user_data);
+CUresult ibp_route_cu_stream_add_callback(IbpStreamApi api, IbpCuStreamAddCallbackFn real, CUstream stream,
+                                          CUstreamCallback callback, void *user_data, unsigned int flags);
 
 /* Graphs (graphs.c).  Each returns exactly what the real call returns.  An executable graph with
  * host nodes counts as pending host work from its launch until the stream passes it (copies that

@@ -45,6 +45,7 @@ static const ProcEntry table[] = {
     ENTRY("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, cuOccupancyMaxActiveBlocksPerMultiprocessor),
     ENTRY_PT("cuLaunchKernel", 4000, cuLaunchKernel, cuLaunchKernel_ptsz),
     ENTRY_PT("cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
+    ENTRY_PT("cuStreamAddCallback", 5000, cuStreamAddCallback, cuStreamAddCallback_ptsz),
     ENTRY("cuMemAlloc", 3020, cuMemAlloc_v2),
     ENTRY("cuMemFree", 3020, cuMemFree_v2),
     ENTRY("cuMemGetInfo", 3020, cuMemGetInfo_v2),

@@ -13,7 +13,7 @@
 #define RT_EXPORT __attribute__((visibility("default")))
 #define RT_MAX_DEVICES 16
 
-/* The driver's copy, memset and entry-point functions, taken from its own handle as the real
+/* The driver's copy, memset, host-function and entry-point functions, taken from its own handle as the real
  * runtime takes them: called by symbol they would bind to a preloaded library's hooks of the
  * same names (the shim's driver-API hooks), which the real runtime never reaches. */
 typedef struct DriverCalls {
@@ -26,6 +26,8 @@ typedef struct DriverCalls {
     CUresult (*memset_d8_async)(CUdeviceptr, unsigned char, size_t, CUstream);
     CUresult (*memset_d8_async_ptsz)(CUdeviceptr, unsigned char, size_t, CUstream);
     CUresult (*get_proc_address)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+    CUresult (*launch_host_func)(CUstream, CUhostFn, void *);
+    CUresult (*launch_host_func_ptsz)(CUstream, CUhostFn, void *);
 } DriverCalls;
 
 static DriverCalls driver_calls;
@@ -55,6 +57,8 @@ static void driver_calls_load(void)
     LOAD(memset_d8_async, "cuMemsetD8Async");
     LOAD(memset_d8_async_ptsz, "cuMemsetD8Async_ptsz");
     LOAD(get_proc_address, "cuGetProcAddress_v2");
+    LOAD(launch_host_func, "cuLaunchHostFunc");
+    LOAD(launch_host_func_ptsz, "cuLaunchHostFunc_ptsz");
 #undef LOAD
 }
 
@@ -1016,13 +1020,13 @@ RT_EXPORT cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t 
 RT_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user_data)
 {
     ENTER();
-    return ret_cu(cuLaunchHostFunc(stream, fn, user_data));
+    return ret_cu(drv()->launch_host_func(stream, fn, user_data));
 }
 
 RT_EXPORT cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *user_data)
 {
     ENTER();
-    return ret_cu(cuLaunchHostFunc_ptsz(stream, fn, user_data));
+    return ret_cu(drv()->launch_host_func_ptsz(stream, fn, user_data));
 }
 
 /* The driver's host function runs the callback; the record carries what the callback is given. */
@@ -1048,8 +1052,8 @@ static cudaError_t stream_add_callback(cudaStream_t stream, cudaStreamCallback_t
     if (!rc)
         return ret(cudaErrorMemoryAllocation);
     *rc = (RtCallback){.callback = callback, .stream = stream, .user_data = user_data};
-    const CUresult r = per_thread_default ? cuLaunchHostFunc_ptsz(stream, run_callback, rc)
-                                          : cuLaunchHostFunc(stream, run_callback, rc);
+    const CUresult r = per_thread_default ? drv()->launch_host_func_ptsz(stream, run_callback, rc)
+                                          : drv()->launch_host_func(stream, run_callback, rc);
     if (r != CUDA_SUCCESS)
         free(rc);
     return ret_cu(r);

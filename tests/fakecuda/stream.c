@@ -950,6 +950,48 @@ FAKECUDA_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream handle, CUhostFn fn, voi
     return launch_host_fn(handle, fn, arg, true);
 }
 
+/* A stream callback: a host function that calls it with the stream as given and success (work
+ * that failed before it would have left the context sticky-failed, which the fake models so). */
+typedef struct StreamCallback {
+    CUstreamCallback callback;
+    CUstream stream;
+    void *arg;
+} StreamCallback;
+
+static void CUDA_CB run_stream_callback(void *arg)
+{
+    StreamCallback *const sc = arg;
+    sc->callback(sc->stream, CUDA_SUCCESS, sc->arg);
+    free(sc);
+}
+
+static CUresult stream_add_callback(CUstream handle, CUstreamCallback callback, void *arg, unsigned int flags,
+                                    bool per_thread_default)
+{
+    if (!callback || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    StreamCallback *const sc = malloc(sizeof(*sc));
+    if (!sc)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *sc = (StreamCallback){.callback = callback, .stream = handle, .arg = arg};
+    const CUresult r = launch_host_fn(handle, run_stream_callback, sc, per_thread_default);
+    if (r != CUDA_SUCCESS)
+        free(sc);
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamAddCallback(CUstream handle, CUstreamCallback callback, void *arg,
+                                             unsigned int flags)
+{
+    return stream_add_callback(handle, callback, arg, flags, false);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamAddCallback_ptsz(CUstream handle, CUstreamCallback callback, void *arg,
+                                                  unsigned int flags)
+{
+    return stream_add_callback(handle, callback, arg, flags, true);
+}
+
 /* ---- events ---- */
 
 static void event_unref(CUevent ev)

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: a host function (cudaLaunchHostFunc, cudaStreamAddCallback, legacy and _ptsz, or a
- * graph's host node) that rewrites a compressed region before a copy of it in stream order: the
- * copy delivers the new bytes; so does a copy after a graph's device-to-host copy into the region. */
+ * ibpshim: a host function (cudaLaunchHostFunc, cudaStreamAddCallback, the driver's
+ * cuLaunchHostFunc and cuStreamAddCallback, legacy and _ptsz, or a graph's host node) that
+ * rewrites a compressed region before a copy of it in stream order: the copy delivers the new
+ * bytes; so does a copy after a graph's device-to-host copy into the region. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cuda.h>
 
 #include "tests/preload/preload_check.h"
 
@@ -14,6 +17,11 @@ typedef cudaError_t (*AddCallbackFn)(cudaStream_t stream, cudaStreamCallback_t c
                                      unsigned int flags);
 typedef cudaError_t (*MemcpyAsyncFn)(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                                      cudaStream_t stream);
+typedef CUresult (*CuLaunchHostFuncFn)(CUstream stream, CUhostFn fn, void *user_data);
+typedef CUresult (*GetProcAddressFn)(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult *status);
+typedef CUresult (*CuAddCallbackFn)(CUstream stream, CUstreamCallback cb, void *user_data,
+                                    unsigned int flags);
 
 /* What the host function does once opened: writes patch over [dst, dst + len). */
 typedef struct Gate {
@@ -44,6 +52,16 @@ static void CUDART_CB gate_callback(cudaStream_t stream, cudaError_t status, voi
 {
     Gate *g = arg;
     if (stream != g->stream || status != cudaSuccess)
+        atomic_store(&g->wrong_args, 1);
+    gate_run(g);
+}
+
+/* The driver's callback: given the stream as the application passed it where that is a stream it
+ * created (the driver's name for a default stream may differ), and success. */
+static void CUDA_CB gate_cu_callback(CUstream stream, CUresult status, void *arg)
+{
+    Gate *g = arg;
+    if ((g->stream && stream != (CUstream)g->stream) || status != CUDA_SUCCESS)
         atomic_store(&g->wrong_args, 1);
     gate_run(g);
 }
@@ -149,9 +167,10 @@ static void check_capture(void)
     CHECK_CUDA(cudaStreamDestroy(cs));
 }
 
-/* One variant: host function, then the copy behind it, in one stream's order. */
-static void check_variant(const char *name, int ptsz, int callback, uint8_t *host, size_t n, cudaStream_t s,
-                          PreloadTotalsFn totals)
+/* One variant: host function (driver: through the driver API's hooks), then the copy behind it,
+ * in one stream's order. */
+static void check_variant(const char *name, int ptsz, int callback, int driver, uint8_t *host, size_t n,
+                          cudaStream_t s, PreloadTotalsFn totals)
 {
     const MemcpyAsyncFn copy =
         (MemcpyAsyncFn)lookup(RTLD_DEFAULT, ptsz ? "cudaMemcpyAsync_ptsz" : "cudaMemcpyAsync");
@@ -168,7 +187,26 @@ static void check_variant(const char *name, int ptsz, int callback, uint8_t *hos
 
     IbpshimTransferTotals a, b;
     CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, memset_stream));
-    if (callback) {
+    if (driver) {
+        void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        CHECK(cuda != NULL, "libcuda.so.1 is not loaded");
+        const char *const symbol = callback ? (ptsz ? "cuStreamAddCallback_ptsz" : "cuStreamAddCallback")
+                                            : (ptsz ? "cuLaunchHostFunc_ptsz" : "cuLaunchHostFunc");
+        void *const hook = lookup(RTLD_DEFAULT, symbol);
+        CHECK(hook != lookup(cuda, symbol), "%s is not hooked", symbol);
+        /* Asked for through cuGetProcAddress, the driver's answer is the hook too. */
+        const GetProcAddressFn gpa = (GetProcAddressFn)lookup(RTLD_DEFAULT, "cuGetProcAddress_v2");
+        void *pfn = NULL;
+        CUdriverProcAddressQueryResult status;
+        CHECK(gpa(callback ? "cuStreamAddCallback" : "cuLaunchHostFunc", &pfn, 12000,
+                  ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_LEGACY_STREAM,
+                  &status) == CUDA_SUCCESS &&
+                  pfn == hook,
+              "cuGetProcAddress does not hand out the hook of %s", symbol);
+        const CUresult r = callback ? ((CuAddCallbackFn)hook)((CUstream)stream, gate_cu_callback, &gate, 0)
+                                    : ((CuLaunchHostFuncFn)hook)((CUstream)stream, gate_host_fn, &gate);
+        CHECK(r == CUDA_SUCCESS, "%s failed (%d)", symbol, (int)r);
+    } else if (callback) {
         const AddCallbackFn add = (AddCallbackFn)lookup(RTLD_DEFAULT, ptsz ? "cudaStreamAddCallback_ptsz"
                                                                            : "cudaStreamAddCallback");
         CHECK_CUDA(add(stream, gate_callback, &gate, 0));
@@ -383,10 +421,14 @@ int main(void)
     check_capture();
     PreloadWaiting waiting = {.host = host, .n = n, .s = s};
     preload_wait_compressed("hostfn", "the first compression", totals, copy_all, &waiting);
-    check_variant("cudaLaunchHostFunc", 0, 0, host, n, s, totals);
-    check_variant("cudaLaunchHostFunc_ptsz", 1, 0, host, n, s, totals);
-    check_variant("cudaStreamAddCallback", 0, 1, host, n, s, totals);
-    check_variant("cudaStreamAddCallback_ptsz", 1, 1, host, n, s, totals);
+    check_variant("cudaLaunchHostFunc", 0, 0, 0, host, n, s, totals);
+    check_variant("cudaLaunchHostFunc_ptsz", 1, 0, 0, host, n, s, totals);
+    check_variant("cudaStreamAddCallback", 0, 1, 0, host, n, s, totals);
+    check_variant("cudaStreamAddCallback_ptsz", 1, 1, 0, host, n, s, totals);
+    check_variant("cuLaunchHostFunc", 0, 0, 1, host, n, s, totals);
+    check_variant("cuLaunchHostFunc_ptsz", 1, 0, 1, host, n, s, totals);
+    check_variant("cuStreamAddCallback", 0, 1, 1, host, n, s, totals);
+    check_variant("cuStreamAddCallback_ptsz", 1, 1, 1, host, n, s, totals);
     check_graph_host("a host node (cudaGraphInstantiate)", GRAPH_INSTANTIATE, 0, n, s, totals);
     check_graph_host("a host node (cudaGraphInstantiateWithFlags)", GRAPH_WITH_FLAGS, 0, n, s, totals);
     check_graph_host("a host node (cudaGraphInstantiateWithParams)", GRAPH_WITH_PARAMS, 0, n, s, totals);
