@@ -10,13 +10,13 @@
  * is (router.c): marked stale now and again once its stream has passed it.  The driver's host
  * functions and stream callbacks, which may rewrite a region before a later copy of it in stream
  * order, run wrapped as the runtime's do (copies that would go compressed go raw while one is
- * pending). */
+ * pending), and its executable graphs are read and their launches followed as the runtime's are
+ * (graphs.c). */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <stdatomic.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "common/log.h"
 #include "interpose/pitched.h"
@@ -52,6 +52,13 @@
 #undef cuStreamBatchMemOp
 #undef cuLaunchHostFunc
 #undef cuStreamAddCallback
+#undef cuGraphInstantiate
+#undef cuGraphInstantiateWithFlags
+#undef cuGraphExecUpdate
+#undef cuGraphExecDestroy
+#undef cuGraphExecMemcpyNodeSetParams
+#undef cuGraphExecMemsetNodeSetParams
+#undef cuGraphLaunch
 #undef cuGetProcAddress
 #undef cudaGetDriverEntryPoint
 #undef cudaGetDriverEntryPointByVersion
@@ -182,6 +189,13 @@ enum {
     ID_cuLaunchHostFunc_ptsz,
     ID_cuStreamAddCallback,
     ID_cuStreamAddCallback_ptsz,
+    ID_cuGraphInstantiateWithFlags,
+    ID_cuGraphExecUpdate_v2,
+    ID_cuGraphExecDestroy,
+    ID_cuGraphExecMemcpyNodeSetParams,
+    ID_cuGraphExecMemsetNodeSetParams,
+    ID_cuGraphLaunch,
+    ID_cuGraphLaunch_ptsz,
     ID_COUNT
 };
 
@@ -195,6 +209,13 @@ static const char *const real_names[ID_COUNT] = {
     "cuLaunchHostFunc_ptsz",
     "cuStreamAddCallback",
     "cuStreamAddCallback_ptsz",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphExecUpdate_v2",
+    "cuGraphExecDestroy",
+    "cuGraphExecMemcpyNodeSetParams",
+    "cuGraphExecMemsetNodeSetParams",
+    "cuGraphLaunch",
+    "cuGraphLaunch_ptsz",
 };
 
 static _Atomic(void *) real_fns[ID_COUNT];
@@ -327,6 +348,110 @@ CUresult cuStreamAddCallback_ptsz(CUstream s, CUstreamCallback cb, void *user_da
                                flags);
 }
 
+/* ---- executable graphs ---- */
+
+IBP_HOOK CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+IBP_HOOK CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info);
+IBP_HOOK CUresult cuGraphExecDestroy(CUgraphExec exec);
+IBP_HOOK CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p,
+                                                 CUcontext ctx);
+IBP_HOOK CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                 const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx);
+IBP_HOOK CUresult cuGraphLaunch(CUgraphExec exec, CUstream s);
+IBP_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s);
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
+{
+    typedef CUresult (*Fn)(CUgraphExec *, CUgraph, unsigned long long);
+    const Fn real = (Fn)real_fn(ID_cuGraphInstantiateWithFlags);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    const CUresult ret = real(exec, graph, flags);
+    if (ret == CUDA_SUCCESS && exec)
+        ibp_graph_learn((cudaGraphExec_t)*exec, (cudaGraph_t)graph);
+    return ret;
+}
+
+CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info)
+{
+    typedef CUresult (*Fn)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *);
+    const Fn real = (Fn)real_fn(ID_cuGraphExecUpdate_v2);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    const CUresult ret = real(exec, graph, info);
+    if (ret == CUDA_SUCCESS)
+        ibp_graph_learn((cudaGraphExec_t)exec, (cudaGraph_t)graph);
+    return ret;
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec exec)
+{
+    typedef CUresult (*Fn)(CUgraphExec);
+    const Fn real = (Fn)real_fn(ID_cuGraphExecDestroy);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    const CUresult ret = real(exec);
+    if (ret == CUDA_SUCCESS)
+        ibp_graph_forget((cudaGraphExec_t)exec);
+    return ret;
+}
+
+CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p,
+                                        CUcontext ctx)
+{
+    typedef CUresult (*Fn)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D *, CUcontext);
+    const Fn real = (Fn)real_fn(ID_cuGraphExecMemcpyNodeSetParams);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    const CUresult ret = real(exec, node, p, ctx);
+    if (ret == CUDA_SUCCESS)
+        ibp_graph_learn_write((cudaGraphExec_t)exec, copy3d(p));
+    return ret;
+}
+
+CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS *p,
+                                        CUcontext ctx)
+{
+    typedef CUresult (*Fn)(CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS *, CUcontext);
+    const Fn real = (Fn)real_fn(ID_cuGraphExecMemsetNodeSetParams);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    const CUresult ret = real(exec, node, p, ctx);
+    if (ret == CUDA_SUCCESS && p)
+        ibp_graph_learn_write((cudaGraphExec_t)exec,
+                              memset_span(p->dst, p->pitch, p->elementSize, p->width, p->height));
+    return ret;
+}
+
+static CUresult graph_launch(int id, IbpStreamApi api, CUgraphExec exec, CUstream s)
+{
+    typedef CUresult (*Fn)(CUgraphExec, CUstream);
+    const Fn real = (Fn)real_fn(id);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    IbpGraphLaunch gl;
+    if (!ibp_graph_launch_begin(api, (cudaGraphExec_t)exec, (cudaStream_t)s, &gl))
+        return real(exec, s);
+    const CUresult ret = real(exec, s);
+    /* The launch's end goes behind it through the driver's own host-function call, with the
+     * default stream the launch had. */
+    ibp_graph_launch_end(api, &gl, (cudaStream_t)s, ret == CUDA_SUCCESS,
+                         (IbpCuLaunchHostFuncFn)real_fn(api == IBP_STREAM_API_PER_THREAD
+                                                            ? ID_cuLaunchHostFunc_ptsz
+                                                            : ID_cuLaunchHostFunc));
+    return ret;
+}
+
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
+{
+    return graph_launch(ID_cuGraphLaunch, IBP_STREAM_API_LEGACY, exec, s);
+}
+
+CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s)
+{
+    return graph_launch(ID_cuGraphLaunch_ptsz, IBP_STREAM_API_PER_THREAD, exec, s);
+}
+
 /* ---- cuGetProcAddress ---- */
 
 static void *const hooks[ID_COUNT] = {
@@ -339,6 +464,13 @@ static void *const hooks[ID_COUNT] = {
     (void *)cuLaunchHostFunc_ptsz,
     (void *)cuStreamAddCallback,
     (void *)cuStreamAddCallback_ptsz,
+    (void *)cuGraphInstantiateWithFlags,
+    (void *)cuGraphExecUpdate_v2,
+    (void *)cuGraphExecDestroy,
+    (void *)cuGraphExecMemcpyNodeSetParams,
+    (void *)cuGraphExecMemsetNodeSetParams,
+    (void *)cuGraphLaunch,
+    (void *)cuGraphLaunch_ptsz,
 };
 
 /* Whether the caller at `ret` (a return address) lies in the CUDA runtime, whose copies are
@@ -369,11 +501,9 @@ static void hand_out_hook(const char *symbol, void **pfn, const void *caller)
         *pfn = (void *)cuGetProcAddress;
         return;
     }
-    const size_t len = strlen(symbol);
+    /* By address, not by name: the very function hooked, whatever the name asked for (the driver
+     * answers cuGraphInstantiate with cuGraphInstantiateWithFlags). */
     for (int id = 0; id < ID_COUNT; id++) {
-        /* Only the forms of this symbol: itself, _v2, _ptds, _ptsz and their combinations. */
-        if (strncmp(real_names[id], symbol, len) != 0 || (real_names[id][len] && real_names[id][len] != '_'))
-            continue;
         if (real_fn_quiet(id) == *pfn) {
             *pfn = hooks[id];
             return;

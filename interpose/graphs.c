@@ -285,6 +285,21 @@ static void learn_write(cudaGraphExec_t exec, IbpPitched d)
     record(exec, &s);
 }
 
+void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph)
+{
+    learn(exec, graph);
+}
+
+void ibp_graph_forget(cudaGraphExec_t exec)
+{
+    forget(exec);
+}
+
+void ibp_graph_learn_write(cudaGraphExec_t exec, IbpPitched d)
+{
+    learn_write(exec, d);
+}
+
 /* ---- Hooks ---- */
 
 cudaError_t ibp_route_graph_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags,
@@ -446,15 +461,11 @@ static void CUDART_CB launch_done(void *arg)
     ibp_router_hostwork_end();
 }
 
-cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream)
+int ibp_graph_launch_begin(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream, IbpGraphLaunch *gl)
 {
-    ibp_shim_init();
-    const IbpReal_cudaGraphLaunch real =
-        api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaGraphLaunch_ptsz) : IBP_REAL(cudaGraphLaunch);
-    if (!real)
-        return IBP_REAL_MISSING_ERROR;
+    memset(gl, 0, sizeof(*gl));
     if (!atomic_load_explicit(&graphs_len, memory_order_relaxed))
-        return real(exec, stream);
+        return 0;
     int host = 0, opaque = 0;
     size_t nwrites = 0;
     IbpHostWrite *writes = NULL;
@@ -473,13 +484,13 @@ cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaS
     }
     pthread_mutex_unlock(&graphs_mu);
     if (!e)
-        return real(exec, stream);
+        return 0;
     const int capturing = ibp_router_stream_capturing(api, stream);
     if (capturing > 0) {
         /* The launch becomes a node of the graph being captured, which is read when that one is
          * instantiated. */
         free(writes);
-        return real(exec, stream);
+        return 0;
     }
     if (capturing < 0)
         opaque = 1;
@@ -488,24 +499,54 @@ cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaS
                                  "(conditional nodes, or the driver refused to describe a node or stream)");
     if (host)
         ibp_router_hostwork_begin();
-    const cudaError_t err = real(exec, stream);
-    if (err != cudaSuccess) {
-        if (host)
+    gl->host = host;
+    gl->nwrites = nwrites;
+    gl->writes = writes;
+    return 1;
+}
+
+void ibp_graph_launch_end(IbpStreamApi api, IbpGraphLaunch *gl, cudaStream_t stream, int launched,
+                          IbpCuLaunchHostFuncFn cu_launch_host_func)
+{
+    IbpHostWrite *const writes = gl->writes;
+    gl->writes = NULL;
+    if (!launched) {
+        if (gl->host)
             ibp_router_hostwork_end();
         free(writes);
-        return err;
+        return;
     }
-    for (size_t i = 0; i < nwrites; i++)
+    for (size_t i = 0; i < gl->nwrites; i++)
         ibp_router_device_write(api, writes[i].dst, writes[i].n, stream);
     free(writes);
-    if (host) {
-        /* After the graph in stream order: its host nodes have returned when this runs.  The real
-         * call, not the hook: the hook would count it pending itself. */
+    if (!gl->host)
+        return;
+    /* After the graph in stream order: its host nodes have returned when this runs.  The real
+     * call, not the hook: the hook would count it pending itself. */
+    int queued;
+    if (cu_launch_host_func) {
+        queued = cu_launch_host_func((CUstream)stream, launch_done, NULL) == CUDA_SUCCESS;
+    } else {
         const IbpReal_cudaLaunchHostFunc launch = api == IBP_STREAM_API_PER_THREAD
                                                       ? IBP_REAL(cudaLaunchHostFunc_ptsz)
                                                       : IBP_REAL(cudaLaunchHostFunc);
-        if (!launch || launch(stream, launch_done, NULL) != cudaSuccess)
-            ibp_router_hostwork_lost("the end of a graph with host nodes cannot be followed");
+        queued = launch && launch(stream, launch_done, NULL) == cudaSuccess;
     }
+    if (!queued)
+        ibp_router_hostwork_lost("the end of a graph with host nodes cannot be followed");
+}
+
+cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphLaunch real =
+        api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaGraphLaunch_ptsz) : IBP_REAL(cudaGraphLaunch);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    IbpGraphLaunch gl;
+    if (!ibp_graph_launch_begin(api, exec, stream, &gl))
+        return real(exec, stream);
+    const cudaError_t err = real(exec, stream);
+    ibp_graph_launch_end(api, &gl, stream, err == cudaSuccess, NULL);
     return err;
 }

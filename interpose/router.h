@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "interpose/pitched.h"
 
 /* Which default-stream semantics the caller compiled against: the plain
  * symbols (legacy default stream) or the _ptds/_ptsz ones (per-thread). */
@@ -79,6 +80,24 @@ cudaError_t ibp_route_graph_exec_child(cudaGraphExec_t exec, cudaGraphNode_t nod
 cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node,
                                       struct cudaGraphNodeParams *params);
 cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream);
+/* The same for the driver's calls (drvwrites.c), around the driver's own: what an executable graph
+ * does read from graph (instantiated, updated), dropped (destroyed), or a node's new write d
+ * added. */
+void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph);
+void ibp_graph_forget(cudaGraphExec_t exec);
+void ibp_graph_learn_write(cudaGraphExec_t exec, IbpPitched d);
+/* A launch of exec on stream: begin returns 1 when the graph does something to follow (then end
+ * must follow the real launch, launched saying whether it succeeded), 0 when the real launch is
+ * all there is.  end queues the launch's end behind it with cu_launch_host_func (the driver's) or,
+ * when NULL, the runtime's cudaLaunchHostFunc. */
+typedef struct IbpGraphLaunch {
+    int host;
+    size_t nwrites;
+    struct IbpHostWrite *writes;
+} IbpGraphLaunch;
+int ibp_graph_launch_begin(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream, IbpGraphLaunch *gl);
+void ibp_graph_launch_end(IbpStreamApi api, IbpGraphLaunch *gl, cudaStream_t stream, int launched,
+                          IbpCuLaunchHostFuncFn cu_launch_host_func);
 
 /* For graphs.c: host work the router cannot wrap.  begin/end count it pending (copies that would
  * go compressed go raw while any is); lost: its end cannot be followed, so copies go raw for good

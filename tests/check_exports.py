@@ -6,7 +6,9 @@ import subprocess
 import sys
 
 ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|cuMemcpy[A-Za-z0-9_]*|cuMemset[A-Za-z0-9_]+|cuStreamWriteValue(32|64)_v2(_ptsz)?|"
-                     r"cuStreamBatchMemOp_v2(_ptsz)?|cuLaunchHostFunc(_ptsz)?|cuStreamAddCallback(_ptsz)?|cuGetProcAddress(_v2)?|ibpshim_[a-z0-9_]+|sigaction|signal|read|__read_chk|pread|pread64|"
+                     r"cuStreamBatchMemOp_v2(_ptsz)?|cuLaunchHostFunc(_ptsz)?|cuStreamAddCallback(_ptsz)?|"
+                     r"cuGraphInstantiateWithFlags|cuGraphExecUpdate_v2|cuGraphExecDestroy|cuGraphExec(Memcpy|Memset)NodeSetParams|"
+                     r"cuGraphLaunch(_ptsz)?|cuGetProcAddress(_v2)?|ibpshim_[a-z0-9_]+|sigaction|signal|read|__read_chk|pread|pread64|"
                      r"__pread_chk|__pread64_chk|readv|preadv|preadv64|preadv2|recv|__recv_chk|recvfrom|"
                      r"__recvfrom_chk|recvmsg|recvmmsg)$")
 REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister", "cudaHostUnregister",
@@ -20,7 +22,8 @@ REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister
             "cudaMemsetAsync_ptsz", "cudaMemset2DAsync", "cudaMemset3DAsync", "ibpshim_version",
             "read", "sigaction", "signal", "recvmsg", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz",
             "cuMemcpyAsync", "cuMemsetD8Async", "cuMemcpy3D_v2", "cuStreamWriteValue32_v2", "cuGetProcAddress_v2",
-            "cuLaunchHostFunc", "cuLaunchHostFunc_ptsz", "cuStreamAddCallback", "cuStreamAddCallback_ptsz"]
+            "cuLaunchHostFunc", "cuLaunchHostFunc_ptsz", "cuStreamAddCallback", "cuStreamAddCallback_ptsz",
+            "cuGraphInstantiateWithFlags", "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphExecDestroy"]
 
 
 def main(path):

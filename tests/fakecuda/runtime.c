@@ -13,9 +13,9 @@
 #define RT_EXPORT __attribute__((visibility("default")))
 #define RT_MAX_DEVICES 16
 
-/* The driver's copy, memset, host-function and entry-point functions, taken from its own handle as the real
- * runtime takes them: called by symbol they would bind to a preloaded library's hooks of the
- * same names (the shim's driver-API hooks), which the real runtime never reaches. */
+/* The driver's copy, memset, host-function, graph and entry-point functions, taken from its own handle as the
+ * real runtime takes them: called by symbol they would bind to a preloaded library's hooks of the same names
+ * (the shim's driver-API hooks), which the real runtime never reaches. */
 typedef struct DriverCalls {
     CUresult (*memcpy)(CUdeviceptr, CUdeviceptr, size_t);
     CUresult (*memcpy_ptds)(CUdeviceptr, CUdeviceptr, size_t);
@@ -28,6 +28,13 @@ typedef struct DriverCalls {
     CUresult (*get_proc_address)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
     CUresult (*launch_host_func)(CUstream, CUhostFn, void *);
     CUresult (*launch_host_func_ptsz)(CUstream, CUhostFn, void *);
+    CUresult (*graph_instantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*graph_exec_update)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *);
+    CUresult (*graph_exec_memcpy)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D *, CUcontext);
+    CUresult (*graph_exec_memset)(CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS *, CUcontext);
+    CUresult (*graph_launch)(CUgraphExec, CUstream);
+    CUresult (*graph_launch_ptsz)(CUgraphExec, CUstream);
+    CUresult (*graph_exec_destroy)(CUgraphExec);
 } DriverCalls;
 
 static DriverCalls driver_calls;
@@ -59,6 +66,13 @@ static void driver_calls_load(void)
     LOAD(get_proc_address, "cuGetProcAddress_v2");
     LOAD(launch_host_func, "cuLaunchHostFunc");
     LOAD(launch_host_func_ptsz, "cuLaunchHostFunc_ptsz");
+    LOAD(graph_instantiate, "cuGraphInstantiateWithFlags");
+    LOAD(graph_exec_update, "cuGraphExecUpdate_v2");
+    LOAD(graph_exec_memcpy, "cuGraphExecMemcpyNodeSetParams");
+    LOAD(graph_exec_memset, "cuGraphExecMemsetNodeSetParams");
+    LOAD(graph_launch, "cuGraphLaunch");
+    LOAD(graph_launch_ptsz, "cuGraphLaunch_ptsz");
+    LOAD(graph_exec_destroy, "cuGraphExecDestroy");
 #undef LOAD
 }
 
@@ -1246,14 +1260,14 @@ RT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void 
 RT_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
 {
     ENTER();
-    return ret_cu(cuGraphInstantiateWithFlags(exec, graph, flags));
+    return ret_cu(drv()->graph_instantiate(exec, graph, flags));
 }
 
 RT_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph,
                                                     unsigned long long flags)
 {
     ENTER();
-    return ret_cu(cuGraphInstantiateWithFlags(exec, graph, flags));
+    return ret_cu(drv()->graph_instantiate(exec, graph, flags));
 }
 
 /* The upload stream is not used: the fake's graphs need no upload. */
@@ -1263,7 +1277,7 @@ static cudaError_t instantiate_with_params(cudaGraphExec_t *exec, cudaGraph_t gr
     if (!params)
         return cudaErrorInvalidValue;
     params->errNode_out = NULL;
-    const cudaError_t err = ret_cu(cuGraphInstantiateWithFlags(exec, graph, params->flags));
+    const cudaError_t err = ret_cu(drv()->graph_instantiate(exec, graph, params->flags));
     params->result_out = err == cudaSuccess ? cudaGraphInstantiateSuccess : cudaGraphInstantiateError;
     return err;
 }
@@ -1287,7 +1301,7 @@ RT_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t grap
 {
     ENTER();
     CUgraphExecUpdateResultInfo cu_info;
-    const cudaError_t err = ret_cu(cuGraphExecUpdate_v2(exec, graph, info ? &cu_info : NULL));
+    const cudaError_t err = ret_cu(drv()->graph_exec_update(exec, graph, info ? &cu_info : NULL));
     if (info) {
         info->result = (enum cudaGraphExecUpdateResult)cu_info.result;
         info->errorNode = NULL;
@@ -1325,7 +1339,7 @@ RT_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t exec, c
     p.WidthInBytes = count;
     p.Height = 1;
     p.Depth = 1;
-    return ret_cu(cuGraphExecMemcpyNodeSetParams(exec, node, &p, NULL));
+    return ret_cu(drv()->graph_exec_memcpy(exec, node, &p, NULL));
 }
 
 RT_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
@@ -1340,25 +1354,25 @@ RT_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t exec, cud
                                  .elementSize = params->elementSize,
                                  .width = params->width,
                                  .height = params->height};
-    return ret_cu(cuGraphExecMemsetNodeSetParams(exec, node, &p, NULL));
+    return ret_cu(drv()->graph_exec_memset(exec, node, &p, NULL));
 }
 
 RT_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream)
 {
     ENTER();
-    return ret_cu(cuGraphLaunch(exec, stream));
+    return ret_cu(drv()->graph_launch(exec, stream));
 }
 
 RT_EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t stream)
 {
     ENTER();
-    return ret_cu(cuGraphLaunch_ptsz(exec, stream));
+    return ret_cu(drv()->graph_launch_ptsz(exec, stream));
 }
 
 RT_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
 {
     ENTER();
-    return ret_cu(cuGraphExecDestroy(exec));
+    return ret_cu(drv()->graph_exec_destroy(exec));
 }
 
 RT_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)

@@ -20,6 +20,12 @@ typedef cudaError_t (*MemcpyAsyncFn)(void *dst, const void *src, size_t n, enum 
 typedef CUresult (*CuLaunchHostFuncFn)(CUstream stream, CUhostFn fn, void *user_data);
 typedef CUresult (*GetProcAddressFn)(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult *status);
+typedef CUresult (*CuGraphInstantiateFn)(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+typedef CUresult (*CuGraphExecUpdateFn)(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info);
+typedef CUresult (*CuGraphExecMemcpyFn)(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p,
+                                        CUcontext ctx);
+typedef CUresult (*CuGraphLaunchFn)(CUgraphExec exec, CUstream stream);
+typedef CUresult (*CuGraphExecDestroyFn)(CUgraphExec exec);
 typedef CUresult (*CuAddCallbackFn)(CUstream stream, CUstreamCallback cb, void *user_data,
                                     unsigned int flags);
 
@@ -238,12 +244,48 @@ static void check_variant(const char *name, int ptsz, int callback, int driver, 
     free(patch);
 }
 
-typedef enum GraphMake { GRAPH_INSTANTIATE, GRAPH_WITH_FLAGS, GRAPH_WITH_PARAMS } GraphMake;
+/* GRAPH_DRIVER: the driver's cuGraphInstantiateWithFlags, and the graph launched and destroyed
+ * through the driver too (its hooks). */
+typedef enum GraphMake { GRAPH_INSTANTIATE, GRAPH_WITH_FLAGS, GRAPH_WITH_PARAMS, GRAPH_DRIVER } GraphMake;
+
+/* The driver's hook of symbol, checked to be a hook. */
+static void *driver_hook(const char *symbol)
+{
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(cuda != NULL, "libcuda.so.1 is not loaded");
+    void *const hook = lookup(RTLD_DEFAULT, symbol);
+    CHECK(hook != lookup(cuda, symbol), "%s is not hooked", symbol);
+    return hook;
+}
+
+static void graph_launch(cudaGraphExec_t exec, cudaStream_t s, GraphMake how)
+{
+    if (how == GRAPH_DRIVER) {
+        const CUresult r = ((CuGraphLaunchFn)driver_hook("cuGraphLaunch"))((CUgraphExec)exec, (CUstream)s);
+        CHECK(r == CUDA_SUCCESS, "cuGraphLaunch failed (%d)", (int)r);
+    } else {
+        CHECK_CUDA(cudaGraphLaunch(exec, s));
+    }
+}
+
+static void graph_exec_destroy(cudaGraphExec_t exec, GraphMake how)
+{
+    if (how == GRAPH_DRIVER) {
+        const CUresult r = ((CuGraphExecDestroyFn)driver_hook("cuGraphExecDestroy"))((CUgraphExec)exec);
+        CHECK(r == CUDA_SUCCESS, "cuGraphExecDestroy failed (%d)", (int)r);
+    } else {
+        CHECK_CUDA(cudaGraphExecDestroy(exec));
+    }
+}
 
 static cudaGraphExec_t instantiate(cudaGraph_t graph, GraphMake how)
 {
     cudaGraphExec_t exec = NULL;
-    if (how == GRAPH_INSTANTIATE) {
+    if (how == GRAPH_DRIVER) {
+        const CUresult r = ((CuGraphInstantiateFn)driver_hook("cuGraphInstantiateWithFlags"))(
+            (CUgraphExec *)&exec, (CUgraph)graph, 0);
+        CHECK(r == CUDA_SUCCESS, "cuGraphInstantiateWithFlags failed (%d)", (int)r);
+    } else if (how == GRAPH_INSTANTIATE) {
         CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     } else if (how == GRAPH_WITH_FLAGS) {
         CHECK_CUDA(cudaGraphInstantiateWithFlags(&exec, graph, 0));
@@ -293,7 +335,7 @@ static void check_graph_host(const char *name, GraphMake how, int nested, size_t
         atomic_store(&gate.ran, 0);
         IbpshimTransferTotals a, b;
         CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
-        CHECK_CUDA(cudaGraphLaunch(exec, s));
+        graph_launch(exec, s, how);
         CHECK(totals(&a) == 0, "totals");
         CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
         CHECK(totals(&b) == 0, "totals");
@@ -312,7 +354,7 @@ static void check_graph_host(const char *name, GraphMake how, int nested, size_t
         printf("hostfn: %s, launch %d: copy behind it raw and correct, compressed again after %u copies\n",
                name, launch, copies);
     }
-    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    graph_exec_destroy(exec, how);
     CHECK_CUDA(cudaGraphDestroy(graph));
     if (child)
         CHECK_CUDA(cudaGraphDestroy(child));
@@ -333,9 +375,10 @@ typedef enum GraphRetarget {
  * the region deliver the graph's bytes.  Each variant copies into a region of its own, so that
  * the block it writes is compressed when the graph runs (blocks written lately may stay raw a
  * while, which would deliver the right bytes whether or not the write was followed). */
-static void check_graph_write(const char *name, GraphRetarget how, size_t n, cudaStream_t s,
+static void check_graph_write(const char *name, GraphRetarget how, int driver, size_t n, cudaStream_t s,
                               PreloadTotalsFn totals)
 {
+    const GraphMake make = driver ? GRAPH_DRIVER : GRAPH_INSTANTIATE;
     const int update = how == GRAPH_EXEC_UPDATE || how == GRAPH_NODE_PARAMS;
     const size_t off = (1u << 20) + 7 * 4096 + 9, len = (48u << 10) + 3;
     uint8_t *host = NULL, *patch = malloc(len), *elsewhere = NULL;
@@ -362,8 +405,13 @@ static void check_graph_write(const char *name, GraphRetarget how, size_t n, cud
         cudaGraphNode_t node = NULL;
         CHECK_CUDA(cudaGraphAddChildGraphNode(&node, parent, NULL, 0, graph[1]));
     }
-    const cudaGraphExec_t exec = instantiate(parent ? parent : graph[update ? 0 : 1], GRAPH_INSTANTIATE);
-    if (how == GRAPH_EXEC_UPDATE) {
+    const cudaGraphExec_t exec = instantiate(parent ? parent : graph[update ? 0 : 1], make);
+    if (how == GRAPH_EXEC_UPDATE && driver) {
+        CUgraphExecUpdateResultInfo info;
+        const CUresult r = ((CuGraphExecUpdateFn)driver_hook("cuGraphExecUpdate_v2"))(
+            (CUgraphExec)exec, (CUgraph)graph[1], &info);
+        CHECK(r == CUDA_SUCCESS, "cuGraphExecUpdate failed (%d)", (int)r);
+    } else if (how == GRAPH_EXEC_UPDATE) {
         cudaGraphExecUpdateResultInfo info;
         CHECK_CUDA(cudaGraphExecUpdate(exec, graph[1], &info));
     } else if (how == GRAPH_NODE_PARAMS) {
@@ -371,15 +419,33 @@ static void check_graph_write(const char *name, GraphRetarget how, size_t n, cud
         size_t count = 1;
         CHECK_CUDA(cudaGraphGetNodes(graph[0], &node, &count));
         CHECK(count == 1 && node != NULL, "the captured graph has %zu nodes", count);
-        CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(exec, node, host + off, dev_patch, len,
-                                                      cudaMemcpyDeviceToHost));
+        if (driver) {
+            const CUDA_MEMCPY3D p = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                                     .srcDevice = (CUdeviceptr)(uintptr_t)dev_patch,
+                                     .dstMemoryType = CU_MEMORYTYPE_HOST,
+                                     .dstHost = host + off,
+                                     .WidthInBytes = len,
+                                     .Height = 1,
+                                     .Depth = 1};
+            CUcontext ctx = NULL;
+            typedef CUresult (*CtxGetCurrentFn)(CUcontext *);
+            void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+            CHECK(cuda != NULL && ((CtxGetCurrentFn)lookup(cuda, "cuCtxGetCurrent"))(&ctx) == CUDA_SUCCESS,
+                  "cuCtxGetCurrent");
+            const CUresult r = ((CuGraphExecMemcpyFn)driver_hook("cuGraphExecMemcpyNodeSetParams"))(
+                (CUgraphExec)exec, (CUgraphNode)node, &p, ctx);
+            CHECK(r == CUDA_SUCCESS, "cuGraphExecMemcpyNodeSetParams failed (%d)", (int)r);
+        } else {
+            CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(exec, node, host + off, dev_patch, len,
+                                                          cudaMemcpyDeviceToHost));
+        }
     }
     PreloadWaiting waiting = {.host = host, .n = n, .s = s};
     const unsigned copies = preload_wait_compressed("hostfn", name, totals, copy_all, &waiting);
     for (size_t i = 0; i < len; i++)
         patch[i] = (uint8_t)~host[off + i];
     CHECK_CUDA(cudaMemcpy(dev_patch, patch, len, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaGraphLaunch(exec, s));
+    graph_launch(exec, s, make);
     CHECK_CUDA(cudaStreamSynchronize(s));
     CHECK(memcmp(host + off, patch, len) == 0, "%s: the graph did not write the region", name);
     CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
@@ -391,7 +457,7 @@ static void check_graph_write(const char *name, GraphRetarget how, size_t n, cud
               i >= off && i < off + len ? "written by the graph" : "unchanged");
     printf("hostfn: %s: compressed after %u copies, the copy after the graph delivered its bytes\n", name,
            copies);
-    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    graph_exec_destroy(exec, make);
     if (parent)
         CHECK_CUDA(cudaGraphDestroy(parent));
     for (int g = 0; g < 2; g++)
@@ -433,12 +499,20 @@ int main(void)
     check_graph_host("a host node (cudaGraphInstantiateWithFlags)", GRAPH_WITH_FLAGS, 0, n, s, totals);
     check_graph_host("a host node (cudaGraphInstantiateWithParams)", GRAPH_WITH_PARAMS, 0, n, s, totals);
     check_graph_host("a host node in a child graph", GRAPH_INSTANTIATE, 1, n, s, totals);
-    check_graph_write("a graph's device-to-host copy", GRAPH_AS_CAPTURED, n, s, totals);
-    check_graph_write("a graph's device-to-host copy after cudaGraphExecUpdate", GRAPH_EXEC_UPDATE, n, s,
+    check_graph_host("a host node (cuGraphInstantiateWithFlags, cuGraphLaunch)", GRAPH_DRIVER, 0, n, s,
+                     totals);
+    check_graph_write("a graph's device-to-host copy", GRAPH_AS_CAPTURED, 0, n, s, totals);
+    check_graph_write("a graph's device-to-host copy after cudaGraphExecUpdate", GRAPH_EXEC_UPDATE, 0, n, s,
                       totals);
     check_graph_write("a graph's device-to-host copy after cudaGraphExecMemcpyNodeSetParams1D",
-                      GRAPH_NODE_PARAMS, n, s, totals);
-    check_graph_write("a child graph's device-to-host copy", GRAPH_IN_CHILD, n, s, totals);
+                      GRAPH_NODE_PARAMS, 0, n, s, totals);
+    check_graph_write("a child graph's device-to-host copy", GRAPH_IN_CHILD, 0, n, s, totals);
+    check_graph_write("a graph's device-to-host copy (cuGraphInstantiateWithFlags, cuGraphLaunch)",
+                      GRAPH_AS_CAPTURED, 1, n, s, totals);
+    check_graph_write("a graph's device-to-host copy after cuGraphExecUpdate", GRAPH_EXEC_UPDATE, 1, n, s,
+                      totals);
+    check_graph_write("a graph's device-to-host copy after cuGraphExecMemcpyNodeSetParams", GRAPH_NODE_PARAMS,
+                      1, n, s, totals);
     printf("hostfn: ok\n");
 
     CHECK_CUDA(cudaStreamDestroy(s));
