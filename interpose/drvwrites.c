@@ -250,8 +250,8 @@ static void *real_fn(int id)
     return fn;
 }
 
-/* One hook: the real call, then, on success, what it may have written noted. */
-#define HOOK(name, id, api, params, args, span, kind, stream)                                                \
+/* One hook: the real call, then, on success, `after`. */
+#define HOOK_THEN(name, id, params, args, after)                                                             \
     IBP_HOOK CUresult name params;                                                                           \
     CUresult name params                                                                                     \
     {                                                                                                        \
@@ -261,9 +261,13 @@ static void *real_fn(int id)
             return CUDA_ERROR_NOT_FOUND;                                                                     \
         const CUresult ret = real args;                                                                      \
         if (ret == CUDA_SUCCESS)                                                                             \
-            noted(api, span, kind, stream);                                                                  \
+            after;                                                                                           \
         return ret;                                                                                          \
     }
+
+/* A writer's hook: what it may have written noted. */
+#define HOOK(name, id, api, params, args, span, kind, stream)                                                \
+    HOOK_THEN(name, id, params, args, noted(api, span, kind, stream))
 
 #define HOOKS(name, suffix, params, args, span, kind, stream)                                                \
     HOOK(name, ID_##name, IBP_STREAM_API_LEGACY, params, args, span, kind, stream)                           \
@@ -350,78 +354,37 @@ CUresult cuStreamAddCallback_ptsz(CUstream s, CUstreamCallback cb, void *user_da
 
 /* ---- executable graphs ---- */
 
-IBP_HOOK CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
-IBP_HOOK CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info);
-IBP_HOOK CUresult cuGraphExecDestroy(CUgraphExec exec);
-IBP_HOOK CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p,
-                                                 CUcontext ctx);
-IBP_HOOK CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node,
-                                                 const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx);
 IBP_HOOK CUresult cuGraphLaunch(CUgraphExec exec, CUstream s);
 IBP_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s);
 
-CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
+/* What graph holds, read for the executable graph *exec made from it (or updated with it). */
+static void learned(CUgraphExec *exec, CUgraph graph)
 {
-    typedef CUresult (*Fn)(CUgraphExec *, CUgraph, unsigned long long);
-    const Fn real = (Fn)real_fn(ID_cuGraphInstantiateWithFlags);
-    if (!real)
-        return CUDA_ERROR_NOT_FOUND;
-    const CUresult ret = real(exec, graph, flags);
-    if (ret == CUDA_SUCCESS && exec)
+    if (exec)
         ibp_graph_learn((cudaGraphExec_t)*exec, (cudaGraph_t)graph);
-    return ret;
 }
 
-CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info)
+static void memset_learned(CUgraphExec exec, const CUDA_MEMSET_NODE_PARAMS *p)
 {
-    typedef CUresult (*Fn)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *);
-    const Fn real = (Fn)real_fn(ID_cuGraphExecUpdate_v2);
-    if (!real)
-        return CUDA_ERROR_NOT_FOUND;
-    const CUresult ret = real(exec, graph, info);
-    if (ret == CUDA_SUCCESS)
-        ibp_graph_learn((cudaGraphExec_t)exec, (cudaGraph_t)graph);
-    return ret;
-}
-
-CUresult cuGraphExecDestroy(CUgraphExec exec)
-{
-    typedef CUresult (*Fn)(CUgraphExec);
-    const Fn real = (Fn)real_fn(ID_cuGraphExecDestroy);
-    if (!real)
-        return CUDA_ERROR_NOT_FOUND;
-    const CUresult ret = real(exec);
-    if (ret == CUDA_SUCCESS)
-        ibp_graph_forget((cudaGraphExec_t)exec);
-    return ret;
-}
-
-CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p,
-                                        CUcontext ctx)
-{
-    typedef CUresult (*Fn)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D *, CUcontext);
-    const Fn real = (Fn)real_fn(ID_cuGraphExecMemcpyNodeSetParams);
-    if (!real)
-        return CUDA_ERROR_NOT_FOUND;
-    const CUresult ret = real(exec, node, p, ctx);
-    if (ret == CUDA_SUCCESS)
-        ibp_graph_learn_write((cudaGraphExec_t)exec, copy3d(p));
-    return ret;
-}
-
-CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS *p,
-                                        CUcontext ctx)
-{
-    typedef CUresult (*Fn)(CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS *, CUcontext);
-    const Fn real = (Fn)real_fn(ID_cuGraphExecMemsetNodeSetParams);
-    if (!real)
-        return CUDA_ERROR_NOT_FOUND;
-    const CUresult ret = real(exec, node, p, ctx);
-    if (ret == CUDA_SUCCESS && p)
+    if (p)
         ibp_graph_learn_write((cudaGraphExec_t)exec,
                               memset_span(p->dst, p->pitch, p->elementSize, p->width, p->height));
-    return ret;
 }
+
+HOOK_THEN(cuGraphInstantiateWithFlags, ID_cuGraphInstantiateWithFlags,
+          (CUgraphExec * exec, CUgraph graph, unsigned long long flags), (exec, graph, flags),
+          learned(exec, graph))
+HOOK_THEN(cuGraphExecUpdate_v2, ID_cuGraphExecUpdate_v2,
+          (CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info), (exec, graph, info),
+          learned(&exec, graph))
+HOOK_THEN(cuGraphExecDestroy, ID_cuGraphExecDestroy, (CUgraphExec exec), (exec),
+          ibp_graph_forget((cudaGraphExec_t)exec))
+HOOK_THEN(cuGraphExecMemcpyNodeSetParams, ID_cuGraphExecMemcpyNodeSetParams,
+          (CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p, CUcontext ctx), (exec, node, p, ctx),
+          ibp_graph_learn_write((cudaGraphExec_t)exec, copy3d(p)))
+HOOK_THEN(cuGraphExecMemsetNodeSetParams, ID_cuGraphExecMemsetNodeSetParams,
+          (CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx),
+          (exec, node, p, ctx), memset_learned(exec, p))
 
 static CUresult graph_launch(int id, IbpStreamApi api, CUgraphExec exec, CUstream s)
 {
