@@ -22,6 +22,7 @@
 #include "interpose/pitched.h"
 #include "interpose/real.h"
 #include "interpose/router.h"
+#include "interpose/shim.h"
 
 #define IBP_HOOK __attribute__((visibility("default")))
 
@@ -220,6 +221,7 @@ static const char *const real_names[ID_COUNT] = {
 
 static _Atomic(void *) real_fns[ID_COUNT];
 static atomic_flag missing_logged[ID_COUNT];
+static atomic_int absent[ID_COUNT]; /* not defined by the loaded driver (cuGetProcAddress's check) */
 
 /* name resolved by resolve, once found kept in *cache. */
 static void *resolve_cached(_Atomic(void *) *cache, void *(*resolve)(const char *), const char *name)
@@ -360,12 +362,20 @@ IBP_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s);
 /* What graph holds, read for the executable graph *exec made from it (or updated with it). */
 static void learned(CUgraphExec *exec, CUgraph graph)
 {
+    ibp_shim_init(); /* a graph is read once: before the shim was set up it would go unread */
     if (exec)
         ibp_graph_learn((cudaGraphExec_t)*exec, (cudaGraph_t)graph);
 }
 
+static void memcpy_learned(CUgraphExec exec, const CUDA_MEMCPY3D *p)
+{
+    ibp_shim_init();
+    ibp_graph_learn_write((cudaGraphExec_t)exec, copy3d(p));
+}
+
 static void memset_learned(CUgraphExec exec, const CUDA_MEMSET_NODE_PARAMS *p)
 {
+    ibp_shim_init();
     if (p)
         ibp_graph_learn_write((cudaGraphExec_t)exec,
                               memset_span(p->dst, p->pitch, p->elementSize, p->width, p->height));
@@ -381,13 +391,14 @@ HOOK_THEN(cuGraphExecDestroy, ID_cuGraphExecDestroy, (CUgraphExec exec), (exec),
           ibp_graph_forget((cudaGraphExec_t)exec))
 HOOK_THEN(cuGraphExecMemcpyNodeSetParams, ID_cuGraphExecMemcpyNodeSetParams,
           (CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p, CUcontext ctx), (exec, node, p, ctx),
-          ibp_graph_learn_write((cudaGraphExec_t)exec, copy3d(p)))
+          memcpy_learned(exec, p))
 HOOK_THEN(cuGraphExecMemsetNodeSetParams, ID_cuGraphExecMemsetNodeSetParams,
           (CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx),
           (exec, node, p, ctx), memset_learned(exec, p))
 
 static CUresult graph_launch(int id, IbpStreamApi api, CUgraphExec exec, CUstream s)
 {
+    ibp_shim_init();
     typedef CUresult (*Fn)(CUgraphExec, CUstream);
     const Fn real = (Fn)real_fn(id);
     if (!real)
@@ -398,10 +409,10 @@ static CUresult graph_launch(int id, IbpStreamApi api, CUgraphExec exec, CUstrea
     const CUresult ret = real(exec, s);
     /* The launch's end goes behind it through the driver's own host-function call, with the
      * default stream the launch had. */
-    ibp_graph_launch_end(api, &gl, (cudaStream_t)s, ret == CUDA_SUCCESS,
-                         (IbpCuLaunchHostFuncFn)real_fn(api == IBP_STREAM_API_PER_THREAD
-                                                            ? ID_cuLaunchHostFunc_ptsz
-                                                            : ID_cuLaunchHostFunc));
+    ibp_graph_launch_end(api, &gl, (cudaStream_t)s, ret == CUDA_SUCCESS, 1,
+                         (IbpCuLaunchHostFuncFn)real_fn_quiet(api == IBP_STREAM_API_PER_THREAD
+                                                                  ? ID_cuLaunchHostFunc_ptsz
+                                                                  : ID_cuLaunchHostFunc));
     return ret;
 }
 
@@ -465,9 +476,15 @@ static void hand_out_hook(const char *symbol, void **pfn, const void *caller)
         return;
     }
     /* By address, not by name: the very function hooked, whatever the name asked for (the driver
-     * answers cuGraphInstantiate with cuGraphInstantiateWithFlags). */
+     * answers cuGraphInstantiate with cuGraphInstantiateWithFlags).  The driver has answered, so
+     * it is loaded: a function it does not define is remembered as absent, not looked up again. */
     for (int id = 0; id < ID_COUNT; id++) {
-        if (real_fn_quiet(id) == *pfn) {
+        if (atomic_load_explicit(&absent[id], memory_order_relaxed))
+            continue;
+        void *const real = real_fn_quiet(id);
+        if (!real) {
+            atomic_store_explicit(&absent[id], 1, memory_order_relaxed);
+        } else if (real == *pfn) {
             *pfn = hooks[id];
             return;
         }

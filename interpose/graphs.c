@@ -505,7 +505,7 @@ int ibp_graph_launch_begin(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t 
     return 1;
 }
 
-void ibp_graph_launch_end(IbpStreamApi api, IbpGraphLaunch *gl, cudaStream_t stream, int launched,
+void ibp_graph_launch_end(IbpStreamApi api, IbpGraphLaunch *gl, cudaStream_t stream, int launched, int driver,
                           IbpCuLaunchHostFuncFn cu_launch_host_func)
 {
     IbpHostWrite *const writes = gl->writes;
@@ -524,8 +524,9 @@ void ibp_graph_launch_end(IbpStreamApi api, IbpGraphLaunch *gl, cudaStream_t str
     /* After the graph in stream order: its host nodes have returned when this runs.  The real
      * call, not the hook: the hook would count it pending itself. */
     int queued;
-    if (cu_launch_host_func) {
-        queued = cu_launch_host_func((CUstream)stream, launch_done, NULL) == CUDA_SUCCESS;
+    if (driver) {
+        queued =
+            cu_launch_host_func && cu_launch_host_func((CUstream)stream, launch_done, NULL) == CUDA_SUCCESS;
     } else {
         const IbpReal_cudaLaunchHostFunc launch = api == IBP_STREAM_API_PER_THREAD
                                                       ? IBP_REAL(cudaLaunchHostFunc_ptsz)
@@ -547,6 +548,6 @@ cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaS
     if (!ibp_graph_launch_begin(api, exec, stream, &gl))
         return real(exec, stream);
     const cudaError_t err = real(exec, stream);
-    ibp_graph_launch_end(api, &gl, stream, err == cudaSuccess, NULL);
+    ibp_graph_launch_end(api, &gl, stream, err == cudaSuccess, 0, NULL);
     return err;
 }

@@ -88,15 +88,16 @@ void ibp_graph_forget(cudaGraphExec_t exec);
 void ibp_graph_learn_write(cudaGraphExec_t exec, IbpPitched d);
 /* A launch of exec on stream: begin returns 1 when the graph does something to follow (then end
  * must follow the real launch, launched saying whether it succeeded), 0 when the real launch is
- * all there is.  end queues the launch's end behind it with cu_launch_host_func (the driver's) or,
- * when NULL, the runtime's cudaLaunchHostFunc. */
+ * all there is.  end queues the launch's end behind it with the runtime's cudaLaunchHostFunc or,
+ * for a launch through the driver, with cu_launch_host_func (the driver's own; NULL when it has
+ * none, and copies then go raw for good). */
 typedef struct IbpGraphLaunch {
     int host;
     size_t nwrites;
     struct IbpHostWrite *writes;
 } IbpGraphLaunch;
 int ibp_graph_launch_begin(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream, IbpGraphLaunch *gl);
-void ibp_graph_launch_end(IbpStreamApi api, IbpGraphLaunch *gl, cudaStream_t stream, int launched,
+void ibp_graph_launch_end(IbpStreamApi api, IbpGraphLaunch *gl, cudaStream_t stream, int launched, int driver,
                           IbpCuLaunchHostFuncFn cu_launch_host_func);
 
 /* For graphs.c: host work the router cannot wrap.  begin/end count it pending (copies that would

@@ -23,7 +23,8 @@ REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister
             "read", "sigaction", "signal", "recvmsg", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz",
             "cuMemcpyAsync", "cuMemsetD8Async", "cuMemcpy3D_v2", "cuStreamWriteValue32_v2", "cuGetProcAddress_v2",
             "cuLaunchHostFunc", "cuLaunchHostFunc_ptsz", "cuStreamAddCallback", "cuStreamAddCallback_ptsz",
-            "cuGraphInstantiateWithFlags", "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphExecDestroy"]
+            "cuGraphInstantiateWithFlags", "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphExecDestroy",
+            "cuGraphExecUpdate_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams"]
 
 
 def main(path):

@@ -282,8 +282,15 @@ static cudaGraphExec_t instantiate(cudaGraph_t graph, GraphMake how)
 {
     cudaGraphExec_t exec = NULL;
     if (how == GRAPH_DRIVER) {
-        const CUresult r = ((CuGraphInstantiateFn)driver_hook("cuGraphInstantiateWithFlags"))(
-            (CUgraphExec *)&exec, (CUgraph)graph, 0);
+        void *const hook = driver_hook("cuGraphInstantiateWithFlags");
+        /* cuGetProcAddress answers cuGraphInstantiate (CUDA 12) with the same hook. */
+        const GetProcAddressFn gpa = (GetProcAddressFn)lookup(RTLD_DEFAULT, "cuGetProcAddress_v2");
+        void *pfn = NULL;
+        CUdriverProcAddressQueryResult status;
+        CHECK(gpa("cuGraphInstantiate", &pfn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS &&
+                  pfn == hook,
+              "cuGetProcAddress does not hand out the hook of cuGraphInstantiate");
+        const CUresult r = ((CuGraphInstantiateFn)hook)((CUgraphExec *)&exec, (CUgraph)graph, 0);
         CHECK(r == CUDA_SUCCESS, "cuGraphInstantiateWithFlags failed (%d)", (int)r);
     } else if (how == GRAPH_INSTANTIATE) {
         CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
@@ -420,17 +427,22 @@ static void check_graph_write(const char *name, GraphRetarget how, int driver, s
         CHECK_CUDA(cudaGraphGetNodes(graph[0], &node, &count));
         CHECK(count == 1 && node != NULL, "the captured graph has %zu nodes", count);
         if (driver) {
-            const CUDA_MEMCPY3D p = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
-                                     .srcDevice = (CUdeviceptr)(uintptr_t)dev_patch,
-                                     .dstMemoryType = CU_MEMORYTYPE_HOST,
-                                     .dstHost = host + off,
-                                     .WidthInBytes = len,
-                                     .Height = 1,
-                                     .Depth = 1};
-            CUcontext ctx = NULL;
+            /* The node's own parameters with only the destination changed: the driver refuses
+             * other memory types than the node was made with. */
             typedef CUresult (*CtxGetCurrentFn)(CUcontext *);
+            typedef CUresult (*MemcpyNodeGetParamsFn)(CUgraphNode, CUDA_MEMCPY3D *);
             void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-            CHECK(cuda != NULL && ((CtxGetCurrentFn)lookup(cuda, "cuCtxGetCurrent"))(&ctx) == CUDA_SUCCESS,
+            CHECK(cuda != NULL, "libcuda.so.1 is not loaded");
+            CUDA_MEMCPY3D p;
+            CHECK(((MemcpyNodeGetParamsFn)lookup(cuda, "cuGraphMemcpyNodeGetParams"))((CUgraphNode)node,
+                                                                                      &p) == CUDA_SUCCESS,
+                  "cuGraphMemcpyNodeGetParams");
+            if (p.dstMemoryType == CU_MEMORYTYPE_HOST)
+                p.dstHost = host + off;
+            else
+                p.dstDevice = (CUdeviceptr)(uintptr_t)(host + off);
+            CUcontext ctx = NULL;
+            CHECK(((CtxGetCurrentFn)lookup(cuda, "cuCtxGetCurrent"))(&ctx) == CUDA_SUCCESS,
                   "cuCtxGetCurrent");
             const CUresult r = ((CuGraphExecMemcpyFn)driver_hook("cuGraphExecMemcpyNodeSetParams"))(
                 (CUgraphExec)exec, (CUgraphNode)node, &p, ctx);
