@@ -55,6 +55,7 @@
 #undef cuStreamAddCallback
 #undef cuGraphInstantiate
 #undef cuGraphInstantiateWithFlags
+#undef cuGraphInstantiateWithParams
 #undef cuGraphExecUpdate
 #undef cuGraphExecDestroy
 #undef cuGraphExecMemcpyNodeSetParams
@@ -191,6 +192,8 @@ enum {
     ID_cuStreamAddCallback,
     ID_cuStreamAddCallback_ptsz,
     ID_cuGraphInstantiateWithFlags,
+    ID_cuGraphInstantiateWithParams,
+    ID_cuGraphInstantiateWithParams_ptsz,
     ID_cuGraphExecUpdate_v2,
     ID_cuGraphExecDestroy,
     ID_cuGraphExecMemcpyNodeSetParams,
@@ -211,6 +214,8 @@ static const char *const real_names[ID_COUNT] = {
     "cuStreamAddCallback",
     "cuStreamAddCallback_ptsz",
     "cuGraphInstantiateWithFlags",
+    "cuGraphInstantiateWithParams",
+    "cuGraphInstantiateWithParams_ptsz",
     "cuGraphExecUpdate_v2",
     "cuGraphExecDestroy",
     "cuGraphExecMemcpyNodeSetParams",
@@ -384,6 +389,12 @@ static void memset_learned(CUgraphExec exec, const CUDA_MEMSET_NODE_PARAMS *p)
 HOOK_THEN(cuGraphInstantiateWithFlags, ID_cuGraphInstantiateWithFlags,
           (CUgraphExec * exec, CUgraph graph, unsigned long long flags), (exec, graph, flags),
           learned(exec, graph))
+HOOK_THEN(cuGraphInstantiateWithParams, ID_cuGraphInstantiateWithParams,
+          (CUgraphExec * exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *params), (exec, graph, params),
+          learned(exec, graph))
+HOOK_THEN(cuGraphInstantiateWithParams_ptsz, ID_cuGraphInstantiateWithParams_ptsz,
+          (CUgraphExec * exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *params), (exec, graph, params),
+          learned(exec, graph))
 HOOK_THEN(cuGraphExecUpdate_v2, ID_cuGraphExecUpdate_v2,
           (CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info), (exec, graph, info),
           learned(&exec, graph))
@@ -439,6 +450,8 @@ static void *const hooks[ID_COUNT] = {
     (void *)cuStreamAddCallback,
     (void *)cuStreamAddCallback_ptsz,
     (void *)cuGraphInstantiateWithFlags,
+    (void *)cuGraphInstantiateWithParams,
+    (void *)cuGraphInstantiateWithParams_ptsz,
     (void *)cuGraphExecUpdate_v2,
     (void *)cuGraphExecDestroy,
     (void *)cuGraphExecMemcpyNodeSetParams,

@@ -7,7 +7,7 @@ import sys
 
 ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|cuMemcpy[A-Za-z0-9_]*|cuMemset[A-Za-z0-9_]+|cuStreamWriteValue(32|64)_v2(_ptsz)?|"
                      r"cuStreamBatchMemOp_v2(_ptsz)?|cuLaunchHostFunc(_ptsz)?|cuStreamAddCallback(_ptsz)?|"
-                     r"cuGraphInstantiateWithFlags|cuGraphExecUpdate_v2|cuGraphExecDestroy|cuGraphExec(Memcpy|Memset)NodeSetParams|"
+                     r"cuGraphInstantiateWith(Flags|Params|Params_ptsz)|cuGraphExecUpdate_v2|cuGraphExecDestroy|cuGraphExec(Memcpy|Memset)NodeSetParams|"
                      r"cuGraphLaunch(_ptsz)?|cuGetProcAddress(_v2)?|ibpshim_[a-z0-9_]+|sigaction|signal|read|__read_chk|pread|pread64|"
                      r"__pread_chk|__pread64_chk|readv|preadv|preadv64|preadv2|recv|__recv_chk|recvfrom|"
                      r"__recvfrom_chk|recvmsg|recvmmsg)$")
@@ -24,7 +24,8 @@ REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister
             "cuMemcpyAsync", "cuMemsetD8Async", "cuMemcpy3D_v2", "cuStreamWriteValue32_v2", "cuGetProcAddress_v2",
             "cuLaunchHostFunc", "cuLaunchHostFunc_ptsz", "cuStreamAddCallback", "cuStreamAddCallback_ptsz",
             "cuGraphInstantiateWithFlags", "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphExecDestroy",
-            "cuGraphExecUpdate_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams"]
+            "cuGraphExecUpdate_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams",
+            "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz"]
 
 
 def main(path):

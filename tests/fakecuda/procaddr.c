@@ -93,6 +93,8 @@ static const ProcEntry table[] = {
     ENTRY("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
     ENTRY("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),
     ENTRY("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    ENTRY_PT("cuGraphInstantiateWithParams", 12000, cuGraphInstantiateWithParams,
+             cuGraphInstantiateWithParams_ptsz),
     ENTRY_PT("cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz),
     ENTRY("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
     ENTRY("cuGraphDestroy", 10000, cuGraphDestroy),

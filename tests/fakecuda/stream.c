@@ -1644,6 +1644,29 @@ FAKECUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g
     return CUDA_SUCCESS;
 }
 
+/* Upload and device-launch flags are not modelled: refused, as flags other than 0 are above. */
+static CUresult instantiate_with_params(CUgraphExec *out, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    if (!params)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUresult r = cuGraphInstantiateWithFlags(out, g, params->flags);
+    params->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+    params->hErrNode_out = NULL;
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *out, CUgraph g,
+                                                      CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    return instantiate_with_params(out, g, params);
+}
+
+FAKECUDA_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *out, CUgraph g,
+                                                           CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    return instantiate_with_params(out, g, params);
+}
+
 FAKECUDA_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e)
 {
     const CUresult r = fakecuda_check_init();

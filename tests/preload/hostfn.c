@@ -21,6 +21,8 @@ typedef CUresult (*CuLaunchHostFuncFn)(CUstream stream, CUhostFn fn, void *user_
 typedef CUresult (*GetProcAddressFn)(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult *status);
 typedef CUresult (*CuGraphInstantiateFn)(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+typedef CUresult (*CuGraphInstantiateParamsFn)(CUgraphExec *exec, CUgraph graph,
+                                               CUDA_GRAPH_INSTANTIATE_PARAMS *params);
 typedef CUresult (*CuGraphExecUpdateFn)(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info);
 typedef CUresult (*CuGraphExecMemcpyFn)(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p,
                                         CUcontext ctx);
@@ -244,9 +246,16 @@ static void check_variant(const char *name, int ptsz, int callback, int driver, 
     free(patch);
 }
 
-/* GRAPH_DRIVER: the driver's cuGraphInstantiateWithFlags, and the graph launched and destroyed
- * through the driver too (its hooks). */
-typedef enum GraphMake { GRAPH_INSTANTIATE, GRAPH_WITH_FLAGS, GRAPH_WITH_PARAMS, GRAPH_DRIVER } GraphMake;
+/* GRAPH_DRIVER and GRAPH_DRIVER_PARAMS: the driver's cuGraphInstantiateWithFlags or
+ * cuGraphInstantiateWithParams, and the graph launched and destroyed through the driver too (its
+ * hooks). */
+typedef enum GraphMake {
+    GRAPH_INSTANTIATE,
+    GRAPH_WITH_FLAGS,
+    GRAPH_WITH_PARAMS,
+    GRAPH_DRIVER,
+    GRAPH_DRIVER_PARAMS
+} GraphMake;
 
 /* The driver's hook of symbol, checked to be a hook. */
 static void *driver_hook(const char *symbol)
@@ -260,7 +269,7 @@ static void *driver_hook(const char *symbol)
 
 static void graph_launch(cudaGraphExec_t exec, cudaStream_t s, GraphMake how)
 {
-    if (how == GRAPH_DRIVER) {
+    if (how >= GRAPH_DRIVER) {
         const CUresult r = ((CuGraphLaunchFn)driver_hook("cuGraphLaunch"))((CUgraphExec)exec, (CUstream)s);
         CHECK(r == CUDA_SUCCESS, "cuGraphLaunch failed (%d)", (int)r);
     } else {
@@ -270,7 +279,7 @@ static void graph_launch(cudaGraphExec_t exec, cudaStream_t s, GraphMake how)
 
 static void graph_exec_destroy(cudaGraphExec_t exec, GraphMake how)
 {
-    if (how == GRAPH_DRIVER) {
+    if (how >= GRAPH_DRIVER) {
         const CUresult r = ((CuGraphExecDestroyFn)driver_hook("cuGraphExecDestroy"))((CUgraphExec)exec);
         CHECK(r == CUDA_SUCCESS, "cuGraphExecDestroy failed (%d)", (int)r);
     } else {
@@ -281,7 +290,13 @@ static void graph_exec_destroy(cudaGraphExec_t exec, GraphMake how)
 static cudaGraphExec_t instantiate(cudaGraph_t graph, GraphMake how)
 {
     cudaGraphExec_t exec = NULL;
-    if (how == GRAPH_DRIVER) {
+    if (how == GRAPH_DRIVER_PARAMS) {
+        CUDA_GRAPH_INSTANTIATE_PARAMS params = {.flags = 0};
+        const CUresult r = ((CuGraphInstantiateParamsFn)driver_hook("cuGraphInstantiateWithParams"))(
+            (CUgraphExec *)&exec, (CUgraph)graph, &params);
+        CHECK(r == CUDA_SUCCESS && params.result_out == CUDA_GRAPH_INSTANTIATE_SUCCESS,
+              "cuGraphInstantiateWithParams failed (%d, result %d)", (int)r, (int)params.result_out);
+    } else if (how == GRAPH_DRIVER) {
         void *const hook = driver_hook("cuGraphInstantiateWithFlags");
         /* cuGetProcAddress answers cuGraphInstantiate (CUDA 12) with the same hook. */
         const GetProcAddressFn gpa = (GetProcAddressFn)lookup(RTLD_DEFAULT, "cuGetProcAddress_v2");
@@ -513,6 +528,8 @@ int main(void)
     check_graph_host("a host node in a child graph", GRAPH_INSTANTIATE, 1, n, s, totals);
     check_graph_host("a host node (cuGraphInstantiateWithFlags, cuGraphLaunch)", GRAPH_DRIVER, 0, n, s,
                      totals);
+    check_graph_host("a host node (cuGraphInstantiateWithParams, cuGraphLaunch)", GRAPH_DRIVER_PARAMS, 0, n,
+                     s, totals);
     check_graph_write("a graph's device-to-host copy", GRAPH_AS_CAPTURED, 0, n, s, totals);
     check_graph_write("a graph's device-to-host copy after cudaGraphExecUpdate", GRAPH_EXEC_UPDATE, 0, n, s,
                       totals);
