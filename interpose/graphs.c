@@ -182,7 +182,7 @@ static void exec_free(IbpGraphExec *e)
 }
 
 /* Drops exec's entry (a destroyed or re-read executable graph). */
-static void forget(cudaGraphExec_t exec)
+void ibp_graph_forget(cudaGraphExec_t exec)
 {
     IbpGraphExec *e = NULL;
     pthread_mutex_lock(&graphs_mu);
@@ -268,14 +268,14 @@ static void learn_graph(cudaGraphExec_t exec, cudaGraph_t graph, int depth)
 }
 
 /* Reads graph, the graph exec was made from (or updated with), and keeps what it found. */
-static void learn(cudaGraphExec_t exec, cudaGraph_t graph)
+void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph)
 {
-    forget(exec);
+    ibp_graph_forget(exec);
     learn_graph(exec, graph, 0);
 }
 
 /* A node of exec now writes d. */
-static void learn_write(cudaGraphExec_t exec, IbpPitched d)
+void ibp_graph_learn_write(cudaGraphExec_t exec, IbpPitched d)
 {
     const IbpDriver *drv = driver_if_compressing();
     if (!drv)
@@ -283,21 +283,6 @@ static void learn_write(cudaGraphExec_t exec, IbpPitched d)
     IbpGraphScan s = {0};
     scan_pitched(drv, &s, d);
     record(exec, &s);
-}
-
-void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph)
-{
-    learn(exec, graph);
-}
-
-void ibp_graph_forget(cudaGraphExec_t exec)
-{
-    forget(exec);
-}
-
-void ibp_graph_learn_write(cudaGraphExec_t exec, IbpPitched d)
-{
-    learn_write(exec, d);
 }
 
 /* ---- Hooks ---- */
@@ -313,7 +298,7 @@ cudaError_t ibp_route_graph_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, graph, flags);
     if (err == cudaSuccess && exec)
-        learn(*exec, graph);
+        ibp_graph_learn(*exec, graph);
     return err;
 }
 
@@ -328,7 +313,7 @@ cudaError_t ibp_route_graph_instantiate_with_params(IbpStreamApi api, cudaGraphE
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, graph, params);
     if (err == cudaSuccess && exec)
-        learn(*exec, graph);
+        ibp_graph_learn(*exec, graph);
     return err;
 }
 
@@ -341,7 +326,7 @@ cudaError_t ibp_route_graph_exec_update(cudaGraphExec_t exec, cudaGraph_t graph,
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, graph, info);
     if (err == cudaSuccess)
-        learn(exec, graph);
+        ibp_graph_learn(exec, graph);
     return err;
 }
 
@@ -353,7 +338,7 @@ cudaError_t ibp_route_graph_exec_destroy(cudaGraphExec_t exec)
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec);
     if (err == cudaSuccess)
-        forget(exec);
+        ibp_graph_forget(exec);
     return err;
 }
 
@@ -368,7 +353,7 @@ cudaError_t ibp_route_graph_exec_memcpy_3d(cudaGraphExec_t exec, cudaGraphNode_t
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, params);
     if (err == cudaSuccess)
-        learn_write(exec, ibp_pitched_memcpy3d(params));
+        ibp_graph_learn_write(exec, ibp_pitched_memcpy3d(params));
     return err;
 }
 
@@ -381,7 +366,7 @@ cudaError_t ibp_route_graph_exec_memcpy_1d(cudaGraphExec_t exec, cudaGraphNode_t
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, dst, src, count, kind);
     if (err == cudaSuccess)
-        learn_write(exec, ibp_pitched_row(dst, count));
+        ibp_graph_learn_write(exec, ibp_pitched_row(dst, count));
     return err;
 }
 
@@ -396,7 +381,7 @@ cudaError_t ibp_route_graph_exec_memcpy_from_symbol(cudaGraphExec_t exec, cudaGr
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, dst, symbol, count, offset, kind);
     if (err == cudaSuccess)
-        learn_write(exec, ibp_pitched_row(dst, count));
+        ibp_graph_learn_write(exec, ibp_pitched_row(dst, count));
     return err;
 }
 
@@ -409,8 +394,8 @@ cudaError_t ibp_route_graph_exec_memset(cudaGraphExec_t exec, cudaGraphNode_t no
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, params);
     if (err == cudaSuccess && params)
-        learn_write(exec, ibp_pitched_memset(params->dst, params->pitch, params->elementSize, params->width,
-                                             params->height));
+        ibp_graph_learn_write(exec, ibp_pitched_memset(params->dst, params->pitch, params->elementSize,
+                                                       params->width, params->height));
     return err;
 }
 
@@ -438,12 +423,12 @@ cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node
         return err;
     switch (params->type) {
     case cudaGraphNodeTypeMemcpy:
-        learn_write(exec, ibp_pitched_memcpy3d(&params->memcpy.copyParams));
+        ibp_graph_learn_write(exec, ibp_pitched_memcpy3d(&params->memcpy.copyParams));
         break;
     case cudaGraphNodeTypeMemset:
-        learn_write(exec,
-                    ibp_pitched_memset(params->memset.dst, params->memset.pitch, params->memset.elementSize,
-                                       params->memset.width, params->memset.height));
+        ibp_graph_learn_write(exec, ibp_pitched_memset(params->memset.dst, params->memset.pitch,
+                                                       params->memset.elementSize, params->memset.width,
+                                                       params->memset.height));
         break;
     case cudaGraphNodeTypeGraph:
         learn_graph(exec, params->graph.graph, 1);

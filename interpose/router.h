@@ -80,9 +80,9 @@ cudaError_t ibp_route_graph_exec_child(cudaGraphExec_t exec, cudaGraphNode_t nod
 cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node,
                                       struct cudaGraphNodeParams *params);
 cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream);
-/* The same for the driver's calls (drvwrites.c), around the driver's own: what an executable graph
- * does read from graph (instantiated, updated), dropped (destroyed), or a node's new write d
- * added. */
+/* What the hooks above and the driver's (drvwrites.c) note after the real call: what an
+ * executable graph does read from graph (instantiated, updated), dropped (destroyed), or a node's
+ * new write d added. */
 void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph);
 void ibp_graph_forget(cudaGraphExec_t exec);
 void ibp_graph_learn_write(cudaGraphExec_t exec, IbpPitched d);
