@@ -180,48 +180,42 @@ static IbpPitched copy3d_peer(const CUDA_MEMCPY3D_PEER *p)
     P(cuStreamWriteValue64_v2, _ptsz, (CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned int flags),      \
       (s, addr, v, flags), row(addr, 8), cudaMemcpyDeviceToHost, s)
 
+/* The other hooks, each defined below on its own. */
+#define IBP_DRIVER_OTHERS(X)                                                                                 \
+    X(cuStreamBatchMemOp_v2)                                                                                 \
+    X(cuStreamBatchMemOp_v2_ptsz)                                                                            \
+    X(cuLaunchHostFunc)                                                                                      \
+    X(cuLaunchHostFunc_ptsz)                                                                                 \
+    X(cuStreamAddCallback)                                                                                   \
+    X(cuStreamAddCallback_ptsz)                                                                              \
+    X(cuGraphInstantiateWithFlags)                                                                           \
+    X(cuGraphInstantiateWithParams)                                                                          \
+    X(cuGraphInstantiateWithParams_ptsz)                                                                     \
+    X(cuGraphExecUpdate_v2)                                                                                  \
+    X(cuGraphExecDestroy)                                                                                    \
+    X(cuGraphExecMemcpyNodeSetParams)                                                                        \
+    X(cuGraphExecMemsetNodeSetParams)                                                                        \
+    X(cuGraphLaunch)                                                                                         \
+    X(cuGraphLaunch_ptsz)
+
 /* Each hook's real function, resolved at its first call. */
 enum {
 #define HOOK_ID(name, suffix, params, args, span, kind, stream) ID_##name, ID_##name##suffix,
     IBP_DRIVER_WRITERS(HOOK_ID)
 #undef HOOK_ID
-        ID_cuStreamBatchMemOp_v2,
-    ID_cuStreamBatchMemOp_v2_ptsz,
-    ID_cuLaunchHostFunc,
-    ID_cuLaunchHostFunc_ptsz,
-    ID_cuStreamAddCallback,
-    ID_cuStreamAddCallback_ptsz,
-    ID_cuGraphInstantiateWithFlags,
-    ID_cuGraphInstantiateWithParams,
-    ID_cuGraphInstantiateWithParams_ptsz,
-    ID_cuGraphExecUpdate_v2,
-    ID_cuGraphExecDestroy,
-    ID_cuGraphExecMemcpyNodeSetParams,
-    ID_cuGraphExecMemsetNodeSetParams,
-    ID_cuGraphLaunch,
-    ID_cuGraphLaunch_ptsz,
-    ID_COUNT
+#define OTHER_ID(name) ID_##name,
+        IBP_DRIVER_OTHERS(OTHER_ID)
+#undef OTHER_ID
+            ID_COUNT
 };
 
 static const char *const real_names[ID_COUNT] = {
 #define HOOK_NAME(name, suffix, params, args, span, kind, stream) #name, #name #suffix,
     IBP_DRIVER_WRITERS(HOOK_NAME)
 #undef HOOK_NAME
-        "cuStreamBatchMemOp_v2",
-    "cuStreamBatchMemOp_v2_ptsz",
-    "cuLaunchHostFunc",
-    "cuLaunchHostFunc_ptsz",
-    "cuStreamAddCallback",
-    "cuStreamAddCallback_ptsz",
-    "cuGraphInstantiateWithFlags",
-    "cuGraphInstantiateWithParams",
-    "cuGraphInstantiateWithParams_ptsz",
-    "cuGraphExecUpdate_v2",
-    "cuGraphExecDestroy",
-    "cuGraphExecMemcpyNodeSetParams",
-    "cuGraphExecMemsetNodeSetParams",
-    "cuGraphLaunch",
-    "cuGraphLaunch_ptsz",
+#define OTHER_NAME(name) #name,
+        IBP_DRIVER_OTHERS(OTHER_NAME)
+#undef OTHER_NAME
 };
 
 static _Atomic(void *) real_fns[ID_COUNT];
@@ -443,21 +437,9 @@ static void *const hooks[ID_COUNT] = {
 #define HOOK_FN(name, suffix, params, args, span, kind, stream) (void *)name, (void *)name##suffix,
     IBP_DRIVER_WRITERS(HOOK_FN)
 #undef HOOK_FN
-        (void *) cuStreamBatchMemOp_v2,
-    (void *)cuStreamBatchMemOp_v2_ptsz,
-    (void *)cuLaunchHostFunc,
-    (void *)cuLaunchHostFunc_ptsz,
-    (void *)cuStreamAddCallback,
-    (void *)cuStreamAddCallback_ptsz,
-    (void *)cuGraphInstantiateWithFlags,
-    (void *)cuGraphInstantiateWithParams,
-    (void *)cuGraphInstantiateWithParams_ptsz,
-    (void *)cuGraphExecUpdate_v2,
-    (void *)cuGraphExecDestroy,
-    (void *)cuGraphExecMemcpyNodeSetParams,
-    (void *)cuGraphExecMemsetNodeSetParams,
-    (void *)cuGraphLaunch,
-    (void *)cuGraphLaunch_ptsz,
+#define OTHER_FN(name) (void *)name,
+        IBP_DRIVER_OTHERS(OTHER_FN)
+#undef OTHER_FN
 };
 
 /* Whether the caller at `ret` (a return address) lies in the CUDA runtime, whose copies are
