@@ -6,13 +6,10 @@
 # uint8 images and float64 features: several columns; int32 triples: predictors); then racecheck
 # and synccheck over the fp32 weights, whose warps share a buffer in shared memory.  Fails on any
 # error a tool reports; exits 77 (skipped) without compute-sanitizer, a GPU or the tensors.
-# usage: memcheck.sh CUDA_ROOT IBP_BENCH
+# usage: memcheck.sh CUDA_ROOT IBP_BENCH, run through real_cuda.sh (the real driver, never the fake's)
 set -u
 root=$1
 bench=$2
-# The real driver, never the fake's (meson puts its folder on the path of programs linked with it).
-LD_LIBRARY_PATH=$(printf '%s' "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | grep -v '/tests/fakecuda/*$' | paste -sd: -)
-export LD_LIBRARY_PATH
 san=$(command -v compute-sanitizer || true)
 [ -n "$san" ] || [ ! -x "$root/bin/compute-sanitizer" ] || san=$root/bin/compute-sanitizer
 if [ -z "$san" ]; then
