@@ -188,13 +188,18 @@ static IbpPitched copy3d_peer(const CUDA_MEMCPY3D_PEER *p)
     X(cuLaunchHostFunc_ptsz)                                                                                 \
     X(cuStreamAddCallback)                                                                                   \
     X(cuStreamAddCallback_ptsz)                                                                              \
+    X(cuGraphInstantiate)                                                                                    \
+    X(cuGraphInstantiate_v2)                                                                                 \
     X(cuGraphInstantiateWithFlags)                                                                           \
     X(cuGraphInstantiateWithParams)                                                                          \
     X(cuGraphInstantiateWithParams_ptsz)                                                                     \
+    X(cuGraphExecUpdate)                                                                                     \
     X(cuGraphExecUpdate_v2)                                                                                  \
     X(cuGraphExecDestroy)                                                                                    \
     X(cuGraphExecMemcpyNodeSetParams)                                                                        \
     X(cuGraphExecMemsetNodeSetParams)                                                                        \
+    X(cuGraphExecChildGraphNodeSetParams)                                                                    \
+    X(cuGraphExecNodeSetParams)                                                                              \
     X(cuGraphLaunch)                                                                                         \
     X(cuGraphLaunch_ptsz)
 
@@ -380,6 +385,45 @@ static void memset_learned(CUgraphExec exec, const CUDA_MEMSET_NODE_PARAMS *p)
                               memset_span(p->dst, p->pitch, p->elementSize, p->width, p->height));
 }
 
+static void child_learned(CUgraphExec exec, CUgraph child)
+{
+    ibp_shim_init();
+    ibp_graph_learn_child((cudaGraphExec_t)exec, (cudaGraph_t)child);
+}
+
+static void node_learned(CUgraphExec exec, const CUgraphNodeParams *p)
+{
+    ibp_shim_init();
+    if (!p)
+        return;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        ibp_graph_learn_write((cudaGraphExec_t)exec, copy3d(&p->memcpy.copyParams));
+        break;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+        ibp_graph_learn_write((cudaGraphExec_t)exec,
+                              memset_span(p->memset.dst, p->memset.pitch, p->memset.elementSize,
+                                          p->memset.width, p->memset.height));
+        break;
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        ibp_graph_learn_child((cudaGraphExec_t)exec, (cudaGraph_t)p->graph.graph);
+        break;
+    default: /* a host node was one already; the other kinds write no host memory the shim follows */
+        break;
+    }
+}
+
+/* CUDA 10-11's instantiation and update, which cuda.h no longer declares: programs built then
+ * call them by these names. */
+HOOK_THEN(cuGraphInstantiate, ID_cuGraphInstantiate,
+          (CUgraphExec * exec, CUgraph graph, CUgraphNode *error_node, char *log, size_t log_size),
+          (exec, graph, error_node, log, log_size), learned(exec, graph))
+HOOK_THEN(cuGraphInstantiate_v2, ID_cuGraphInstantiate_v2,
+          (CUgraphExec * exec, CUgraph graph, CUgraphNode *error_node, char *log, size_t log_size),
+          (exec, graph, error_node, log, log_size), learned(exec, graph))
+HOOK_THEN(cuGraphExecUpdate, ID_cuGraphExecUpdate,
+          (CUgraphExec exec, CUgraph graph, CUgraphNode *error_node, CUgraphExecUpdateResult *result),
+          (exec, graph, error_node, result), learned(&exec, graph))
 HOOK_THEN(cuGraphInstantiateWithFlags, ID_cuGraphInstantiateWithFlags,
           (CUgraphExec * exec, CUgraph graph, unsigned long long flags), (exec, graph, flags),
           learned(exec, graph))
@@ -400,6 +444,11 @@ HOOK_THEN(cuGraphExecMemcpyNodeSetParams, ID_cuGraphExecMemcpyNodeSetParams,
 HOOK_THEN(cuGraphExecMemsetNodeSetParams, ID_cuGraphExecMemsetNodeSetParams,
           (CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx),
           (exec, node, p, ctx), memset_learned(exec, p))
+HOOK_THEN(cuGraphExecChildGraphNodeSetParams, ID_cuGraphExecChildGraphNodeSetParams,
+          (CUgraphExec exec, CUgraphNode node, CUgraph child), (exec, node, child),
+          child_learned(exec, child))
+HOOK_THEN(cuGraphExecNodeSetParams, ID_cuGraphExecNodeSetParams,
+          (CUgraphExec exec, CUgraphNode node, CUgraphNodeParams *p), (exec, node, p), node_learned(exec, p))
 
 static CUresult graph_launch(int id, IbpStreamApi api, CUgraphExec exec, CUstream s)
 {

@@ -274,6 +274,12 @@ void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph)
     learn_graph(exec, graph, 0);
 }
 
+/* A child graph node of exec now runs child. */
+void ibp_graph_learn_child(cudaGraphExec_t exec, cudaGraph_t child)
+{
+    learn_graph(exec, child, 1);
+}
+
 /* A node of exec now writes d. */
 void ibp_graph_learn_write(cudaGraphExec_t exec, IbpPitched d)
 {
@@ -407,7 +413,7 @@ cudaError_t ibp_route_graph_exec_child(cudaGraphExec_t exec, cudaGraphNode_t nod
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, node, child);
     if (err == cudaSuccess)
-        learn_graph(exec, child, 1);
+        ibp_graph_learn_child(exec, child);
     return err;
 }
 
@@ -431,7 +437,7 @@ cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node
                                                        params->memset.height));
         break;
     case cudaGraphNodeTypeGraph:
-        learn_graph(exec, params->graph.graph, 1);
+        ibp_graph_learn_child(exec, params->graph.graph);
         break;
     case cudaGraphNodeTypeHost: /* was a host node already */
     default:

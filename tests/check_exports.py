@@ -7,7 +7,8 @@ import sys
 
 ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|cuMemcpy[A-Za-z0-9_]*|cuMemset[A-Za-z0-9_]+|cuStreamWriteValue(32|64)_v2(_ptsz)?|"
                      r"cuStreamBatchMemOp_v2(_ptsz)?|cuLaunchHostFunc(_ptsz)?|cuStreamAddCallback(_ptsz)?|"
-                     r"cuGraphInstantiateWith(Flags|Params|Params_ptsz)|cuGraphExecUpdate_v2|cuGraphExecDestroy|cuGraphExec(Memcpy|Memset)NodeSetParams|"
+                     r"cuGraphInstantiate(_v2|WithFlags|WithParams|WithParams_ptsz)?|cuGraphExecUpdate(_v2)?|cuGraphExecDestroy|"
+                     r"cuGraphExec(Memcpy|Memset|ChildGraph)?NodeSetParams|"
                      r"cuGraphLaunch(_ptsz)?|cuGetProcAddress(_v2)?|ibpshim_[a-z0-9_]+|sigaction|signal|read|__read_chk|pread|pread64|"
                      r"__pread_chk|__pread64_chk|readv|preadv|preadv64|preadv2|recv|__recv_chk|recvfrom|"
                      r"__recvfrom_chk|recvmsg|recvmmsg)$")
@@ -25,7 +26,9 @@ REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister
             "cuLaunchHostFunc", "cuLaunchHostFunc_ptsz", "cuStreamAddCallback", "cuStreamAddCallback_ptsz",
             "cuGraphInstantiateWithFlags", "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphExecDestroy",
             "cuGraphExecUpdate_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams",
-            "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz"]
+            "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", "cuGraphInstantiate",
+            "cuGraphInstantiate_v2", "cuGraphExecUpdate", "cuGraphExecChildGraphNodeSetParams",
+            "cuGraphExecNodeSetParams", "cudaGraphExecChildGraphNodeSetParams", "cudaGraphExecNodeSetParams"]
 
 
 def main(path):

@@ -12,6 +12,15 @@
 
 #include "tests/fakecuda/fakecuda.h"
 
+/* CUDA 10-11's graph calls, which cuda.h maps to their newer forms and no longer declares. */
+#undef cuGraphExecUpdate
+#undef cuGraphInstantiate
+CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode *error_node,
+                           CUgraphExecUpdateResult *result);
+CUresult cuGraphInstantiate(CUgraphExec *out, CUgraph g, CUgraphNode *error_node, char *log, size_t log_size);
+CUresult cuGraphInstantiate_v2(CUgraphExec *out, CUgraph g, CUgraphNode *error_node, char *log,
+                               size_t log_size);
+
 /* Everything is built with -fvisibility=hidden; the CUDA entry points opt back in. */
 #define FAKECUDA_EXPORT __attribute__((visibility("default")))
 

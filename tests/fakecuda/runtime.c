@@ -32,6 +32,7 @@ typedef struct DriverCalls {
     CUresult (*graph_exec_update)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *);
     CUresult (*graph_exec_memcpy)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D *, CUcontext);
     CUresult (*graph_exec_memset)(CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS *, CUcontext);
+    CUresult (*graph_exec_child)(CUgraphExec, CUgraphNode, CUgraph);
     CUresult (*graph_launch)(CUgraphExec, CUstream);
     CUresult (*graph_launch_ptsz)(CUgraphExec, CUstream);
     CUresult (*graph_exec_destroy)(CUgraphExec);
@@ -70,6 +71,7 @@ static void driver_calls_load(void)
     LOAD(graph_exec_update, "cuGraphExecUpdate_v2");
     LOAD(graph_exec_memcpy, "cuGraphExecMemcpyNodeSetParams");
     LOAD(graph_exec_memset, "cuGraphExecMemsetNodeSetParams");
+    LOAD(graph_exec_child, "cuGraphExecChildGraphNodeSetParams");
     LOAD(graph_launch, "cuGraphLaunch");
     LOAD(graph_launch_ptsz, "cuGraphLaunch_ptsz");
     LOAD(graph_exec_destroy, "cuGraphExecDestroy");
@@ -1324,12 +1326,9 @@ RT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *node
 }
 
 /* One-row copies and byte memsets, as the fake's graphs hold them. */
-RT_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t exec, cudaGraphNode_t node,
-                                                         void *dst, const void *src, size_t count,
-                                                         enum cudaMemcpyKind kind)
+static cudaError_t exec_memcpy_1d(cudaGraphExec_t exec, cudaGraphNode_t node, void *dst, const void *src,
+                                  size_t count)
 {
-    ENTER();
-    (void)kind;
     CUDA_MEMCPY3D p;
     memset(&p, 0, sizeof(p));
     p.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
@@ -1342,19 +1341,67 @@ RT_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t exec, c
     return ret_cu(drv()->graph_exec_memcpy(exec, node, &p, NULL));
 }
 
+static cudaError_t exec_memset(cudaGraphExec_t exec, cudaGraphNode_t node, void *dst, size_t pitch,
+                               unsigned int value, unsigned int element_size, size_t width, size_t height)
+{
+    CUDA_MEMSET_NODE_PARAMS p = {.dst = (CUdeviceptr)(uintptr_t)dst,
+                                 .pitch = pitch,
+                                 .value = value,
+                                 .elementSize = element_size,
+                                 .width = width,
+                                 .height = height};
+    return ret_cu(drv()->graph_exec_memset(exec, node, &p, NULL));
+}
+
+RT_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                         void *dst, const void *src, size_t count,
+                                                         enum cudaMemcpyKind kind)
+{
+    ENTER();
+    (void)kind;
+    return exec_memcpy_1d(exec, node, dst, src, count);
+}
+
 RT_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
                                                        const struct cudaMemsetParams *params)
 {
     ENTER();
     if (!params)
         return cudaErrorInvalidValue;
-    CUDA_MEMSET_NODE_PARAMS p = {.dst = (CUdeviceptr)(uintptr_t)params->dst,
-                                 .pitch = params->pitch,
-                                 .value = params->value,
-                                 .elementSize = params->elementSize,
-                                 .width = params->width,
-                                 .height = params->height};
-    return ret_cu(drv()->graph_exec_memset(exec, node, &p, NULL));
+    return exec_memset(exec, node, params->dst, params->pitch, params->value, params->elementSize,
+                       params->width, params->height);
+}
+
+RT_EXPORT cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                           cudaGraph_t child)
+{
+    ENTER();
+    return ret_cu(drv()->graph_exec_child(exec, node, child));
+}
+
+/* Copies of one row between pointers, byte memsets and child graphs. */
+RT_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                 struct cudaGraphNodeParams *params)
+{
+    ENTER();
+    if (!params)
+        return cudaErrorInvalidValue;
+    switch (params->type) {
+    case cudaGraphNodeTypeMemcpy: {
+        const struct cudaMemcpy3DParms *const c = &params->memcpy.copyParams;
+        if (c->srcArray || c->dstArray || c->extent.height > 1 || c->extent.depth > 1)
+            return cudaErrorInvalidValue;
+        return exec_memcpy_1d(exec, node, (uint8_t *)c->dstPtr.ptr + c->dstPos.x,
+                              (const uint8_t *)c->srcPtr.ptr + c->srcPos.x, c->extent.width);
+    }
+    case cudaGraphNodeTypeMemset:
+        return exec_memset(exec, node, params->memset.dst, params->memset.pitch, params->memset.value,
+                           params->memset.elementSize, params->memset.width, params->memset.height);
+    case cudaGraphNodeTypeGraph:
+        return ret_cu(drv()->graph_exec_child(exec, node, params->graph.graph));
+    default:
+        return cudaErrorNotSupported;
+    }
 }
 
 RT_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream)

@@ -1975,6 +1975,80 @@ FAKECUDA_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec e, CUgraphNo
     return exec_set_op(e, node, &with);
 }
 
+/* Replaces the ops of child graph node `node` in executable graph e with child's: the new child
+ * must hold as many ops as the old (the driver asks for the same topology). */
+FAKECUDA_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec e, CUgraphNode node, CUgraph child)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUresult res = CUDA_ERROR_INVALID_VALUE;
+    FakecudaOp *old = NULL;
+    pthread_mutex_lock(&objects_mu);
+    size_t at = 0, len = 0;
+    bool found = false, live = false, ok = true;
+    for (CUgraph g = all_graphs; g && !found; g = g->next)
+        for (const FakecudaOp *o = g->head; o && !found; o = o->next)
+            if ((CUgraphNode)o == node && o->type == FAKECUDA_OP_CHILD) {
+                at = flat_count(g, o);
+                len = flat_count(o->u.child.graph, NULL);
+                found = true;
+            }
+    for (CUgraphExec p = all_execs; p; p = p->next)
+        live |= p == e;
+    bool child_live = false;
+    for (CUgraph g = all_graphs; g && !child_live; g = g->next)
+        child_live = graph_within(g, child);
+    if (found && live && child_live && len && flat_count(child, NULL) == len) {
+        FakecudaOp **before = &e->head;
+        for (size_t i = 0; *before && i < at; i++)
+            before = &(*before)->next;
+        FakecudaOp *last = *before;
+        for (size_t i = 1; last && i < len; i++)
+            last = last->next;
+        FakecudaOp *const ops = last ? op_list_clone(child->head, true, &ok) : NULL;
+        if (ops) {
+            FakecudaOp *tail = ops;
+            while (tail->next)
+                tail = tail->next;
+            tail->next = last->next;
+            old = *before;
+            last->next = NULL;
+            *before = ops;
+            res = CUDA_SUCCESS;
+        } else if (last) {
+            res = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    pthread_mutex_unlock(&objects_mu);
+    op_list_free(old);
+    return res;
+}
+
+/* The node kinds the fake's executable graphs can change: copies, memsets and child graphs. */
+FAKECUDA_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode node, CUgraphNodeParams *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        return cuGraphExecMemcpyNodeSetParams(e, node, &p->memcpy.copyParams, p->memcpy.copyCtx);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        const CUDA_MEMSET_NODE_PARAMS m = {.dst = p->memset.dst,
+                                           .pitch = p->memset.pitch,
+                                           .value = p->memset.value,
+                                           .elementSize = p->memset.elementSize,
+                                           .width = p->memset.width,
+                                           .height = p->memset.height};
+        return cuGraphExecMemsetNodeSetParams(e, node, &m, p->memset.ctx);
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        return cuGraphExecChildGraphNodeSetParams(e, node, p->graph.graph);
+    default:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+
 /* Replaces an executable graph's ops with the graph's (no check that the topologies match). */
 FAKECUDA_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info)
 {
@@ -2008,4 +2082,39 @@ FAKECUDA_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphE
     op_list_free(old);
     info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
     return CUDA_SUCCESS;
+}
+
+/* CUDA 10-11's forms, which older programs call by these names (internal.h declares them). */
+FAKECUDA_EXPORT CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode *error_node,
+                                           CUgraphExecUpdateResult *result)
+{
+    CUgraphExecUpdateResultInfo info;
+    const CUresult r = cuGraphExecUpdate_v2(e, g, &info);
+    if (error_node)
+        *error_node = NULL;
+    if (result)
+        *result = info.result;
+    return r;
+}
+
+static CUresult instantiate_v1(CUgraphExec *out, CUgraph g, CUgraphNode *error_node, char *log,
+                               size_t log_size)
+{
+    if (error_node)
+        *error_node = NULL;
+    if (log && log_size)
+        log[0] = 0;
+    return cuGraphInstantiateWithFlags(out, g, 0);
+}
+
+FAKECUDA_EXPORT CUresult cuGraphInstantiate(CUgraphExec *out, CUgraph g, CUgraphNode *error_node, char *log,
+                                            size_t log_size)
+{
+    return instantiate_v1(out, g, error_node, log, log_size);
+}
+
+FAKECUDA_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *out, CUgraph g, CUgraphNode *error_node,
+                                               char *log, size_t log_size)
+{
+    return instantiate_v1(out, g, error_node, log, log_size);
 }

@@ -26,6 +26,12 @@ typedef CUresult (*CuGraphInstantiateParamsFn)(CUgraphExec *exec, CUgraph graph,
 typedef CUresult (*CuGraphExecUpdateFn)(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info);
 typedef CUresult (*CuGraphExecMemcpyFn)(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p,
                                         CUcontext ctx);
+typedef CUresult (*CuGraphInstantiateV1Fn)(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node,
+                                           char *log, size_t log_size);
+typedef CUresult (*CuGraphExecUpdateV1Fn)(CUgraphExec exec, CUgraph graph, CUgraphNode *error_node,
+                                          CUgraphExecUpdateResult *result);
+typedef CUresult (*CuGraphExecChildFn)(CUgraphExec exec, CUgraphNode node, CUgraph child);
+typedef CUresult (*CuGraphExecNodeFn)(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams *p);
 typedef CUresult (*CuGraphLaunchFn)(CUgraphExec exec, CUstream stream);
 typedef CUresult (*CuGraphExecDestroyFn)(CUgraphExec exec);
 typedef CUresult (*CuAddCallbackFn)(CUstream stream, CUstreamCallback cb, void *user_data,
@@ -246,15 +252,16 @@ static void check_variant(const char *name, int ptsz, int callback, int driver, 
     free(patch);
 }
 
-/* GRAPH_DRIVER and GRAPH_DRIVER_PARAMS: the driver's cuGraphInstantiateWithFlags or
- * cuGraphInstantiateWithParams, and the graph launched and destroyed through the driver too (its
- * hooks). */
+/* GRAPH_DRIVER, GRAPH_DRIVER_PARAMS and GRAPH_DRIVER_V1: the driver's cuGraphInstantiateWithFlags,
+ * cuGraphInstantiateWithParams or CUDA 11's cuGraphInstantiate_v2, and the graph launched and
+ * destroyed through the driver too (its hooks). */
 typedef enum GraphMake {
     GRAPH_INSTANTIATE,
     GRAPH_WITH_FLAGS,
     GRAPH_WITH_PARAMS,
     GRAPH_DRIVER,
-    GRAPH_DRIVER_PARAMS
+    GRAPH_DRIVER_PARAMS,
+    GRAPH_DRIVER_V1
 } GraphMake;
 
 /* The driver's hook of symbol, checked to be a hook. */
@@ -290,7 +297,21 @@ static void graph_exec_destroy(cudaGraphExec_t exec, GraphMake how)
 static cudaGraphExec_t instantiate(cudaGraph_t graph, GraphMake how)
 {
     cudaGraphExec_t exec = NULL;
-    if (how == GRAPH_DRIVER_PARAMS) {
+    if (how == GRAPH_DRIVER_V1) {
+        /* What cuGetProcAddress answers a CUDA 11 program for cuGraphInstantiate: the hook of the
+         * old form (exported under both of its names). */
+        const GetProcAddressFn gpa = (GetProcAddressFn)lookup(RTLD_DEFAULT, "cuGetProcAddress_v2");
+        void *pfn = NULL;
+        CUdriverProcAddressQueryResult status;
+        CHECK(gpa("cuGraphInstantiate", &pfn, 11080, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS &&
+                  (pfn == driver_hook("cuGraphInstantiate_v2") || pfn == driver_hook("cuGraphInstantiate")),
+              "cuGetProcAddress does not hand out the hook of CUDA 11's cuGraphInstantiate");
+        CUgraphNode error_node = NULL;
+        char log[64];
+        const CUresult r = ((CuGraphInstantiateV1Fn)driver_hook("cuGraphInstantiate"))(
+            (CUgraphExec *)&exec, (CUgraph)graph, &error_node, log, sizeof(log));
+        CHECK(r == CUDA_SUCCESS, "cuGraphInstantiate (CUDA 10) failed (%d)", (int)r);
+    } else if (how == GRAPH_DRIVER_PARAMS) {
         CUDA_GRAPH_INSTANTIATE_PARAMS params = {.flags = 0};
         const CUresult r = ((CuGraphInstantiateParamsFn)driver_hook("cuGraphInstantiateWithParams"))(
             (CUgraphExec *)&exec, (CUgraph)graph, &params);
@@ -387,11 +408,103 @@ static void check_graph_host(const char *name, GraphMake how, int nested, size_t
 
 /* How an executable graph comes to copy into the region. */
 typedef enum GraphRetarget {
-    GRAPH_AS_CAPTURED, /* captured so */
-    GRAPH_EXEC_UPDATE, /* made from a graph copying elsewhere, then cudaGraphExecUpdate */
-    GRAPH_NODE_PARAMS, /* made from a graph copying elsewhere, then cudaGraphExecMemcpyNodeSetParams1D */
-    GRAPH_IN_CHILD,    /* the copy sits in a child graph */
+    GRAPH_AS_CAPTURED,    /* captured so */
+    GRAPH_EXEC_UPDATE,    /* made from a graph copying elsewhere, then cudaGraphExecUpdate */
+    GRAPH_NODE_PARAMS,    /* made from a graph copying elsewhere, then cudaGraphExecMemcpyNodeSetParams1D */
+    GRAPH_IN_CHILD,       /* the copy sits in a child graph */
+    GRAPH_CHILD_PARAMS,   /* a child graph copying elsewhere, then cudaGraphExecChildGraphNodeSetParams */
+    GRAPH_NODE_ANY,       /* made from a graph copying elsewhere, then cudaGraphExecNodeSetParams */
+    GRAPH_NODE_ANY_CHILD, /* a child graph copying elsewhere, then cudaGraphExecNodeSetParams */
 } GraphRetarget;
+
+/* The node's own parameters with only the destination changed to dst: the driver refuses other
+ * memory types than the node was made with. */
+static CUDA_MEMCPY3D retargeted(cudaGraphNode_t node, void *dst)
+{
+    typedef CUresult (*MemcpyNodeGetParamsFn)(CUgraphNode, CUDA_MEMCPY3D *);
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(cuda != NULL, "libcuda.so.1 is not loaded");
+    CUDA_MEMCPY3D p;
+    CHECK(((MemcpyNodeGetParamsFn)lookup(cuda, "cuGraphMemcpyNodeGetParams"))((CUgraphNode)node, &p) ==
+              CUDA_SUCCESS,
+          "cuGraphMemcpyNodeGetParams");
+    if (p.dstMemoryType == CU_MEMORYTYPE_HOST)
+        p.dstHost = dst;
+    else
+        p.dstDevice = (CUdeviceptr)(uintptr_t)dst;
+    return p;
+}
+
+static CUcontext current_context(void)
+{
+    typedef CUresult (*CtxGetCurrentFn)(CUcontext *);
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(cuda != NULL, "libcuda.so.1 is not loaded");
+    CUcontext ctx = NULL;
+    CHECK(((CtxGetCurrentFn)lookup(cuda, "cuCtxGetCurrent"))(&ctx) == CUDA_SUCCESS, "cuCtxGetCurrent");
+    return ctx;
+}
+
+/* The one node of a graph captured with one call. */
+static cudaGraphNode_t only_node(cudaGraph_t graph)
+{
+    cudaGraphNode_t node = NULL;
+    size_t count = 1;
+    CHECK_CUDA(cudaGraphGetNodes(graph, &node, &count));
+    CHECK(count == 1 && node != NULL, "the captured graph has %zu nodes", count);
+    return node;
+}
+
+/* Changes the node (a copy, or a child graph node) of exec with the call `how` names, through the
+ * runtime or the driver, to copy into dst or to run graph `to`. */
+static void retarget(cudaGraphExec_t exec, cudaGraphNode_t node, GraphRetarget how, int driver, void *dst,
+                     const void *src, size_t len, cudaGraph_t to)
+{
+    if (how == GRAPH_NODE_PARAMS && driver) {
+        const CUDA_MEMCPY3D p = retargeted(node, dst);
+        const CUresult r = ((CuGraphExecMemcpyFn)driver_hook("cuGraphExecMemcpyNodeSetParams"))(
+            (CUgraphExec)exec, (CUgraphNode)node, &p, current_context());
+        CHECK(r == CUDA_SUCCESS, "cuGraphExecMemcpyNodeSetParams failed (%d)", (int)r);
+    } else if (how == GRAPH_NODE_PARAMS) {
+        CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(exec, node, dst, src, len, cudaMemcpyDeviceToHost));
+    } else if (how == GRAPH_CHILD_PARAMS && driver) {
+        const CUresult r = ((CuGraphExecChildFn)driver_hook("cuGraphExecChildGraphNodeSetParams"))(
+            (CUgraphExec)exec, (CUgraphNode)node, (CUgraph)to);
+        CHECK(r == CUDA_SUCCESS, "cuGraphExecChildGraphNodeSetParams failed (%d)", (int)r);
+    } else if (how == GRAPH_CHILD_PARAMS) {
+        CHECK_CUDA(cudaGraphExecChildGraphNodeSetParams(exec, node, to));
+    } else if (driver) {
+        CUgraphNodeParams p;
+        memset(&p, 0, sizeof(p));
+        if (how == GRAPH_NODE_ANY) {
+            p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+            p.memcpy.copyParams = retargeted(node, dst);
+            p.memcpy.copyCtx = current_context();
+        } else {
+            p.type = CU_GRAPH_NODE_TYPE_GRAPH;
+            p.graph.graph = (CUgraph)to;
+        }
+        const CUresult r = ((CuGraphExecNodeFn)driver_hook("cuGraphExecNodeSetParams"))(
+            (CUgraphExec)exec, (CUgraphNode)node, &p);
+        CHECK(r == CUDA_SUCCESS, "cuGraphExecNodeSetParams failed (%d)", (int)r);
+    } else {
+        struct cudaGraphNodeParams p;
+        memset(&p, 0, sizeof(p));
+        if (how == GRAPH_NODE_ANY) {
+            p.type = cudaGraphNodeTypeMemcpy;
+            p.memcpy.copyParams.srcPtr =
+                (struct cudaPitchedPtr){.ptr = (void *)src, .pitch = len, .xsize = len, .ysize = 1};
+            p.memcpy.copyParams.dstPtr =
+                (struct cudaPitchedPtr){.ptr = dst, .pitch = len, .xsize = len, .ysize = 1};
+            p.memcpy.copyParams.extent = (struct cudaExtent){.width = len, .height = 1, .depth = 1};
+            p.memcpy.copyParams.kind = cudaMemcpyDeviceToHost;
+        } else {
+            p.type = cudaGraphNodeTypeGraph;
+            p.graph.graph = to;
+        }
+        CHECK_CUDA(cudaGraphExecNodeSetParams(exec, node, &p));
+    }
+}
 
 /* A graph's device-to-host copy lands in a compressed region without a fault: later copies of
  * the region deliver the graph's bytes.  Each variant copies into a region of its own, so that
@@ -400,8 +513,9 @@ typedef enum GraphRetarget {
 static void check_graph_write(const char *name, GraphRetarget how, int driver, size_t n, cudaStream_t s,
                               PreloadTotalsFn totals)
 {
-    const GraphMake make = driver ? GRAPH_DRIVER : GRAPH_INSTANTIATE;
-    const int update = how == GRAPH_EXEC_UPDATE || how == GRAPH_NODE_PARAMS;
+    const GraphMake make = driver == 2 ? GRAPH_DRIVER_V1 : driver ? GRAPH_DRIVER : GRAPH_INSTANTIATE;
+    const int update = how != GRAPH_AS_CAPTURED && how != GRAPH_IN_CHILD;
+    const int child = how == GRAPH_IN_CHILD || how == GRAPH_CHILD_PARAMS || how == GRAPH_NODE_ANY_CHILD;
     const size_t off = (1u << 20) + 7 * 4096 + 9, len = (48u << 10) + 3;
     uint8_t *host = NULL, *patch = malloc(len), *elsewhere = NULL;
     void *dev_patch = NULL;
@@ -419,16 +533,25 @@ static void check_graph_write(const char *name, GraphRetarget how, int driver, s
         CHECK_CUDA(cudaMemcpyAsync(dsts[g], dev_patch, len, cudaMemcpyDeviceToHost, cs));
         CHECK_CUDA(cudaStreamEndCapture(cs, &graph[g]));
     }
+    /* A parent graph holding the first graph as a child: the region's copy (GRAPH_IN_CHILD) or the
+     * copy elsewhere, which the child node is then changed to run instead. */
     cudaGraph_t parent = NULL;
-    if (how == GRAPH_IN_CHILD) {
+    cudaGraphNode_t child_node = NULL;
+    if (child) {
         CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
         CHECK_CUDA(cudaMemsetAsync(dev_buf, 0, 16, cs));
         CHECK_CUDA(cudaStreamEndCapture(cs, &parent));
-        cudaGraphNode_t node = NULL;
-        CHECK_CUDA(cudaGraphAddChildGraphNode(&node, parent, NULL, 0, graph[1]));
+        CHECK_CUDA(cudaGraphAddChildGraphNode(&child_node, parent, NULL, 0, graph[update ? 0 : 1]));
     }
     const cudaGraphExec_t exec = instantiate(parent ? parent : graph[update ? 0 : 1], make);
-    if (how == GRAPH_EXEC_UPDATE && driver) {
+    if (how == GRAPH_EXEC_UPDATE && driver == 2) {
+        CUgraphNode error_node = NULL;
+        CUgraphExecUpdateResult result;
+        const CUresult r = ((CuGraphExecUpdateV1Fn)driver_hook("cuGraphExecUpdate"))(
+            (CUgraphExec)exec, (CUgraph)graph[1], &error_node, &result);
+        CHECK(r == CUDA_SUCCESS && result == CU_GRAPH_EXEC_UPDATE_SUCCESS,
+              "cuGraphExecUpdate (CUDA 10-11) failed (%d, result %d)", (int)r, (int)result);
+    } else if (how == GRAPH_EXEC_UPDATE && driver) {
         CUgraphExecUpdateResultInfo info;
         const CUresult r = ((CuGraphExecUpdateFn)driver_hook("cuGraphExecUpdate_v2"))(
             (CUgraphExec)exec, (CUgraph)graph[1], &info);
@@ -436,36 +559,9 @@ static void check_graph_write(const char *name, GraphRetarget how, int driver, s
     } else if (how == GRAPH_EXEC_UPDATE) {
         cudaGraphExecUpdateResultInfo info;
         CHECK_CUDA(cudaGraphExecUpdate(exec, graph[1], &info));
-    } else if (how == GRAPH_NODE_PARAMS) {
-        cudaGraphNode_t node = NULL;
-        size_t count = 1;
-        CHECK_CUDA(cudaGraphGetNodes(graph[0], &node, &count));
-        CHECK(count == 1 && node != NULL, "the captured graph has %zu nodes", count);
-        if (driver) {
-            /* The node's own parameters with only the destination changed: the driver refuses
-             * other memory types than the node was made with. */
-            typedef CUresult (*CtxGetCurrentFn)(CUcontext *);
-            typedef CUresult (*MemcpyNodeGetParamsFn)(CUgraphNode, CUDA_MEMCPY3D *);
-            void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-            CHECK(cuda != NULL, "libcuda.so.1 is not loaded");
-            CUDA_MEMCPY3D p;
-            CHECK(((MemcpyNodeGetParamsFn)lookup(cuda, "cuGraphMemcpyNodeGetParams"))((CUgraphNode)node,
-                                                                                      &p) == CUDA_SUCCESS,
-                  "cuGraphMemcpyNodeGetParams");
-            if (p.dstMemoryType == CU_MEMORYTYPE_HOST)
-                p.dstHost = host + off;
-            else
-                p.dstDevice = (CUdeviceptr)(uintptr_t)(host + off);
-            CUcontext ctx = NULL;
-            CHECK(((CtxGetCurrentFn)lookup(cuda, "cuCtxGetCurrent"))(&ctx) == CUDA_SUCCESS,
-                  "cuCtxGetCurrent");
-            const CUresult r = ((CuGraphExecMemcpyFn)driver_hook("cuGraphExecMemcpyNodeSetParams"))(
-                (CUgraphExec)exec, (CUgraphNode)node, &p, ctx);
-            CHECK(r == CUDA_SUCCESS, "cuGraphExecMemcpyNodeSetParams failed (%d)", (int)r);
-        } else {
-            CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(exec, node, host + off, dev_patch, len,
-                                                          cudaMemcpyDeviceToHost));
-        }
+    } else if (update) {
+        retarget(exec, child ? child_node : only_node(graph[0]), how, driver, host + off, dev_patch, len,
+                 graph[1]);
     }
     PreloadWaiting waiting = {.host = host, .n = n, .s = s};
     const unsigned copies = preload_wait_compressed("hostfn", name, totals, copy_all, &waiting);
@@ -530,6 +626,8 @@ int main(void)
                      totals);
     check_graph_host("a host node (cuGraphInstantiateWithParams, cuGraphLaunch)", GRAPH_DRIVER_PARAMS, 0, n,
                      s, totals);
+    check_graph_host("a host node (CUDA 10's cuGraphInstantiate, cuGraphLaunch)", GRAPH_DRIVER_V1, 0, n, s,
+                     totals);
     check_graph_write("a graph's device-to-host copy", GRAPH_AS_CAPTURED, 0, n, s, totals);
     check_graph_write("a graph's device-to-host copy after cudaGraphExecUpdate", GRAPH_EXEC_UPDATE, 0, n, s,
                       totals);
@@ -542,6 +640,20 @@ int main(void)
                       totals);
     check_graph_write("a graph's device-to-host copy after cuGraphExecMemcpyNodeSetParams", GRAPH_NODE_PARAMS,
                       1, n, s, totals);
+    check_graph_write("a child graph's device-to-host copy after cudaGraphExecChildGraphNodeSetParams",
+                      GRAPH_CHILD_PARAMS, 0, n, s, totals);
+    check_graph_write("a child graph's device-to-host copy after cuGraphExecChildGraphNodeSetParams",
+                      GRAPH_CHILD_PARAMS, 1, n, s, totals);
+    check_graph_write("a graph's device-to-host copy after cudaGraphExecNodeSetParams", GRAPH_NODE_ANY, 0, n,
+                      s, totals);
+    check_graph_write("a graph's device-to-host copy after cuGraphExecNodeSetParams", GRAPH_NODE_ANY, 1, n, s,
+                      totals);
+    check_graph_write("a child graph's device-to-host copy after cudaGraphExecNodeSetParams",
+                      GRAPH_NODE_ANY_CHILD, 0, n, s, totals);
+    check_graph_write("a child graph's device-to-host copy after cuGraphExecNodeSetParams",
+                      GRAPH_NODE_ANY_CHILD, 1, n, s, totals);
+    check_graph_write("a graph's device-to-host copy (CUDA 11's cuGraphInstantiate and cuGraphExecUpdate)",
+                      GRAPH_EXEC_UPDATE, 2, n, s, totals);
     printf("hostfn: ok\n");
 
     CHECK_CUDA(cudaStreamDestroy(s));
