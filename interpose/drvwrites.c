@@ -51,6 +51,8 @@
 #undef cuStreamWriteValue32
 #undef cuStreamWriteValue64
 #undef cuStreamBatchMemOp
+#undef cuMemcpyBatchAsync
+#undef cuMemcpy3DBatchAsync
 #undef cuLaunchHostFunc
 #undef cuStreamAddCallback
 #undef cuGraphInstantiate
@@ -183,6 +185,14 @@ static IbpPitched copy3d_peer(const CUDA_MEMCPY3D_PEER *p)
 /* The other hooks, each defined below on its own. */
 #define IBP_DRIVER_OTHERS(X)                                                                                 \
     X(cuStreamBatchMemOp_v2)                                                                                 \
+    X(cuMemcpyBatchAsync)                                                                                    \
+    X(cuMemcpyBatchAsync_ptsz)                                                                               \
+    X(cuMemcpyBatchAsync_v2)                                                                                 \
+    X(cuMemcpyBatchAsync_v2_ptsz)                                                                            \
+    X(cuMemcpy3DBatchAsync)                                                                                  \
+    X(cuMemcpy3DBatchAsync_ptsz)                                                                             \
+    X(cuMemcpy3DBatchAsync_v2)                                                                               \
+    X(cuMemcpy3DBatchAsync_v2_ptsz)                                                                          \
     X(cuStreamBatchMemOp_v2_ptsz)                                                                            \
     X(cuLaunchHostFunc)                                                                                      \
     X(cuLaunchHostFunc_ptsz)                                                                                 \
@@ -315,6 +325,80 @@ CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int count, CUstreamBatc
 {
     return batch_mem_op(ID_cuStreamBatchMemOp_v2_ptsz, IBP_STREAM_API_PER_THREAD, s, count, ops, flags);
 }
+
+/* ---- batched copies ---- */
+
+/* What a batch's copies may write is noted whatever the result: a batch that fails part way may
+ * have enqueued the copies before the failure (marking bytes not written costs a recompression,
+ * never a wrong byte). */
+static void batch_noted(IbpStreamApi api, CUstream s, const CUdeviceptr *dsts, const size_t *sizes,
+                        size_t count)
+{
+    if (!dsts || !sizes)
+        return;
+    IbpBatch b = {.api = api, .stream = (cudaStream_t)s};
+    for (size_t i = 0; i < count; i++)
+        ibp_batch_add(&b, row(dsts[i], sizes[i]));
+    ibp_batch_flush(&b);
+}
+
+static void batch3d_noted(IbpStreamApi api, CUstream s, const CUDA_MEMCPY3D_BATCH_OP *ops, size_t nops)
+{
+    if (!ops)
+        return;
+    IbpBatch b = {.api = api, .stream = (cudaStream_t)s};
+    for (size_t i = 0; i < nops; i++) {
+        const CUDA_MEMCPY3D_BATCH_OP *const op = &ops[i];
+        ibp_batch_add(&b, ibp_pitched_batch_op(op->dst.type == CU_MEMCPY_OPERAND_TYPE_POINTER,
+                                               op->src.type == CU_MEMCPY_OPERAND_TYPE_ARRAY,
+                                               (const void *)(uintptr_t)op->dst.op.ptr.ptr,
+                                               op->dst.op.ptr.rowLength, op->dst.op.ptr.layerHeight,
+                                               op->extent.width, op->extent.height, op->extent.depth));
+    }
+    ibp_batch_flush(&b);
+}
+
+/* CUDA 12.8-12.9's forms take a failIdx before the stream; 13.0's (_v2) do not. */
+#define BATCH_HOOK(name, api, fail_param, fail_arg)                                                          \
+    IBP_HOOK CUresult name(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,                \
+                           CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs fail_param, CUstream s);   \
+    CUresult name(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,                         \
+                  CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs fail_param, CUstream s)             \
+    {                                                                                                        \
+        typedef CUresult (*Fn)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,         \
+                               size_t *, size_t fail_param, CUstream);                                       \
+        const Fn real = (Fn)real_fn(ID_##name);                                                              \
+        if (!real)                                                                                           \
+            return CUDA_ERROR_NOT_FOUND;                                                                     \
+        const CUresult ret = real(dsts, srcs, sizes, count, attrs, idxs, nattrs fail_arg, s);                \
+        batch_noted(api, s, dsts, sizes, count);                                                             \
+        return ret;                                                                                          \
+    }
+
+#define BATCH3D_HOOK(name, api, fail_param, fail_arg)                                                        \
+    IBP_HOOK CUresult name(size_t nops, CUDA_MEMCPY3D_BATCH_OP *ops fail_param, unsigned long long flags,    \
+                           CUstream s);                                                                      \
+    CUresult name(size_t nops, CUDA_MEMCPY3D_BATCH_OP *ops fail_param, unsigned long long flags, CUstream s) \
+    {                                                                                                        \
+        typedef CUresult (*Fn)(size_t, CUDA_MEMCPY3D_BATCH_OP * fail_param, unsigned long long, CUstream);   \
+        const Fn real = (Fn)real_fn(ID_##name);                                                              \
+        if (!real)                                                                                           \
+            return CUDA_ERROR_NOT_FOUND;                                                                     \
+        const CUresult ret = real(nops, ops fail_arg, flags, s);                                             \
+        batch3d_noted(api, s, ops, nops);                                                                    \
+        return ret;                                                                                          \
+    }
+
+#define FAIL_PARAM , size_t *fail_idx
+#define FAIL_ARG , fail_idx
+BATCH_HOOK(cuMemcpyBatchAsync, IBP_STREAM_API_LEGACY, FAIL_PARAM, FAIL_ARG)
+BATCH_HOOK(cuMemcpyBatchAsync_ptsz, IBP_STREAM_API_PER_THREAD, FAIL_PARAM, FAIL_ARG)
+BATCH_HOOK(cuMemcpyBatchAsync_v2, IBP_STREAM_API_LEGACY, , )
+BATCH_HOOK(cuMemcpyBatchAsync_v2_ptsz, IBP_STREAM_API_PER_THREAD, , )
+BATCH3D_HOOK(cuMemcpy3DBatchAsync, IBP_STREAM_API_LEGACY, FAIL_PARAM, FAIL_ARG)
+BATCH3D_HOOK(cuMemcpy3DBatchAsync_ptsz, IBP_STREAM_API_PER_THREAD, FAIL_PARAM, FAIL_ARG)
+BATCH3D_HOOK(cuMemcpy3DBatchAsync_v2, IBP_STREAM_API_LEGACY, , )
+BATCH3D_HOOK(cuMemcpy3DBatchAsync_v2_ptsz, IBP_STREAM_API_PER_THREAD, , )
 
 /* ---- host functions and stream callbacks ---- */
 

@@ -41,6 +41,28 @@ static inline size_t ibp_pitched_span(IbpPitched d, uintptr_t *lo)
     return last > UINTPTR_MAX - *lo ? (size_t)(UINTPTR_MAX - *lo) : last;
 }
 
+/* A batched 3D copy's destination: written only when it is a pointer operand, whose rows are
+ * row_length elements apart (0: the extent's width) and layers layer_height rows (0: the extent's
+ * height); an element is a byte unless the source is an array. */
+static inline IbpPitched ibp_pitched_batch_op(int dst_pointer, int src_array, const void *ptr,
+                                              size_t row_length, size_t layer_height, size_t width,
+                                              size_t height, size_t depth)
+{
+    if (!dst_pointer)
+        return (IbpPitched){0};
+    const size_t element = src_array ? IBP_ARRAY_ELEMENT_MAX : 1;
+    size_t pitch, bytes;
+    if (__builtin_mul_overflow(row_length ? row_length : width, element, &pitch) ||
+        __builtin_mul_overflow(width, element, &bytes))
+        pitch = bytes = SIZE_MAX;
+    return (IbpPitched){.base = (uintptr_t)ptr,
+                        .pitch = pitch,
+                        .rows = layer_height ? layer_height : height,
+                        .width = bytes,
+                        .height = height,
+                        .depth = depth};
+}
+
 /* n bytes at dst. */
 static inline IbpPitched ibp_pitched_row(const void *dst, size_t n)
 {

@@ -116,6 +116,19 @@ void ibp_router_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_t
  * for a host-to-device kind, or for a call captured into a graph (its launches are followed). */
 void ibp_router_enqueued_write(IbpStreamApi api, void *dst, size_t n, enum cudaMemcpyKind kind,
                                cudaStream_t stream);
+/* What a batch of copies (writes.c: the runtime's; drvwrites.c: the driver's) may write, added
+ * copy by copy, noted by flush.  Consecutive copies into one tracked region are noted as one span,
+ * from the first byte of the first to the last of the last (more marked than written, never less),
+ * so that a batch into one buffer costs one fence instead of one a copy.  Start from
+ * {.api, .stream}. */
+typedef struct IbpBatch {
+    IbpStreamApi api;
+    cudaStream_t stream;
+    uintptr_t lo, hi;    /* the span gathered; empty when hi <= lo */
+    uintptr_t base, end; /* its region */
+} IbpBatch;
+void ibp_batch_add(IbpBatch *b, IbpPitched d);
+void ibp_batch_flush(IbpBatch *b);
 /* 1 when [p, p + n) lies wholly inside one tracked region, whose bounds it sets. */
 int ibp_router_tracked_region(const void *p, size_t n, uintptr_t *base, size_t *size);
 /* 1 when stream is capturing, 0 when not, -1 when the driver cannot say. */

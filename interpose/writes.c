@@ -146,24 +146,14 @@ WRITE_HOOKS(cudaMemset3DAsync, _ptsz,
 
 /* ---- Batches ---- */
 
-/* What a batch's copies may write.  Consecutive copies into one tracked region are noted as one
- * span, from the first byte of the first to the last of the last (more marked than written, never
- * less), so that a batch into one buffer costs one fence instead of one a copy. */
-typedef struct Batch {
-    IbpStreamApi api;
-    cudaStream_t stream;
-    uintptr_t lo, hi;    /* the span gathered; empty when hi <= lo */
-    uintptr_t base, end; /* its region */
-} Batch;
-
-static void batch_flush(Batch *b)
+void ibp_batch_flush(IbpBatch *b)
 {
     if (b->hi > b->lo)
         ibp_router_enqueued_write(b->api, (void *)b->lo, b->hi - b->lo, cudaMemcpyDefault, b->stream);
     b->lo = b->hi = 0;
 }
 
-static void batch_add(Batch *b, IbpPitched d)
+void ibp_batch_add(IbpBatch *b, IbpPitched d)
 {
     uintptr_t lo, base;
     size_t size;
@@ -176,10 +166,10 @@ static void batch_add(Batch *b, IbpPitched d)
         b->hi = hi > b->hi ? hi : b->hi;
         return;
     }
-    batch_flush(b);
+    ibp_batch_flush(b);
     if (ibp_router_tracked_region((const void *)lo, n, &base, &size))
-        *b =
-            (Batch){.api = b->api, .stream = b->stream, .lo = lo, .hi = hi, .base = base, .end = base + size};
+        *b = (IbpBatch){
+            .api = b->api, .stream = b->stream, .lo = lo, .hi = hi, .base = base, .end = base + size};
     else /* untracked (one quick search), or across regions */
         ibp_router_enqueued_write(b->api, (void *)lo, n, cudaMemcpyDefault, b->stream);
 }
@@ -222,10 +212,10 @@ static cudaError_t batch(IbpStreamApi api, void *real, void *const *dsts, const 
         v12 ? ((Batch12Fn)real)(dsts, srcs, sizes, count, attrs, idxs, nattrs, (size_t *)a8, stream)
             : ((IbpReal_cudaMemcpyBatchAsync)real)(dsts, srcs, sizes, count, attrs, idxs, nattrs, stream);
     if (dsts && sizes) {
-        Batch b = {.api = api, .stream = stream};
+        IbpBatch b = {.api = api, .stream = stream};
         for (size_t i = 0; i < count; i++)
-            batch_add(&b, ibp_pitched_row(dsts[i], sizes[i]));
-        batch_flush(&b);
+            ibp_batch_add(&b, ibp_pitched_row(dsts[i], sizes[i]));
+        ibp_batch_flush(&b);
     }
     return ret;
 }
@@ -259,25 +249,12 @@ cudaError_t batch_hook_ptsz(void *const *dsts, const void *const *srcs, const si
                  count, attrs, idxs, nattrs, a8, a9);
 }
 
-/* A pointer operand's rows are rowLength elements apart (0: the extent's width), its layers
- * layerHeight rows (0: the extent's height); an element is a byte unless the source is an array. */
 static IbpPitched batch3d_span(const struct cudaMemcpy3DBatchOp *op)
 {
-    if (op->dst.type != cudaMemcpyOperandTypePointer)
-        return (IbpPitched){0};
-    const size_t element = op->src.type == cudaMemcpyOperandTypeArray ? IBP_ARRAY_ELEMENT_MAX : 1;
-    const size_t row = op->dst.op.ptr.rowLength ? op->dst.op.ptr.rowLength : op->extent.width;
-    const size_t rows = op->dst.op.ptr.layerHeight ? op->dst.op.ptr.layerHeight : op->extent.height;
-    size_t pitch, width;
-    if (__builtin_mul_overflow(row, element, &pitch) ||
-        __builtin_mul_overflow(op->extent.width, element, &width))
-        pitch = width = SIZE_MAX;
-    return (IbpPitched){.base = (uintptr_t)op->dst.op.ptr.ptr,
-                        .pitch = pitch,
-                        .rows = rows,
-                        .width = width,
-                        .height = op->extent.height,
-                        .depth = op->extent.depth};
+    return ibp_pitched_batch_op(op->dst.type == cudaMemcpyOperandTypePointer,
+                                op->src.type == cudaMemcpyOperandTypeArray, op->dst.op.ptr.ptr,
+                                op->dst.op.ptr.rowLength, op->dst.op.ptr.layerHeight, op->extent.width,
+                                op->extent.height, op->extent.depth);
 }
 
 /* 13.x: (nops, ops, flags, stream); 12.x: (nops, ops, failIdx, flags, stream). */
@@ -292,10 +269,10 @@ static cudaError_t batch3d(IbpStreamApi api, void *real, size_t nops, struct cud
         v12 ? ((Batch3d12Fn)real)(nops, ops, (size_t *)a3, (unsigned long long)a4, stream)
             : ((IbpReal_cudaMemcpy3DBatchAsync)real)(nops, ops, (unsigned long long)a3, stream);
     if (ops) {
-        Batch b = {.api = api, .stream = stream};
+        IbpBatch b = {.api = api, .stream = stream};
         for (size_t i = 0; i < nops; i++)
-            batch_add(&b, batch3d_span(&ops[i]));
-        batch_flush(&b);
+            ibp_batch_add(&b, batch3d_span(&ops[i]));
+        ibp_batch_flush(&b);
     }
     return ret;
 }

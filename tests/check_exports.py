@@ -28,7 +28,9 @@ REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister
             "cuGraphExecUpdate_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams",
             "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", "cuGraphInstantiate",
             "cuGraphInstantiate_v2", "cuGraphExecUpdate", "cuGraphExecChildGraphNodeSetParams",
-            "cuGraphExecNodeSetParams", "cudaGraphExecChildGraphNodeSetParams", "cudaGraphExecNodeSetParams"]
+            "cuGraphExecNodeSetParams", "cudaGraphExecChildGraphNodeSetParams", "cudaGraphExecNodeSetParams",
+            "cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2", "cuMemcpyBatchAsync_v2_ptsz", "cuMemcpy3DBatchAsync",
+            "cuMemcpy3DBatchAsync_v2", "cuMemcpy3DBatchAsync_v2_ptsz"]
 
 
 def main(path):

@@ -236,3 +236,116 @@ FAKECUDA_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char val
 {
     return memset_d8(P(dst), value, n, s, true, MODE_ASYNC);
 }
+
+/* ---- Batches: each copy (or each row of a 3D copy) enqueued in order, pointer operands only ---- */
+
+static CUresult batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                      const CUmemcpyAttributes *attrs, const size_t *idxs, size_t nattrs, size_t *fail_idx,
+                      CUstream s, bool per_thread)
+{
+    if (fail_idx)
+        *fail_idx = SIZE_MAX;
+    if (!dsts || !srcs || !sizes || !count || !attrs || !idxs || !nattrs || nattrs > count || idxs[0] != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < nattrs; i++)
+        if (attrs[i].srcAccessOrder == CU_MEMCPY_SRC_ACCESS_ORDER_INVALID || (i && idxs[i] <= idxs[i - 1]) ||
+            idxs[i] >= count)
+            return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        const CUresult r = copy(P(dsts[i]), P(srcs[i]), sizes[i], s, per_thread, MODE_ASYNC, SHAPE_ANY);
+        if (r != CUDA_SUCCESS) {
+            if (fail_idx)
+                *fail_idx = i;
+            return r;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                            CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs,
+                                            size_t *fail_idx, CUstream s)
+{
+    return batch(dsts, srcs, sizes, count, attrs, idxs, nattrs, fail_idx, s, false);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                                 size_t count, CUmemcpyAttributes *attrs, size_t *idxs,
+                                                 size_t nattrs, size_t *fail_idx, CUstream s)
+{
+    return batch(dsts, srcs, sizes, count, attrs, idxs, nattrs, fail_idx, s, true);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                               size_t count, CUmemcpyAttributes *attrs, size_t *idxs,
+                                               size_t nattrs, CUstream s)
+{
+    return batch(dsts, srcs, sizes, count, attrs, idxs, nattrs, NULL, s, false);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                                    size_t count, CUmemcpyAttributes *attrs, size_t *idxs,
+                                                    size_t nattrs, CUstream s)
+{
+    return batch(dsts, srcs, sizes, count, attrs, idxs, nattrs, NULL, s, true);
+}
+
+/* rowLength and layerHeight in bytes and rows (0: the extent's). */
+static CUresult batch3d(size_t nops, const CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail_idx,
+                        unsigned long long flags, CUstream s, bool per_thread)
+{
+    if (fail_idx)
+        *fail_idx = SIZE_MAX;
+    if (!ops || !nops || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < nops; i++)
+        if (ops[i].src.type != CU_MEMCPY_OPERAND_TYPE_POINTER ||
+            ops[i].dst.type != CU_MEMCPY_OPERAND_TYPE_POINTER || !ops[i].extent.width ||
+            !ops[i].extent.height || !ops[i].extent.depth ||
+            ops[i].srcAccessOrder == CU_MEMCPY_SRC_ACCESS_ORDER_INVALID)
+            return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < nops; i++) {
+        const CUDA_MEMCPY3D_BATCH_OP *const op = &ops[i];
+        const size_t w = op->extent.width, h = op->extent.height;
+        const size_t dpitch = op->dst.op.ptr.rowLength ? op->dst.op.ptr.rowLength : w;
+        const size_t spitch = op->src.op.ptr.rowLength ? op->src.op.ptr.rowLength : w;
+        const size_t dslice = dpitch * (op->dst.op.ptr.layerHeight ? op->dst.op.ptr.layerHeight : h);
+        const size_t sslice = spitch * (op->src.op.ptr.layerHeight ? op->src.op.ptr.layerHeight : h);
+        for (size_t z = 0; z < op->extent.depth; z++)
+            for (size_t y = 0; y < h; y++) {
+                const CUresult r = copy(P(op->dst.op.ptr.ptr) + z * dslice + y * dpitch,
+                                        P(op->src.op.ptr.ptr) + z * sslice + y * spitch, w, s, per_thread,
+                                        MODE_ASYNC, SHAPE_ANY);
+                if (r != CUDA_SUCCESS) {
+                    if (fail_idx)
+                        *fail_idx = i;
+                    return r;
+                }
+            }
+    }
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpy3DBatchAsync(size_t nops, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail_idx,
+                                              unsigned long long flags, CUstream s)
+{
+    return batch3d(nops, ops, fail_idx, flags, s, false);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(size_t nops, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail_idx,
+                                                   unsigned long long flags, CUstream s)
+{
+    return batch3d(nops, ops, fail_idx, flags, s, true);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t nops, CUDA_MEMCPY3D_BATCH_OP *ops,
+                                                 unsigned long long flags, CUstream s)
+{
+    return batch3d(nops, ops, NULL, flags, s, false);
+}
+
+FAKECUDA_EXPORT CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t nops, CUDA_MEMCPY3D_BATCH_OP *ops,
+                                                      unsigned long long flags, CUstream s)
+{
+    return batch3d(nops, ops, NULL, flags, s, true);
+}

@@ -12,7 +12,8 @@
 
 #include "tests/fakecuda/fakecuda.h"
 
-/* CUDA 10-11's graph calls, which cuda.h maps to their newer forms and no longer declares. */
+/* CUDA 10-11's graph calls and CUDA 12.8's batched copies, which cuda.h maps to their newer forms
+ * and no longer declares. */
 #undef cuGraphExecUpdate
 #undef cuGraphInstantiate
 CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode *error_node,

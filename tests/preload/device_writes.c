@@ -7,6 +7,7 @@
  * The driver API's forms are called as a program linked with libcuda calls them (the symbol the
  * process resolves), through the address the exported cuGetProcAddress_v2 answers, and through
  * the one cudaGetDriverEntryPointByVersion answers. */
+#include <cuda.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -78,6 +79,11 @@ typedef enum Form {
     CU_COPY_ASYNC,
     CU_MEMSET_D8_ASYNC,
     CU_MEMSET_D8,
+    CU_BATCH,
+    CU_BATCH_12,
+    CU_BATCH_PROC,
+    CU_BATCH_3D,
+    CU_BATCH_3D_12,
     FORM_COUNT
 } Form;
 
@@ -102,6 +108,11 @@ static const char *const form_names[FORM_COUNT] = {
     "cuMemcpyAsync",
     "cuMemsetD8Async",
     "cuMemsetD8_v2",
+    "cuMemcpyBatchAsync_v2",
+    "cuMemcpyBatchAsync (CUDA 12.8)",
+    "cuMemcpyBatchAsync (cuGetProcAddress)",
+    "cuMemcpy3DBatchAsync_v2",
+    "cuMemcpy3DBatchAsync (CUDA 12.8)",
 };
 
 /* CUDA 12.8 and 12.9 took a failIdx argument before the stream; 13.0 dropped it. */
@@ -137,6 +148,12 @@ typedef int (*CuCopyAsyncFn)(DevPtr, DevPtr, size_t, cudaStream_t);
 typedef int (*CuMemsetD8AsyncFn)(DevPtr, unsigned char, size_t, cudaStream_t);
 typedef int (*CuMemsetD8Fn)(DevPtr, unsigned char, size_t);
 typedef int (*CuGetProcAddressFn)(const char *, void **, int, unsigned long long, int *);
+typedef CUresult (*CuBatchFn)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *,
+                              size_t, CUstream);
+typedef CUresult (*CuBatch12Fn)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
+                                size_t *, size_t, size_t *, CUstream);
+typedef CUresult (*CuBatch3dFn)(size_t, CUDA_MEMCPY3D_BATCH_OP *, unsigned long long, CUstream);
+typedef CUresult (*CuBatch3d12Fn)(size_t, CUDA_MEMCPY3D_BATCH_OP *, size_t *, unsigned long long, CUstream);
 
 #define CHECK_CU(call)                                                                                       \
     do {                                                                                                     \
@@ -147,6 +164,69 @@ typedef int (*CuGetProcAddressFn)(const char *, void **, int, unsigned long long
 static DevPtr dptr(const void *p)
 {
     return (DevPtr)(uintptr_t)p;
+}
+
+/* The driver's batch of three copies, two into host at `at` (applied to expect), one into device
+ * memory, through the 13.0 form by symbol or by cuGetProcAddress, or 12.8's. */
+static void cu_batch(Form f, uint8_t *host, uint8_t *expect, size_t at, cudaStream_t s)
+{
+    CUdeviceptr dsts[3] = {dptr(host + at), dptr(dev_buf), dptr(host + at + 300000)};
+    CUdeviceptr srcs[3] = {dptr(dev_src + 13), dptr(dev_src + 5), dptr(dev_src + 4097)};
+    size_t sizes[3] = {5001, 64, 123455};
+    CUmemcpyAttributes attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    size_t idx = 0, fail = 0;
+    if (f == CU_BATCH_12) {
+        CHECK_CU(((CuBatch12Fn)lookup("cuMemcpyBatchAsync"))(dsts, srcs, sizes, 3, &attr, &idx, 1, &fail,
+                                                             (CUstream)s));
+    } else if (f == CU_BATCH_PROC) {
+        const CuGetProcAddressFn gpa = (CuGetProcAddressFn)lookup("cuGetProcAddress_v2");
+        void *fn = NULL;
+        int status = -1;
+        CHECK_CU(gpa("cuMemcpyBatchAsync", &fn, 13000, 0, &status));
+        CHECK(fn != NULL && status == 0, "cuGetProcAddress_v2(cuMemcpyBatchAsync) gave nothing (status %d)",
+              status);
+        CHECK_CU(((CuBatchFn)fn)(dsts, srcs, sizes, 3, &attr, &idx, 1, (CUstream)s));
+    } else {
+        CHECK_CU(
+            ((CuBatchFn)lookup("cuMemcpyBatchAsync_v2"))(dsts, srcs, sizes, 3, &attr, &idx, 1, (CUstream)s));
+    }
+    const Rows a = {.dst = at, .src = 13, .width = 5001, .height = 1, .depth = 1};
+    const Rows b = {.dst = at + 300000, .src = 4097, .width = 123455, .height = 1, .depth = 1};
+    model(expect, &a);
+    model(expect, &b);
+}
+
+/* The driver's 3D batch of one copy of 3 layers into host at `at`; returns what it writes. */
+static Rows cu_batch_3d(Form f, uint8_t *host, size_t at, cudaStream_t s)
+{
+    CUDA_MEMCPY3D_BATCH_OP op;
+    memset(&op, 0, sizeof(op));
+    op.src.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+    op.src.op.ptr.ptr = dptr(dev_src + 9);
+    op.src.op.ptr.rowLength = 3100;
+    op.src.op.ptr.layerHeight = 11;
+    op.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+    op.dst.op.ptr.ptr = dptr(host + at);
+    op.dst.op.ptr.rowLength = 4100;
+    op.dst.op.ptr.layerHeight = 10;
+    op.extent = (CUextent3D){.width = 2600, .height = 7, .depth = 3};
+    op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    size_t fail = 0;
+    if (f == CU_BATCH_3D_12)
+        CHECK_CU(((CuBatch3d12Fn)lookup("cuMemcpy3DBatchAsync"))(1, &op, &fail, 0, (CUstream)s));
+    else
+        CHECK_CU(((CuBatch3dFn)lookup("cuMemcpy3DBatchAsync_v2"))(1, &op, 0, (CUstream)s));
+    return (Rows){.dst = at,
+                  .dpitch = 4100,
+                  .dslice = 4100 * 10,
+                  .src = 9,
+                  .spitch = 3100,
+                  .sslice = 3100 * 11,
+                  .width = 2600,
+                  .height = 7,
+                  .depth = 3};
 }
 
 /* Enqueues form f on s writing host (and applies it to expect). */
@@ -327,6 +407,15 @@ static void write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
         r.height = 1;
         CHECK_CU(
             ((CuMemsetD8Fn)lookup("cuMemsetD8_v2"))(dptr(host + r.dst), (unsigned char)r.value, r.width));
+        break;
+    case CU_BATCH:
+    case CU_BATCH_12:
+    case CU_BATCH_PROC:
+        cu_batch(f, host, expect, at, s);
+        return;
+    case CU_BATCH_3D:
+    case CU_BATCH_3D_12:
+        r = cu_batch_3d(f, host, at, s);
         break;
     case FORM_COUNT:
         break;

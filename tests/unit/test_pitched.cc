@@ -108,6 +108,22 @@ TEST(Pitched, AHeightOfZeroIsTheCopysRowsPastItsFirst)
     EXPECT_EQ(lo, 0x200000u + 10 * 256);
 }
 
+TEST(Pitched, BatchOperandsTakeTheirRowsAndLayersOrTheExtents)
+{
+    uintptr_t lo = 0;
+    void *const p = reinterpret_cast<void *>(0x200000);
+    /* rows 4100 bytes apart, layers of 10 rows: the last row of layer 2 ends there. */
+    EXPECT_EQ(span(ibp_pitched_batch_op(1, 0, p, 4100, 10, 2600, 7, 3), &lo), 2u * 41000 + 6u * 4100 + 2600);
+    EXPECT_EQ(lo, 0x200000u);
+    /* 0 takes the extent's width and height: the copy is contiguous. */
+    EXPECT_EQ(span(ibp_pitched_batch_op(1, 0, p, 0, 0, 2600, 7, 3), &lo), 3u * 7 * 2600);
+    /* From an array the extent counts elements, taken at the widest. */
+    EXPECT_EQ(span(ibp_pitched_batch_op(1, 1, p, 0, 0, 10, 1, 1), &lo), 10u * IBP_ARRAY_ELEMENT_MAX);
+    EXPECT_EQ(span(ibp_pitched_batch_op(0, 0, p, 4100, 10, 2600, 7, 3), &lo), 0u) << "an array destination";
+    EXPECT_EQ(span(ibp_pitched_batch_op(1, 1, p, SIZE_MAX / 8, 0, 1, 2, 1), &lo), UINTPTR_MAX - 0x200000u)
+        << "an overflowing pitch takes the rest of the address space";
+}
+
 TEST(Pitched, MemsetCountsElements)
 {
     uintptr_t lo = 0;
