@@ -198,35 +198,41 @@ static void cu_batch(Form f, uint8_t *host, uint8_t *expect, size_t at, cudaStre
     model(expect, &b);
 }
 
-/* The driver's 3D batch of one copy of 3 layers into host at `at`; returns what it writes. */
-static Rows cu_batch_3d(Form f, uint8_t *host, size_t at, cudaStream_t s)
+/* What each 3D batch copies into host at `at`: 3 layers of 8 rows of 2500 bytes, rows 4000
+ * bytes apart and layers 9 rows, from rows 3000 bytes apart and layers of 10 rows. */
+static Rows batch3d_rows(size_t at)
+{
+    return (Rows){.dst = at,
+                  .dpitch = 4000,
+                  .dslice = 4000 * 9,
+                  .src = 7,
+                  .spitch = 3000,
+                  .sslice = 3000 * 10,
+                  .width = 2500,
+                  .height = 8,
+                  .depth = 3};
+}
+
+/* The driver's 3D batch of one copy, r (batch3d_rows) into host. */
+static void cu_batch_3d(Form f, uint8_t *host, const Rows *r, cudaStream_t s)
 {
     CUDA_MEMCPY3D_BATCH_OP op;
     memset(&op, 0, sizeof(op));
     op.src.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
-    op.src.op.ptr.ptr = dptr(dev_src + 9);
-    op.src.op.ptr.rowLength = 3100;
-    op.src.op.ptr.layerHeight = 11;
+    op.src.op.ptr.ptr = dptr(dev_src + r->src);
+    op.src.op.ptr.rowLength = r->spitch;
+    op.src.op.ptr.layerHeight = r->sslice / r->spitch;
     op.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
-    op.dst.op.ptr.ptr = dptr(host + at);
-    op.dst.op.ptr.rowLength = 4100;
-    op.dst.op.ptr.layerHeight = 10;
-    op.extent = (CUextent3D){.width = 2600, .height = 7, .depth = 3};
+    op.dst.op.ptr.ptr = dptr(host + r->dst);
+    op.dst.op.ptr.rowLength = r->dpitch;
+    op.dst.op.ptr.layerHeight = r->dslice / r->dpitch;
+    op.extent = (CUextent3D){.width = r->width, .height = r->height, .depth = r->depth};
     op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
     size_t fail = 0;
     if (f == CU_BATCH_3D_12)
         CHECK_CU(((CuBatch3d12Fn)lookup("cuMemcpy3DBatchAsync"))(1, &op, &fail, 0, (CUstream)s));
     else
         CHECK_CU(((CuBatch3dFn)lookup("cuMemcpy3DBatchAsync_v2"))(1, &op, 0, (CUstream)s));
-    return (Rows){.dst = at,
-                  .dpitch = 4100,
-                  .dslice = 4100 * 10,
-                  .src = 9,
-                  .spitch = 3100,
-                  .sslice = 3100 * 11,
-                  .width = 2600,
-                  .height = 7,
-                  .depth = 3};
 }
 
 /* Enqueues form f on s writing host (and applies it to expect). */
@@ -330,32 +336,24 @@ static void write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
         break;
     }
     case BATCH_3D: {
+        r = batch3d_rows(at);
         struct cudaMemcpy3DBatchOp op;
         memset(&op, 0, sizeof(op));
         op.src.type = cudaMemcpyOperandTypePointer;
-        op.src.op.ptr.ptr = dev_src + 7;
-        op.src.op.ptr.rowLength = 3000;
-        op.src.op.ptr.layerHeight = 10;
+        op.src.op.ptr.ptr = dev_src + r.src;
+        op.src.op.ptr.rowLength = r.spitch;
+        op.src.op.ptr.layerHeight = r.sslice / r.spitch;
         op.dst.type = cudaMemcpyOperandTypePointer;
-        op.dst.op.ptr.ptr = host + at;
-        op.dst.op.ptr.rowLength = 4000;
-        op.dst.op.ptr.layerHeight = 9;
-        op.extent = extent(2500, 8, 3);
+        op.dst.op.ptr.ptr = host + r.dst;
+        op.dst.op.ptr.rowLength = r.dpitch;
+        op.dst.op.ptr.layerHeight = r.dslice / r.dpitch;
+        op.extent = extent(r.width, r.height, r.depth);
         op.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
         size_t fail = 0;
         if (runtime_is_12())
             CHECK_CUDA(((Batch3d12Fn)lookup("cudaMemcpy3DBatchAsync"))(1, &op, &fail, 0, s));
         else
             CHECK_CUDA(cudaMemcpy3DBatchAsync(1, &op, 0, s));
-        r = (Rows){.dst = at,
-                   .dpitch = 4000,
-                   .dslice = 4000 * 9,
-                   .src = 7,
-                   .spitch = 3000,
-                   .sslice = 3000 * 10,
-                   .width = 2500,
-                   .height = 8,
-                   .depth = 3};
         break;
     }
     case CU_DTOH_ASYNC:
@@ -415,7 +413,8 @@ static void write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
         return;
     case CU_BATCH_3D:
     case CU_BATCH_3D_12:
-        r = cu_batch_3d(f, host, at, s);
+        r = batch3d_rows(at);
+        cu_batch_3d(f, host, &r, s);
         break;
     case FORM_COUNT:
         break;
