@@ -10,110 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Reports of schema 1 lack the compressor counters (plans, builds), 2 has them; 3 adds the router's
- * host times and the measured DMAs. */
-#define IBP_VIEW_SCHEMA "ibpshim-report/4"
-#define IBP_VIEW_SCHEMA_V3 "ibpshim-report/3"
-#define IBP_VIEW_SCHEMA_V2 "ibpshim-report/2"
-#define IBP_VIEW_SCHEMA_V1 "ibpshim-report/1"
+#include "tools/report_load.h"
+
 #define IBP_VIEW_EXIT_ERROR 2
-#define IBP_VIEW_REASONS 11
-/* Reasons older schemas lack (read as 0 from them): "slower" came with /4. */
-#define IBP_VIEW_REASONS_V3 10
-#define IBP_VIEW_LABEL_MAX 160
-#define IBP_VIEW_KEY_MAX 2048
-
-/* The report schema's raw-byte reasons, in schema order. */
-static const char *const reason_names[IBP_VIEW_REASONS] = {
-    "below_threshold", "not_pinned", "cold",   "stale", "incompressible",
-    "capturing",       "churn",      "budget", "error", "disabled", "slower",
-};
-
-typedef struct IbpViewCounters {
-    uint64_t copies;
-    uint64_t requested;
-    uint64_t sent;
-    int64_t saved;
-    double ratio;
-    uint64_t compressed;
-    uint64_t compressed_wire;
-    double compression_ratio;
-    uint64_t raw_total;
-    uint64_t raw[IBP_VIEW_REASONS];
-    uint64_t invalidations;
-    uint64_t recompressions;
-    uint64_t evictions;
-    uint64_t evicted_bytes;
-    uint64_t tracking_ns;
-    uint64_t routed; /* schema 3 */
-    uint64_t lookup_ns;
-    uint64_t enqueue_ns;
-    uint64_t staging_wait_ns;
-    uint64_t dma_ns;
-    uint64_t dma_bytes;
-    uint64_t decode_ns;
-    uint64_t decoded_bytes;
-    uint64_t shadow_bytes;
-    uint64_t shadow_peak;
-    uint64_t plans; /* schema 2 */
-    uint64_t plans_reused;
-    uint64_t plan_ns;
-    uint64_t builds;
-    uint64_t build_ns;
-    double time_saved_s;
-} IbpViewCounters;
-
-typedef struct IbpViewSite {
-    uint64_t id;
-    uint64_t regions;
-    uint64_t regions_live;
-    IbpViewCounters c;
-    char label[IBP_VIEW_LABEL_MAX];
-    char key[IBP_VIEW_KEY_MAX]; /* frames without addresses: matches a site across runs */
-} IbpViewSite;
-
-typedef struct IbpViewRegion {
-    uint64_t id;
-    const char *base;
-    uint64_t size;
-    uint64_t site;
-    int freed;
-    IbpViewCounters c;
-} IbpViewRegion;
-
-typedef struct IbpViewSample {
-    uint64_t elapsed_ns;
-    uint64_t requested;
-    uint64_t sent;
-} IbpViewSample;
-
-typedef struct IbpViewReport {
-    const char *file;
-    json_t *root; /* owns the strings below */
-    const char *schema;
-    int version; /* 1 or 2 */
-    const char *generator;
-    const char *reason;
-    uint64_t pid;
-    uint64_t sequence;
-    uint64_t elapsed_ns;
-    double pcie_gbps;
-    IbpViewCounters totals;
-    IbpViewCounters untracked;
-    uint64_t regions_merged;
-    size_t site_count;
-    IbpViewSite *sites;
-    size_t region_count;
-    IbpViewRegion *regions;
-    size_t sample_count;
-    IbpViewSample *series;
-} IbpViewReport;
-
-/* Where a field lives, for error messages ("totals.raw_bytes.stale"). */
-typedef struct IbpViewCtx {
-    const IbpViewReport *report;
-    char path[256];
-} IbpViewCtx;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -132,196 +31,6 @@ static void die(const char *fmt, ...)
     exit(IBP_VIEW_EXIT_ERROR);
 }
 
-static void bad_field(const IbpViewCtx *ctx, const char *key, const char *what)
-{
-    die("%s: field %s%s%s: %s", ctx->report->file, ctx->path, ctx->path[0] ? "." : "", key, what);
-}
-
-static json_t *member(const IbpViewCtx *ctx, json_t *obj, const char *key, json_type type, const char *what)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v)
-        bad_field(ctx, key, "missing");
-    if (json_typeof(v) != type)
-        bad_field(ctx, key, what);
-    return v;
-}
-
-static uint64_t get_u64(const IbpViewCtx *ctx, json_t *obj, const char *key)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v)
-        bad_field(ctx, key, "missing");
-    if (!json_is_integer(v) || json_integer_value(v) < 0)
-        bad_field(ctx, key, "expected a non-negative integer");
-    return (uint64_t)json_integer_value(v);
-}
-
-static int64_t get_i64(const IbpViewCtx *ctx, json_t *obj, const char *key)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v)
-        bad_field(ctx, key, "missing");
-    if (!json_is_integer(v))
-        bad_field(ctx, key, "expected an integer");
-    return (int64_t)json_integer_value(v);
-}
-
-static double get_number(const IbpViewCtx *ctx, json_t *obj, const char *key)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v)
-        bad_field(ctx, key, "missing");
-    if (!json_is_number(v))
-        bad_field(ctx, key, "expected a number");
-    return json_number_value(v);
-}
-
-static const char *get_string(const IbpViewCtx *ctx, json_t *obj, const char *key)
-{
-    return json_string_value(member(ctx, obj, key, JSON_STRING, "expected a string"));
-}
-
-static void ctx_enter(IbpViewCtx *ctx, const char *name)
-{
-    const size_t len = strlen(ctx->path);
-    snprintf(ctx->path + len, sizeof(ctx->path) - len, "%s%s", len ? "." : "", name);
-}
-
-static void ctx_enter_index(IbpViewCtx *ctx, const char *name, size_t index)
-{
-    char part[64];
-    snprintf(part, sizeof(part), "%s[%zu]", name, index);
-    ctx_enter(ctx, part);
-}
-
-static void ctx_leave(IbpViewCtx *ctx, size_t len)
-{
-    ctx->path[len] = '\0';
-}
-
-static void read_counters(IbpViewCtx *ctx, json_t *obj, const char *key, IbpViewCounters *c)
-{
-    json_t *o = member(ctx, obj, key, JSON_OBJECT, "expected an object");
-    const size_t len = strlen(ctx->path);
-    ctx_enter(ctx, key);
-    c->copies = get_u64(ctx, o, "copies");
-    c->requested = get_u64(ctx, o, "requested_bytes");
-    c->sent = get_u64(ctx, o, "sent_bytes");
-    c->saved = get_i64(ctx, o, "saved_bytes");
-    c->ratio = get_number(ctx, o, "ratio");
-    c->compressed = get_u64(ctx, o, "compressed_bytes");
-    c->compressed_wire = get_u64(ctx, o, "compressed_wire_bytes");
-    c->compression_ratio = get_number(ctx, o, "compression_ratio");
-    c->raw_total = get_u64(ctx, o, "raw_bytes_total");
-    json_t *raw = member(ctx, o, "raw_bytes", JSON_OBJECT, "expected an object");
-    const size_t raw_len = strlen(ctx->path);
-    ctx_enter(ctx, "raw_bytes");
-    for (int r = 0; r < (ctx->report->version >= 4 ? IBP_VIEW_REASONS : IBP_VIEW_REASONS_V3); r++)
-        c->raw[r] = get_u64(ctx, raw, reason_names[r]);
-    ctx_leave(ctx, raw_len);
-    c->invalidations = get_u64(ctx, o, "invalidations");
-    c->recompressions = get_u64(ctx, o, "recompressions");
-    c->evictions = get_u64(ctx, o, "evictions");
-    c->evicted_bytes = get_u64(ctx, o, "evicted_bytes");
-    c->tracking_ns = get_u64(ctx, o, "tracking_ns");
-    c->decode_ns = get_u64(ctx, o, "decode_ns");
-    c->decoded_bytes = get_u64(ctx, o, "decoded_bytes");
-    c->shadow_bytes = get_u64(ctx, o, "shadow_bytes");
-    c->shadow_peak = get_u64(ctx, o, "shadow_peak_bytes");
-    if (ctx->report->version >= 2) {
-        c->plans = get_u64(ctx, o, "plans");
-        c->plans_reused = get_u64(ctx, o, "plans_reused");
-        c->plan_ns = get_u64(ctx, o, "plan_ns");
-        c->builds = get_u64(ctx, o, "builds");
-        c->build_ns = get_u64(ctx, o, "build_ns");
-    }
-    if (ctx->report->version >= 3) {
-        c->routed = get_u64(ctx, o, "routed_copies");
-        c->lookup_ns = get_u64(ctx, o, "lookup_ns");
-        c->enqueue_ns = get_u64(ctx, o, "enqueue_ns");
-        c->staging_wait_ns = get_u64(ctx, o, "staging_wait_ns");
-        c->dma_ns = get_u64(ctx, o, "dma_ns");
-        c->dma_bytes = get_u64(ctx, o, "dma_bytes");
-    }
-    c->time_saved_s = get_number(ctx, o, "time_saved_s");
-    ctx_leave(ctx, len);
-}
-
-static const char *base_name(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    return slash ? slash + 1 : path;
-}
-
-static void append(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void append(char *buf, size_t size, const char *fmt, ...)
-{
-    const size_t len = strlen(buf);
-    if (len + 1 >= size)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + len, size - len, fmt, ap);
-    va_end(ap);
-}
-
-static void read_site(IbpViewCtx *ctx, json_t *obj, IbpViewSite *site)
-{
-    site->id = get_u64(ctx, obj, "id");
-    site->regions = get_u64(ctx, obj, "regions");
-    site->regions_live = get_u64(ctx, obj, "regions_live");
-    json_t *frames = member(ctx, obj, "frames", JSON_ARRAY, "expected an array");
-    site->label[0] = '\0';
-    site->key[0] = '\0';
-    const size_t len = strlen(ctx->path);
-    for (size_t f = 0; f < json_array_size(frames); f++) {
-        json_t *frame = json_array_get(frames, f);
-        ctx_enter_index(ctx, "frames", f);
-        if (!json_is_object(frame))
-            bad_field(ctx, "", "expected an object");
-        const char *address = get_string(ctx, frame, "address");
-        const char *module = base_name(get_string(ctx, frame, "module"));
-        const char *module_offset = get_string(ctx, frame, "module_offset");
-        const char *symbol = get_string(ctx, frame, "symbol");
-        const char *symbol_offset = get_string(ctx, frame, "symbol_offset");
-        ctx_leave(ctx, len);
-        if (f == 0) {
-            if (symbol[0])
-                snprintf(site->label, sizeof(site->label), "%s+%s (%s)", symbol, symbol_offset, module);
-            else if (module[0])
-                snprintf(site->label, sizeof(site->label), "%s+%s", module, module_offset);
-            else
-                snprintf(site->label, sizeof(site->label), "%s", address);
-        }
-        if (symbol[0])
-            append(site->key, sizeof(site->key), "%s%s!%s+%s", f ? ";" : "", module, symbol, symbol_offset);
-        else
-            append(site->key, sizeof(site->key), "%s%s+%s", f ? ";" : "", module, module_offset);
-    }
-    if (!site->label[0]) {
-        snprintf(site->label, sizeof(site->label), "unknown site");
-        snprintf(site->key, sizeof(site->key), "unknown");
-    }
-    read_counters(ctx, obj, "counters", &site->c);
-}
-
-static void read_region(IbpViewCtx *ctx, json_t *obj, IbpViewRegion *region)
-{
-    region->id = get_u64(ctx, obj, "id");
-    region->base = get_string(ctx, obj, "base");
-    region->size = get_u64(ctx, obj, "size");
-    region->site = get_u64(ctx, obj, "site");
-    json_t *freed = json_object_get(obj, "freed");
-    if (!freed)
-        bad_field(ctx, "freed", "missing");
-    if (!json_is_boolean(freed))
-        bad_field(ctx, "freed", "expected true or false");
-    region->freed = json_is_true(freed);
-    read_counters(ctx, obj, "counters", &region->c);
-}
-
 static void *alloc_array(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size);
@@ -330,90 +39,11 @@ static void *alloc_array(size_t n, size_t size)
     return p;
 }
 
-static void report_load(IbpViewReport *r, const char *file)
+static void load_or_die(IbpViewReport *r, const char *file)
 {
-    memset(r, 0, sizeof(*r));
-    r->file = file;
-    FILE *f = fopen(file, "rb");
-    if (!f)
-        die("%s: cannot open: %s", file, strerror(errno));
-    json_error_t err;
-    r->root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
-    fclose(f);
-    if (!r->root)
-        die("%s:%d:%d: invalid JSON: %s", file, err.line, err.column, err.text);
-    if (!json_is_object(r->root))
-        die("%s: not an ibpshim report (the document is not an object)", file);
-    json_t *schema = json_object_get(r->root, "schema");
-    if (!schema)
-        die("%s: not an ibpshim report (no \"schema\" field)", file);
-    const char *name = json_is_string(schema) ? json_string_value(schema) : NULL;
-    r->version = !name                               ? 0
-                 : !strcmp(name, IBP_VIEW_SCHEMA)    ? 4
-                 : !strcmp(name, IBP_VIEW_SCHEMA_V3) ? 3
-                 : !strcmp(name, IBP_VIEW_SCHEMA_V2) ? 2
-                 : !strcmp(name, IBP_VIEW_SCHEMA_V1) ? 1
-                                                     : 0;
-    if (!r->version)
-        die("%s: unsupported schema %s (this ibp-report reads %s, %s, %s and %s)", file,
-            name ? name : "(not a string)", IBP_VIEW_SCHEMA_V1, IBP_VIEW_SCHEMA_V2, IBP_VIEW_SCHEMA_V3,
-            IBP_VIEW_SCHEMA);
-    r->schema = name;
-
-    IbpViewCtx ctx = {.report = r};
-    r->generator = get_string(&ctx, r->root, "generator");
-    r->reason = get_string(&ctx, r->root, "reason");
-    r->pid = get_u64(&ctx, r->root, "pid");
-    r->sequence = get_u64(&ctx, r->root, "sequence");
-    r->elapsed_ns = get_u64(&ctx, r->root, "elapsed_ns");
-    r->pcie_gbps = get_number(&ctx, r->root, "pcie_gbps");
-    read_counters(&ctx, r->root, "totals", &r->totals);
-    read_counters(&ctx, r->root, "untracked", &r->untracked);
-    r->regions_merged = get_u64(&ctx, r->root, "regions_merged");
-
-    json_t *sites = member(&ctx, r->root, "sites", JSON_ARRAY, "expected an array");
-    r->site_count = json_array_size(sites);
-    r->sites = alloc_array(r->site_count, sizeof(*r->sites));
-    for (size_t i = 0; i < r->site_count; i++) {
-        ctx_enter_index(&ctx, "sites", i);
-        json_t *s = json_array_get(sites, i);
-        if (!json_is_object(s))
-            die("%s: field %s: expected an object", file, ctx.path);
-        read_site(&ctx, s, &r->sites[i]);
-        ctx_leave(&ctx, 0);
-    }
-    json_t *regions = member(&ctx, r->root, "regions", JSON_ARRAY, "expected an array");
-    r->region_count = json_array_size(regions);
-    r->regions = alloc_array(r->region_count, sizeof(*r->regions));
-    for (size_t i = 0; i < r->region_count; i++) {
-        ctx_enter_index(&ctx, "regions", i);
-        json_t *g = json_array_get(regions, i);
-        if (!json_is_object(g))
-            die("%s: field %s: expected an object", file, ctx.path);
-        read_region(&ctx, g, &r->regions[i]);
-        ctx_leave(&ctx, 0);
-    }
-    json_t *series = member(&ctx, r->root, "series", JSON_ARRAY, "expected an array");
-    r->sample_count = json_array_size(series);
-    r->series = alloc_array(r->sample_count, sizeof(*r->series));
-    for (size_t i = 0; i < r->sample_count; i++) {
-        ctx_enter_index(&ctx, "series", i);
-        json_t *p = json_array_get(series, i);
-        if (!json_is_object(p))
-            die("%s: field %s: expected an object", file, ctx.path);
-        r->series[i].elapsed_ns = get_u64(&ctx, p, "elapsed_ns");
-        r->series[i].requested = get_u64(&ctx, p, "requested_bytes");
-        r->series[i].sent = get_u64(&ctx, p, "sent_bytes");
-        ctx_leave(&ctx, 0);
-    }
-}
-
-static void report_free(IbpViewReport *r)
-{
-    free(r->sites);
-    free(r->regions);
-    free(r->series);
-    json_decref(r->root);
+    char msg[1024];
+    if (ibp_view_load_file(r, file, msg, sizeof(msg)))
+        die("%s", msg);
 }
 
 /* ---- formatting ---- */
@@ -554,7 +184,7 @@ static void print_table(const IbpViewReport *r, size_t top)
     for (int i = 0; i < IBP_VIEW_REASONS; i++) {
         if (!t->raw[i])
             continue;
-        printf("  %-16s %14s %7.1f%%\n", reason_names[i], fmt_bytes(a, sizeof(a), (double)t->raw[i]),
+        printf("  %-16s %14s %7.1f%%\n", ibp_view_reason_names[i], fmt_bytes(a, sizeof(a), (double)t->raw[i]),
                100.0 * ratio_of(t->raw[i], t->raw_total));
         any = 1;
     }
@@ -638,7 +268,7 @@ static void print_table_json(const IbpViewReport *r, size_t top)
         if (!t->raw[i])
             continue;
         json_t *e = json_object();
-        json_object_set_new(e, "reason", json_string(reason_names[i]));
+        json_object_set_new(e, "reason", json_string(ibp_view_reason_names[i]));
         json_object_set_new(e, "bytes", json_u64(t->raw[i]));
         json_object_set_new(e, "share", json_real(ratio_of(t->raw[i], t->raw_total)));
         json_array_append_new(raw, e);
@@ -689,7 +319,7 @@ static size_t diff_metrics(const IbpViewReport *a, const IbpViewReport *b, IbpVi
     m[n++] = (IbpViewMetric){"raw", (double)x->raw_total, (double)y->raw_total, 1};
     for (int i = 0; i < IBP_VIEW_REASONS; i++)
         if (x->raw[i] || y->raw[i])
-            m[n++] = (IbpViewMetric){reason_names[i], (double)x->raw[i], (double)y->raw[i], 1};
+            m[n++] = (IbpViewMetric){ibp_view_reason_names[i], (double)x->raw[i], (double)y->raw[i], 1};
     m[n++] = (IbpViewMetric){"shadow_peak", (double)x->shadow_peak, (double)y->shadow_peak, 1};
     m[n++] = (IbpViewMetric){"evicted", (double)x->evicted_bytes, (double)y->evicted_bytes, 1};
     m[n++] = (IbpViewMetric){"time_saved_s", x->time_saved_s, y->time_saved_s, 3};
@@ -1020,7 +650,7 @@ static void write_svg(const IbpViewReport *r, const char *out, size_t top)
                ".value{font-size:11px;fill:#222}.grid{stroke:#ddd;stroke-width:1}</style>\n");
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"20\" y=\"28\" class=\"title\">ibpshim transfer report: ");
-    svg_text(f, base_name(r->file));
+    svg_text(f, ibp_view_base_name(r->file));
     fprintf(f, "</text>\n");
     fprintf(
         f, "<text x=\"20\" y=\"48\">requested %s, sent %s (%.2fx), saved about %.4f s at %.1f GB/s</text>\n",
@@ -1098,24 +728,24 @@ int main(int argc, char **argv)
         die("--svg and --diff cannot be combined");
     if (diff) {
         IbpViewReport a, b;
-        report_load(&a, argv[optind]);
-        report_load(&b, argv[optind + 1]);
+        load_or_die(&a, argv[optind]);
+        load_or_die(&b, argv[optind + 1]);
         if (as_json)
             print_diff_json(&a, &b, top);
         else
             print_diff(&a, &b, top);
-        report_free(&a);
-        report_free(&b);
+        ibp_view_free(&a);
+        ibp_view_free(&b);
     } else {
         IbpViewReport r;
-        report_load(&r, argv[optind]);
+        load_or_die(&r, argv[optind]);
         if (svg)
             write_svg(&r, svg, top);
         else if (as_json)
             print_table_json(&r, top);
         else
             print_table(&r, top);
-        report_free(&r);
+        ibp_view_free(&r);
     }
     if (fflush(stdout) != 0)
         die("cannot write the output: %s", strerror(errno));
