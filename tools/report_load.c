@@ -21,7 +21,6 @@ typedef struct IbpViewCtx {
     const IbpViewReport *report;
     char path[256];
     jmp_buf *fail;
-    int err;
     char *msg;
     size_t msg_len;
 } IbpViewCtx;
@@ -39,8 +38,7 @@ static void fail(IbpViewCtx *ctx, int err, const char *fmt, ...)
     for (char *p = ctx->msg; *p; p++)
         if (*p == '\n' || *p == '\r')
             *p = ' ';
-    ctx->err = err;
-    longjmp(*ctx->fail, 1);
+    longjmp(*ctx->fail, -err); /* setjmp's answer: the error, positive */
 }
 
 static void bad_field(IbpViewCtx *ctx, const char *key, const char *what) __attribute__((noreturn));
@@ -330,15 +328,16 @@ static int load(IbpViewReport *r, const char *name, FILE *f, const void *data, s
     r->file = name;
     jmp_buf failed;
     IbpViewCtx ctx = {.report = r, .fail = &failed, .msg = msg, .msg_len = msg_len};
-    if (setjmp(failed)) {
+    const int err = setjmp(failed);
+    if (err) {
         ibp_view_free(r);
-        return ctx.err;
+        return -err;
     }
-    json_error_t err;
-    r->root =
-        f ? json_loadf(f, JSON_REJECT_DUPLICATES, &err) : json_loadb(data, len, JSON_REJECT_DUPLICATES, &err);
+    json_error_t jerr;
+    r->root = f ? json_loadf(f, JSON_REJECT_DUPLICATES, &jerr)
+                : json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!r->root)
-        fail(&ctx, -EBADMSG, "%s:%d:%d: invalid JSON: %s", name, err.line, err.column, err.text);
+        fail(&ctx, -EBADMSG, "%s:%d:%d: invalid JSON: %s", name, jerr.line, jerr.column, jerr.text);
     read_report(&ctx, r);
     return 0;
 }
@@ -347,9 +346,10 @@ int ibp_view_load_file(IbpViewReport *r, const char *file, char *msg, size_t msg
 {
     FILE *f = fopen(file, "rb");
     if (!f) {
+        const int err = errno;
         memset(r, 0, sizeof(*r));
-        snprintf(msg, msg_len, "%s: cannot open: %s", file, strerror(errno));
-        return -ENOENT;
+        snprintf(msg, msg_len, "%s: cannot open: %s", file, strerror(err));
+        return -err;
     }
     const int ret = load(r, file, f, NULL, 0, msg, msg_len);
     fclose(f);

@@ -104,8 +104,8 @@ typedef struct IbpViewReport {
 
 /* Reads the report in file (ibp_view_load_file) or in the len bytes at data, named name in
  * messages (ibp_view_load_buffer), into *r, checking every field the viewer uses.  Returns 0, or
- * -EBADMSG (a malformed report, or one of another schema), -ENOENT (the file cannot be opened) or
- * -ENOMEM with a one-line message in msg; *r then holds nothing to free.  Strings in *r live
+ * -EBADMSG (a malformed report, or one of another schema), -ENOMEM or fopen's negative errno (the
+ * file cannot be opened) with a one-line message in msg; *r then holds nothing to free.  Strings in *r live
  * until ibp_view_free(r). */
 int ibp_view_load_file(IbpViewReport *r, const char *file, char *msg, size_t msg_len);
 int ibp_view_load_buffer(IbpViewReport *r, const char *name, const void *data, size_t len, char *msg,
