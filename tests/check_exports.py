@@ -29,8 +29,9 @@ REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister
             "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", "cuGraphInstantiate",
             "cuGraphInstantiate_v2", "cuGraphExecUpdate", "cuGraphExecChildGraphNodeSetParams",
             "cuGraphExecNodeSetParams", "cudaGraphExecChildGraphNodeSetParams", "cudaGraphExecNodeSetParams",
-            "cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2", "cuMemcpyBatchAsync_v2_ptsz", "cuMemcpy3DBatchAsync",
-            "cuMemcpy3DBatchAsync_v2", "cuMemcpy3DBatchAsync_v2_ptsz"]
+            "cuMemcpyBatchAsync", "cuMemcpyBatchAsync_ptsz", "cuMemcpyBatchAsync_v2", "cuMemcpyBatchAsync_v2_ptsz",
+            "cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_ptsz", "cuMemcpy3DBatchAsync_v2",
+            "cuMemcpy3DBatchAsync_v2_ptsz"]
 
 
 def main(path):

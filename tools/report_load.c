@@ -38,7 +38,7 @@ static void fail(IbpViewCtx *ctx, int err, const char *fmt, ...)
     for (char *p = ctx->msg; *p; p++)
         if (*p == '\n' || *p == '\r')
             *p = ' ';
-    longjmp(*ctx->fail, -err); /* setjmp's answer: the error, positive */
+    longjmp(*ctx->fail, -err);
 }
 
 static void bad_field(IbpViewCtx *ctx, const char *key, const char *what) __attribute__((noreturn));
@@ -328,10 +328,15 @@ static int load(IbpViewReport *r, const char *name, FILE *f, const void *data, s
     r->file = name;
     jmp_buf failed;
     IbpViewCtx ctx = {.report = r, .fail = &failed, .msg = msg, .msg_len = msg_len};
-    const int err = setjmp(failed);
-    if (err) {
+    switch (setjmp(failed)) { /* longjmp's value: the error, positive */
+    case 0:
+        break;
+    case ENOMEM:
         ibp_view_free(r);
-        return -err;
+        return -ENOMEM;
+    default:
+        ibp_view_free(r);
+        return -EBADMSG;
     }
     json_error_t jerr;
     r->root = f ? json_loadf(f, JSON_REJECT_DUPLICATES, &jerr)

@@ -1325,6 +1325,30 @@ RT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *node
     return ret_cu(cuGraphGetNodes(graph, nodes, count));
 }
 
+/* A copy node's parameters, one row between pointers as the fake's graphs hold them. */
+RT_EXPORT cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, struct cudaMemcpy3DParms *params)
+{
+    ENTER();
+    if (!params)
+        return cudaErrorInvalidValue;
+    CUDA_MEMCPY3D c;
+    const CUresult r = cuGraphMemcpyNodeGetParams(node, &c);
+    if (r != CUDA_SUCCESS)
+        return ret_cu(r);
+    uint8_t *const src =
+        (uint8_t *)(c.srcMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c.srcHost : (uintptr_t)c.srcDevice);
+    uint8_t *const dst =
+        (uint8_t *)(c.dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c.dstHost : (uintptr_t)c.dstDevice);
+    memset(params, 0, sizeof(*params));
+    params->srcPtr = (struct cudaPitchedPtr){
+        .ptr = src + c.srcXInBytes, .pitch = c.WidthInBytes, .xsize = c.WidthInBytes, .ysize = 1};
+    params->dstPtr = (struct cudaPitchedPtr){
+        .ptr = dst + c.dstXInBytes, .pitch = c.WidthInBytes, .xsize = c.WidthInBytes, .ysize = 1};
+    params->extent = (struct cudaExtent){.width = c.WidthInBytes, .height = 1, .depth = 1};
+    params->kind = cudaMemcpyDefault;
+    return cudaSuccess;
+}
+
 /* One-row copies and byte memsets, as the fake's graphs hold them. */
 static cudaError_t exec_memcpy_1d(cudaGraphExec_t exec, cudaGraphNode_t node, void *dst, const void *src,
                                   size_t count)

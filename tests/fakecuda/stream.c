@@ -2088,7 +2088,7 @@ FAKECUDA_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphE
 FAKECUDA_EXPORT CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode *error_node,
                                            CUgraphExecUpdateResult *result)
 {
-    CUgraphExecUpdateResultInfo info;
+    CUgraphExecUpdateResultInfo info = {.result = CU_GRAPH_EXEC_UPDATE_ERROR};
     const CUresult r = cuGraphExecUpdate_v2(e, g, &info);
     if (error_node)
         *error_node = NULL;

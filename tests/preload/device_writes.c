@@ -110,7 +110,7 @@ static const char *const form_names[FORM_COUNT] = {
     "cuMemsetD8_v2",
     "cuMemcpyBatchAsync_v2",
     "cuMemcpyBatchAsync (CUDA 12.8)",
-    "cuMemcpyBatchAsync (cuGetProcAddress)",
+    "cuMemcpyBatchAsync_v2_ptsz (cuGetProcAddress)",
     "cuMemcpy3DBatchAsync_v2",
     "cuMemcpy3DBatchAsync (CUDA 12.8)",
 };
@@ -184,7 +184,9 @@ static void cu_batch(Form f, uint8_t *host, uint8_t *expect, size_t at, cudaStre
         const CuGetProcAddressFn gpa = (CuGetProcAddressFn)lookup("cuGetProcAddress_v2");
         void *fn = NULL;
         int status = -1;
-        CHECK_CU(gpa("cuMemcpyBatchAsync", &fn, 13000, 0, &status));
+        /* The per-thread form (what a program built with --default-stream per-thread asks for). */
+        CHECK_CU(
+            gpa("cuMemcpyBatchAsync", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
         CHECK(fn != NULL && status == 0, "cuGetProcAddress_v2(cuMemcpyBatchAsync) gave nothing (status %d)",
               status);
         CHECK_CU(((CuBatchFn)fn)(dsts, srcs, sizes, 3, &attr, &idx, 1, (CUstream)s));

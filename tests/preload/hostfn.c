@@ -260,8 +260,8 @@ static void check_variant(const char *name, int ptsz, int callback, int driver, 
     free(patch);
 }
 
-/* GRAPH_DRIVER, GRAPH_DRIVER_PARAMS and GRAPH_DRIVER_V1: the driver's cuGraphInstantiateWithFlags,
- * cuGraphInstantiateWithParams or CUDA 11's cuGraphInstantiate_v2, and the graph launched and
+/* GRAPH_DRIVER and after: the driver's cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams
+ * or CUDA 10-11's cuGraphInstantiate, and the graph launched and
  * destroyed through the driver too (its hooks). */
 typedef enum GraphMake {
     GRAPH_INSTANTIATE,
@@ -269,7 +269,8 @@ typedef enum GraphMake {
     GRAPH_WITH_PARAMS,
     GRAPH_DRIVER,
     GRAPH_DRIVER_PARAMS,
-    GRAPH_DRIVER_V1
+    GRAPH_DRIVER_V1,     /* CUDA 10's cuGraphInstantiate, by symbol */
+    GRAPH_DRIVER_V1_PROC /* what cuGetProcAddress answers a CUDA 11 program (cuGraphInstantiate_v2) */
 } GraphMake;
 
 /* The driver's hook of symbol, checked to be a hook. */
@@ -305,20 +306,22 @@ static void graph_exec_destroy(cudaGraphExec_t exec, GraphMake how)
 static cudaGraphExec_t instantiate(cudaGraph_t graph, GraphMake how)
 {
     cudaGraphExec_t exec = NULL;
-    if (how == GRAPH_DRIVER_V1) {
-        /* What cuGetProcAddress answers a CUDA 11 program for cuGraphInstantiate: the hook of the
-         * old form (exported under both of its names). */
-        const GetProcAddressFn gpa = (GetProcAddressFn)lookup(RTLD_DEFAULT, "cuGetProcAddress_v2");
-        void *pfn = NULL;
-        CUdriverProcAddressQueryResult status;
-        CHECK(gpa("cuGraphInstantiate", &pfn, 11080, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS &&
-                  (pfn == driver_hook("cuGraphInstantiate_v2") || pfn == driver_hook("cuGraphInstantiate")),
-              "cuGetProcAddress does not hand out the hook of CUDA 11's cuGraphInstantiate");
+    if (how == GRAPH_DRIVER_V1 || how == GRAPH_DRIVER_V1_PROC) {
+        void *fn = driver_hook("cuGraphInstantiate");
+        if (how == GRAPH_DRIVER_V1_PROC) {
+            /* The hook of the old form, exported under both of its names. */
+            const GetProcAddressFn gpa = (GetProcAddressFn)lookup(RTLD_DEFAULT, "cuGetProcAddress_v2");
+            CUdriverProcAddressQueryResult status;
+            CHECK(gpa("cuGraphInstantiate", &fn, 11080, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
+                          CUDA_SUCCESS &&
+                      (fn == driver_hook("cuGraphInstantiate_v2") || fn == driver_hook("cuGraphInstantiate")),
+                  "cuGetProcAddress does not hand out the hook of CUDA 11's cuGraphInstantiate");
+        }
         CUgraphNode error_node = NULL;
         char log[64];
-        const CUresult r = ((CuGraphInstantiateV1Fn)driver_hook("cuGraphInstantiate"))(
-            (CUgraphExec *)&exec, (CUgraph)graph, &error_node, log, sizeof(log));
-        CHECK(r == CUDA_SUCCESS, "cuGraphInstantiate (CUDA 10) failed (%d)", (int)r);
+        const CUresult r =
+            ((CuGraphInstantiateV1Fn)fn)((CUgraphExec *)&exec, (CUgraph)graph, &error_node, log, sizeof(log));
+        CHECK(r == CUDA_SUCCESS, "cuGraphInstantiate (CUDA 10-11) failed (%d)", (int)r);
     } else if (how == GRAPH_DRIVER_PARAMS) {
         CUDA_GRAPH_INSTANTIATE_PARAMS params = {.flags = 0};
         const CUresult r = ((CuGraphInstantiateParamsFn)driver_hook("cuGraphInstantiateWithParams"))(
@@ -499,13 +502,10 @@ static void retarget(cudaGraphExec_t exec, cudaGraphNode_t node, GraphRetarget h
         struct cudaGraphNodeParams p;
         memset(&p, 0, sizeof(p));
         if (how == GRAPH_NODE_ANY) {
+            /* The node's own parameters with only the destination changed, as above. */
             p.type = cudaGraphNodeTypeMemcpy;
-            p.memcpy.copyParams.srcPtr =
-                (struct cudaPitchedPtr){.ptr = (void *)src, .pitch = len, .xsize = len, .ysize = 1};
-            p.memcpy.copyParams.dstPtr =
-                (struct cudaPitchedPtr){.ptr = dst, .pitch = len, .xsize = len, .ysize = 1};
-            p.memcpy.copyParams.extent = (struct cudaExtent){.width = len, .height = 1, .depth = 1};
-            p.memcpy.copyParams.kind = cudaMemcpyDeviceToHost;
+            CHECK_CUDA(cudaGraphMemcpyNodeGetParams(node, &p.memcpy.copyParams));
+            p.memcpy.copyParams.dstPtr.ptr = dst;
         } else {
             p.type = cudaGraphNodeTypeGraph;
             p.graph.graph = to;
@@ -635,8 +635,8 @@ int main(void)
     check_graph_host("a host node (cuGraphInstantiateWithParams, cuGraphLaunch)", GRAPH_DRIVER_PARAMS, 0, n,
                      s, totals);
     if (driver_has_v1_graph_calls())
-        check_graph_host("a host node (CUDA 10's cuGraphInstantiate, cuGraphLaunch)", GRAPH_DRIVER_V1, 0, n,
-                         s, totals);
+        check_graph_host("a host node (CUDA 11's cuGraphInstantiate from cuGetProcAddress, cuGraphLaunch)",
+                         GRAPH_DRIVER_V1_PROC, 0, n, s, totals);
     else
         printf("hostfn: skipped CUDA 10-11's cuGraphInstantiate and cuGraphExecUpdate: the driver no longer "
                "exports them\n");
@@ -664,10 +664,12 @@ int main(void)
                       GRAPH_NODE_ANY_CHILD, 0, n, s, totals);
     check_graph_write("a child graph's device-to-host copy after cuGraphExecNodeSetParams",
                       GRAPH_NODE_ANY_CHILD, 1, n, s, totals);
-    if (driver_has_v1_graph_calls())
-        check_graph_write(
-            "a graph's device-to-host copy (CUDA 11's cuGraphInstantiate and cuGraphExecUpdate)",
-            GRAPH_EXEC_UPDATE, 2, n, s, totals);
+    if (driver_has_v1_graph_calls()) {
+        check_graph_write("a graph's device-to-host copy (CUDA 10's cuGraphInstantiate)", GRAPH_AS_CAPTURED,
+                          2, n, s, totals);
+        check_graph_write("a graph's device-to-host copy (CUDA 10's cuGraphInstantiate, cuGraphExecUpdate)",
+                          GRAPH_EXEC_UPDATE, 2, n, s, totals);
+    }
     printf("hostfn: ok\n");
 
     CHECK_CUDA(cudaStreamDestroy(s));
