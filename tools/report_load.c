@@ -49,11 +49,18 @@ static void bad_field(IbpViewCtx *ctx, const char *key, const char *what)
          what);
 }
 
-static json_t *member(IbpViewCtx *ctx, json_t *obj, const char *key, json_type type, const char *what)
+/* obj's member key, which must be there. */
+static json_t *present(IbpViewCtx *ctx, json_t *obj, const char *key)
 {
     json_t *v = json_object_get(obj, key);
     if (!v)
         bad_field(ctx, key, "missing");
+    return v;
+}
+
+static json_t *member(IbpViewCtx *ctx, json_t *obj, const char *key, json_type type, const char *what)
+{
+    json_t *v = present(ctx, obj, key);
     if (json_typeof(v) != type)
         bad_field(ctx, key, what);
     return v;
@@ -61,9 +68,7 @@ static json_t *member(IbpViewCtx *ctx, json_t *obj, const char *key, json_type t
 
 static uint64_t get_u64(IbpViewCtx *ctx, json_t *obj, const char *key)
 {
-    json_t *v = json_object_get(obj, key);
-    if (!v)
-        bad_field(ctx, key, "missing");
+    json_t *v = present(ctx, obj, key);
     if (!json_is_integer(v) || json_integer_value(v) < 0)
         bad_field(ctx, key, "expected a non-negative integer");
     return (uint64_t)json_integer_value(v);
@@ -71,9 +76,7 @@ static uint64_t get_u64(IbpViewCtx *ctx, json_t *obj, const char *key)
 
 static int64_t get_i64(IbpViewCtx *ctx, json_t *obj, const char *key)
 {
-    json_t *v = json_object_get(obj, key);
-    if (!v)
-        bad_field(ctx, key, "missing");
+    json_t *v = present(ctx, obj, key);
     if (!json_is_integer(v))
         bad_field(ctx, key, "expected an integer");
     return (int64_t)json_integer_value(v);
@@ -81,9 +84,7 @@ static int64_t get_i64(IbpViewCtx *ctx, json_t *obj, const char *key)
 
 static double get_number(IbpViewCtx *ctx, json_t *obj, const char *key)
 {
-    json_t *v = json_object_get(obj, key);
-    if (!v)
-        bad_field(ctx, key, "missing");
+    json_t *v = present(ctx, obj, key);
     if (!json_is_number(v))
         bad_field(ctx, key, "expected a number");
     return json_number_value(v);
@@ -225,9 +226,7 @@ static void read_region(IbpViewCtx *ctx, json_t *obj, IbpViewRegion *region)
     region->base = get_string(ctx, obj, "base");
     region->size = get_u64(ctx, obj, "size");
     region->site = get_u64(ctx, obj, "site");
-    json_t *freed = json_object_get(obj, "freed");
-    if (!freed)
-        bad_field(ctx, "freed", "missing");
+    json_t *freed = present(ctx, obj, "freed");
     if (!json_is_boolean(freed))
         bad_field(ctx, "freed", "expected true or false");
     region->freed = json_is_true(freed);
@@ -240,6 +239,44 @@ static void *alloc_array(IbpViewCtx *ctx, size_t n, size_t size)
     if (!p)
         fail(ctx, -ENOMEM, "out of memory");
     return p;
+}
+
+static void read_site_item(IbpViewCtx *ctx, json_t *obj, void *item)
+{
+    read_site(ctx, obj, item);
+}
+
+static void read_region_item(IbpViewCtx *ctx, json_t *obj, void *item)
+{
+    read_region(ctx, obj, item);
+}
+
+static void read_sample_item(IbpViewCtx *ctx, json_t *obj, void *item)
+{
+    IbpViewSample *const sample = item;
+    sample->elapsed_ns = get_u64(ctx, obj, "elapsed_ns");
+    sample->requested = get_u64(ctx, obj, "requested_bytes");
+    sample->sent = get_u64(ctx, obj, "sent_bytes");
+}
+
+/* The array `key` of root, each of its objects read by read into an item of `size` bytes: the
+ * items go to *items (set before the first is read, so that a failure frees them) and their
+ * number to *count. */
+static void read_array(IbpViewCtx *ctx, json_t *root, const char *key, size_t size,
+                       void (*read)(IbpViewCtx *, json_t *, void *), void **items, size_t *count)
+{
+    json_t *array = member(ctx, root, key, JSON_ARRAY, "expected an array");
+    *count = json_array_size(array);
+    unsigned char *const out = alloc_array(ctx, *count, size);
+    *items = out;
+    for (size_t i = 0; i < *count; i++) {
+        ctx_enter_index(ctx, key, i);
+        json_t *obj = json_array_get(array, i);
+        if (!json_is_object(obj))
+            fail(ctx, -EBADMSG, "%s: field %s: expected an object", ctx->report->file, ctx->path);
+        read(ctx, obj, out + i * size);
+        ctx_leave(ctx, 0);
+    }
 }
 
 /* Reads r->root (already parsed) into r; fails through ctx. */
@@ -274,41 +311,11 @@ static void read_report(IbpViewCtx *ctx, IbpViewReport *r)
     read_counters(ctx, r->root, "untracked", &r->untracked);
     r->regions_merged = get_u64(ctx, r->root, "regions_merged");
 
-    json_t *sites = member(ctx, r->root, "sites", JSON_ARRAY, "expected an array");
-    r->site_count = json_array_size(sites);
-    r->sites = alloc_array(ctx, r->site_count, sizeof(*r->sites));
-    for (size_t i = 0; i < r->site_count; i++) {
-        ctx_enter_index(ctx, "sites", i);
-        json_t *s = json_array_get(sites, i);
-        if (!json_is_object(s))
-            fail(ctx, -EBADMSG, "%s: field %s: expected an object", r->file, ctx->path);
-        read_site(ctx, s, &r->sites[i]);
-        ctx_leave(ctx, 0);
-    }
-    json_t *regions = member(ctx, r->root, "regions", JSON_ARRAY, "expected an array");
-    r->region_count = json_array_size(regions);
-    r->regions = alloc_array(ctx, r->region_count, sizeof(*r->regions));
-    for (size_t i = 0; i < r->region_count; i++) {
-        ctx_enter_index(ctx, "regions", i);
-        json_t *g = json_array_get(regions, i);
-        if (!json_is_object(g))
-            fail(ctx, -EBADMSG, "%s: field %s: expected an object", r->file, ctx->path);
-        read_region(ctx, g, &r->regions[i]);
-        ctx_leave(ctx, 0);
-    }
-    json_t *series = member(ctx, r->root, "series", JSON_ARRAY, "expected an array");
-    r->sample_count = json_array_size(series);
-    r->series = alloc_array(ctx, r->sample_count, sizeof(*r->series));
-    for (size_t i = 0; i < r->sample_count; i++) {
-        ctx_enter_index(ctx, "series", i);
-        json_t *p = json_array_get(series, i);
-        if (!json_is_object(p))
-            fail(ctx, -EBADMSG, "%s: field %s: expected an object", r->file, ctx->path);
-        r->series[i].elapsed_ns = get_u64(ctx, p, "elapsed_ns");
-        r->series[i].requested = get_u64(ctx, p, "requested_bytes");
-        r->series[i].sent = get_u64(ctx, p, "sent_bytes");
-        ctx_leave(ctx, 0);
-    }
+    read_array(ctx, r->root, "sites", sizeof(*r->sites), read_site_item, (void **)&r->sites, &r->site_count);
+    read_array(ctx, r->root, "regions", sizeof(*r->regions), read_region_item, (void **)&r->regions,
+               &r->region_count);
+    read_array(ctx, r->root, "series", sizeof(*r->series), read_sample_item, (void **)&r->series,
+               &r->sample_count);
 }
 
 void ibp_view_free(IbpViewReport *r)
