@@ -168,7 +168,7 @@ int ibp_codec_file_decompress(const void *file, size_t len, void *dst, size_t ds
         if (e.offset < data_off || e.offset % IBP_ALIGN || e.offset > h.file_len ||
             e.comp_len > h.file_len - e.offset)
             goto fail;
-        rc = k->decode(plan, f + e.offset, e.comp_len, n, (uint8_t *)dst + boff, n);
+        rc = ibp_block_decode_any(k, plan, f + e.offset, e.comp_len, n, (uint8_t *)dst + boff, n);
         if (rc)
             goto fail;
         rc = -EBADMSG;

@@ -56,6 +56,10 @@ typedef struct IbpPlanHeader {
 #define IBP_BLOCK_RAW 0x1u     /* the original bytes follow the header verbatim */
 #define IBP_BLOCK_INDEXED 0x2u /* a group index lies between the header and the row flags */
 #define IBP_BLOCK_CARRIES 0x4u /* with INDEXED: the index's carries follow its entries */
+/* The selector section holds the flagged form (FORMAT.md, "Flagged selectors") instead of
+ * fixed-width selectors.  Written only for plans made with IBP_CODEC_PLAN_SELECTOR_FLAGS; no GPU
+ * kernel reads it yet. */
+#define IBP_BLOCK_SELFLAGS 0x8u
 
 /* The group index of a packed block: for g = 1 .. ceil(words / IBP_INDEX_WORDS) - 1, a u32 with
  * the payload bit offset of word g * IBP_INDEX_WORDS, so that a decoder starting there needs no

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codec/format.h"
@@ -65,6 +66,7 @@ struct IbpCodecPlan {
     uint32_t block_size;
     int any_xform;
     uint32_t carry_words; /* words of an index entry's carries (format.h), 0 when blocks carry none */
+    int sel_flags;        /* blocks may take the flagged selector form (IBP_CODEC_PLAN_SELECTOR_FLAGS) */
     uint8_t *xform;  /* [C] */
     uint64_t *mask;  /* [K*C] invariant bits, set-major: index k * C + c */
     uint64_t *value; /* [K*C] their values (value & ~mask == 0) */
@@ -286,6 +288,21 @@ typedef struct IbpCodecKernels {
 
 const IbpCodecKernels *ibp_codec_kernels(void);
 const IbpCodecKernels *ibp_codec_kernels_reference(void);
+
+/* ---- Flagged selectors (selflags.c) ---- */
+
+/* The flagged form of a block's sbits bits of fixed-width selectors at sel (the block's row flags
+ * at rowflags, its first word in column phase) written to out: its length, a multiple of 16, or 0
+ * when it would not be shorter than limit bytes (out then unwritten). */
+uint32_t ibp_selflags_encode(const IbpCodecPlan *p, const uint8_t *rowflags, uint32_t nwords, uint32_t phase,
+                             const uint8_t *sel, uint64_t sbits, uint8_t *out, uint32_t limit);
+/* A copy of the block at blk (flag IBP_BLOCK_SELFLAGS) with fixed-width selectors, allocated in
+ * *out (*out_len bytes).  0, -EBADMSG for a malformed block or section, -ENOMEM. */
+int ibp_selflags_unflag(const IbpCodecPlan *p, const uint8_t *blk, size_t blk_len, uint32_t orig_len,
+                        uint8_t **out, size_t *out_len);
+/* k->decode of the block, through ibp_selflags_unflag when it has the flagged form. */
+int ibp_block_decode_any(const IbpCodecKernels *k, const IbpCodecPlan *p, const uint8_t *blk, size_t blk_len,
+                         uint32_t orig_len, uint8_t *dst, uint32_t limit);
 
 /* Every level this CPU can run, the reference first, whether or not dispatch would pick it (so
  * tests compare each with the reference): fills up to cap entries, returns how many there are. */
@@ -542,8 +559,9 @@ static inline int ibp_block_open(const IbpCodecPlan *p, const uint8_t *blk, size
     const uint32_t index_len = h->flags & IBP_BLOCK_INDEXED ? ibp_fmt_index_len(nwords) : 0u;
     const uint32_t carry_len =
         h->flags & IBP_BLOCK_CARRIES ? ibp_fmt_carry_len(nwords, p->carry_words, word_size) : 0u;
-    if ((h->flags != 0 && h->flags != IBP_BLOCK_INDEXED &&
-         !(h->flags == (IBP_BLOCK_INDEXED | IBP_BLOCK_CARRIES) && p->carry_words)) ||
+    const uint32_t layout = h->flags & ~IBP_BLOCK_SELFLAGS;
+    if ((layout != 0 && layout != IBP_BLOCK_INDEXED &&
+         !(layout == (IBP_BLOCK_INDEXED | IBP_BLOCK_CARRIES) && p->carry_words)) ||
         h->col_phase >= columns || h->rowflag_off != IBP_BLOCK_HEADER_SIZE + index_len + carry_len ||
         (uint64_t)h->rowflag_off + (nrows + 7u) / 8u > h->payload_off || h->payload_off > h->sel_off ||
         h->sel_off > h->tail_off || (uint64_t)h->tail_off + tail > h->comp_len)
@@ -734,13 +752,19 @@ static inline int ibp_block_finish(const IbpCodecPlan *p, uint8_t *dst, const ui
     const uint32_t tail = len % w;
     const uint32_t raw_len = ibp_fmt_round16(IBP_BLOCK_HEADER_SIZE + len);
     const uint32_t pbytes = (uint32_t)((pbits + 7u) / 8u);
-    const uint32_t sbytes = (uint32_t)((sbits + 7u) / 8u);
+    uint32_t sbytes = (uint32_t)((sbits + 7u) / 8u);
+    /* The flagged form where the plan allows it and it is shorter, written over the fixed one. */
+    uint8_t *const flagged = p->sel_flags && sbits ? (uint8_t *)malloc(ibp_fmt_round16(sbytes)) : NULL;
+    const uint32_t flagged_len = flagged ? ibp_selflags_encode(p, dst + meta_len, nwords, phase, sel_scratch,
+                                                               sbits, flagged, ibp_fmt_round16(sbytes))
+                                         : 0u;
     const uint32_t sel_off = payload_off + ibp_fmt_round16(pbytes);
-    const uint32_t tail_off = sel_off + ibp_fmt_round16(sbytes);
+    const uint32_t tail_off = sel_off + (flagged_len ? flagged_len : ibp_fmt_round16(sbytes));
     const uint32_t comp = ibp_fmt_round16(tail_off + tail);
     IbpBlockHeader h;
 
     if (comp >= raw_len) {
+        free(flagged);
         memset(&h, 0, sizeof(h));
         h.orig_len = len;
         h.comp_len = raw_len;
@@ -755,14 +779,21 @@ static inline int ibp_block_finish(const IbpCodecPlan *p, uint8_t *dst, const ui
     uint8_t *const carries = dst + IBP_BLOCK_HEADER_SIZE + index_len; /* zeroed with the index */
     IBP_CARRY_EACH(p, nwords, phase, j, at, memcpy(carries + at, src + (size_t)j * w, w));
     memset(dst + payload_off + pbytes, 0, sel_off - payload_off - pbytes);
-    memmove(dst + sel_off, sel_scratch, sbytes);
+    if (flagged_len) {
+        memcpy(dst + sel_off, flagged, flagged_len);
+        sbytes = flagged_len;
+    } else {
+        memmove(dst + sel_off, sel_scratch, sbytes);
+    }
+    free(flagged);
     memset(dst + sel_off + sbytes, 0, tail_off - sel_off - sbytes);
     memcpy(dst + tail_off, src + (size_t)nwords * w, tail);
     memset(dst + tail_off + tail, 0, comp - tail_off - tail);
 
     h.orig_len = len;
     h.comp_len = comp;
-    h.flags = IBP_BLOCK_INDEXED | (p->carry_words ? IBP_BLOCK_CARRIES : 0u);
+    h.flags = IBP_BLOCK_INDEXED | (p->carry_words ? IBP_BLOCK_CARRIES : 0u) |
+              (flagged_len ? IBP_BLOCK_SELFLAGS : 0u);
     h.col_phase = phase;
     h.rowflag_off = meta_len;
     h.payload_off = payload_off;

@@ -530,5 +530,6 @@ int ibp_codec_block_decode(const IbpCodecPlan *plan, const void *blk, size_t blk
 {
     if (!plan || !blk || (!dst && limit) || orig_len > plan->block_size || limit > orig_len)
         return -EINVAL;
-    return ibp_codec_kernels()->decode(plan, blk, blk_len, (uint32_t)orig_len, dst, (uint32_t)limit);
+    return ibp_block_decode_any(ibp_codec_kernels(), plan, blk, blk_len, (uint32_t)orig_len, dst,
+                                (uint32_t)limit);
 }

@@ -96,7 +96,7 @@ int ibp_codec_region_decode_range(const IbpCodecPlan *plan, const void *const *b
         const size_t end = off + len - boff < blen ? off + len - boff : blen;
         if (in_blk == 0) {
             /* Decoding writes the block's prefix in order, so it can go straight to dst. */
-            rc = k->decode(plan, blocks[i], comp_lens[i], blen, out, (uint32_t)end);
+            rc = ibp_block_decode_any(k, plan, blocks[i], comp_lens[i], blen, out, (uint32_t)end);
         } else {
             /* Predictors read earlier words of the block: decode the prefix aside, then copy. */
             if (!scratch) {
@@ -106,7 +106,7 @@ int ibp_codec_region_decode_range(const IbpCodecPlan *plan, const void *const *b
                     goto fail;
                 }
             }
-            rc = k->decode(plan, blocks[i], comp_lens[i], blen, scratch, (uint32_t)end);
+            rc = ibp_block_decode_any(k, plan, blocks[i], comp_lens[i], blen, scratch, (uint32_t)end);
             if (!rc)
                 memcpy(out, scratch + in_blk, end - in_blk);
         }

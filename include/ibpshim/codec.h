@@ -25,6 +25,9 @@ extern "C" {
 
 /* Plain IBP only: one mask set per column, no transforms. */
 #define IBP_CODEC_PLAN_FAITHFUL 0x1u
+/* Blocks may store their selectors in the flagged form where it is smaller (codec/FORMAT.md);
+ * such blocks decode on the CPU only. */
+#define IBP_CODEC_PLAN_SELECTOR_FLAGS 0x2u
 
 typedef struct IbpCodecPlan IbpCodecPlan;
 
