@@ -155,6 +155,15 @@ std::vector<uint8_t> file_round_trip(const uint8_t *src, size_t n, const IbpCode
     return back;
 }
 
+// data one byte into a buffer (at buf.data() + 1): an unaligned source.
+std::vector<uint8_t> unaligned(const std::vector<uint8_t> &data)
+{
+    std::vector<uint8_t> buf(data.size() + 1);
+    if (!data.empty())
+        std::memcpy(buf.data() + 1, data.data(), data.size());
+    return buf;
+}
+
 struct ForceReference {
     explicit ForceReference(int on)
     {
@@ -172,11 +181,8 @@ TEST(Codec, RoundTripEveryDistributionAndSize)
     uint32_t seed = 1;
     for (const Dist d : kAllDists) {
         for (const size_t n : sizes) {
-            // Unaligned source: start one byte into the buffer.
-            std::vector<uint8_t> buf(n + 1);
             const std::vector<uint8_t> data = make_data(d, n, seed++);
-            if (n)
-                std::memcpy(buf.data() + 1, data.data(), n);
+            const std::vector<uint8_t> buf = unaligned(data);
             double ratio = 0;
             const std::vector<uint8_t> back = file_round_trip(buf.data() + 1, n, nullptr, &ratio);
             ASSERT_EQ(back, data) << "dist " << (int)d << " size " << n;
@@ -1125,8 +1131,7 @@ TEST(Codec, EveryLevelEveryDistributionAndSize)
         for (const size_t n : sizes) {
             SCOPED_TRACE("dist " + std::to_string((int)d) + " size " + std::to_string(n));
             const std::vector<uint8_t> data = make_data(d, n, seed++);
-            std::vector<uint8_t> buf(n + 1);
-            std::copy(data.begin(), data.end(), buf.begin() + 1);
+            const std::vector<uint8_t> buf = unaligned(data);
             const uint8_t *const src = buf.data() + 1;
             IbpCodecPlanOptions opts = {};
             opts.block_size = n > 100000 ? 65536 : 4096;
@@ -1678,10 +1683,8 @@ TEST(Codec, FlaggedSelectorsRoundTrip)
         ForceReference force(ref);
         for (const Dist d : kAllDists) {
             for (const size_t n : sizes) {
-                std::vector<uint8_t> buf(n + 1);
                 const std::vector<uint8_t> data = make_data(d, n, seed++);
-                if (n)
-                    std::memcpy(buf.data() + 1, data.data(), n);
+                const std::vector<uint8_t> buf = unaligned(data);
                 IbpCodecPlanOptions opts = {};
                 opts.block_size = n > 100000 ? 65536 : 4096;
                 double plain = 0, flagged = 0;
