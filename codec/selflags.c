@@ -15,46 +15,18 @@ static uint32_t rest_bits(uint32_t nsets)
     return nsets >= 3u ? 2u : nsets == 2u ? 1u : 0u;
 }
 
-static uint32_t get_bits(const uint8_t *s, uint64_t at, uint32_t n)
+/* The columns of a block's packed words, in order (their selectors' order), into *cols (nwords
+ * entries allocated, NULL when the allocation fails); returns how many. */
+static uint32_t packed_columns(const IbpCodecPlan *p, const uint8_t *rowflags, uint32_t nwords,
+                               uint32_t phase, uint32_t **cols)
 {
-    uint32_t v = 0;
-    for (uint32_t i = 0; i < n; i++)
-        v |= (uint32_t)((s[(at + i) / 8u] >> ((at + i) % 8u)) & 1u) << i;
-    return v;
-}
-
-static void put_bits(uint8_t *s, uint64_t at, uint32_t v, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        s[(at + i) / 8u] |= (uint8_t)(((v >> i) & 1u) << ((at + i) % 8u));
-}
-
-/* The columns of a block's packed words, in order (their selectors' order); returns how many,
- * or -ENOMEM.  *cols is allocated (NULL for none). */
-static int64_t packed_columns(const IbpCodecPlan *p, const uint8_t *rowflags, uint32_t nwords, uint32_t phase,
-                              uint32_t **cols)
-{
-    const uint32_t r_len = p->row_words, nrows = (nwords + r_len - 1u) / r_len;
-    uint64_t n = 0;
-    for (uint32_t r = 0; r < nrows; r++)
-        if ((rowflags[r / 8u] >> (r % 8u)) & 1u)
-            n += (r + 1u) * (uint64_t)r_len <= nwords ? r_len : nwords - r * r_len;
-    *cols = NULL;
-    if (!n)
-        return 0;
-    uint32_t *const c = malloc(n * sizeof(*c));
-    if (!c)
-        return -ENOMEM;
-    uint64_t k = 0;
-    for (uint32_t r = 0; r < nrows; r++) {
-        if (!((rowflags[r / 8u] >> (r % 8u)) & 1u))
-            continue;
-        const uint32_t end = (r + 1u) * (uint64_t)r_len <= nwords ? (r + 1u) * r_len : nwords;
-        for (uint32_t j = r * r_len; j < end; j++)
-            c[k++] = (uint32_t)(((uint64_t)phase + j) % p->columns);
-    }
+    uint32_t *const c = malloc((nwords ? nwords : 1u) * sizeof(*c));
     *cols = c;
-    return (int64_t)n;
+    uint32_t n = 0;
+    for (uint32_t j = 0; c && j < nwords; j++)
+        if ((rowflags[j / p->row_words / 8u] >> (j / p->row_words % 8u)) & 1u)
+            c[n++] = (uint32_t)(((uint64_t)phase + j) % p->columns);
+    return n;
 }
 
 /* Sizes of the four parts of the flagged form of n selectors: primaries, flags, plane, rest. */
@@ -77,14 +49,19 @@ uint32_t ibp_selflags_encode(const IbpCodecPlan *p, const uint8_t *rowflags, uin
 {
     const uint32_t sb = p->sel_bits, c_count = p->columns, rb = rest_bits(p->nsets);
     uint32_t *cols = NULL;
-    const int64_t n = packed_columns(p, rowflags, nwords, phase, &cols);
-    uint32_t *const counts = n > 0 ? calloc((size_t)c_count * 4u, sizeof(*counts)) : NULL;
-    uint8_t *const prim = n > 0 ? malloc(c_count) : NULL;
+    const uint32_t n = packed_columns(p, rowflags, nwords, phase, &cols);
+    uint8_t *const sv = n ? malloc(n) : NULL; /* the selectors, one a byte */
+    uint32_t *const counts = n ? calloc((size_t)c_count * 4u, sizeof(*counts)) : NULL;
+    uint8_t *const prim = n ? malloc(c_count) : NULL;
     uint32_t len = 0;
-    if (n <= 0 || (uint64_t)n * sb != sbits || !counts || !prim)
+    if (!n || (uint64_t)n * sb != sbits || !cols || !sv || !counts || !prim)
         goto done;
-    for (int64_t k = 0; k < n; k++)
-        counts[cols[k] * 4u + get_bits(sel, (uint64_t)k * sb, sb)]++;
+    IbpBitReader sr;
+    ibp_br_init(&sr, sel, (sbits + 7u) / 8u);
+    for (uint32_t k = 0; k < n; k++) {
+        sv[k] = (uint8_t)ibp_br_read(&sr, sb);
+        counts[cols[k] * 4u + sv[k]]++;
+    }
     for (uint32_t c = 0; c < c_count; c++) {
         uint32_t best = 0;
         for (uint32_t v = 1; v <= p->nsets; v++)
@@ -92,46 +69,51 @@ uint32_t ibp_selflags_encode(const IbpCodecPlan *p, const uint8_t *rowflags, uin
         prim[c] = (uint8_t)best;
     }
     uint64_t planes = 0, others = 0;
-    for (int64_t g = 0; g < n; g += 8) {
+    for (uint32_t g = 0; g < n; g += 8) {
         uint32_t miss = 0;
-        for (int64_t k = g; k < n && k < g + 8; k++)
-            miss += get_bits(sel, (uint64_t)k * sb, sb) != prim[cols[k]];
+        for (uint32_t k = g; k < n && k < g + 8; k++)
+            miss += sv[k] != prim[cols[k]];
         planes += miss != 0;
         others += miss;
     }
-    const SelFlagsLayout l = layout(p, (uint64_t)n, planes, others);
+    const SelFlagsLayout l = layout(p, n, planes, others);
     if (l.len >= limit)
         goto done;
     memset(out, 0, l.len);
     memcpy(out, prim, c_count);
-    uint64_t plane = 0, rest = 0;
-    for (int64_t g = 0; g < n; g += 8) {
+    /* Each part padded to 16 bytes, so that no writer's whole-word stores reach the next. */
+    IbpBitWriter fw, rw;
+    ibp_bw_init(&fw, out + l.flags_off);
+    ibp_bw_init(&rw, out + l.rest_off);
+    uint64_t plane = 0;
+    for (uint32_t g = 0; g < n; g += 8) {
         uint32_t bits = 0;
-        for (int64_t k = g; k < n && k < g + 8; k++) {
-            const uint32_t s = get_bits(sel, (uint64_t)k * sb, sb), pr = prim[cols[k]];
-            if (s == pr) {
+        for (uint32_t k = g; k < n && k < g + 8; k++) {
+            const uint32_t s = sv[k], pr = prim[cols[k]];
+            if (s == pr)
                 bits |= 1u << (k - g);
-            } else {
-                put_bits(out + l.rest_off, rest * rb, s < pr ? s : s - 1u, rb);
-                rest++;
-            }
+            else
+                ibp_bw_put(&rw, s < pr ? s : s - 1u, rb);
         }
         const uint32_t full = n - g >= 8 ? 0xffu : (1u << (n - g)) - 1u;
-        if (bits == full)
-            put_bits(out + l.flags_off, (uint64_t)g / 8u, 1u, 1u);
-        else
+        ibp_bw_put(&fw, bits == full, 1);
+        if (bits != full)
             out[l.plane_off + plane++] = (uint8_t)bits;
     }
+    ibp_bw_finish(&fw);
+    ibp_bw_finish(&rw);
     len = l.len;
 done:
     free(cols);
+    free(sv);
     free(counts);
     free(prim);
     return len;
 }
 
-/* Reads the flagged form at sec (len bytes) back into n fixed-width selectors at out. */
-static int expand(const IbpCodecPlan *p, const uint32_t *cols, uint64_t n, const uint8_t *sec, uint32_t len,
+/* Reads the flagged form at sec (len bytes) back into n fixed-width selectors at out (zeroed,
+ * with room for ibp_bw_finish's whole-word store). */
+static int expand(const IbpCodecPlan *p, const uint32_t *cols, uint32_t n, const uint8_t *sec, uint32_t len,
                   uint8_t *out)
 {
     const uint32_t sb = p->sel_bits, rb = rest_bits(p->nsets);
@@ -140,13 +122,15 @@ static int expand(const IbpCodecPlan *p, const uint32_t *cols, uint64_t n, const
     for (uint32_t c = 0; c < p->columns; c++)
         if (sec[c] > p->nsets)
             return -EBADMSG;
-    const uint64_t groups = (n + 7u) / 8u;
+    const uint32_t groups = (n + 7u) / 8u;
     const SelFlagsLayout head = layout(p, n, 0, 0);
     if (head.plane_off > len)
         return -EBADMSG;
+    IbpBitReader fr;
+    ibp_br_init(&fr, sec + head.flags_off, head.plane_off - head.flags_off);
     uint64_t planes = 0, others = 0;
-    for (uint64_t g = 0; g < groups; g++) {
-        if (get_bits(sec + head.flags_off, g, 1))
+    for (uint32_t g = 0; g < groups; g++) {
+        if (ibp_br_read(&fr, 1))
             continue;
         if (head.plane_off + planes >= len)
             return -EBADMSG;
@@ -159,26 +143,31 @@ static int expand(const IbpCodecPlan *p, const uint32_t *cols, uint64_t n, const
     const SelFlagsLayout l = layout(p, n, planes, others);
     if (l.len != len)
         return -EBADMSG;
-    for (uint64_t g = groups; g < (uint64_t)(l.plane_off - l.flags_off) * 8u; g++)
-        if (get_bits(sec + l.flags_off, g, 1)) /* flags past the last group */
+    while (fr.pos < fr.end)
+        if (ibp_br_read(&fr, 1)) /* flags past the last group */
             return -EBADMSG;
-    uint64_t plane = 0, rest = 0;
-    for (uint64_t g = 0; g < groups; g++) {
-        const uint32_t bits = get_bits(sec + l.flags_off, g, 1) ? 0xffu : sec[l.plane_off + plane++];
-        for (uint64_t k = g * 8u; k < n && k < g * 8u + 8u; k++) {
+    IbpBitReader rr;
+    ibp_br_init(&fr, sec + l.flags_off, l.plane_off - l.flags_off);
+    ibp_br_init(&rr, sec + l.rest_off, l.len - l.rest_off);
+    IbpBitWriter ow;
+    ibp_bw_init(&ow, out);
+    uint64_t plane = 0;
+    for (uint32_t g = 0; g < groups; g++) {
+        const uint32_t bits = ibp_br_read(&fr, 1) ? 0xffu : sec[l.plane_off + plane++];
+        for (uint32_t k = g * 8u; k < n && k < g * 8u + 8u; k++) {
             const uint32_t pr = sec[cols[k]];
             uint32_t s = pr;
             if (!((bits >> (k - g * 8u)) & 1u)) {
-                const uint32_t r = rb ? get_bits(sec + l.rest_off, rest * rb, rb) : 0u;
-                rest++;
-                s = r < pr ? r : r + 1u;
+                const uint32_t r = (uint32_t)ibp_br_read(&rr, rb);
                 if (r >= p->nsets)
                     return -EBADMSG;
+                s = r < pr ? r : r + 1u;
             }
-            put_bits(out, k * sb, s, sb);
+            ibp_bw_put(&ow, s, sb);
         }
     }
-    return 0;
+    ibp_bw_finish(&ow);
+    return rr.err ? -EBADMSG : 0;
 }
 
 int ibp_selflags_unflag(const IbpCodecPlan *p, const uint8_t *blk, size_t blk_len, uint32_t orig_len,
@@ -193,9 +182,9 @@ int ibp_selflags_unflag(const IbpCodecPlan *p, const uint8_t *blk, size_t blk_le
         return -EBADMSG;
     const uint32_t w = p->word_size, nwords = orig_len / w, tail = orig_len % w;
     uint32_t *cols = NULL;
-    const int64_t n = packed_columns(p, blk + h.rowflag_off, nwords, h.col_phase, &cols);
-    if (n < 0)
-        return (int)n;
+    const uint32_t n = packed_columns(p, blk + h.rowflag_off, nwords, h.col_phase, &cols);
+    if (!cols)
+        return -ENOMEM;
     const uint32_t sbytes = (uint32_t)(((uint64_t)n * p->sel_bits + 7u) / 8u);
     const uint32_t tail_off = h.sel_off + ibp_fmt_round16(sbytes);
     const uint32_t comp = ibp_fmt_round16(tail_off + tail);
@@ -203,7 +192,7 @@ int ibp_selflags_unflag(const IbpCodecPlan *p, const uint8_t *blk, size_t blk_le
     rc = -ENOMEM;
     if (b) {
         memcpy(b, blk, h.sel_off);
-        rc = expand(p, cols, (uint64_t)n, blk + h.sel_off, h.tail_off - h.sel_off, b + h.sel_off);
+        rc = expand(p, cols, n, blk + h.sel_off, h.tail_off - h.sel_off, b + h.sel_off);
     }
     if (!rc) {
         memcpy(b + tail_off, blk + h.tail_off, tail);
