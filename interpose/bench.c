@@ -35,8 +35,11 @@ typedef struct Bench {
     size_t run_stride, out_stride; /* between the rotation's copies of d_run and d_out */
     int rotation;                  /* copies of each, together more than twice the L2 */
     unsigned max_sms;
-    /* The decode's scratch, one for each stream a decode may run on: s_copy, s_copy2, s_dec[]. */
+    /* The decode's scratch, one for each stream a decode may run on: s_copy, s_copy2, s_dec[];
+     * and with flagged selectors, where each stream's decodes rewrite them. */
     CUdeviceptr d_scratch[2 + BENCH_DECODE_STREAMS];
+    CUdeviceptr d_selx[2 + BENCH_DECODE_STREAMS];
+    int flagged;
     CUstream s_copy, s_copy2, s_dec[BENCH_DECODE_STREAMS];
     CUevent t0, t1;
     CUevent ev[BENCH_EVENTS + 2 + BENCH_DECODE_STREAMS];
@@ -57,13 +60,14 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The scratch of decodes on stream s: no two decodes that may run at once share one. */
-static CUdeviceptr scratch_for(const Bench *b, CUstream s)
+/* Which of the per-stream buffers decodes on stream s take: no two decodes that may run at once
+ * share one. */
+static int stream_slot(const Bench *b, CUstream s)
 {
     for (int i = 0; i < BENCH_DECODE_STREAMS; i++)
         if (s == b->s_dec[i])
-            return b->d_scratch[2 + i];
-    return b->d_scratch[s != b->s_copy];
+            return 2 + i;
+    return s != b->s_copy;
 }
 
 static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdeviceptr out, uint32_t first,
@@ -75,13 +79,15 @@ static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdevic
                        .dst = out + (CUdeviceptr)first * b->block_size,
                        .len = len,
                        .skip = 0,
-                       .scratch = scratch_for(b, s),
+                       .scratch = b->d_scratch[stream_slot(b, s)],
+                       .selx = b->flagged ? b->d_selx[stream_slot(b, s)] : 0,
                        .nblocks = count,
                        .block_size = (uint32_t)b->block_size};
     if (b->d_offsets != b->d_offsets_mapped)
         ibp_decode_inline_offsets(&a, b->offsets + first);
-    const unsigned flags =
-        IBP_DECODE_INDEXED | (b->has_pred ? IBP_DECODE_PRED : 0u); /* blocks encoded here */
+    const unsigned flags = IBP_DECODE_INDEXED |
+                           (b->has_pred ? IBP_DECODE_PRED : 0u) | /* blocks encoded here */
+                           (b->flagged ? IBP_DECODE_SELFLAGS : 0u);
     return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, flags, b->max_sms, s);
 }
 
@@ -298,7 +304,9 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     }
     for (size_t r = 0; r < reps; r++)
         memcpy(b.src + r * len, data, len);
-    const IbpCodecPlanOptions plan_opts = {.word_size = opts->word_size};
+    const IbpCodecPlanOptions plan_opts = {
+        .word_size = opts->word_size, .flags = opts->selector_flags ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u};
+    b.flagged = opts->selector_flags != 0;
     err = ibp_codec_plan_create(b.src, b.total, &plan_opts, &plan);
     if (err)
         goto out;
@@ -348,11 +356,17 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
         drv->cuEventCreate(&b.t0, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
         drv->cuEventCreate(&b.t1, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
         goto out;
-    for (int k = 0; k < 2 + BENCH_DECODE_STREAMS; k++)
+    for (int k = 0; k < 2 + BENCH_DECODE_STREAMS; k++) {
         if (drv->cuMemAlloc(&b.d_scratch[k], ibp_decode_scratch_bytes(b.mod)) != CUDA_SUCCESS) {
             b.d_scratch[k] = 0;
             goto out;
         }
+        const size_t selx = ibp_decode_selx_bytes(b.word_size, (uint32_t)b.block_size, b.nblocks);
+        if (b.flagged && drv->cuMemAlloc(&b.d_selx[k], selx) != CUDA_SUCCESS) {
+            b.d_selx[k] = 0;
+            goto out;
+        }
+    }
     for (int k = 0; k < BENCH_DECODE_STREAMS; k++)
         if (drv->cuStreamCreate(&b.s_dec[k], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
             b.s_dec[k] = NULL;
@@ -451,9 +465,12 @@ out:
         drv->cuMemFree(b.d_out);
     if (b.d_offsets && b.d_offsets != b.d_offsets_mapped)
         drv->cuMemFree(b.d_offsets);
-    for (int k = 0; k < 2 + BENCH_DECODE_STREAMS; k++)
+    for (int k = 0; k < 2 + BENCH_DECODE_STREAMS; k++) {
         if (b.d_scratch[k])
             drv->cuMemFree(b.d_scratch[k]);
+        if (b.d_selx[k])
+            drv->cuMemFree(b.d_selx[k]);
+    }
     if (b.src)
         drv->cuMemFreeHost(b.src);
     if (b.run)

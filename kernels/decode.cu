@@ -402,7 +402,10 @@ struct Block {
     uint32_t nwords;
 };
 
-__device__ __forceinline__ Block block_view(const IbpBlockHeader &h, const uint8_t *blk, uint32_t w)
+// Block bi of the run (header h, bytes at blk).  A block of flagged selectors has its selectors
+// in the fixed-width form in a.selx, where ibp_k_decode_unflag put them.
+__device__ __forceinline__ Block block_view(const IbpDecodeArgs &a, uint32_t bi, const IbpBlockHeader &h,
+                                            const uint8_t *blk, uint32_t w)
 {
     Block b;
     b.index = (h.flags & IBP_BLOCK_INDEXED) ? (const uint32_t *)(blk + IBP_BLOCK_HEADER_SIZE) : nullptr;
@@ -413,6 +416,11 @@ __device__ __forceinline__ Block block_view(const IbpBlockHeader &h, const uint8
     b.flag_words = (h.payload_off - h.rowflag_off) / 4;
     b.sel_words = (h.tail_off - h.sel_off) / 4;
     b.nwords = h.orig_len / w;
+    if (h.flags & IBP_BLOCK_SELFLAGS) {
+        const uint32_t stride = ibp_decode_selx_stride(w, a.block_size);
+        b.sel = (const uint32_t *)(a.selx + (uint64_t)bi * stride);
+        b.sel_words = stride / 4;
+    }
     return b;
 }
 
@@ -686,11 +694,10 @@ __device__ __forceinline__ bool plan_has_xform(const Plan &p, uint32_t mask)
 // One CTA decodes a whole block: warps take contiguous segments of 32-word groups.
 template <int W>
 __device__ void decode_block_cta(const Plan &p, const Table<W> *t, bool any_pred, const IbpBlockHeader &h,
-                                 const uint8_t *blk, const Out &out, Shared &sh)
+                                 const Block &b, const Out &out, Shared &sh)
 {
     using U = typename WordT<W>::U;
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const Block b = block_view(h, blk, W);
     const uint32_t ngroups = (b.nwords + 31) / 32;
     const uint32_t g0 = (uint32_t)((uint64_t)warp * ngroups / kWarps);
     const uint32_t g1 = (uint32_t)((uint64_t)(warp + 1) * ngroups / kWarps);
@@ -865,7 +872,7 @@ template <int W> __device__ void decode_blocks_cta(const IbpDecodeArgs &a, const
         if (h.flags & IBP_BLOCK_RAW) {
             copy_raw(blk + IBP_BLOCK_HEADER_SIZE, h.orig_len, out.dst, out.origin, out.len, threadIdx.x, kThreads);
         } else {
-            decode_block_cta<W>(p, t, any_pred, h, blk, out, sh);
+            decode_block_cta<W>(p, t, any_pred, h, block_view(a, bi, h, blk, W), out, sh);
             copy_tail(h, blk, W, out, threadIdx.x, kThreads);
         }
         __syncthreads();
@@ -1579,7 +1586,7 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
             copy_raw_segment<W>(h, blk, s, out);
             continue;
         }
-        const Block b = block_view(h, blk, W);
+        const Block b = block_view(a, bi, h, blk, W);
         if (s0 && s0 * IBP_DECODE_SEG_WORDS >= b.nwords) // past a short block's words
             continue;
         if (bi != carry_block)
@@ -1765,7 +1772,7 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
             copy_raw_segment<W>(h, blk, s, out_for(a, bi, h, W));
             continue;
         }
-        const Block b = block_view(h, blk, W);
+        const Block b = block_view(a, bi, h, blk, W);
         if (s0 && s0 * IBP_DECODE_SEG_WORDS >= b.nwords)
             continue;
         if (bi != carry_block)
@@ -1936,12 +1943,175 @@ __device__ void count_share(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl
     const uint8_t *blk = block_at(a, bl, h);
     uint32_t bits = 0;
     if (!(h.flags & IBP_BLOCK_RAW))
-        bits = block_bits_range<W>(p, t, block_view(h, blk, W), h, sa, sb, stages[threadIdx.x >> 5], red);
+        bits =
+            block_bits_range<W>(p, t, block_view(a, bl, h, blk, W), h, sa, sb, stages[threadIdx.x >> 5], red);
     if (threadIdx.x == 0) {
         DecodeRecord &r = decode_records(a)[blockIdx.x];
         r.bits = bits;
         r.bits_rel = gs == sh.g0 && sh.g0 % sh.per_block != 0;
     }
+}
+
+// ---- Flagged selectors (codec/FORMAT.md "Flagged selectors") ----
+//
+// ibp_k_decode_unflag rewrites the selectors of each flagged block of a run in the fixed-width
+// form into a.selx, where block_view() points the decode kernels.  A CTA per block: its threads
+// first take equal shares of the block's rows (their packed words place each thread's first
+// selector), then equal shares of the groups of 8 selectors, four groups at a time so that each
+// thread writes whole 32-bit words of its own.  Two CTA scans place each share's plane bytes
+// (one for each group whose flag is 0) and its others (a rank for each selector off its column's
+// commonest); then each thread walks its words' rows and columns and writes their selectors.
+// Every read stays inside the block's sections whatever their contents.
+
+struct UnflagShared {
+    uint32_t red[kWarps];
+    uint32_t k_at[kThreads + 1]; // selectors before each thread's share of the rows
+};
+
+// The sum of v over the CTA's threads before this one; total gets the CTA's.  Every thread calls it.
+__device__ __forceinline__ uint32_t cta_excl_scan(uint32_t v, uint32_t *red, uint32_t &total)
+{
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    uint32_t wt;
+    const uint32_t x = warp_excl_scan<uint32_t>(v, wt);
+    if (lane == 0)
+        red[warp] = wt;
+    __syncthreads();
+    uint32_t before = 0, all = 0;
+    for (uint32_t q = 0; q < (uint32_t)kWarps; q++) {
+        before += q < warp ? red[q] : 0u;
+        all += red[q];
+    }
+    __syncthreads();
+    total = all;
+    return before + x;
+}
+
+__device__ __forceinline__ uint32_t byte_in(const uint8_t *sec, uint32_t len, uint64_t at)
+{
+    return at < len ? sec[at] : 0u;
+}
+
+__device__ __forceinline__ uint32_t bit_in(const uint8_t *sec, uint32_t len, uint64_t bit)
+{
+    return (byte_in(sec, len, bit >> 3) >> (bit & 7)) & 1u;
+}
+
+__device__ void unflag_block(const IbpDecodeArgs &a, const Plan &p, uint32_t bi, UnflagShared &sh)
+{
+    IbpBlockHeader h;
+    const uint8_t *blk = block_at(a, bi, h);
+    if ((h.flags & IBP_BLOCK_RAW) || !(h.flags & IBP_BLOCK_SELFLAGS)) // the same for the whole CTA
+        return;
+    const uint32_t tid = threadIdx.x;
+    // (a header claiming more than a block would have its selectors overrun the block's room)
+    const uint32_t nwords = min(h.orig_len, a.block_size) / p.w, nrows = (nwords + p.r - 1) / p.r;
+    const uint8_t *rf = blk + h.rowflag_off;
+    const uint32_t rf_len = h.payload_off - h.rowflag_off;
+    const uint8_t *sec = blk + h.sel_off;
+    const uint32_t len = h.tail_off - h.sel_off;
+    const uint32_t stride = ibp_decode_selx_stride(p.w, a.block_size);
+    uint32_t *out = (uint32_t *)(a.selx + (uint64_t)bi * stride);
+
+    // Each thread's share of the rows and the selectors before it.
+    const uint32_t r0 = (uint32_t)((uint64_t)tid * nrows / kThreads);
+    const uint32_t r1 = (uint32_t)((uint64_t)(tid + 1) * nrows / kThreads);
+    uint32_t mine = 0;
+    for (uint32_t r = r0; r < r1; r++)
+        if (bit_in(rf, rf_len, r))
+            mine += min(p.r, nwords - r * p.r);
+    uint32_t n;
+    sh.k_at[tid] = cta_excl_scan(mine, sh.red, n);
+    if (tid == 0)
+        sh.k_at[kThreads] = n;
+    __syncthreads();
+
+    // Each thread's share of the groups: [ga, gb), four at a time.
+    const uint32_t groups = (n + 7) / 8, units = (groups + 3) / 4;
+    const uint32_t ga = min(groups, 4u * (uint32_t)((uint64_t)tid * units / kThreads));
+    const uint32_t gb = min(groups, 4u * (uint32_t)((uint64_t)(tid + 1) * units / kThreads));
+    const uint64_t flags_bit = 8ull * ibp_fmt_round16(p.c);
+    const uint32_t plane_off = ibp_fmt_round16(p.c) + ibp_fmt_round16((n + 63) / 64);
+    uint32_t zeros = 0;
+    for (uint32_t g = ga; g < gb; g++)
+        zeros += bit_in(sec, len, flags_bit + g) ^ 1u;
+    uint32_t planes;
+    const uint32_t pa = cta_excl_scan(zeros, sh.red, planes);
+    uint32_t others = 0;
+    for (uint32_t g = ga, pi = pa; g < gb; g++) {
+        if (bit_in(sec, len, flags_bit + g))
+            continue;
+        const uint32_t full = n - g * 8 >= 8 ? 0xffu : (1u << (n - g * 8)) - 1u;
+        others += __popc(full & ~byte_in(sec, len, (uint64_t)plane_off + pi++));
+    }
+    uint32_t all_others;
+    const uint32_t ra = cta_excl_scan(others, sh.red, all_others);
+    const uint64_t rest_bit = 8ull * (plane_off + ibp_fmt_round16(planes));
+    const uint32_t rb = p.k >= 3 ? 2u : p.k == 2 ? 1u : 0u;
+
+    // The row and column of the share's first selector: in the row share of the last thread
+    // whose selectors start at or before it.
+    const uint32_t k0 = ga * 8;
+    uint32_t lo = 0, hi = kThreads;
+    while (hi - lo > 1) {
+        const uint32_t mid = (lo + hi) / 2;
+        if (sh.k_at[mid] <= k0)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    uint32_t row = (uint32_t)((uint64_t)lo * nrows / kThreads), rpos = 0, rowlen = 0;
+    for (uint32_t k = sh.k_at[lo]; ga < gb && row < nrows; row++) {
+        if (!bit_in(rf, rf_len, row))
+            continue;
+        rowlen = min(p.r, nwords - row * p.r);
+        if (k + rowlen > k0) {
+            rpos = k0 - k;
+            break;
+        }
+        k += rowlen;
+    }
+    uint32_t col = (uint32_t)(((uint64_t)h.col_phase + (uint64_t)row * p.r + rpos) % p.c);
+
+    // The selectors of the share, 32 bits a store.
+    uint64_t acc = 0;
+    uint32_t accn = 0, wo = k0 * p.sb / 32, rest = ra;
+    const uint32_t k_end = min(n, gb * 8);
+    for (uint32_t g = ga, pi = pa; g < gb; g++) {
+        const uint32_t bits =
+            bit_in(sec, len, flags_bit + g) ? 0xffu : byte_in(sec, len, (uint64_t)plane_off + pi++);
+        for (uint32_t i = 0; i < 8 && g * 8 + i < k_end; i++) {
+            const uint32_t pr = byte_in(sec, len, col);
+            uint32_t s = pr;
+            if (!((bits >> i) & 1u)) {
+                const uint64_t at = rest_bit + (uint64_t)rest++ * rb;
+                const uint32_t r = rb ? (byte_in(sec, len, at >> 3) >> (at & 7)) & ((1u << rb) - 1u) : 0u;
+                s = r < pr ? r : r + 1u;
+            }
+            acc |= (uint64_t)(s & (p.sb == 1 ? 1u : 3u)) << accn;
+            accn += p.sb;
+            if (accn == 32) {
+                out[wo++] = (uint32_t)acc;
+                acc = 0;
+                accn = 0;
+            }
+            if (++rpos == rowlen) { // on to the next packed row
+                rpos = 0;
+                do
+                    row++;
+                while (row < nrows && !bit_in(rf, rf_len, row));
+                rowlen = row < nrows ? min(p.r, nwords - row * p.r) : 0u;
+                col = (uint32_t)(((uint64_t)h.col_phase + (uint64_t)row * p.r) % p.c);
+            } else if (++col == p.c) {
+                col = 0;
+            }
+        }
+    }
+    if (accn)
+        out[wo] = (uint32_t)acc;
+    // Zeros after the last selector, as the fixed-width section is padded.
+    for (uint32_t i = (n * p.sb + 31) / 32 + tid; i < stride / 4; i += kThreads)
+        out[i] = 0;
 }
 
 } // namespace
@@ -2041,6 +2211,17 @@ extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_decode_fix(IbpDecod
     default:
         fix_share<8>(a, p);
         break;
+    }
+}
+
+// Run first, before any other kernel of a run with blocks of flagged selectors.
+extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_unflag(IbpDecodeArgs a)
+{
+    __shared__ UnflagShared sh;
+    const Plan p = load_plan(a.plan);
+    for (uint32_t bi = blockIdx.x; bi < a.nblocks; bi += gridDim.x) {
+        unflag_block(a, p, bi, sh);
+        __syncthreads();
     }
 }
 

@@ -28,6 +28,9 @@ typedef struct IbpDecodeArgs {
     uint64_t len;
     uint64_t skip; /* original bytes of the run's first block that precede dst */
     uint64_t scratch; /* device scratch of ibp_decode_scratch_bytes(), or 0 */
+    uint64_t selx;    /* with blocks of flagged selectors (codec/format.h IBP_BLOCK_SELFLAGS): device
+                       * memory of ibp_decode_selx_bytes() where ibp_k_decode_unflag rewrites their
+                       * selectors in the fixed-width form for the decode to read; else 0 */
     uint32_t nblocks;
     uint32_t block_size;
     uint32_t flags; /* IBP_DECODE_ARG_*, set by the launcher */
@@ -51,6 +54,19 @@ static inline int ibp_decode_inline_offsets(IbpDecodeArgs *a, const uint64_t *of
         a->rel[i] = (uint32_t)(offs[i] - offs[0]);
     a->inline_offsets = 1;
     return 1;
+}
+
+/* Bytes of IbpDecodeArgs.selx a block of the run takes: room for two selector bits a word,
+ * 16-aligned.  Block bi's selectors start at bi times this. */
+static inline IBP_DECODE_HD uint32_t ibp_decode_selx_stride(uint32_t word_size, uint32_t block_size)
+{
+    return (block_size / word_size / 4u + 15u) & ~15u;
+}
+
+static inline IBP_DECODE_HD uint64_t ibp_decode_selx_bytes(uint32_t word_size, uint32_t block_size,
+                                                           uint32_t nblocks)
+{
+    return (uint64_t)nblocks * ibp_decode_selx_stride(word_size, block_size);
 }
 
 /* ibp_k_decode_count ran before with the same grid: each CTA's payload bits of its share's last

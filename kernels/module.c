@@ -204,11 +204,21 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
         (args.comp & 15u) || /* the kernels stage sections with 16-byte copies */
         (args.inline_offsets && args.nblocks + 1u > IBP_DECODE_INLINE_OFFSETS))
         return -EINVAL;
+    if ((flags & IBP_DECODE_SELFLAGS) && (!args.selx || (args.selx & 15u)))
+        return -EINVAL;
+    if (!(flags & IBP_DECODE_SELFLAGS))
+        args.selx = 0;
     const int pred = (flags & IBP_DECODE_PRED) != 0;
     const int scratch = args.scratch && !(args.scratch & 7u) && mod->sm_count > 0;
     const int segp = pred && scratch && columns <= IBP_DECODE_PRED_MAX_COLUMNS &&
                      segp_shared_bytes(word_size) <= mod->segp_max_dynamic;
     args.flags = 0;
+    /* A CTA per block rewrites flagged selectors, no more than the device holds at once. */
+    if ((flags & IBP_DECODE_SELFLAGS) &&
+        ibp_kernel_launch(mod, IBP_KERNEL_DECODE_UNFLAG,
+                          grid_cap(args.nblocks, resident_cap(mod, 4, max_ctas)), IBP_DECODE_THREADS, 0,
+                          stream, params))
+        return -EIO;
     if ((flags & IBP_DECODE_BLOCK) || (pred && !segp))
         return ibp_kernel_launch(mod, IBP_KERNEL_DECODE, grid_cap(args.nblocks, max_ctas), IBP_DECODE_THREADS, 0,
                                  stream, params);

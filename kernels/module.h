@@ -22,7 +22,8 @@
     X(IBP_KERNEL_DECODE_SEGW8_INL, "ibp_k_decode_segw8_inl", "decode")                                       \
     X(IBP_KERNEL_DECODE_SEGP, "ibp_k_decode_segp", "decode")                                                 \
     X(IBP_KERNEL_DECODE_FIX, "ibp_k_decode_fix", "decode")                                                   \
-    X(IBP_KERNEL_DECODE_COUNT, "ibp_k_decode_count", "decode")
+    X(IBP_KERNEL_DECODE_COUNT, "ibp_k_decode_count", "decode")                                               \
+    X(IBP_KERNEL_DECODE_UNFLAG, "ibp_k_decode_unflag", "decode")
 
 typedef enum IbpKernelId {
 #define IBP_KERNEL_ID(id, name, src) id,
@@ -68,6 +69,11 @@ struct IbpDecodeArgs;
  * of version-1 blocks is counted first; with it such blocks still decode, each CTA counting the
  * segments before its share itself. */
 #define IBP_DECODE_INDEXED 4u
+/* Blocks of the run may hold flagged selectors (codec/format.h IBP_BLOCK_SELFLAGS, from plans made
+ * with IBP_CODEC_PLAN_SELECTOR_FLAGS): a->selx must then be 16-aligned device memory of
+ * ibp_decode_selx_bytes() that no launch still in flight uses, and ibp_k_decode_unflag rewrites
+ * their selectors there before the decode. */
+#define IBP_DECODE_SELFLAGS 8u
 
 /* Enqueues on `stream` the decode of a->nblocks blocks of a plan of `word_size`-byte words and
  * `columns` columns.  A warp per 512-word segment of a block, so that a few blocks still occupy
@@ -82,7 +88,8 @@ struct IbpDecodeArgs;
  * scratch, predictor plans, and any plan with IBP_DECODE_BLOCK, go through ibp_k_decode, a CTA
  * per block, which decodes any plan.  a->comp must be 16-byte aligned (blocks and their sections
  * then are); a->flags is the launcher's.  max_ctas caps the grid (0: no cap).  Returns 0,
- * -EINVAL (a misaligned run, a word size other than 2, 4 or 8) or -EIO. */
+ * -EINVAL (a misaligned run, a word size other than 2, 4 or 8, IBP_DECODE_SELFLAGS without
+ * a->selx) or -EIO. */
 int ibp_decode_launch(const IbpModule *mod, const struct IbpDecodeArgs *a, unsigned word_size,
                       unsigned columns, unsigned flags, unsigned max_ctas, CUstream stream);
 

@@ -13,7 +13,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: ibp-bench FILE [--size BYTES] [--iters N] [--device D] [--chunk BYTES]\n"
                "         [--copy-streams 1|2] [--decode-streams 1-4] [--last-decode-on-copy]\n"
                "         [--paired] [--tail BYTES]\n"
-               "         [--trace] [--max-sms N] [--offsets device|mapped] [--word-size 2|4|8] [--json]\n"
+               "         [--trace] [--max-sms N] [--offsets device|mapped] [--word-size 2|4|8]\n"
+               "         [--selector-flags] [--json]\n"
                "Plans and compresses FILE as the shim would (tiled up to --size bytes, default 1 GiB),\n"
                "then times on the GPU, original bytes per second: a plain pinned copy, DMA of the\n"
                "compressed run then decode, the same pipelined (chunks of --chunk compressed bytes,\n"
@@ -32,7 +33,9 @@ static void usage(FILE *f)
                "run's offsets ahead of it; --offsets mapped has every decode read the pinned table\n"
                "through its mapped address.  --trace times each chunk of one more pipelined run:\n"
                "when its DMA ended, its decode started and ended.  --word-size plans words of that many\n"
-               "bytes instead of the planner's choice (the rest of the plan still searched).\n");
+               "bytes instead of the planner's choice (the rest of the plan still searched).\n"
+               "--selector-flags stores blocks' selectors in the flagged form where it is smaller,\n"
+               "each decode rewriting them first (as ibp-pack compress --selector-flags).\n");
 }
 
 int main(int argc, char **argv)
@@ -53,6 +56,8 @@ int main(int argc, char **argv)
             opts.paired = 1;
         } else if (!strcmp(argv[i], "--last-decode-on-copy")) {
             opts.last_decode_on_copy = 1;
+        } else if (!strcmp(argv[i], "--selector-flags")) {
+            opts.selector_flags = 1;
         } else if (!strcmp(argv[i], "--trace")) {
             opts.trace = 1;
         } else if (!strcmp(argv[i], "--copy-streams") && i + 1 < argc) {
@@ -129,12 +134,13 @@ int main(int argc, char **argv)
                "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
                "\"tail\": %zu, \"paired\": %s, \"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d, "
                "\"word_size\": %u, \"columns\": %u, \"decode_streams\": %d, \"last_decode_on_copy\": %s, "
-               "\"shim_path\": \"%s\"",
+               "\"selector_flags\": %s, \"shim_path\": \"%s\"",
                path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
                r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps, 1.0 / r.ratio, r.chunk,
                r.tail, opts.paired ? "true" : "false", opts.max_sms,
                opts.offsets_mapped ? "mapped" : "device", r.rotation, r.word_size, r.columns,
                opts.decode_streams ? opts.decode_streams : 1, opts.last_decode_on_copy ? "true" : "false",
+               opts.selector_flags ? "true" : "false",
                r.shim_pipelined == 1   ? "pipelined"
                : r.shim_pipelined == 2 ? "pipelined_alone"
                                        : "dma_then_decode");
@@ -149,9 +155,9 @@ int main(int argc, char **argv)
         }
         printf("}\n");
     } else {
-        printf("ibp-bench: %s on %s, %.1f MiB, ratio %.4f (%u-byte words, %u columns), decode %s\n", path,
+        printf("ibp-bench: %s on %s, %.1f MiB, ratio %.4f (%u-byte words, %u columns%s), decode %s\n", path,
                r.device_name, (double)r.bytes / 1048576.0, r.ratio, r.word_size, r.columns,
-               r.verified ? "verified" : "WRONG");
+               opts.selector_flags ? ", flagged selectors" : "", r.verified ? "verified" : "WRONG");
         printf("  %-26s %10s %8s\n", "path", "GB/s", "speedup");
         printf("  %-26s %10.1f %8.3f\n", "raw pinned H2D", r.raw_gbps, 1.0);
         printf("  %-26s %10.1f %8.3f\n", "DMA + decode", r.dma_decode_gbps, r.dma_decode_gbps / r.raw_gbps);

@@ -35,6 +35,8 @@ typedef struct IbpshimBenchOptions {
                            that with more a chunk's decode need not wait for the one before's */
     int last_decode_on_copy; /* pipelined: the last chunk's decode on its DMA's stream, right after it
                                 (no wait for an event of another stream) */
+    int selector_flags;      /* blocks take the flagged selector form where it is smaller
+                                (IBP_CODEC_PLAN_SELECTOR_FLAGS); each decode rewrites them first */
 } IbpshimBenchOptions;
 
 #define IBPSHIM_BENCH_TRACE_MAX 64

@@ -26,7 +26,8 @@ extern "C" {
 /* Plain IBP only: one mask set per column, no transforms. */
 #define IBP_CODEC_PLAN_FAITHFUL 0x1u
 /* Blocks may store their selectors in the flagged form where it is smaller (codec/FORMAT.md);
- * such blocks decode on the CPU only. */
+ * the GPU decodes such blocks after a pass that rewrites their selectors (kernels/module.h
+ * IBP_DECODE_SELFLAGS). */
 #define IBP_CODEC_PLAN_SELECTOR_FLAGS 0x2u
 
 typedef struct IbpCodecPlan IbpCodecPlan;
@@ -68,6 +69,10 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
 
 /* Rebuilds a plan from the bytes of ibp_codec_plan_blob().  -EBADMSG when malformed. */
 int ibp_codec_plan_from_blob(const void *blob, size_t len, IbpCodecPlan **out);
+
+/* A copy of plan whose blocks take the flagged selector form where it is smaller (on != 0, as with
+ * IBP_CODEC_PLAN_SELECTOR_FLAGS) or never (on == 0); either copy decodes the blocks of the other. */
+int ibp_codec_plan_with_selector_flags(const IbpCodecPlan *plan, int on, IbpCodecPlan **out);
 
 /* Frees the plan and sets *plan to NULL.  NULL and *plan == NULL are fine. */
 void ibp_codec_plan_destroy(IbpCodecPlan **plan);

@@ -10,7 +10,7 @@
 #include "codec/format.h"
 
 /* Cuts a block's sections between its first `keep` bytes after the header and its row flags, in
- * place (the sections after move down, its offsets and length shrink) and sets its flags. */
+ * place (the sections after move down, its offsets and length shrink) and sets its layout flags. */
 static inline uint32_t ibp_test_strip_sections(uint8_t *blk, uint32_t keep, uint32_t flags)
 {
     IbpBlockHeader h;
@@ -20,7 +20,7 @@ static inline uint32_t ibp_test_strip_sections(uint8_t *blk, uint32_t keep, uint
     const uint32_t cut = h.rowflag_off - IBP_BLOCK_HEADER_SIZE - keep;
     memmove(blk + IBP_BLOCK_HEADER_SIZE + keep, blk + IBP_BLOCK_HEADER_SIZE + keep + cut,
             h.comp_len - IBP_BLOCK_HEADER_SIZE - keep - cut);
-    h.flags = flags;
+    h.flags = flags | (h.flags & IBP_BLOCK_SELFLAGS); /* the selectors' form stays */
     h.comp_len -= cut;
     h.rowflag_off -= cut;
     h.payload_off -= cut;

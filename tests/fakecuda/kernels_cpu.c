@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "codec/format.h"
+#include "codec/internal.h"
 #include "ibpshim/codec.h"
 #include "kernels/decode_abi.h"
 
@@ -86,6 +87,93 @@ static const uint8_t *run_block(const Run *r, uint32_t b, size_t *comp_len, IbpB
     return blk;
 }
 
+/* Block b of the run (flagged selectors, at blk) with its selector section in the fixed-width form,
+ * allocated in *out, and that section's place in it; CUDA_ERROR_INVALID_VALUE when malformed. */
+static CUresult unflagged(const IbpCodecPlan *plan, const uint8_t *blk, size_t comp_len, uint32_t orig_len,
+                          uint8_t **out, size_t *out_len, IbpBlockHeader *h)
+{
+    if (ibp_selflags_unflag(plan, blk, comp_len, orig_len, out, out_len))
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(h, *out, sizeof(*h));
+    return CUDA_SUCCESS;
+}
+
+/* The selectors ibp_k_decode_unflag leaves for block b in a.selx, or NULL when a.selx is not
+ * device memory of a stride for each block of the run. */
+static uint8_t *selx_of(const Run *r, uint32_t b, uint32_t word_size)
+{
+    const uint32_t stride = ibp_decode_selx_stride(word_size, r->a.block_size);
+    uint8_t *const all =
+        r->a.selx
+            ? fakecuda_mem_access((uintptr_t)r->a.selx,
+                                  ibp_decode_selx_bytes(word_size, r->a.block_size, r->a.nblocks), false)
+            : NULL;
+    return all ? all + (size_t)b * stride : NULL;
+}
+
+/* As the CUDA kernels decode a block of flagged selectors: with the selectors found in a.selx,
+ * wherever they came from. */
+static CUresult decode_flagged(const Run *r, const IbpCodecPlan *plan, uint32_t b, const uint8_t *blk,
+                               size_t comp_len, uint32_t orig_len, uint8_t *dst)
+{
+    uint8_t *fixed = NULL;
+    size_t fixed_len = 0;
+    IbpBlockHeader h;
+    CUresult res = unflagged(plan, blk, comp_len, orig_len, &fixed, &fixed_len, &h);
+    if (res != CUDA_SUCCESS)
+        return res;
+    const uint8_t *sel = selx_of(r, b, r->ph->word_size);
+    if (!sel)
+        res = CUDA_ERROR_ILLEGAL_ADDRESS;
+    else
+        memcpy(fixed + h.sel_off, sel, h.tail_off - h.sel_off);
+    if (res == CUDA_SUCCESS && ibp_codec_block_decode(plan, fixed, fixed_len, orig_len, dst, orig_len))
+        res = CUDA_ERROR_INVALID_VALUE;
+    free(fixed);
+    return res;
+}
+
+/* ibp_k_decode_unflag (IbpDecodeArgs a): each flagged block's selectors in the fixed-width form at
+ * a.selx + b * ibp_decode_selx_stride(), zeros after them. */
+static CUresult k_unflag(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    Run r;
+    CUresult res = run_open(params, &r);
+    if (res != CUDA_SUCCESS)
+        return res;
+    IbpCodecPlan *plan = NULL;
+    if (ibp_codec_plan_from_blob(r.blob, r.ph->blob_len, &plan)) {
+        run_close(&r);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    const uint32_t w = r.ph->word_size, stride = ibp_decode_selx_stride(w, r.a.block_size);
+    for (uint32_t b = 0; b < r.a.nblocks && res == CUDA_SUCCESS; b++) {
+        size_t comp_len = 0;
+        IbpBlockHeader h;
+        const uint8_t *blk = run_block(&r, b, &comp_len, &h);
+        if (!blk) {
+            res = CUDA_ERROR_ILLEGAL_ADDRESS;
+        } else if ((h.flags & IBP_BLOCK_SELFLAGS) && !(h.flags & IBP_BLOCK_RAW)) {
+            uint8_t *fixed = NULL, *sel = selx_of(&r, b, w);
+            size_t fixed_len = 0;
+            IbpBlockHeader fh;
+            res = !sel ? CUDA_ERROR_ILLEGAL_ADDRESS
+                       : unflagged(plan, blk, comp_len,
+                                   h.orig_len < r.a.block_size ? h.orig_len : r.a.block_size, &fixed,
+                                   &fixed_len, &fh);
+            if (res == CUDA_SUCCESS) {
+                memset(sel, 0, stride);
+                memcpy(sel, fixed + fh.sel_off, fh.tail_off - fh.sel_off);
+            }
+            free(fixed);
+        }
+    }
+    ibp_codec_plan_destroy(&plan);
+    run_close(&r);
+    return res;
+}
+
 /* ibp_k_decode, ibp_k_decode_seg, ibp_k_decode_seg1(w8) and ibp_k_decode_segp (IbpDecodeArgs a): the
  * CPU codec decodes each block of the run and the bytes [a.skip, a.skip + a.len) of the run land
  * at a.dst, exactly what the CUDA kernels write (ibp_k_decode_segp with ibp_k_decode_fix after it). */
@@ -112,11 +200,17 @@ static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
             res = CUDA_ERROR_ILLEGAL_ADDRESS;
             break;
         }
-        if (h.orig_len > a.block_size ||
-            ibp_codec_block_decode(plan, blk, comp_len, h.orig_len, tmp, h.orig_len)) {
+        if (h.orig_len > a.block_size) {
             res = CUDA_ERROR_INVALID_VALUE;
             break;
         }
+        res = (h.flags & IBP_BLOCK_SELFLAGS) && !(h.flags & IBP_BLOCK_RAW)
+                  ? decode_flagged(&r, plan, b, blk, comp_len, h.orig_len, tmp)
+              : ibp_codec_block_decode(plan, blk, comp_len, h.orig_len, tmp, h.orig_len)
+                  ? CUDA_ERROR_INVALID_VALUE
+                  : CUDA_SUCCESS;
+        if (res != CUDA_SUCCESS)
+            break;
         /* Block b covers run bytes [b * block_size, b * block_size + orig_len). */
         const uint64_t start = (uint64_t)b * a.block_size;
         const uint64_t lo = start > a.skip ? start : a.skip;
@@ -160,6 +254,7 @@ const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_decode_segp, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_fix, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_count, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_unflag, k_unflag, sizeof(IbpDecodeArgs)),
 };
 
 const size_t fakecuda_kernel_count = sizeof(fakecuda_kernels) / sizeof(fakecuda_kernels[0]);

@@ -32,6 +32,7 @@ static const IbpDriver *drv;
 static const IbpModule *mod;
 static CUdeviceptr d_scratch; /* the predictor decode's, poisoned before every launch */
 static int failures;
+static uint64_t flagged_blocks; /* blocks of flagged selectors the flagged cases decoded */
 
 typedef struct Encoded {
     IbpCodecPlan *plan;
@@ -44,6 +45,7 @@ typedef struct Encoded {
     unsigned columns;
     unsigned word_size;
     int legacy; /* launched without IBP_DECODE_INDEXED (the blocks may lack the index or carries) */
+    int flagged; /* the plan may write flagged selectors: launched with IBP_DECODE_SELFLAGS */
 } Encoded;
 
 static void *pinned(size_t n)
@@ -55,15 +57,26 @@ static void *pinned(size_t n)
 
 static void release(Encoded *e);
 
-/* Encodes data with plan (taken over), or with the planner's choice when plan is NULL; on failure
- * nothing is left to release. */
-static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPlan *plan, Encoded *e)
+/* Encodes data with plan (taken over), or with the planner's choice when plan is NULL, in blocks
+ * that take the flagged selector form where it is smaller when flagged; on failure nothing is left
+ * to release. */
+static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPlan *plan, int flagged,
+                  Encoded *e)
 {
     IbpCodecPlanOptions opts = {.block_size = block_size};
     memset(e, 0, sizeof(*e));
     e->plan = plan;
     if (!plan && ibp_codec_plan_create(data, len, &opts, &e->plan))
         return -1;
+    if (flagged) {
+        IbpCodecPlan *f = NULL;
+        const int rc = ibp_codec_plan_with_selector_flags(e->plan, 1, &f);
+        ibp_codec_plan_destroy(&e->plan);
+        if (rc)
+            return -1;
+        e->plan = f;
+        e->flagged = 1;
+    }
     e->block_size = ibp_codec_plan_block_size(e->plan);
     e->nblocks = (uint32_t)((len + e->block_size - 1) / e->block_size);
     const size_t bound = (ibp_codec_block_bound(e->plan, e->block_size) + 15) & ~(size_t)15;
@@ -86,6 +99,11 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPl
     }
     e->offsets[e->nblocks] = at;
     e->run_len = at;
+    for (uint32_t i = 0; !err && flagged && i < e->nblocks; i++) {
+        IbpBlockHeader h;
+        memcpy(&h, e->run + e->offsets[i], sizeof(h));
+        flagged_blocks += (h.flags & IBP_BLOCK_SELFLAGS) != 0;
+    }
     free(slots);
     free(comp);
     if (err) {
@@ -167,6 +185,12 @@ static void check_range_from(const char *name, const uint8_t *data, const Encode
         CHECK_CU(drv->cuMemHostGetDevicePointer(&d_run, e->run, 0));
     CHECK_CU(drv->cuMemsetD8(d_out, 0xa5, len + dst_misalign + 16));
     CHECK_CU(drv->cuMemsetD8(d_scratch, 0x5a, ibp_decode_scratch_bytes(mod)));
+    CUdeviceptr d_selx = 0; /* poisoned, as a reused buffer would be */
+    const size_t selx_len = ibp_decode_selx_bytes(e->word_size, (uint32_t)e->block_size, count);
+    if (e->flagged) {
+        CHECK_CU(drv->cuMemAlloc(&d_selx, selx_len));
+        CHECK_CU(drv->cuMemsetD8(d_selx, 0x5a, selx_len));
+    }
     IbpDecodeArgs a = {.comp = d_run + e->offsets[first],
                        .offsets = d_offsets + first * sizeof(uint64_t),
                        .plan = d_plan,
@@ -174,18 +198,22 @@ static void check_range_from(const char *name, const uint8_t *data, const Encode
                        .len = len,
                        .skip = skip,
                        .scratch = d_scratch,
+                       .selx = d_selx,
                        .nblocks = count,
                        .block_size = (uint32_t)e->block_size};
     if (inl)
         ibp_decode_inline_offsets(&a, e->offsets + first);
     const unsigned flags = (e->has_pred ? IBP_DECODE_PRED : 0u) | (cta ? IBP_DECODE_BLOCK : 0u) |
-                           (e->legacy ? 0u : IBP_DECODE_INDEXED);
-    if (ibp_decode_launch(mod, &a, e->word_size, e->columns, flags, grid, NULL)) {
+                           (e->legacy ? 0u : IBP_DECODE_INDEXED) | (e->flagged ? IBP_DECODE_SELFLAGS : 0u);
+    const int launched = ibp_decode_launch(mod, &a, e->word_size, e->columns, flags, grid, NULL);
+    CHECK_CU(drv->cuCtxSynchronize());
+    if (d_selx)
+        drv->cuMemFree(d_selx);
+    if (launched) {
         fprintf(stderr, "%s: launch failed\n", name);
         failures++;
         return;
     }
-    CHECK_CU(drv->cuCtxSynchronize());
     CHECK_CU(drv->cuMemcpyDtoH(host_out, d_out, len + dst_misalign + 16));
     const uint8_t *want = data + (size_t)first * e->block_size + skip;
     for (uint64_t i = memcmp(host_out + dst_misalign, want, len) ? 0 : len; i < len; i++) {
@@ -227,10 +255,11 @@ static void check_range(const char *name, const uint8_t *data, const Encoded *e,
                          grid, cta, 1, mapped);
 }
 
-static void run_case(const char *name, const uint8_t *data, size_t len, size_t block_size, IbpCodecPlan *plan)
+static void run_case(const char *name, const uint8_t *data, size_t len, size_t block_size, IbpCodecPlan *plan,
+                     int flagged)
 {
     Encoded e;
-    if (encode(data, len, block_size, plan, &e)) {
+    if (encode(data, len, block_size, plan, flagged, &e)) {
         fprintf(stderr, "%s: CPU encode failed\n", name);
         failures++;
         return;
@@ -298,7 +327,7 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
  * carries) into an aligned destination (the one the shared-memory stores of 8-byte words take),
  * zero-copy and a CTA per block into misaligned ones, and a clipped range from inside the block
  * at 1 GiB to inside the last one; every destination poisoned first. */
-static void large_case(const char *name, const uint8_t *tile, size_t tile_len)
+static void large_case(const char *name, const uint8_t *tile, size_t tile_len, int flagged)
 {
     const size_t len = LARGE_BYTES;
     uint8_t *data = malloc(len);
@@ -310,7 +339,7 @@ static void large_case(const char *name, const uint8_t *tile, size_t tile_len)
     for (size_t at = 0; at < len; at += tile_len)
         memcpy(data + at, tile, len - at < tile_len ? len - at : tile_len);
     Encoded e;
-    if (encode(data, len, 0, NULL, &e)) {
+    if (encode(data, len, 0, NULL, flagged, &e)) {
         fprintf(stderr, "%s x %zu bytes: CPU encode failed\n", name, len);
         failures++;
         free(data);
@@ -329,8 +358,9 @@ static void large_case(const char *name, const uint8_t *tile, size_t tile_len)
     const uint64_t clip = len - (size_t)first * e.block_size - skip - 7;
     check_range(name, data, &e, d_run, d_plan, d_out, host_out, first, e.nblocks - first, skip, clip, 5, 0, 0,
                 0);
-    printf("decode check: %s tiled to %zu bytes (%u blocks, ratio %.4f): %s\n", name, len, e.nblocks,
-           (double)e.run_len / (double)len, failures == before ? "every byte matched" : "MISMATCH");
+    printf("decode check: %s tiled to %zu bytes%s (%u blocks, ratio %.4f): %s\n", name, len,
+           flagged ? ", flagged selectors" : "", e.nblocks, (double)e.run_len / (double)len,
+           failures == before ? "every byte matched" : "MISMATCH");
     unload(&u);
     release(&e);
     free(data);
@@ -416,12 +446,17 @@ static void synthetic_cases(void)
         }
         for (size_t i = nwords * w; i < len; i++)
             buf[i] = (uint8_t)(i * 31);
-        char name[96];
+        char name[128];
         snprintf(name, sizeof(name), "synthetic W=%u C=%u R=%u K=%u, %zu bytes", w, c, cases[ci].r, cases[ci].k,
                  len);
-        IbpCodecPlan *plan = synthetic_plan(w, c, cases[ci].r, cases[ci].k, cases[ci].block_size, cases[ci].xf);
-        if (plan)
-            run_case(name, buf, len, cases[ci].block_size, plan);
+        for (int flagged = 0; flagged < 2; flagged++) {
+            IbpCodecPlan *plan =
+                synthetic_plan(w, c, cases[ci].r, cases[ci].k, cases[ci].block_size, cases[ci].xf);
+            if (flagged)
+                strcat(name, ", flagged selectors");
+            if (plan)
+                run_case(name, buf, len, cases[ci].block_size, plan, flagged);
+        }
         free(buf);
     }
 }
@@ -502,9 +537,11 @@ int main(int argc, char **argv)
                 default: buf[i] = (i % 8 < 2) ? (uint8_t)(x & 15) : 0; break;       /* small int64 */
                 }
             }
-            char name[64];
+            char name[96];
             snprintf(name, sizeof(name), "random kind %d, %zu bytes", kind, n);
-            run_case(name, buf, n, 65536, NULL);
+            run_case(name, buf, n, 65536, NULL, 0);
+            strcat(name, ", flagged selectors");
+            run_case(name, buf, n, 65536, NULL, 1);
         }
         free(buf);
     }
@@ -522,9 +559,14 @@ int main(int argc, char **argv)
         if (!data)
             continue;
         found++;
-        run_case(files[i], data, len, 0, NULL);
+        run_case(files[i], data, len, 0, NULL, 0);
+        char name[128];
+        snprintf(name, sizeof(name), "%s, flagged selectors", files[i]);
+        run_case(name, data, len, 0, NULL, 1);
         if (i == 1 || i == 2 || i == 4) /* fp32 and bf16 (one column), movielens (predictors) */
-            large_case(files[i], data, len);
+            large_case(files[i], data, len, 0);
+        if (i == 2) /* the tensor the flagged form helps most */
+            large_case(files[i], data, len, 1);
         if (bench_bytes && !failures)
             bench(files[i], data, len, bench_bytes);
         free(data);
@@ -540,11 +582,17 @@ int main(int argc, char **argv)
             x ^= x << 17;
             tile[i] = (i % 4 == 3) ? 0x3c : (uint8_t)x; /* fp32-like */
         }
-        large_case("random fp32-like", tile, n);
+        large_case("random fp32-like", tile, n, 0);
         free(tile);
     }
     CUcontext popped;
     drv->cuCtxPopCurrent(&popped);
+    /* The flagged cases are only a check where some block took the flagged form. */
+    printf("decode check: %llu blocks of flagged selectors decoded\n", (unsigned long long)flagged_blocks);
+    if (!flagged_blocks) {
+        fprintf(stderr, "decode check: no flagged case wrote a block of flagged selectors\n");
+        failures++;
+    }
     printf("decode check: %s\n", failures ? "FAILED" : "every byte matched");
     return failures ? 1 : 0;
 }

@@ -151,6 +151,9 @@ class DecodeLaunch : public ::testing::Test
                 0);
             offs.push_back(run.size());
             run.insert(run.end(), tmp.begin(), tmp.begin() + comp);
+            IbpBlockHeader h;
+            std::memcpy(&h, tmp.data(), sizeof(h));
+            flagged_ += (h.flags & IBP_BLOCK_SELFLAGS) != 0;
         }
         offs.push_back(run.size());
         size_t blob_len = 0;
@@ -170,6 +173,11 @@ class DecodeLaunch : public ::testing::Test
     {
         FakecudaStats before, after;
         EXPECT_EQ(drv_->cuMemsetD8(args_.dst, 0xa5, data_.size()), CUDA_SUCCESS);
+        if (args_.selx) {
+            EXPECT_EQ(drv_->cuMemsetD8(args_.selx, 0x5a,
+                                       ibp_decode_selx_bytes(word_size_, (uint32_t)bs_, args_.nblocks)),
+                      CUDA_SUCCESS);
+        }
         IbpDecodeArgs a = args_;
         a.scratch = with_scratch ? scratch_ : 0;
         stats_(&before);
@@ -217,6 +225,7 @@ class DecodeLaunch : public ::testing::Test
     uint32_t columns_ = 0;
     uint32_t word_size_ = 4;
     std::vector<uint8_t> data_;
+    uint32_t flagged_ = 0; // blocks of flagged selectors encode() wrote
     IbpDecodeArgs args_ = {};
 };
 
@@ -268,6 +277,37 @@ TEST_F(DecodeLaunch, PlansOfSeveralColumnsCountShortShares)
     EXPECT_EQ(decode(0, true, 8), 1u);
     EXPECT_EQ(decode(IBP_DECODE_BLOCK, true), 1u);
     ibp_codec_plan_destroy(&plan);
+}
+
+// Runs of blocks of flagged selectors: ibp_k_decode_unflag first, then what the plan takes anyway.
+// The fake decodes such blocks with the selectors found in the run's selx, poisoned before each
+// launch, so a decode not preceded by the rewrite fails.
+TEST_F(DecodeLaunch, FlaggedSelectorsAreRewrittenFirst)
+{
+    for (const uint32_t columns : {1u, 3u}) {
+        IbpCodecPlan *base = make_plan(columns, true, 262144);
+        ASSERT_NE(base, nullptr);
+        IbpCodecPlan *plan = nullptr;
+        ASSERT_EQ(ibp_codec_plan_with_selector_flags(base, 1, &plan), 0);
+        ibp_codec_plan_destroy(&base);
+        flagged_ = 0;
+        encode(plan, 4);
+        EXPECT_EQ(flagged_, 4u) << "every block of small deltas takes the flagged form";
+        args_.selx = device_copy(nullptr, ibp_decode_selx_bytes(word_size_, (uint32_t)bs_, 4));
+        const unsigned f = IBP_DECODE_SELFLAGS | IBP_DECODE_PRED;
+        EXPECT_EQ(decode(f | IBP_DECODE_INDEXED, true), 2u) << "unflag, segmented decode";
+        EXPECT_EQ(decode(f | IBP_DECODE_INDEXED | IBP_DECODE_BLOCK, true), 2u) << "unflag, a CTA per block";
+        EXPECT_EQ(decode(f, false), 2u) << "unflag, a CTA per block (no scratch)";
+        if (columns > 1 && !refused_smem()) {
+            EXPECT_EQ(decode(f, true), 4u) << "unflag, count, segmented decode, fix-up";
+        }
+        IbpDecodeArgs a = args_;
+        a.selx = 0;
+        EXPECT_EQ(ibp_decode_launch(mod_, &a, word_size_, columns_, f, 0, nullptr), -EINVAL) << "no selx";
+        a.selx = args_.selx + 8;
+        EXPECT_EQ(ibp_decode_launch(mod_, &a, word_size_, columns_, f, 0, nullptr), -EINVAL) << "misaligned";
+        ibp_codec_plan_destroy(&plan);
+    }
 }
 
 TEST_F(DecodeLaunch, OneColumnPlansNeverCount)
