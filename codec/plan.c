@@ -479,6 +479,7 @@ void ibp_codec_plan_info(const IbpCodecPlan *plan, IbpCodecPlanInfo *info)
     info->sample_ratio = plan->sample_ratio;
     info->sample_bytes = plan->sample_bytes;
     info->blob_len = plan->blob_len;
+    info->selector_flags = plan->sel_flags;
 }
 
 int ibp_codec_plan_describe(const IbpCodecPlan *plan, int json, char *buf, size_t cap)

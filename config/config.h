@@ -67,6 +67,7 @@ typedef struct IbpConfig {
         bool track_shared;
         bool track_write_combined;
         bool track_mapped;
+        bool selector_flags;
     } policy;
     struct {
         IbpTransferPath path;
@@ -121,7 +122,7 @@ typedef struct IbpConfigOption {
     const char *help;
 } IbpConfigOption;
 
-#define IBP_CONFIG_OPTION_COUNT 29
+#define IBP_CONFIG_OPTION_COUNT 30
 
 /* The table, IBP_CONFIG_OPTION_COUNT rows grouped by section in file order. */
 const IbpConfigOption *ibp_config_options(void);

@@ -257,6 +257,8 @@ typedef struct IbpLaunch {
     unsigned columns;
     int has_pred; /* the plan has predictor columns */
     CUdeviceptr dec_scratch; /* ibp_decode_scratch_bytes() of device memory, or 0 */
+    int flagged;             /* the plan's blocks may hold flagged selectors */
+    CUdeviceptr selx;        /* where the decode rewrites them (IbpDecodeArgs.selx), or 0 */
     IbpSendOptions opts;
     void *tag;              /* the region's report entry */
     uint64_t *staging_wait; /* waits for staging buffers add up here */
@@ -267,6 +269,13 @@ typedef struct IbpLaunch {
 static size_t dec_scratch_bytes(const IbpLaunch *l)
 {
     return l->has_pred || l->columns > 1 ? align_up(ibp_decode_scratch_bytes(l->mod)) : 0;
+}
+
+/* Device memory the decodes of up to nblocks blocks rewrite flagged selectors into (plans that
+ * write them only). */
+static size_t selx_bytes(const IbpLaunch *l, uint32_t nblocks)
+{
+    return l->flagged ? align_up(ibp_decode_selx_bytes(l->word_size, (uint32_t)l->block_size, nblocks)) : 0;
 }
 
 /* ibp_staging_acquire, the time it waited added to the copy's. */
@@ -318,6 +327,7 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
         .len = len,
         .skip = skip,
         .scratch = l->dec_scratch,
+        .selx = l->selx,
         .nblocks = count,
         .block_size = (uint32_t)l->block_size,
     };
@@ -325,7 +335,8 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
         return -EINVAL; /* the piece's table was not staged: its runs all fit the arguments */
     /* The shadow's blocks are this library's: every packed one has its group index, and its
      * carries where the plan's predictors call for them. */
-    const unsigned flags = IBP_DECODE_INDEXED | (l->has_pred ? IBP_DECODE_PRED : 0u);
+    const unsigned flags =
+        IBP_DECODE_INDEXED | (l->has_pred ? IBP_DECODE_PRED : 0u) | (l->flagged ? IBP_DECODE_SELFLAGS : 0u);
     return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, flags, l->opts.max_grid, l->stream);
 }
 
@@ -548,6 +559,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     const uint32_t nchunks = chunks.count;
     const size_t scratch = (g->head_clipped || g->tail_clipped) ? 2 * base->block_size : 0;
     const size_t dec_scratch = dec_scratch_bytes(base);
+    const size_t selx = selx_bytes(base, chunks.max_blocks); /* one chunk's decode at a time */
     const size_t slot_stride = align_up(chunks.max_bytes);
     IbpStagingBuf *stage = NULL;
     /* Each chunk's decode is a launch of its own: when every one can carry its blocks' offsets,
@@ -555,8 +567,8 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     const int chunks_inline = ibp_decode_offsets_fit(chunks.max_blocks, chunks.max_bytes);
     const size_t offs_len = offsets_staged(p) && !chunks_inline ? align_up(offsets_bytes(p)) : 0;
     int err = stage_acquire(
-        base, ctx, align_up(blob_len) + offs_len + dec_scratch + scratch + IBP_PIPE_SLOTS * slot_stride,
-        &stage);
+        base, ctx,
+        align_up(blob_len) + offs_len + dec_scratch + selx + scratch + IBP_PIPE_SLOTS * slot_stride, &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 1);
@@ -567,7 +579,8 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     l.stream = pp->decode;
     const CUdeviceptr offs_dev = stage->ptr + align_up(blob_len);
     l.dec_scratch = dec_scratch ? offs_dev + offs_len : 0;
-    const CUdeviceptr scr = offs_dev + offs_len + dec_scratch;
+    l.selx = selx ? offs_dev + offs_len + dec_scratch : 0;
+    const CUdeviceptr scr = offs_dev + offs_len + dec_scratch + selx;
     const CUdeviceptr slots = scr + scratch;
     void *decoded[IBP_PIPE_SLOTS] = {NULL};
     size_t plan_wire = 0, dma_sample = 0, dec_sample = 0;
@@ -689,6 +702,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     l.word_size = info.word_size;
     l.columns = info.columns;
     l.has_pred = info.xf_delta + info.xf_xor > 0;
+    l.flagged = info.selector_flags;
     if (base->opts.zerocopy && !scratch) {
         /* The kernel reads the run, its offsets and the plan through their mapped addresses. */
         CUdeviceptr run_dev, blob_dev;
@@ -700,12 +714,13 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         l.offsets -= (CUdeviceptr)g.first * sizeof(uint64_t); /* index by absolute block number */
         l.plan = blob_dev;
         IbpStagingBuf *stage = NULL;
-        const size_t dec_scratch = dec_scratch_bytes(&l);
-        if (dec_scratch) {
-            const int err = stage_acquire(base, ctx, dec_scratch, &stage);
+        const size_t dec_scratch = dec_scratch_bytes(&l), selx = selx_bytes(&l, p->nblocks);
+        if (dec_scratch + selx) {
+            const int err = stage_acquire(base, ctx, dec_scratch + selx, &stage);
             if (err)
                 return err;
-            l.dec_scratch = stage->ptr;
+            l.dec_scratch = dec_scratch ? stage->ptr : 0;
+            l.selx = selx ? stage->ptr + dec_scratch : 0;
         }
         const int err = launch_decode(&l, run_dev, g.first, g.first, p->nblocks, dst, skip, p->len);
         if (stage)
@@ -737,11 +752,12 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         return err;
     }
     IbpStagingBuf *stage = NULL;
-    const size_t dec_scratch = dec_scratch_bytes(&l);
+    const size_t dec_scratch = dec_scratch_bytes(&l), selx = selx_bytes(&l, p->nblocks);
     const size_t offs_len = offsets_staged(p) ? align_up(offsets_bytes(p)) : 0;
-    int err = stage_acquire(
-        base, ctx, align_up(blob_len) + offs_len + align_up(p->run_len) + align_up(scratch) + dec_scratch,
-        &stage);
+    int err = stage_acquire(base, ctx,
+                            align_up(blob_len) + offs_len + align_up(p->run_len) + align_up(scratch) +
+                                dec_scratch + selx,
+                            &stage);
     if (err) {
         if (timed)
             speed_unreserve(drv, ctx, 0);
@@ -751,6 +767,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     const CUdeviceptr run = offs_dev + offs_len;
     const CUdeviceptr scr = run + align_up(p->run_len);
     l.dec_scratch = dec_scratch ? scr + align_up(scratch) : 0;
+    l.selx = selx ? scr + align_up(scratch) + dec_scratch : 0;
     /* The DMA writes only the staging buffer, which is idle, from the shadow, which the plan
      * holds: it need not wait for the caller's earlier work, and on an internal copy stream it
      * runs ahead of it (while the copy engine would otherwise wait for the last copy's decode).

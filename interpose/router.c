@@ -106,6 +106,7 @@ void ibp_router_start(const IbpConfig *cfg)
         .track_write_combined = cfg->policy.track_write_combined,
         .track_mapped = cfg->policy.track_mapped,
         .track_shared = cfg->policy.track_shared,
+        .selector_flags = cfg->policy.selector_flags,
         .block_bytes = cfg->transfer.block_bytes,
         .min_run = IBP_ROUTER_MIN_RUN,
         .ops = *ibp_devmem_ops(),

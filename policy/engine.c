@@ -677,7 +677,9 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
 static IbpCodecPlanOptions plan_options(unsigned regions)
 {
     const unsigned share = eng.p.compressor_threads / (regions ? regions : 1u);
-    return (IbpCodecPlanOptions){.block_size = eng.p.block_bytes, .threads = share ? share : 1u};
+    return (IbpCodecPlanOptions){.block_size = eng.p.block_bytes,
+                                 .threads = share ? share : 1u,
+                                 .flags = eng.p.selector_flags ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u};
 }
 
 /* Copies of the plans kept for `site` (at most IBP_POLICY_PLANS_PER_SITE): their blobs in
@@ -760,6 +762,21 @@ static void site_plans_clear(void)
     pthread_mutex_unlock(&site_plans.lock);
 }
 
+/* A plan the site kept, as the options would have made it (a blob does not say whether its
+ * blocks may take the flagged selector form). */
+static int kept_plan(const IbpSitePlan *kept, IbpCodecPlan **out)
+{
+    IbpCodecPlan *p = NULL;
+    int err = ibp_codec_plan_from_blob(kept->blob, kept->blob_len, &p);
+    if (err || !eng.p.selector_flags) {
+        *out = p;
+        return err;
+    }
+    err = ibp_codec_plan_with_selector_flags(p, 1, out);
+    ibp_codec_plan_destroy(&p);
+    return err;
+}
+
 /* Plans a region (one of `regions` planned side by side).  Regions of one allocation site often
  * hold data of a few kinds (a framework's pinned blocks of weights, of batches): the plans the
  * site kept are judged on the region's sample first, one encode pass over at most 1 MiB each, and
@@ -783,9 +800,9 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
             double here = 0;
             /* Not where it would leave the region above min_ratio: a search may still find a
              * plan that compresses it. */
-            if (!ibp_codec_plan_from_blob(kept[k].blob, kept[k].blob_len, &p) &&
-                !ibp_codec_plan_judge(p, base, size, &here) && here <= kept[k].ratio + eng.p.plan_reuse &&
-                here <= eng.p.min_ratio && (!best || here < best_here)) {
+            if (!kept_plan(&kept[k], &p) && !ibp_codec_plan_judge(p, base, size, &here) &&
+                here <= kept[k].ratio + eng.p.plan_reuse && here <= eng.p.min_ratio &&
+                (!best || here < best_here)) {
                 ibp_codec_plan_destroy(&best);
                 best = p;
                 best_here = here;

@@ -56,6 +56,7 @@ typedef struct IbpCodecPlanInfo {
     double sample_ratio;     /* encoded/original on the planner's sample, blocks only */
     size_t sample_bytes;
     size_t blob_len;
+    int selector_flags; /* its blocks may hold flagged selectors (IBP_CODEC_PLAN_SELECTOR_FLAGS) */
 } IbpCodecPlanInfo;
 
 /* ---- Plans ---- */
