@@ -702,7 +702,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     l.word_size = info.word_size;
     l.columns = info.columns;
     l.has_pred = info.xf_delta + info.xf_xor > 0;
-    l.flagged = info.selector_flags;
+    l.flagged = info.selector_flags && ibp_shadow_any_flagged(shadow);
     if (base->opts.zerocopy && !scratch) {
         /* The kernel reads the run, its offsets and the plan through their mapped addresses. */
         CUdeviceptr run_dev, blob_dev;

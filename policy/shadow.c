@@ -62,6 +62,9 @@ struct IbpShadow {
     /* Tickets handed to plans, in order. */
     _Atomic uint64_t tickets;
     _Atomic int built; /* set once the build has published its blocks */
+    /* Set before any block encoded with flagged selectors is published, never cleared: runs of a
+     * shadow without one need no rewrite of their selectors on the GPU. */
+    _Atomic int any_flagged;
     double min_ratio;
 
     /* Tracker queries consume what they report: query and marking must be one step, or a
@@ -299,6 +302,17 @@ void ibp_shadow_destroy(IbpShadow **shadow)
     free(s);
 }
 
+/* Notes a block encoded with flagged selectors (comp bytes at blk), before it is published. */
+static void note_flagged(IbpShadow *s, const uint8_t *blk, size_t comp)
+{
+    IbpBlockHeader h;
+    if (comp >= sizeof(h)) {
+        memcpy(&h, blk, sizeof(h));
+        if ((h.flags & IBP_BLOCK_SELFLAGS) && !(h.flags & IBP_BLOCK_RAW) && !atomic_load(&s->any_flagged))
+            atomic_store(&s->any_flagged, 1);
+    }
+}
+
 /* Each block is encoded into its own fixed slot of a pageable staging buffer: slot i starts at
  * i * stride, so workers never coordinate beyond taking the next block number.
  *
@@ -414,6 +428,7 @@ static void *build_worker(void *arg)
             atomic_store(&job->err, err);
             break;
         }
+        note_flagged(s, job->staging + (size_t)i * job->stride, comp);
         s->comp_len[i] = (uint32_t)comp;
     }
     return NULL;
@@ -623,6 +638,7 @@ static int recompress_flush(IbpShadow *s, IbpTracker *tracker, const IbpRecoded 
         if (r->fits != 1 || r->stale_ticket >= oldest)
             continue; /* the latter tried again once that transfer is done */
         memcpy(s->slab + s->offsets[r->block], s->scratch + k * stride, r->comp);
+        note_flagged(s, s->scratch + k * stride, r->comp);
         s->comp_len[r->block] = (uint32_t)r->comp;
         pthread_mutex_lock(&s->query_lock);
         query_consume(s, tracker, s->base + (size_t)r->block * s->block_size, block_len(s, r->block));
@@ -874,6 +890,11 @@ size_t ibp_shadow_run_bytes(IbpShadow *s, size_t min_run, int stale_counts)
 const IbpCodecPlan *ibp_shadow_codec_plan(const IbpShadow *s)
 {
     return s->plan;
+}
+
+int ibp_shadow_any_flagged(const IbpShadow *s)
+{
+    return atomic_load((_Atomic int *)&s->any_flagged);
 }
 
 const void *ibp_shadow_plan_blob(const IbpShadow *s, size_t *len)

@@ -149,6 +149,9 @@ uint64_t ibp_shadow_writes(const IbpShadow *shadow);
  * ones too when stale_counts is 1, i.e. were they recompressed) in runs of at least min_run. */
 size_t ibp_shadow_run_bytes(IbpShadow *shadow, size_t min_run, int stale_counts);
 const IbpCodecPlan *ibp_shadow_codec_plan(const IbpShadow *shadow);
+/* Whether any block of the shadow may hold flagged selectors (set before such a block is first
+ * published, never cleared): its runs need IBP_DECODE_SELFLAGS. */
+int ibp_shadow_any_flagged(const IbpShadow *shadow);
 
 /* The plan blob (what the GPU decoder reads) in pinned memory, for DMA next to the runs.  NULL
  * before the shadow is built. */

@@ -152,6 +152,22 @@ TEST_P(ShadowTest, BuildPublishesEveryCleanBlock)
     expect_exact(0, size_);
 }
 
+// A shadow says whether its runs may hold flagged selectors: never for a plan that does not write
+// them, from the build on for one that does (weights: their columns' selectors mostly agree).
+TEST_P(ShadowTest, ShadowsSayWhetherTheyHoldFlaggedSelectors)
+{
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 2, 0.98, nullptr), 0);
+    EXPECT_FALSE(ibp_shadow_any_flagged(shadow_));
+    IbpCodecPlan *plan = nullptr;
+    ASSERT_EQ(ibp_codec_plan_with_selector_flags(ibp_shadow_codec_plan(shadow_), 1, &plan), 0);
+    ibp_shadow_destroy(&shadow_);
+    ASSERT_EQ(ibp_shadow_create(&kOps, mem_, size_, &plan, &shadow_), 0);
+    EXPECT_FALSE(ibp_shadow_any_flagged(shadow_)) << "nothing encoded yet";
+    ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 2, 0.98, nullptr), 0);
+    EXPECT_TRUE(ibp_shadow_any_flagged(shadow_));
+    expect_exact(0, size_);
+}
+
 TEST_P(ShadowTest, WritesMakeExactlyTheirBlocksStale)
 {
     ASSERT_EQ(ibp_shadow_build(shadow_, tracker_, 1, 0.98, nullptr), 0);
