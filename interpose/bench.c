@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/format.h"
 #include "ibpshim/codec.h"
 #include "interpose/pipe_chunks.h"
 #include "kernels/decode_abi.h"
@@ -39,7 +40,7 @@ typedef struct Bench {
      * and with flagged selectors, where each stream's decodes rewrite them. */
     CUdeviceptr d_scratch[2 + BENCH_DECODE_STREAMS];
     CUdeviceptr d_selx[2 + BENCH_DECODE_STREAMS];
-    int flagged;
+    int flagged; /* some block took the flagged form: decodes rewrite the selectors (as the shim) */
     CUstream s_copy, s_copy2, s_dec[BENCH_DECODE_STREAMS];
     CUevent t0, t1;
     CUevent ev[BENCH_EVENTS + 2 + BENCH_DECODE_STREAMS];
@@ -258,6 +259,9 @@ static int encode(Bench *b, IbpCodecPlan *plan)
         b->offsets[i] = at;
         memcpy(b->run + at, tmp, comp);
         at += comp;
+        IbpBlockHeader h;
+        memcpy(&h, tmp, sizeof(h));
+        b->flagged |= !err && (h.flags & IBP_BLOCK_SELFLAGS) && !(h.flags & IBP_BLOCK_RAW);
     }
     b->offsets[b->nblocks] = at;
     b->run_len = at;
@@ -306,7 +310,6 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
         memcpy(b.src + r * len, data, len);
     const IbpCodecPlanOptions plan_opts = {
         .word_size = opts->word_size, .flags = opts->selector_flags ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u};
-    b.flagged = opts->selector_flags != 0;
     err = ibp_codec_plan_create(b.src, b.total, &plan_opts, &plan);
     if (err)
         goto out;
