@@ -57,8 +57,9 @@ typedef struct IbpPlanHeader {
 #define IBP_BLOCK_INDEXED 0x2u /* a group index lies between the header and the row flags */
 #define IBP_BLOCK_CARRIES 0x4u /* with INDEXED: the index's carries follow its entries */
 /* The selector section holds the flagged form (FORMAT.md, "Flagged selectors") instead of
- * fixed-width selectors.  Written only for plans made with IBP_CODEC_PLAN_SELECTOR_FLAGS; no GPU
- * kernel reads it yet. */
+ * fixed-width selectors.  Written only for plans made with IBP_CODEC_PLAN_SELECTOR_FLAGS; on the
+ * GPU a pass rewrites it in the fixed-width form before the decode (kernels/module.h
+ * IBP_DECODE_SELFLAGS). */
 #define IBP_BLOCK_SELFLAGS 0x8u
 
 /* The group index of a packed block: for g = 1 .. ceil(words / IBP_INDEX_WORDS) - 1, a u32 with
