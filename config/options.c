@@ -127,10 +127,11 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "cudaHostRegisterMapped, trusting that no kernel writes them through their device pointer "
              "(such writes reach memory without a fault: no tracker sees them)."),
 
-    OPT_BOOL("policy", "selector_flags", policy.selector_flags, "true",
+    OPT_BOOL("policy", "selector_flags", policy.selector_flags, "false",
              "Store a block's selectors in the flagged form (its columns' commonest selectors, then only "
-             "the exceptions) where that is smaller: 1-22% smaller shadows and copies of most tensors, for "
-             "a pass that rewrites them on the GPU before each decode."),
+             "the exceptions) where that is smaller: 0.7-23% smaller shadows and copies of five of six test "
+             "tensors, for a pass that rewrites them on the GPU before each decode (which so far costs "
+             "more time than the smaller copy saves on most of them)."),
 
     OPT_ENUM("transfer", "path", transfer.path, "auto", transfer_paths,
              "How compressed data reaches the GPU: dma stages it in device memory, zerocopy lets the decode "

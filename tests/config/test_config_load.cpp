@@ -162,7 +162,7 @@ const char kEveryOption[] = "[shim]\n"
                             "track_shared = yes\n"
                             "track_write_combined = on\n"
                             "track_mapped = true\n"
-                            "selector_flags = off\n"
+                            "selector_flags = on\n"
                             "[transfer]\n"
                             "path = zerocopy\n"
                             "staging_bytes = 64MiB\n"
@@ -197,7 +197,7 @@ void expect_every_option_changed(const IbpConfig &cfg)
     EXPECT_TRUE(cfg.policy.track_shared);
     EXPECT_TRUE(cfg.policy.track_write_combined);
     EXPECT_TRUE(cfg.policy.track_mapped);
-    EXPECT_FALSE(cfg.policy.selector_flags);
+    EXPECT_TRUE(cfg.policy.selector_flags);
     EXPECT_EQ(cfg.transfer.path, IBP_TRANSFER_PATH_ZEROCOPY);
     EXPECT_EQ(cfg.transfer.staging_bytes, 64u << 20);
     EXPECT_EQ(cfg.transfer.block_bytes, 1u << 20);

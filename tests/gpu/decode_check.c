@@ -46,6 +46,7 @@ typedef struct Encoded {
     unsigned word_size;
     int legacy; /* launched without IBP_DECODE_INDEXED (the blocks may lack the index or carries) */
     int flagged; /* the plan may write flagged selectors: launched with IBP_DECODE_SELFLAGS */
+    uint32_t flagged_blocks, raw_row_blocks; /* blocks that took that form; of them, with raw rows */
 } Encoded;
 
 static void *pinned(size_t n)
@@ -102,8 +103,21 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPl
     for (uint32_t i = 0; !err && flagged && i < e->nblocks; i++) {
         IbpBlockHeader h;
         memcpy(&h, e->run + e->offsets[i], sizeof(h));
-        flagged_blocks += (h.flags & IBP_BLOCK_SELFLAGS) != 0;
+        if (!(h.flags & IBP_BLOCK_SELFLAGS))
+            continue;
+        e->flagged_blocks++;
+        /* The rewrite walks the rows of a block with raw rows (a path of its own). */
+        IbpCodecPlanInfo in;
+        ibp_codec_plan_info(e->plan, &in);
+        const uint32_t rows = (h.orig_len / in.word_size + in.row_words - 1) / in.row_words;
+        const uint8_t *rf = e->run + e->offsets[i] + h.rowflag_off;
+        for (uint32_t r = 0; r < rows; r++)
+            if (!((rf[r / 8] >> (r % 8)) & 1u)) {
+                e->raw_row_blocks++;
+                break;
+            }
     }
+    flagged_blocks += e->flagged_blocks;
     free(slots);
     free(comp);
     if (err) {
@@ -264,6 +278,9 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
         failures++;
         return;
     }
+    if (flagged)
+        printf("decode check: %s: %u of %u blocks flagged, %u of them with raw rows\n", name,
+               e.flagged_blocks, e.nblocks, e.raw_row_blocks);
     Uploaded u;
     upload(&e, len, &u);
     const CUdeviceptr d_run = u.run, d_plan = u.plan, d_out = u.out;
