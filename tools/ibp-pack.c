@@ -546,7 +546,7 @@ int main(int argc, char **argv)
             }
             a.threads = (unsigned)t;
         } else if (!strcmp(argv[i], "--selector-flags")) {
-            a.selector_flags = 1; /* blocks that only the CPU decoder reads so far */
+            a.selector_flags = 1; /* the flagged selector form where shorter (codec/FORMAT.md) */
         } else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) {
             char *end = NULL;
             const unsigned long long b = strtoull(argv[++i], &end, 10);
