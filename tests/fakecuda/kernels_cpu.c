@@ -133,11 +133,14 @@ static CUresult decode_flagged(const Run *r, const IbpCodecPlan *plan, uint32_t 
     return res;
 }
 
-/* ibp_k_decode_unflag (IbpDecodeArgs a): each flagged block's selectors in the fixed-width form at
- * a.selx + b * ibp_decode_selx_stride(), zeros after them. */
-static CUresult k_unflag(const FakecudaGrid *grid, void *const *params)
+/* What a kernel does with block b of the run (at blk, comp_len bytes, header h). */
+typedef CUresult (*BlockFn)(const Run *r, const IbpCodecPlan *plan, uint32_t b, const uint8_t *blk,
+                            size_t comp_len, const IbpBlockHeader *h, void *ctx);
+
+/* Opens the run of a launch's IbpDecodeArgs and its plan, and calls fn for each block in order
+ * until one fails. */
+static CUresult each_block(void *const *params, BlockFn fn, void *ctx)
 {
-    (void)grid;
     Run r;
     CUresult res = run_open(params, &r);
     if (res != CUDA_SUCCESS)
@@ -147,80 +150,84 @@ static CUresult k_unflag(const FakecudaGrid *grid, void *const *params)
         run_close(&r);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    const uint32_t w = r.ph->word_size, stride = ibp_decode_selx_stride(w, r.a.block_size);
     for (uint32_t b = 0; b < r.a.nblocks && res == CUDA_SUCCESS; b++) {
         size_t comp_len = 0;
         IbpBlockHeader h;
         const uint8_t *blk = run_block(&r, b, &comp_len, &h);
-        if (!blk) {
-            res = CUDA_ERROR_ILLEGAL_ADDRESS;
-        } else if ((h.flags & IBP_BLOCK_SELFLAGS) && !(h.flags & IBP_BLOCK_RAW)) {
-            uint8_t *fixed = NULL, *sel = selx_of(&r, b, w);
-            size_t fixed_len = 0;
-            IbpBlockHeader fh;
-            res = !sel ? CUDA_ERROR_ILLEGAL_ADDRESS
-                       : unflagged(plan, blk, comp_len,
-                                   h.orig_len < r.a.block_size ? h.orig_len : r.a.block_size, &fixed,
-                                   &fixed_len, &fh);
-            if (res == CUDA_SUCCESS) {
-                memset(sel, 0, stride);
-                memcpy(sel, fixed + fh.sel_off, fh.tail_off - fh.sel_off);
-            }
-            free(fixed);
-        }
+        res = blk ? fn(&r, plan, b, blk, comp_len, &h, ctx) : CUDA_ERROR_ILLEGAL_ADDRESS;
     }
     ibp_codec_plan_destroy(&plan);
     run_close(&r);
     return res;
 }
 
+/* ibp_k_decode_unflag (IbpDecodeArgs a): each flagged block's selectors in the fixed-width form at
+ * a.selx + b * ibp_decode_selx_stride(), zeros after them. */
+static CUresult unflag_block(const Run *r, const IbpCodecPlan *plan, uint32_t b, const uint8_t *blk,
+                             size_t comp_len, const IbpBlockHeader *h, void *ctx)
+{
+    (void)ctx;
+    if (!(h->flags & IBP_BLOCK_SELFLAGS) || (h->flags & IBP_BLOCK_RAW))
+        return CUDA_SUCCESS;
+    const uint32_t w = r->ph->word_size;
+    uint8_t *fixed = NULL, *sel = selx_of(r, b, w);
+    size_t fixed_len = 0;
+    IbpBlockHeader fh;
+    const CUresult res =
+        !sel ? CUDA_ERROR_ILLEGAL_ADDRESS
+             : unflagged(plan, blk, comp_len, h->orig_len < r->a.block_size ? h->orig_len : r->a.block_size,
+                         &fixed, &fixed_len, &fh);
+    if (res == CUDA_SUCCESS) {
+        memset(sel, 0, ibp_decode_selx_stride(w, r->a.block_size));
+        memcpy(sel, fixed + fh.sel_off, fh.tail_off - fh.sel_off);
+    }
+    free(fixed);
+    return res;
+}
+
+static CUresult k_unflag(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    return each_block(params, unflag_block, NULL);
+}
+
 /* ibp_k_decode, ibp_k_decode_seg, ibp_k_decode_seg1(w8) and ibp_k_decode_segp (IbpDecodeArgs a): the
- * CPU codec decodes each block of the run and the bytes [a.skip, a.skip + a.len) of the run land
- * at a.dst, exactly what the CUDA kernels write (ibp_k_decode_segp with ibp_k_decode_fix after it). */
+ * CPU codec decodes each block of the run (into ctx, a block's room) and the bytes
+ * [a.skip, a.skip + a.len) of the run land at a.dst, exactly what the CUDA kernels write
+ * (ibp_k_decode_segp with ibp_k_decode_fix after it). */
+static CUresult decode_block(const Run *r, const IbpCodecPlan *plan, uint32_t b, const uint8_t *blk,
+                             size_t comp_len, const IbpBlockHeader *h, void *ctx)
+{
+    const IbpDecodeArgs *a = &r->a;
+    uint8_t *tmp = ctx;
+    if (h->orig_len > a->block_size)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUresult res = (h->flags & IBP_BLOCK_SELFLAGS) && !(h->flags & IBP_BLOCK_RAW)
+                             ? decode_flagged(r, plan, b, blk, comp_len, h->orig_len, tmp)
+                         : ibp_codec_block_decode(plan, blk, comp_len, h->orig_len, tmp, h->orig_len)
+                             ? CUDA_ERROR_INVALID_VALUE
+                             : CUDA_SUCCESS;
+    if (res != CUDA_SUCCESS)
+        return res;
+    /* Block b covers run bytes [b * block_size, b * block_size + orig_len). */
+    const uint64_t start = (uint64_t)b * a->block_size;
+    const uint64_t lo = start > a->skip ? start : a->skip;
+    const uint64_t end = start + h->orig_len < a->skip + a->len ? start + h->orig_len : a->skip + a->len;
+    if (end > lo)
+        memcpy(r->dst + (lo - a->skip), tmp + (lo - start), end - lo);
+    return CUDA_SUCCESS;
+}
+
 static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
 {
     (void)grid;
-    Run r;
-    CUresult res = run_open(params, &r);
-    if (res != CUDA_SUCCESS)
-        return res;
-    const IbpDecodeArgs a = r.a;
-    IbpCodecPlan *plan = NULL;
-    if (ibp_codec_plan_from_blob(r.blob, r.ph->blob_len, &plan)) {
-        run_close(&r);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
+    IbpDecodeArgs a;
+    memcpy(&a, params[0], sizeof(a));
     uint8_t *tmp = malloc(a.block_size ? a.block_size : 1);
-    res = tmp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-    for (uint32_t b = 0; b < a.nblocks && res == CUDA_SUCCESS; b++) {
-        size_t comp_len = 0;
-        IbpBlockHeader h;
-        const uint8_t *blk = run_block(&r, b, &comp_len, &h);
-        if (!blk) {
-            res = CUDA_ERROR_ILLEGAL_ADDRESS;
-            break;
-        }
-        if (h.orig_len > a.block_size) {
-            res = CUDA_ERROR_INVALID_VALUE;
-            break;
-        }
-        res = (h.flags & IBP_BLOCK_SELFLAGS) && !(h.flags & IBP_BLOCK_RAW)
-                  ? decode_flagged(&r, plan, b, blk, comp_len, h.orig_len, tmp)
-              : ibp_codec_block_decode(plan, blk, comp_len, h.orig_len, tmp, h.orig_len)
-                  ? CUDA_ERROR_INVALID_VALUE
-                  : CUDA_SUCCESS;
-        if (res != CUDA_SUCCESS)
-            break;
-        /* Block b covers run bytes [b * block_size, b * block_size + orig_len). */
-        const uint64_t start = (uint64_t)b * a.block_size;
-        const uint64_t lo = start > a.skip ? start : a.skip;
-        const uint64_t end = start + h.orig_len < a.skip + a.len ? start + h.orig_len : a.skip + a.len;
-        if (end > lo)
-            memcpy(r.dst + (lo - a.skip), tmp + (lo - start), end - lo);
-    }
+    if (!tmp)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult res = each_block(params, decode_block, tmp);
     free(tmp);
-    ibp_codec_plan_destroy(&plan);
-    run_close(&r);
     return res;
 }
 
