@@ -114,6 +114,13 @@ typedef struct IbpFileBlock {
 /* Bit streams (row flags, selectors, payload) are little endian: bit i of a stream is bit
  * (i % 8) of byte (i / 8); a field of n bits at bit offset o holds its least significant bit at o. */
 
+/* Whether a block with these header flags holds its selectors in the flagged form (a raw block
+ * holds none). */
+IBP_HD static inline int ibp_fmt_selflags(uint32_t flags)
+{
+    return (flags & IBP_BLOCK_SELFLAGS) && !(flags & IBP_BLOCK_RAW);
+}
+
 IBP_HD static inline uint32_t ibp_fmt_round16(uint32_t n)
 {
     return (n + (IBP_ALIGN - 1u)) & ~(IBP_ALIGN - 1u);

@@ -178,7 +178,7 @@ int ibp_selflags_unflag(const IbpCodecPlan *p, const uint8_t *blk, size_t blk_le
     int rc = ibp_block_open(p, blk, blk_len, orig_len, orig_len, &h);
     if (rc <= 0)
         return rc;
-    if (!(h.flags & IBP_BLOCK_SELFLAGS) || (h.flags & IBP_BLOCK_RAW))
+    if (!ibp_fmt_selflags(h.flags))
         return -EBADMSG;
     const uint32_t w = p->word_size, nwords = orig_len / w, tail = orig_len % w;
     uint32_t *cols = NULL;
@@ -215,7 +215,7 @@ int ibp_block_decode_any(const IbpCodecKernels *k, const IbpCodecPlan *p, const 
     IbpBlockHeader h;
     if (blk_len >= sizeof(h)) {
         memcpy(&h, blk, sizeof(h));
-        if ((h.flags & IBP_BLOCK_SELFLAGS) && !(h.flags & IBP_BLOCK_RAW)) {
+        if (ibp_fmt_selflags(h.flags)) {
             uint8_t *b = NULL;
             size_t b_len = 0;
             int rc = ibp_selflags_unflag(p, blk, blk_len, orig_len, &b, &b_len);

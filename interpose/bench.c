@@ -261,7 +261,7 @@ static int encode(Bench *b, IbpCodecPlan *plan)
         at += comp;
         IbpBlockHeader h;
         memcpy(&h, tmp, sizeof(h));
-        b->flagged |= !err && (h.flags & IBP_BLOCK_SELFLAGS) && !(h.flags & IBP_BLOCK_RAW);
+        b->flagged |= !err && ibp_fmt_selflags(h.flags);
     }
     b->offsets[b->nblocks] = at;
     b->run_len = at;

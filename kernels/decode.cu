@@ -2001,7 +2001,7 @@ __device__ void unflag_block(const IbpDecodeArgs &a, const Plan &p, uint32_t bi,
 {
     IbpBlockHeader h;
     const uint8_t *blk = block_at(a, bi, h);
-    if ((h.flags & IBP_BLOCK_RAW) || !(h.flags & IBP_BLOCK_SELFLAGS)) // the same for the whole CTA
+    if (!ibp_fmt_selflags(h.flags)) // the same for the whole CTA
         return;
     const uint32_t tid = threadIdx.x;
     // (a header claiming more than a block would have its selectors overrun the block's room)

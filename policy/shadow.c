@@ -308,7 +308,7 @@ static void note_flagged(IbpShadow *s, const uint8_t *blk, size_t comp)
     IbpBlockHeader h;
     if (comp >= sizeof(h)) {
         memcpy(&h, blk, sizeof(h));
-        if ((h.flags & IBP_BLOCK_SELFLAGS) && !(h.flags & IBP_BLOCK_RAW) && !atomic_load(&s->any_flagged))
+        if (ibp_fmt_selflags(h.flags) && !atomic_load(&s->any_flagged))
             atomic_store(&s->any_flagged, 1);
     }
 }

@@ -167,7 +167,7 @@ static CUresult unflag_block(const Run *r, const IbpCodecPlan *plan, uint32_t b,
                              size_t comp_len, const IbpBlockHeader *h, void *ctx)
 {
     (void)ctx;
-    if (!(h->flags & IBP_BLOCK_SELFLAGS) || (h->flags & IBP_BLOCK_RAW))
+    if (!ibp_fmt_selflags(h->flags))
         return CUDA_SUCCESS;
     const uint32_t w = r->ph->word_size;
     uint8_t *fixed = NULL, *sel = selx_of(r, b, w);
@@ -202,7 +202,7 @@ static CUresult decode_block(const Run *r, const IbpCodecPlan *plan, uint32_t b,
     uint8_t *tmp = ctx;
     if (h->orig_len > a->block_size)
         return CUDA_ERROR_INVALID_VALUE;
-    const CUresult res = (h->flags & IBP_BLOCK_SELFLAGS) && !(h->flags & IBP_BLOCK_RAW)
+    const CUresult res = ibp_fmt_selflags(h->flags)
                              ? decode_flagged(r, plan, b, blk, comp_len, h->orig_len, tmp)
                          : ibp_codec_block_decode(plan, blk, comp_len, h->orig_len, tmp, h->orig_len)
                              ? CUDA_ERROR_INVALID_VALUE
