@@ -433,16 +433,21 @@ fail:
     return rc;
 }
 
+int ibp_codec_plan_from_blob_flags(const void *blob, size_t len, unsigned flags, IbpCodecPlan **out)
+{
+    const int rc = ibp_codec_plan_from_blob(blob, len, out);
+    if (!rc)
+        (*out)->sel_flags = (flags & IBP_CODEC_PLAN_SELECTOR_FLAGS) != 0;
+    return rc;
+}
+
 int ibp_codec_plan_with_selector_flags(const IbpCodecPlan *plan, int on, IbpCodecPlan **out)
 {
     if (!plan || !out)
         return -EINVAL;
     size_t len = 0;
     const void *blob = ibp_codec_plan_blob(plan, &len);
-    const int rc = ibp_codec_plan_from_blob(blob, len, out);
-    if (!rc)
-        (*out)->sel_flags = on != 0;
-    return rc;
+    return ibp_codec_plan_from_blob_flags(blob, len, on ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u, out);
 }
 
 const void *ibp_codec_plan_blob(const IbpCodecPlan *plan, size_t *len)

@@ -762,21 +762,6 @@ static void site_plans_clear(void)
     pthread_mutex_unlock(&site_plans.lock);
 }
 
-/* A plan the site kept, as the options would have made it (a blob does not say whether its
- * blocks may take the flagged selector form). */
-static int kept_plan(const IbpSitePlan *kept, IbpCodecPlan **out)
-{
-    IbpCodecPlan *p = NULL;
-    int err = ibp_codec_plan_from_blob(kept->blob, kept->blob_len, &p);
-    if (err || !eng.p.selector_flags) {
-        *out = p;
-        return err;
-    }
-    err = ibp_codec_plan_with_selector_flags(p, 1, out);
-    ibp_codec_plan_destroy(&p);
-    return err;
-}
-
 /* Plans a region (one of `regions` planned side by side).  Regions of one allocation site often
  * hold data of a few kinds (a framework's pinned blocks of weights, of batches): the plans the
  * site kept are judged on the region's sample first, one encode pass over at most 1 MiB each, and
@@ -793,16 +778,18 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
         IbpSitePlan kept[IBP_POLICY_PLANS_PER_SITE];
         const int n = site_plans_of(site, kept);
         IbpCodecPlan *best = NULL;
+        const unsigned flags = plan_options(regions).flags;
         double best_here = 0;
         int best_k = -1;
         for (int k = 0; k < n; k++) {
             IbpCodecPlan *p = NULL;
             double here = 0;
-            /* Not where it would leave the region above min_ratio: a search may still find a
-             * plan that compresses it. */
-            if (!kept_plan(&kept[k], &p) && !ibp_codec_plan_judge(p, base, size, &here) &&
-                here <= kept[k].ratio + eng.p.plan_reuse && here <= eng.p.min_ratio &&
-                (!best || here < best_here)) {
+            /* Made as the options would make it (a blob does not say whether its blocks may take
+             * the flagged selector form); not where it would leave the region above min_ratio: a
+             * search may still find a plan that compresses it. */
+            if (!ibp_codec_plan_from_blob_flags(kept[k].blob, kept[k].blob_len, flags, &p) &&
+                !ibp_codec_plan_judge(p, base, size, &here) && here <= kept[k].ratio + eng.p.plan_reuse &&
+                here <= eng.p.min_ratio && (!best || here < best_here)) {
                 ibp_codec_plan_destroy(&best);
                 best = p;
                 best_here = here;

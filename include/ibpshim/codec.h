@@ -71,6 +71,11 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
 /* Rebuilds a plan from the bytes of ibp_codec_plan_blob().  -EBADMSG when malformed. */
 int ibp_codec_plan_from_blob(const void *blob, size_t len, IbpCodecPlan **out);
 
+/* ibp_codec_plan_from_blob, the plan's blocks taking the flagged selector form where it is
+ * smaller when flags holds IBP_CODEC_PLAN_SELECTOR_FLAGS (a blob does not say); other flags are
+ * ignored. */
+int ibp_codec_plan_from_blob_flags(const void *blob, size_t len, unsigned flags, IbpCodecPlan **out);
+
 /* A copy of plan whose blocks take the flagged selector form where it is smaller (on != 0, as with
  * IBP_CODEC_PLAN_SELECTOR_FLAGS) or never (on == 0); either copy decodes the blocks of the other. */
 int ibp_codec_plan_with_selector_flags(const IbpCodecPlan *plan, int on, IbpCodecPlan **out);

@@ -1700,6 +1700,32 @@ TEST(Codec, FlaggedSelectorsRoundTrip)
     EXPECT_GT(flagged_files, 0u) << "no file took the flagged form: the test tested nothing";
 }
 
+// A plan rebuilt from its blob writes the flagged form only when asked to (the blob does not say),
+// and so does a copy made from the plan itself.
+TEST(Codec, PlansFromBlobsTakeTheSelectorFormTheyAreGiven)
+{
+    const std::vector<uint8_t> data = make_data(Dist::GaussF32Small, 1u << 20, 11);
+    IbpCodecPlanOptions opts = {};
+    opts.flags = IBP_CODEC_PLAN_SELECTOR_FLAGS;
+    IbpCodecPlan *plan = nullptr;
+    ASSERT_EQ(ibp_codec_plan_create(data.data(), data.size(), &opts, &plan), 0);
+    size_t len = 0;
+    const void *blob = ibp_codec_plan_blob(plan, &len);
+    for (const unsigned flags : {0u, IBP_CODEC_PLAN_SELECTOR_FLAGS, IBP_CODEC_PLAN_SELECTOR_FLAGS | 0x100u}) {
+        IbpCodecPlan *p = nullptr, *copy = nullptr;
+        ASSERT_EQ(ibp_codec_plan_from_blob_flags(blob, len, flags, &p), 0);
+        ASSERT_EQ(ibp_codec_plan_with_selector_flags(p, flags == 0, &copy), 0);
+        IbpCodecPlanInfo info, copy_info;
+        ibp_codec_plan_info(p, &info);
+        ibp_codec_plan_info(copy, &copy_info);
+        EXPECT_EQ(info.selector_flags, flags != 0) << flags;
+        EXPECT_EQ(copy_info.selector_flags, flags == 0) << flags;
+        ibp_codec_plan_destroy(&p);
+        ibp_codec_plan_destroy(&copy);
+    }
+    ibp_codec_plan_destroy(&plan);
+}
+
 // A flagged block damaged anywhere decodes or fails with -EBADMSG, never out of bounds.
 TEST(Codec, CorruptFlaggedBlocksFailCleanly)
 {
