@@ -359,12 +359,12 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
         drv->cuEventCreate(&b.t0, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
         drv->cuEventCreate(&b.t1, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
         goto out;
+    const size_t selx = ibp_decode_selx_bytes(b.word_size, (uint32_t)b.block_size, b.nblocks);
     for (int k = 0; k < 2 + BENCH_DECODE_STREAMS; k++) {
         if (drv->cuMemAlloc(&b.d_scratch[k], ibp_decode_scratch_bytes(b.mod)) != CUDA_SUCCESS) {
             b.d_scratch[k] = 0;
             goto out;
         }
-        const size_t selx = ibp_decode_selx_bytes(b.word_size, (uint32_t)b.block_size, b.nblocks);
         if (b.flagged && drv->cuMemAlloc(&b.d_selx[k], selx) != CUDA_SUCCESS) {
             b.d_selx[k] = 0;
             goto out;

@@ -100,16 +100,16 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPl
     }
     e->offsets[e->nblocks] = at;
     e->run_len = at;
+    IbpCodecPlanInfo info;
+    ibp_codec_plan_info(e->plan, &info);
     for (uint32_t i = 0; !err && flagged && i < e->nblocks; i++) {
         IbpBlockHeader h;
         memcpy(&h, e->run + e->offsets[i], sizeof(h));
-        if (!(h.flags & IBP_BLOCK_SELFLAGS))
+        if (!ibp_fmt_selflags(h.flags))
             continue;
         e->flagged_blocks++;
-        /* The rewrite walks the rows of a block with raw rows (a path of its own). */
-        IbpCodecPlanInfo in;
-        ibp_codec_plan_info(e->plan, &in);
-        const uint32_t rows = (h.orig_len / in.word_size + in.row_words - 1) / in.row_words;
+        /* Blocks with raw rows: the rewrite cannot take selector k for word k there. */
+        const uint32_t rows = (h.orig_len / info.word_size + info.row_words - 1) / info.row_words;
         const uint8_t *rf = e->run + e->offsets[i] + h.rowflag_off;
         for (uint32_t r = 0; r < rows; r++)
             if (!((rf[r / 8] >> (r % 8)) & 1u)) {
@@ -124,8 +124,6 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPl
         release(e);
         return -1;
     }
-    IbpCodecPlanInfo info;
-    ibp_codec_plan_info(e->plan, &info);
     e->has_pred = info.xf_delta + info.xf_xor > 0;
     e->columns = info.columns;
     e->word_size = info.word_size;
