@@ -1955,17 +1955,21 @@ __device__ void count_share(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl
 // ---- Flagged selectors (codec/FORMAT.md "Flagged selectors") ----
 //
 // ibp_k_decode_unflag rewrites the selectors of each flagged block of a run in the fixed-width
-// form into a.selx, where block_view() points the decode kernels.  A CTA per block: its threads
-// first take equal shares of the block's rows (their packed words place each thread's first
-// selector), then equal shares of the groups of 8 selectors, four groups at a time so that each
-// thread writes whole 32-bit words of its own.  Two CTA scans place each share's plane bytes
-// (one for each group whose flag is 0) and its others (a rank for each selector off its column's
-// commonest); then each thread walks its words' rows and columns and writes their selectors.
-// Every read stays inside the block's sections whatever their contents.
+// form into a.selx, where block_view() points the decode kernels.  Where every row of a block is
+// packed, or rows are whole periods of the columns, selector k is of column (col_phase + k) % C,
+// so the block is split among CTAs, IBP_DECODE_UNFLAG_WORDS words of the fixed-width form each, a
+// word a thread (unflag_words).  Other blocks with raw rows go to one CTA whole (unflag_block),
+// whose threads first take equal shares of the block's rows (their packed words place each
+// thread's first selector), then equal shares of the groups of 8 selectors, four groups at a time
+// so that each thread writes whole 32-bit words of its own.  Either way scans place each thread's
+// plane bytes (one for each group whose flag is 0) and its others (a rank for each selector off
+// its column's commonest).  Every read stays inside the block's sections whatever their contents.
 
 struct UnflagShared {
     uint32_t red[kWarps];
     uint32_t k_at[kThreads + 1]; // selectors before each thread's share of the rows
+    // the commonest selector of each column, repeated past C for a word's worth (unflag_words)
+    uint32_t pred[((IBP_MAX_COLUMNS + 32) * 2 + 31) / 32 + 1];
 };
 
 // The sum of v over the CTA's threads before this one; total gets the CTA's.  Every thread calls it.
@@ -2114,6 +2118,219 @@ __device__ void unflag_block(const IbpDecodeArgs &a, const Plan &p, uint32_t bi,
         out[i] = 0;
 }
 
+// Packed rows among the block's nrows (row flags set), summed by the CTA.  Every thread calls it.
+__device__ __forceinline__ uint32_t cta_packed_rows(const uint8_t *rf, uint32_t rf_len, uint32_t nrows,
+                                                    uint32_t *red)
+{
+    uint32_t part = 0;
+    for (uint32_t j = threadIdx.x; j < (nrows + 7) / 8; j += kThreads) {
+        const uint32_t want = nrows - j * 8 >= 8 ? 0xffu : (1u << (nrows - j * 8)) - 1u;
+        part += __popc(byte_in(rf, rf_len, j) & want);
+    }
+    return cta_sum(part, red);
+}
+
+// popc(~b & 0xff) summed over bytes [0, nbytes) of p (at most len of them can be read), by the CTA.
+__device__ __forceinline__ uint32_t cta_zero_bits(const uint8_t *p, uint32_t nbytes, uint32_t len,
+                                                  uint32_t *red)
+{
+    nbytes = min(nbytes, len);
+    uint32_t part = 0, j0 = 0;
+    if (((uintptr_t)p & 15u) == 0) { // the sections are 16-aligned in any run the launcher accepts
+        const uint4 *q = (const uint4 *)p;
+        j0 = nbytes / 16 * 16;
+        for (uint32_t j = threadIdx.x; j < nbytes / 16; j += kThreads) {
+            const uint4 v = __ldg(q + j);
+            part += 128u - __popc(v.x) - __popc(v.y) - __popc(v.z) - __popc(v.w);
+        }
+    }
+    for (uint32_t j = j0 + threadIdx.x; j < nbytes; j += kThreads)
+        part += 8u - __popc(p[j]);
+    return cta_sum(part, red);
+}
+
+// 32 bits of sec at byte offset 4 * wi, zero past len; aligned loads where sec is 4-aligned.
+__device__ __forceinline__ uint32_t u32_in(const uint8_t *sec, uint32_t len, uint64_t wi)
+{
+    if (((uintptr_t)sec & 3u) == 0 && 4 * wi + 4 <= len)
+        return __ldg((const uint32_t *)sec + wi);
+    return byte_in(sec, len, 4 * wi) | byte_in(sec, len, 4 * wi + 1) << 8 |
+           byte_in(sec, len, 4 * wi + 2) << 16 | byte_in(sec, len, 4 * wi + 3) << 24;
+}
+
+// The 32 bits of sec from bit `bit` on.
+__device__ __forceinline__ uint32_t bits32_in(const uint8_t *sec, uint32_t len, uint64_t bit)
+{
+    return __funnelshift_r(u32_in(sec, len, bit >> 5), u32_in(sec, len, (bit >> 5) + 1), (uint32_t)bit & 31u);
+}
+
+// The sum over the CTA's warps before this thread's of a value every lane of a warp holds alike;
+// total gets the sum over all of them.  Every thread calls it.
+__device__ __forceinline__ uint32_t cta_warps_before(uint32_t v, uint32_t *red, uint32_t &total)
+{
+    const uint32_t warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0)
+        red[warp] = v;
+    __syncthreads();
+    uint32_t before = 0, all = 0;
+    for (uint32_t q = 0; q < (uint32_t)kWarps; q++) {
+        before += q < warp ? red[q] : 0u;
+        all += red[q];
+    }
+    __syncthreads();
+    total = all;
+    return before;
+}
+
+constexpr uint32_t kUnflagRounds = IBP_DECODE_UNFLAG_WORDS / kThreads; // words of a lane
+static_assert(IBP_DECODE_UNFLAG_WORDS % kThreads == 0, "a share is whole rounds of the CTA's threads");
+
+// The fixed-width selector words [u0, u1) of a flagged block of n selectors, selector k of column
+// (col_phase + k) % C, a word a thread: each warp takes kUnflagRounds * 32 consecutive words, a
+// round of 32 at a time.  A word starts from its columns' commonest selectors (a run of sb-bit
+// entries in shared memory that repeats the C columns, read at the word's first column), and only
+// the selectors its planes mark take their ranks from the others.  The share's first plane byte
+// and first other are counted from the flags and the planes before it; warp scans and one
+// exchange between warps for each place the words' plane bytes and others.
+__device__ void unflag_words(const Plan &p, const IbpBlockHeader &h, const uint8_t *sec, uint32_t len,
+                             uint32_t n, uint32_t u0, uint32_t u1, uint32_t *out, UnflagShared &sh)
+{
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t spw = 32 / p.sb, gpw = spw / 8; // selectors and groups of a word
+    const uint32_t smask = p.sb == 1 ? 1u : 3u;
+    const uint32_t groups = (n + 7) / 8;
+    const uint32_t flags_byte = ibp_fmt_round16(p.c);
+    const uint32_t plane_off = flags_byte + ibp_fmt_round16((n + 63) / 64);
+    const uint32_t rb = p.k >= 3 ? 2u : p.k == 2 ? 1u : 0u;
+    if ((uint64_t)u0 * spw >= n) { // past the last selector: the section's zero padding
+        for (uint32_t u = u0 + threadIdx.x; u < u1; u += kThreads)
+            out[u] = 0;
+        return;
+    }
+    // The commonest selectors of columns 0 .. C + spw - 1 (column j % C), sb bits each.
+    const uint32_t pwords = ((p.c + spw) * p.sb + 31) / 32 + 1;
+    for (uint32_t wi = threadIdx.x; wi < pwords; wi += kThreads) {
+        uint32_t v = 0, col = wi * spw % p.c;
+        for (uint32_t i = 0; i < spw; i++) {
+            v |= (byte_in(sec, len, col) & smask) << (i * p.sb);
+            if (++col == p.c)
+                col = 0;
+        }
+        sh.pred[wi] = v;
+    }
+    // Groups before the share: g0 = u0 * gpw < groups, a multiple of 8 (u0 is of the share size).
+    const uint32_t g0 = u0 * gpw;
+    uint32_t flagged = 0, all = 0; // flags set before the share and in the whole section
+    for (uint32_t j = threadIdx.x; j < (groups + 7) / 8; j += kThreads) {
+        const uint32_t want = groups - j * 8 >= 8 ? 0xffu : (1u << (groups - j * 8)) - 1u;
+        const uint32_t f = __popc(byte_in(sec, len, (uint64_t)flags_byte + j) & want);
+        all += f;
+        flagged += j < g0 / 8 ? f : 0u;
+    }
+    const uint32_t planes0 = g0 - cta_sum(flagged, sh.red);
+    const uint32_t planes_total = groups - cta_sum(all, sh.red);
+    const uint32_t rest0 = plane_off < len ? cta_zero_bits(sec + plane_off, planes0, len - plane_off, sh.red)
+                                           : cta_sum(0, sh.red);
+    const uint64_t rest_bit = 8ull * (plane_off + ibp_fmt_round16(planes_total));
+
+    // The warp's words and each lane's flags: the groups of its word of each round whose flag is 0.
+    const uint32_t wbase = u0 + warp * 32 * kUnflagRounds;
+    uint32_t fl[kUnflagRounds], zeros[kUnflagRounds], lane_zeros = 0;
+#pragma unroll
+    for (uint32_t j = 0; j < kUnflagRounds; j++) {
+        const uint32_t u = wbase + 32 * j + lane;
+        const uint32_t ga = min(groups, u * gpw), gb = u < u1 ? min(groups, ga + gpw) : ga;
+        fl[j] = ga < gb ? (byte_in(sec, len, (uint64_t)flags_byte + ga / 8) >> (ga % 8)) &
+                              ((1u << (gb - ga)) - 1u)
+                        : 0u;
+        zeros[j] = (gb - ga) - __popc(fl[j]);
+        lane_zeros += zeros[j];
+    }
+    uint32_t unused;
+    uint32_t planes = planes0 + cta_warps_before(warp_sum(lane_zeros), sh.red, unused);
+
+    // Each word's selectors that are not their column's commonest (bit i for selector i).
+    uint32_t odd[kUnflagRounds], lane_others = 0;
+#pragma unroll
+    for (uint32_t j = 0; j < kUnflagRounds; j++) {
+        const uint32_t u = wbase + 32 * j + lane;
+        uint32_t round_planes;
+        const uint32_t pa = planes + warp_excl_scan<uint32_t>(zeros[j], round_planes);
+        planes += round_planes;
+        const uint32_t window = zeros[j] ? bits32_in(sec, len, 8ull * (plane_off + pa)) : 0u;
+        uint32_t same = 0;
+        for (uint32_t g = 0, pi = 0; g < gpw; g++)
+            same |= ((fl[j] >> g) & 1u ? 0xffu : (window >> (8 * pi++)) & 0xffu) << (8 * g);
+        // selectors of the word below n (none where u is past u1 or n)
+        const uint64_t k0 = (uint64_t)u * spw;
+        const uint32_t nsel = u < u1 && k0 < n ? (uint32_t)min((uint64_t)spw, n - k0) : 0u;
+        const uint32_t valid = nsel == 32 ? ~0u : (1u << nsel) - 1u;
+        odd[j] = ~same & valid;
+        lane_others += __popc(odd[j]);
+    }
+    uint32_t rest = rest0 + cta_warps_before(warp_sum(lane_others), sh.red, unused);
+
+#pragma unroll
+    for (uint32_t j = 0; j < kUnflagRounds; j++) {
+        const uint32_t u = wbase + 32 * j + lane;
+        uint32_t round_others;
+        const uint32_t at = rest + warp_excl_scan<uint32_t>(__popc(odd[j]), round_others);
+        rest += round_others;
+        if (u >= u1)
+            continue;
+        const uint64_t k0 = (uint64_t)u * spw;
+        if (k0 >= n) {
+            out[u] = 0;
+            continue;
+        }
+        const uint32_t nsel = (uint32_t)min((uint64_t)spw, n - k0);
+        const uint32_t o = (uint32_t)(((uint64_t)h.col_phase + k0) % p.c) * p.sb;
+        uint32_t word = __funnelshift_r(sh.pred[o >> 5], sh.pred[(o >> 5) + 1], o & 31u);
+        if (nsel * p.sb < 32)
+            word &= (1u << (nsel * p.sb)) - 1u;
+        uint32_t m = odd[j], win = m && rb ? bits32_in(sec, len, rest_bit + (uint64_t)at * rb) : 0u;
+        while (m) {
+            const uint32_t i = __ffs(m) - 1, sh_i = i * p.sb;
+            m &= m - 1;
+            const uint32_t pr = (word >> sh_i) & smask, r = win & ((1u << rb) - 1u);
+            win >>= rb;
+            const uint32_t sel = r < pr ? r : r + 1u;
+            word ^= ((pr ^ sel) & smask) << sh_i;
+        }
+        out[u] = word;
+    }
+}
+
+// A CTA's share of a flagged block: words [share * IBP_DECODE_UNFLAG_WORDS, ...) of its rewritten
+// selectors.  Blocks with raw rows are rewritten whole by their first share's CTA.
+__device__ void unflag_share(const IbpDecodeArgs &a, const Plan &p, uint32_t bi, uint32_t share,
+                             UnflagShared &sh)
+{
+    IbpBlockHeader h;
+    const uint8_t *blk = block_at(a, bi, h);
+    if (!ibp_fmt_selflags(h.flags)) // the same for the whole CTA
+        return;
+    const uint32_t nwords = min(h.orig_len, a.block_size) / p.w, nrows = (nwords + p.r - 1) / p.r;
+    const uint8_t *rf = blk + h.rowflag_off;
+    const uint32_t rf_len = h.payload_off - h.rowflag_off;
+    const uint32_t packed = cta_packed_rows(rf, rf_len, nrows, sh.red);
+    // Selector k is of column (col_phase + k) % C where every row is packed, and also where rows
+    // are whole periods of the columns (every packed row but the last is R words long).
+    if (packed != nrows && p.r % p.c != 0) {
+        if (share == 0)
+            unflag_block(a, p, bi, sh);
+        return;
+    }
+    const uint32_t last_short = nrows * p.r - nwords; // words the last row lacks
+    const uint32_t n = packed * p.r - (nrows && bit_in(rf, rf_len, nrows - 1) ? last_short : 0u);
+    const uint32_t stride = ibp_decode_selx_stride(p.w, a.block_size);
+    const uint32_t u0 = share * IBP_DECODE_UNFLAG_WORDS, u1 = min(stride / 4, u0 + IBP_DECODE_UNFLAG_WORDS);
+    if (u0 >= u1)
+        return;
+    unflag_words(p, h, blk + h.sel_off, h.tail_off - h.sel_off, n, u0, u1,
+                 (uint32_t *)(a.selx + (uint64_t)bi * stride), sh);
+}
+
 } // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, 2) ibp_k_decode(IbpDecodeArgs a)
@@ -2215,12 +2432,14 @@ extern "C" __global__ void __launch_bounds__(kThreads) ibp_k_decode_fix(IbpDecod
 }
 
 // Run first, before any other kernel of a run with blocks of flagged selectors.
-extern "C" __global__ void __launch_bounds__(kThreads, 4) ibp_k_decode_unflag(IbpDecodeArgs a)
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_UNFLAG_CTAS_PER_SM)
+    ibp_k_decode_unflag(IbpDecodeArgs a)
 {
     __shared__ UnflagShared sh;
     const Plan p = load_plan(a.plan);
-    for (uint32_t bi = blockIdx.x; bi < a.nblocks; bi += gridDim.x) {
-        unflag_block(a, p, bi, sh);
+    const uint32_t shares = ibp_decode_unflag_shares(p.w, a.block_size);
+    for (uint64_t i = blockIdx.x; i < (uint64_t)a.nblocks * shares; i += gridDim.x) {
+        unflag_share(a, p, (uint32_t)(i / shares), (uint32_t)(i % shares), sh);
         __syncthreads();
     }
 }

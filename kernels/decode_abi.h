@@ -69,6 +69,19 @@ static inline IBP_DECODE_HD uint64_t ibp_decode_selx_bytes(uint32_t word_size, u
     return (uint64_t)nblocks * ibp_decode_selx_stride(word_size, block_size);
 }
 
+/* 32-bit words of a flagged block's rewritten selectors a CTA of ibp_k_decode_unflag takes (a
+ * block whose rows are all packed is split among CTAs; one with raw rows goes to one CTA whole),
+ * and how many such shares a block has. */
+#define IBP_DECODE_UNFLAG_WORDS 1024u
+/* CTAs a multiprocessor of ibp_k_decode_unflag: its launch bounds and the launcher's grid cap. */
+#define IBP_DECODE_UNFLAG_CTAS_PER_SM 3u
+
+static inline IBP_DECODE_HD uint32_t ibp_decode_unflag_shares(uint32_t word_size, uint32_t block_size)
+{
+    return (ibp_decode_selx_stride(word_size, block_size) / 4u + IBP_DECODE_UNFLAG_WORDS - 1) /
+           IBP_DECODE_UNFLAG_WORDS;
+}
+
 /* ibp_k_decode_count ran before with the same grid: each CTA's payload bits of its share's last
  * block are in the scratch. */
 #define IBP_DECODE_ARG_COUNTED 1u

@@ -213,11 +213,13 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
     const int segp = pred && scratch && columns <= IBP_DECODE_PRED_MAX_COLUMNS &&
                      segp_shared_bytes(word_size) <= mod->segp_max_dynamic;
     args.flags = 0;
-    /* A CTA per block rewrites flagged selectors, no more than the device holds at once. */
+    /* A CTA per share of a block rewrites flagged selectors, no more than the device holds at once. */
+    const uint64_t unflag_ctas =
+        (uint64_t)args.nblocks * ibp_decode_unflag_shares(word_size, args.block_size);
     if ((flags & IBP_DECODE_SELFLAGS) &&
         ibp_kernel_launch(mod, IBP_KERNEL_DECODE_UNFLAG,
-                          grid_cap(args.nblocks, resident_cap(mod, 4, max_ctas)), IBP_DECODE_THREADS, 0,
-                          stream, params))
+                          grid_cap(unflag_ctas, resident_cap(mod, IBP_DECODE_UNFLAG_CTAS_PER_SM, max_ctas)),
+                          IBP_DECODE_THREADS, 0, stream, params))
         return -EIO;
     if ((flags & IBP_DECODE_BLOCK) || (pred && !segp))
         return ibp_kernel_launch(mod, IBP_KERNEL_DECODE, grid_cap(args.nblocks, max_ctas), IBP_DECODE_THREADS, 0,

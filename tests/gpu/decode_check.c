@@ -440,6 +440,9 @@ static void synthetic_cases(void)
         {4, 1, 1024, 2, 262144, xf_mixed, (7u << 20) + 2}, /* one delta column, two rounds of CTAs */
         {2, 32, 33, 1, 4096, xf_mixed, 100003},            /* period exactly a warp */
         {4, 1000, 64, 2, 65536, xf_none, (2u << 20) + 2},  /* long period, no predictor */
+        /* rows whole periods of the columns, some raw: flagged blocks rewritten in shares */
+        {4, 8, 1024, 3, 262144, xf_mixed, (4u << 20) + 12},
+        {2, 4, 64, 1, 65536, xf_mixed, (1u << 20) + 3}, /* the same, one mask set */
     };
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const unsigned w = cases[ci].w, c = cases[ci].c;
