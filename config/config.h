@@ -23,6 +23,17 @@ extern "C" {
 /* Files larger than this are refused as a whole: an ini of 24 options is a few KiB. */
 #define IBP_CONFIG_FILE_MAX (1u << 20)
 
+/* [policy] selector_flags: where plans write the flagged selector form (codec/FORMAT.md). */
+typedef enum IbpSelectorFlags {
+    IBP_SELECTOR_FLAGS_OFF = 0,
+    IBP_SELECTOR_FLAGS_ON,
+    IBP_SELECTOR_FLAGS_AUTO, /* for regions that compress to at least IBP_SELECTOR_FLAGS_AUTO_RATIO */
+} IbpSelectorFlags;
+
+/* Under selector_flags = auto, regions whose plan compresses them below this ratio (decoded
+ * faster than the link delivers only without the rewrite pass) keep fixed-width selectors. */
+#define IBP_SELECTOR_FLAGS_AUTO_RATIO 0.5
+
 typedef enum IbpTracking {
     IBP_TRACKING_AUTO = 0,
     IBP_TRACKING_UFFD,
@@ -67,7 +78,7 @@ typedef struct IbpConfig {
         bool track_shared;
         bool track_write_combined;
         bool track_mapped;
-        bool selector_flags;
+        IbpSelectorFlags selector_flags;
     } policy;
     struct {
         IbpTransferPath path;

@@ -28,6 +28,14 @@ static const IbpConfigEnumValue trackings[] = {
     {NULL, 0, false},
 };
 
+static const IbpConfigEnumValue selector_flag_modes[] = {
+    {"auto", IBP_SELECTOR_FLAGS_AUTO, false}, {"on", IBP_SELECTOR_FLAGS_ON, false},
+    {"off", IBP_SELECTOR_FLAGS_OFF, false},   {"true", IBP_SELECTOR_FLAGS_ON, true},
+    {"yes", IBP_SELECTOR_FLAGS_ON, true},     {"1", IBP_SELECTOR_FLAGS_ON, true},
+    {"false", IBP_SELECTOR_FLAGS_OFF, true},  {"no", IBP_SELECTOR_FLAGS_OFF, true},
+    {"0", IBP_SELECTOR_FLAGS_OFF, true},      {NULL, 0, false},
+};
+
 static const IbpConfigEnumValue transfer_paths[] = {
     {"auto", IBP_TRANSFER_PATH_AUTO, false},
     {"dma", IBP_TRANSFER_PATH_DMA, false},
@@ -127,11 +135,13 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "cudaHostRegisterMapped, trusting that no kernel writes them through their device pointer "
              "(such writes reach memory without a fault: no tracker sees them)."),
 
-    OPT_BOOL("policy", "selector_flags", policy.selector_flags, "false",
+    OPT_ENUM("policy", "selector_flags", policy.selector_flags, "off", selector_flag_modes,
              "Store a block's selectors in the flagged form (its columns' commonest selectors, then only "
              "the exceptions) where that is smaller: 0.7-23% smaller shadows and copies of five of six test "
-             "tensors, for a pass that rewrites them on the GPU before each decode (which so far costs "
-             "more time than the smaller copy saves on most of them)."),
+             "tensors, for a pass that rewrites them on the GPU before each decode. auto: only for regions "
+             "whose plan compresses them to a ratio of 0.5 or more, where the copy, not the decode, takes "
+             "the time (weights: 64 and 256 MiB copies 0-3.5% faster); on: every region (well compressed "
+             "tensors lose up to 10%); off: none."),
 
     OPT_ENUM("transfer", "path", transfer.path, "auto", transfer_paths,
              "How compressed data reaches the GPU: dma stages it in device memory, zerocopy lets the decode "
@@ -620,7 +630,7 @@ void ibp_config_defaults(IbpConfig *cfg)
     IbpConfigValue value;
     static_assert(sizeof(IbpTracking) == sizeof(int) && sizeof(IbpTransferPath) == sizeof(int) &&
                       sizeof(IbpStagingExhausted) == sizeof(int) && sizeof(IbpReportFormat) == sizeof(int) &&
-                      sizeof(IbpLogLevel) == sizeof(int),
+                      sizeof(IbpLogLevel) == sizeof(int) && sizeof(IbpSelectorFlags) == sizeof(int),
                   "enum options are stored through int");
     memset(cfg, 0, sizeof(*cfg));
     for (size_t i = 0; i < IBP_CONFIG_OPTION_COUNT; i++) {

@@ -106,7 +106,9 @@ void ibp_router_start(const IbpConfig *cfg)
         .track_write_combined = cfg->policy.track_write_combined,
         .track_mapped = cfg->policy.track_mapped,
         .track_shared = cfg->policy.track_shared,
-        .selector_flags = cfg->policy.selector_flags,
+        .selector_flags = cfg->policy.selector_flags != IBP_SELECTOR_FLAGS_OFF,
+        .selector_flags_min_ratio =
+            cfg->policy.selector_flags == IBP_SELECTOR_FLAGS_AUTO ? IBP_SELECTOR_FLAGS_AUTO_RATIO : 0.0,
         .block_bytes = cfg->transfer.block_bytes,
         .min_run = IBP_ROUTER_MIN_RUN,
         .ops = *ibp_devmem_ops(),

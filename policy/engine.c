@@ -767,6 +767,21 @@ static void site_plans_clear(void)
  * site kept are judged on the region's sample first, one encode pass over at most 1 MiB each, and
  * the best of those that compress it at most plan_reuse worse than they compressed their own
  * region is reused; else the search runs and its plan is kept for the site. */
+/* Under selector_flags = auto: a plan that compresses its region below the ratio where the
+ * decode, not the copy, takes the time (`ratio` on the region's sample) keeps its blocks in
+ * fixed-width selectors, sparing the rewrite pass before each decode. */
+static void fit_selector_flags(IbpCodecPlan **plan, double ratio)
+{
+    IbpCodecPlanInfo info;
+    ibp_codec_plan_info(*plan, &info);
+    IbpCodecPlan *fixed = NULL;
+    if (!info.selector_flags || ratio >= eng.p.selector_flags_min_ratio ||
+        ibp_codec_plan_with_selector_flags(*plan, 0, &fixed))
+        return;
+    ibp_codec_plan_destroy(plan);
+    *plan = fixed;
+}
+
 static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
 {
     const uint64_t t0 = ibp_monotonic_ns();
@@ -808,6 +823,7 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
             atomic_fetch_add(&eng.plans_reused, 1);
             if (pr && eng.p.on_planned)
                 eng.p.on_planned(pr->tag, ibp_monotonic_ns() - t0, 1);
+            fit_selector_flags(&best, best_here);
             *out = best;
             return 0;
         }
@@ -821,6 +837,9 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
         eng.p.on_planned(pr->tag, ibp_monotonic_ns() - t0, 0);
     if (site && eng.p.plan_reuse >= 0)
         site_plan_put(site, *out);
+    IbpCodecPlanInfo info;
+    ibp_codec_plan_info(*out, &info);
+    fit_selector_flags(out, info.sample_ratio);
     return 0;
 }
 

@@ -197,7 +197,7 @@ void expect_every_option_changed(const IbpConfig &cfg)
     EXPECT_TRUE(cfg.policy.track_shared);
     EXPECT_TRUE(cfg.policy.track_write_combined);
     EXPECT_TRUE(cfg.policy.track_mapped);
-    EXPECT_TRUE(cfg.policy.selector_flags);
+    EXPECT_EQ(cfg.policy.selector_flags, IBP_SELECTOR_FLAGS_ON);
     EXPECT_EQ(cfg.transfer.path, IBP_TRANSFER_PATH_ZEROCOPY);
     EXPECT_EQ(cfg.transfer.staging_bytes, 64u << 20);
     EXPECT_EQ(cfg.transfer.block_bytes, 1u << 20);

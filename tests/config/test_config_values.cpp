@@ -104,7 +104,7 @@ TEST(ConfigTable, DefaultsParseAndMatchTheIssue)
     EXPECT_FALSE(cfg.policy.track_shared);
     EXPECT_FALSE(cfg.policy.track_write_combined);
     EXPECT_FALSE(cfg.policy.track_mapped);
-    EXPECT_FALSE(cfg.policy.selector_flags);
+    EXPECT_EQ(cfg.policy.selector_flags, IBP_SELECTOR_FLAGS_OFF);
     EXPECT_EQ(cfg.transfer.path, IBP_TRANSFER_PATH_AUTO);
     EXPECT_EQ(cfg.transfer.staging_bytes, 256u << 20);
     EXPECT_EQ(cfg.transfer.block_bytes, 0u);
@@ -255,6 +255,16 @@ TEST(ConfigValues, EnumsAndAliases)
     EXPECT_EQ(parse(opt("transfer", "path"), "ZeroCopy").value.i, IBP_TRANSFER_PATH_ZEROCOPY);
     EXPECT_EQ(parse(opt("transfer", "staging_exhausted"), "raw").value.i, IBP_STAGING_EXHAUSTED_RAW);
     EXPECT_EQ(parse(opt("report", "format"), "json").value.i, IBP_REPORT_FORMAT_JSON);
+
+    // selector_flags was a boolean: its spellings still mean on and off
+    const IbpConfigOption *flags = opt("policy", "selector_flags");
+    EXPECT_EQ(parse(flags, "auto").value.i, IBP_SELECTOR_FLAGS_AUTO);
+    EXPECT_EQ(parse(flags, "true").value.i, IBP_SELECTOR_FLAGS_ON);
+    EXPECT_EQ(parse(flags, "No").value.i, IBP_SELECTOR_FLAGS_OFF);
+    EXPECT_EQ(parse(flags, "0").value.i, IBP_SELECTOR_FLAGS_OFF);
+    Parsed half = parse(flags, "sometimes");
+    EXPECT_EQ(half.rc, -EINVAL);
+    EXPECT_NE(strstr(half.why, "auto, on, off"), nullptr) << half.why;
 }
 
 TEST(ConfigValues, StringsKeepInnerTextAndDropOneQuotePair)

@@ -17,6 +17,8 @@
 #include <vector>
 
 extern "C" {
+#include "config/config.h"
+#include "ibpshim/codec.h"
 #include "policy/engine.h"
 #include "policy/registry.h"
 }
@@ -67,6 +69,10 @@ void start_engine()
     p.churn_limit = 2;
     p.churn_window_ns = 10ull * 1000 * 1000 * 1000;
     p.block_bytes = 64 * 1024;
+    // selector_flags = on or auto ([policy] selector_flags), else off
+    const char *flags = std::getenv("ENGINE_TEST_SELECTOR_FLAGS");
+    p.selector_flags = flags != nullptr;
+    p.selector_flags_min_ratio = flags && !strcmp(flags, "auto") ? IBP_SELECTOR_FLAGS_AUTO_RATIO : 0.0;
     p.min_run =
         std::getenv("ENGINE_TEST_MIN_RUN") ? strtoull(std::getenv("ENGINE_TEST_MIN_RUN"), nullptr, 10) : 0;
     p.manual = 1;
@@ -202,6 +208,41 @@ TEST(Engine, HotRegionsCompressAndStayExact)
     memset(r.mem + 3 * kMiB, 9, kMiB);
     EXPECT_EQ(copy_and_check(r.mem + 3 * kMiB, kMiB, &why), 0);
     EXPECT_EQ(why, IBP_COPY_STALE);
+}
+
+// Whether the plan of the region holding src writes flagged selectors; -1 when nothing of it goes
+// compressed.
+int plans_flagged_selectors(const uint8_t *src, size_t n)
+{
+    IbpCopyPlan plan;
+    if (ibp_policy_plan_h2d(src, n, &plan) != 1)
+        return -1;
+    IbpCodecPlanInfo info;
+    ibp_codec_plan_info(ibp_shadow_codec_plan(plan.shadow), &info);
+    ibp_policy_plan_end(&plan, nullptr);
+    return info.selector_flags;
+}
+
+TEST(Engine, SelectorFlagsWhereTheCopyTakesTheTime)
+{
+    const char *mode = std::getenv("ENGINE_TEST_SELECTOR_FLAGS");
+    if (!mode)
+        GTEST_SKIP() << "run with ENGINE_TEST_SELECTOR_FLAGS=on or auto";
+    start_engine();
+    // Weights (ratio near 0.8) and small counts (int32 below 64, ratio near 0.2).
+    Region weights(2 * kMiB, 11), counts(2 * kMiB, 12);
+    std::mt19937 rng(5);
+    for (size_t i = 0; i + 4 <= counts.size; i += 4) {
+        const int32_t v = (int32_t)(rng() % 64);
+        memcpy(counts.mem + i, &v, 4);
+    }
+    register_and_compress(weights);
+    register_and_compress(counts);
+    EXPECT_EQ(copy_and_check(weights.mem, weights.size), 1);
+    EXPECT_EQ(copy_and_check(counts.mem, counts.size), 1);
+    EXPECT_EQ(plans_flagged_selectors(weights.mem, weights.size), 1);
+    // auto: the decode of a well compressed region is what the copy waits for; no rewrite pass
+    EXPECT_EQ(plans_flagged_selectors(counts.mem, counts.size), strcmp(mode, "auto") ? 1 : 0) << mode;
 }
 
 TEST(Engine, DeviceWritesKeepBlocksStaleUntilTheyLand)
