@@ -1972,14 +1972,13 @@ struct UnflagShared {
     uint32_t pred[((IBP_MAX_COLUMNS + 32) * 2 + 31) / 32 + 1];
 };
 
-// The sum of v over the CTA's threads before this one; total gets the CTA's.  Every thread calls it.
-__device__ __forceinline__ uint32_t cta_excl_scan(uint32_t v, uint32_t *red, uint32_t &total)
+// The sum over the CTA's warps before this thread's of a value every lane of a warp holds alike;
+// total gets the sum over all of them.  Every thread calls it.
+__device__ __forceinline__ uint32_t cta_warps_before(uint32_t v, uint32_t *red, uint32_t &total)
 {
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    uint32_t wt;
-    const uint32_t x = warp_excl_scan<uint32_t>(v, wt);
-    if (lane == 0)
-        red[warp] = wt;
+    const uint32_t warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0)
+        red[warp] = v;
     __syncthreads();
     uint32_t before = 0, all = 0;
     for (uint32_t q = 0; q < (uint32_t)kWarps; q++) {
@@ -1988,7 +1987,15 @@ __device__ __forceinline__ uint32_t cta_excl_scan(uint32_t v, uint32_t *red, uin
     }
     __syncthreads();
     total = all;
-    return before + x;
+    return before;
+}
+
+// The sum of v over the CTA's threads before this one; total gets the CTA's.  Every thread calls it.
+__device__ __forceinline__ uint32_t cta_excl_scan(uint32_t v, uint32_t *red, uint32_t &total)
+{
+    uint32_t wt;
+    const uint32_t x = warp_excl_scan<uint32_t>(v, wt);
+    return cta_warps_before(wt, red, total) + x;
 }
 
 __device__ __forceinline__ uint32_t byte_in(const uint8_t *sec, uint32_t len, uint64_t at)
@@ -2162,24 +2169,6 @@ __device__ __forceinline__ uint32_t u32_in(const uint8_t *sec, uint32_t len, uin
 __device__ __forceinline__ uint32_t bits32_in(const uint8_t *sec, uint32_t len, uint64_t bit)
 {
     return __funnelshift_r(u32_in(sec, len, bit >> 5), u32_in(sec, len, (bit >> 5) + 1), (uint32_t)bit & 31u);
-}
-
-// The sum over the CTA's warps before this thread's of a value every lane of a warp holds alike;
-// total gets the sum over all of them.  Every thread calls it.
-__device__ __forceinline__ uint32_t cta_warps_before(uint32_t v, uint32_t *red, uint32_t &total)
-{
-    const uint32_t warp = threadIdx.x >> 5;
-    if ((threadIdx.x & 31) == 0)
-        red[warp] = v;
-    __syncthreads();
-    uint32_t before = 0, all = 0;
-    for (uint32_t q = 0; q < (uint32_t)kWarps; q++) {
-        before += q < warp ? red[q] : 0u;
-        all += red[q];
-    }
-    __syncthreads();
-    total = all;
-    return before;
 }
 
 constexpr uint32_t kUnflagRounds = IBP_DECODE_UNFLAG_WORDS / kThreads; // words of a lane
