@@ -33,6 +33,10 @@ void fakecuda_reset_stats(void);
  * and its dynamic shared memory (either pointer may be NULL); returns 0 when none was. */
 int fakecuda_last_launch(char *name, size_t len, unsigned *grid_x, unsigned *shared_bytes);
 
+/* The grid's x dimension of the last launch of the kernel called name (any thread) into grid_x;
+ * returns 0 when it was never launched. */
+int fakecuda_kernel_grid(const char *name, unsigned *grid_x);
+
 /* Sleeps this long before each asynchronous copy a stream executes (FAKECUDA_COPY_DELAY_US sets the
  * start value), so a program that reads a destination before synchronizing sees stale data. */
 void fakecuda_set_copy_delay_us(unsigned us);

@@ -240,10 +240,29 @@ FAKECUDA_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks
 }
 
 /* The last kernel launched (of any thread), its grid's x dimension and its dynamic shared memory,
- * for fakecuda_last_launch. */
+ * for fakecuda_last_launch; and each kernel's last grid, for fakecuda_kernel_grid (kernel names
+ * are the table's, compared by address). */
 static pthread_mutex_t last_mu = PTHREAD_MUTEX_INITIALIZER;
 static const char *last_name;
 static unsigned last_grid_x, last_shared;
+#define GRIDS_KEPT 64
+static struct {
+    const char *name;
+    unsigned grid_x;
+} grids[GRIDS_KEPT];
+
+FAKECUDA_EXPORT int fakecuda_kernel_grid(const char *name, unsigned *grid_x)
+{
+    int found = 0;
+    pthread_mutex_lock(&last_mu);
+    for (int i = 0; i < GRIDS_KEPT && grids[i].name && !found; i++)
+        if (!strcmp(grids[i].name, name)) {
+            *grid_x = grids[i].grid_x;
+            found = 1;
+        }
+    pthread_mutex_unlock(&last_mu);
+    return found;
+}
 
 FAKECUDA_EXPORT int fakecuda_last_launch(char *name, size_t len, unsigned *grid_x, unsigned *shared_bytes)
 {
@@ -322,6 +341,12 @@ static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned bloc
         last_name = kernel->name;
         last_grid_x = grid[0];
         last_shared = smem;
+        for (int i = 0; i < GRIDS_KEPT; i++)
+            if (!grids[i].name || grids[i].name == kernel->name) {
+                grids[i].name = kernel->name;
+                grids[i].grid_x = grid[0];
+                break;
+            }
         pthread_mutex_unlock(&last_mu);
     }
 done:

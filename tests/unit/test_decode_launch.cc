@@ -28,6 +28,7 @@ namespace
 
 typedef void (*StatsFn)(FakecudaStats *);
 typedef int (*LastLaunchFn)(char *, size_t, unsigned *, unsigned *);
+typedef int (*KernelGridFn)(const char *, unsigned *);
 typedef void (*FailFn)(const char *, unsigned, unsigned, int);
 
 // Under the registration that sets it: how many of the module's requests for dynamic shared
@@ -84,6 +85,7 @@ class DecodeLaunch : public ::testing::Test
         void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
         stats_ = lib ? (StatsFn)dlsym(lib, "fakecuda_stats") : nullptr;
         last_launch_ = lib ? (LastLaunchFn)dlsym(lib, "fakecuda_last_launch") : nullptr;
+        kernel_grid_ = lib ? (KernelGridFn)dlsym(lib, "fakecuda_kernel_grid") : nullptr;
         if (!stats_)
             GTEST_SKIP() << "needs the fake CUDA driver (it counts kernel launches)";
         if (refused_smem()) // before the first module load of the process
@@ -214,6 +216,7 @@ class DecodeLaunch : public ::testing::Test
     const IbpDriver *drv_ = nullptr;
     StatsFn stats_ = nullptr;
     LastLaunchFn last_launch_ = nullptr;
+    KernelGridFn kernel_grid_ = nullptr;
     CUdevice dev_ = 0;
     CUcontext ctx_ = nullptr;
     bool pushed_ = false;
@@ -284,6 +287,7 @@ TEST_F(DecodeLaunch, PlansOfSeveralColumnsCountShortShares)
 // launch, so a decode not preceded by the rewrite fails.
 TEST_F(DecodeLaunch, FlaggedSelectorsAreRewrittenFirst)
 {
+    ASSERT_NE(kernel_grid_, nullptr);
     for (const uint32_t columns : {1u, 3u}) {
         IbpCodecPlan *base = make_plan(columns, true, 262144);
         ASSERT_NE(base, nullptr);
@@ -298,6 +302,17 @@ TEST_F(DecodeLaunch, FlaggedSelectorsAreRewrittenFirst)
         EXPECT_EQ(decode(f | IBP_DECODE_INDEXED, true), 2u) << "unflag, segmented decode";
         EXPECT_EQ(decode(f | IBP_DECODE_INDEXED | IBP_DECODE_BLOCK, true), 2u) << "unflag, a CTA per block";
         EXPECT_EQ(decode(f, false), 2u) << "unflag, a CTA per block (no scratch)";
+        // The rewrite: a CTA a share of a block, no more than the device holds or max_ctas allows.
+        const unsigned shares = ibp_decode_unflag_shares(word_size_, (uint32_t)bs_);
+        EXPECT_EQ(shares, 262144u / word_size_ / 16u / IBP_DECODE_UNFLAG_WORDS)
+            << "2 bits a word, 32 a thread";
+        unsigned grid = 0;
+        ASSERT_TRUE(kernel_grid_("ibp_k_decode_unflag", &grid));
+        EXPECT_EQ(grid,
+                  std::min<uint64_t>(4u * shares, (uint64_t)mod_->sm_count * IBP_DECODE_UNFLAG_CTAS_PER_SM));
+        EXPECT_EQ(decode(f, false, 3), 2u) << "unflag within max_ctas";
+        ASSERT_TRUE(kernel_grid_("ibp_k_decode_unflag", &grid));
+        EXPECT_EQ(grid, 3u);
         if (columns > 1 && !refused_smem()) {
             EXPECT_EQ(decode(f, true), 4u) << "unflag, count, segmented decode, fix-up";
         }
