@@ -930,6 +930,7 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
     }
     IbpShadowStats st;
     ibp_shadow_stats(sh, &st);
+    const int flagged = ibp_shadow_any_flagged(sh);
     /* Rewritten while it was being encoded (a transient buffer): counts towards churn, since such a
      * region never stays compressed long enough to be copied and its rebuilds only cost CPU. */
     const int rewritten = st.nblocks && st.valid * 2 < st.nblocks;
@@ -961,9 +962,9 @@ static int compress_region_locked(IbpRegion *region, IbpPolicyRegion *pr, IbpCod
     ibp_region_set_state(region, IBP_REGION_COMPRESSING, IBP_REGION_COMPRESSED);
     pthread_rwlock_unlock(&pr->lock);
     atomic_fetch_add(&eng.regions_compressed, 1);
-    IBP_DEBUG("region %llu compressed: ratio %.4f, %u/%u blocks valid, %.1f ms",
+    IBP_DEBUG("region %llu compressed: ratio %.4f, %u/%u blocks valid, %s selectors, %.1f ms",
               (unsigned long long)ibp_region_id(region), ratio, st.valid, st.nblocks,
-              (double)(ibp_monotonic_ns() - t0) / 1e6);
+              flagged ? "flagged" : "fixed-width", (double)(ibp_monotonic_ns() - t0) / 1e6);
     enforce_budget(ibp_region_id(region));
     if (eng.p.max_shadow_bytes && atomic_load(&eng.shadow_bytes) > eng.p.max_shadow_bytes &&
         ibp_region_set_state(region, IBP_REGION_COMPRESSED, IBP_REGION_RAW)) {
