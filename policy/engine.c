@@ -762,11 +762,6 @@ static void site_plans_clear(void)
     pthread_mutex_unlock(&site_plans.lock);
 }
 
-/* Plans a region (one of `regions` planned side by side).  Regions of one allocation site often
- * hold data of a few kinds (a framework's pinned blocks of weights, of batches): the plans the
- * site kept are judged on the region's sample first, one encode pass over at most 1 MiB each, and
- * the best of those that compress it at most plan_reuse worse than they compressed their own
- * region is reused; else the search runs and its plan is kept for the site. */
 /* Under selector_flags = auto: a plan that compresses its region below the ratio where the
  * decode, not the copy, takes the time (`ratio` on the region's sample) keeps its blocks in
  * fixed-width selectors, sparing the rewrite pass before each decode. */
@@ -782,6 +777,12 @@ static void fit_selector_flags(IbpCodecPlan **plan, double ratio)
     *plan = fixed;
 }
 
+/* Plans a region (one of `regions` planned side by side).  Regions of one allocation site often
+ * hold data of a few kinds (a framework's pinned blocks of weights, of batches): the plans the
+ * site kept are judged on the region's sample first, one encode pass over at most 1 MiB each, and
+ * the best of those that compress it at most plan_reuse worse than they compressed their own
+ * region is reused; else the search runs and its plan is kept for the site.  Either plan then
+ * takes the selector form the configuration asks for (fit_selector_flags). */
 static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
 {
     const uint64_t t0 = ibp_monotonic_ns();
