@@ -2171,16 +2171,30 @@ __device__ __forceinline__ uint32_t bits32_in(const uint8_t *sec, uint32_t len, 
     return __funnelshift_r(u32_in(sec, len, bit >> 5), u32_in(sec, len, (bit >> 5) + 1), (uint32_t)bit & 31u);
 }
 
-constexpr uint32_t kUnflagRounds = IBP_DECODE_UNFLAG_WORDS / kThreads; // words of a lane
-static_assert(IBP_DECODE_UNFLAG_WORDS % kThreads == 0, "a share is whole rounds of the CTA's threads");
+// Zero bits of bytes [at, at + count) of sec (none past len), summed over the warp.
+__device__ __forceinline__ uint32_t warp_zero_bits(const uint8_t *sec, uint32_t len, uint32_t at,
+                                                   uint32_t count)
+{
+    uint32_t zeros = 0;
+    const uint32_t end = at + count;
+    for (uint32_t wi = at / 4 + (threadIdx.x & 31); wi * 4 < end; wi += 32) {
+        const uint32_t lo = max(at, wi * 4) - wi * 4, hi = min(end, wi * 4 + 4) - wi * 4; // bytes of the word
+        const uint32_t m = (hi == 4 ? ~0u : (1u << (8 * hi)) - 1u) & ~((1u << (8 * lo)) - 1u);
+        zeros += __popc(~u32_in(sec, len, wi) & m);
+    }
+    return warp_sum(zeros);
+}
+
+constexpr uint32_t kUnflagWarpWords = IBP_DECODE_UNFLAG_WORDS / kWarps; // words of a warp's part
+static_assert(kUnflagWarpWords % 32 == 0, "a warp's part is whole rounds of its lanes");
 
 // The fixed-width selector words [u0, u1) of a flagged block of n selectors, selector k of column
-// (col_phase + k) % C, a word a thread: each warp takes kUnflagRounds * 32 consecutive words, a
+// (col_phase + k) % C, a word a thread: each warp takes kUnflagWarpWords consecutive words, a
 // round of 32 at a time.  A word starts from its columns' commonest selectors (a run of sb-bit
 // entries in shared memory that repeats the C columns, read at the word's first column), and only
-// the selectors its planes mark take their ranks from the others.  The share's first plane byte
-// and first other are counted from the flags and the planes before it; warp scans and one
-// exchange between warps for each place the words' plane bytes and others.
+// the selectors its planes mark take their ranks from the others.  Where each warp's plane bytes
+// and others start is counted from the flags and planes before it (the CTA's share, then its
+// warps'); warp scans place each word's in a round.
 __device__ void unflag_words(const Plan &p, const IbpBlockHeader &h, const uint8_t *sec, uint32_t len,
                              uint32_t n, uint32_t u0, uint32_t u1, uint32_t *out, UnflagShared &sh)
 {
@@ -2190,6 +2204,8 @@ __device__ void unflag_words(const Plan &p, const IbpBlockHeader &h, const uint8
     const uint32_t groups = (n + 7) / 8;
     const uint32_t flags_byte = ibp_fmt_round16(p.c);
     const uint32_t plane_off = flags_byte + ibp_fmt_round16((n + 63) / 64);
+    const uint8_t *flags = sec + flags_byte;
+    const uint32_t flags_len = len > flags_byte ? len - flags_byte : 0u;
     const uint32_t rb = p.k >= 3 ? 2u : p.k == 2 ? 1u : 0u;
     if ((uint64_t)u0 * spw >= n) { // past the last selector: the section's zero padding
         for (uint32_t u = u0 + threadIdx.x; u < u1; u += kThreads)
@@ -2207,84 +2223,76 @@ __device__ void unflag_words(const Plan &p, const IbpBlockHeader &h, const uint8
         }
         sh.pred[wi] = v;
     }
-    // Groups before the share: g0 = u0 * gpw < groups, a multiple of 8 (u0 is of the share size).
+    // Flags set among groups [ga, gb), counted by the CTA (all) or the warp.
+    auto flags_set = [&](uint32_t ga, uint32_t gb, bool all) {
+        uint32_t f = 0;
+        const uint32_t step = all ? kThreads : 32, first = ga / 32 + (all ? threadIdx.x : lane);
+        for (uint32_t j = first; j * 32 < gb; j += step) {
+            const uint32_t left = gb - j * 32, below = ga > j * 32 ? ga - j * 32 : 0u;
+            const uint32_t m = (left >= 32 ? ~0u : (1u << left) - 1u) & ~((1u << below) - 1u);
+            f += __popc(u32_in(flags, flags_len, j) & m);
+        }
+        return all ? cta_sum(f, sh.red) : warp_sum(f);
+    };
+    // Groups before the share: g0 = u0 * gpw < groups.
     const uint32_t g0 = u0 * gpw;
-    uint32_t flagged = 0, all = 0; // flags set before the share and in the whole section
-    for (uint32_t j = threadIdx.x; j < (groups + 7) / 8; j += kThreads) {
-        const uint32_t want = groups - j * 8 >= 8 ? 0xffu : (1u << (groups - j * 8)) - 1u;
-        const uint32_t f = __popc(byte_in(sec, len, (uint64_t)flags_byte + j) & want);
-        all += f;
-        flagged += j < g0 / 8 ? f : 0u;
-    }
-    const uint32_t planes0 = g0 - cta_sum(flagged, sh.red);
-    const uint32_t planes_total = groups - cta_sum(all, sh.red);
+    const uint32_t planes_total = groups - flags_set(0, groups, true);
+    const uint32_t planes0 = g0 - flags_set(0, g0, true);
     const uint32_t rest0 = plane_off < len ? cta_zero_bits(sec + plane_off, planes0, len - plane_off, sh.red)
                                            : cta_sum(0, sh.red);
     const uint64_t rest_bit = 8ull * (plane_off + ibp_fmt_round16(planes_total));
 
-    // The warp's words and each lane's flags: the groups of its word of each round whose flag is 0.
-    const uint32_t wbase = u0 + warp * 32 * kUnflagRounds;
-    uint32_t fl[kUnflagRounds], zeros[kUnflagRounds], lane_zeros = 0;
-#pragma unroll
-    for (uint32_t j = 0; j < kUnflagRounds; j++) {
-        const uint32_t u = wbase + 32 * j + lane;
-        const uint32_t ga = min(groups, u * gpw), gb = u < u1 ? min(groups, ga + gpw) : ga;
-        fl[j] = ga < gb ? (byte_in(sec, len, (uint64_t)flags_byte + ga / 8) >> (ga % 8)) &
-                              ((1u << (gb - ga)) - 1u)
-                        : 0u;
-        zeros[j] = (gb - ga) - __popc(fl[j]);
-        lane_zeros += zeros[j];
-    }
+    // The warp's part: words [wa, wb), groups [ga, gb), its plane bytes and others.
+    const uint32_t wa = min(u1, u0 + warp * kUnflagWarpWords), wb = min(u1, wa + kUnflagWarpWords);
+    const uint32_t ga = min(groups, wa * gpw), gb = min(groups, wb * gpw);
+    const uint32_t zeros = (gb - ga) - flags_set(ga, gb, false);
     uint32_t unused;
-    uint32_t planes = planes0 + cta_warps_before(warp_sum(lane_zeros), sh.red, unused);
+    uint32_t planes = planes0 + cta_warps_before(zeros, sh.red, unused);
+    // The last group's plane byte, when short, has zeros past the last selector: not others.
+    const uint32_t pad =
+        ga < gb && gb == groups && n % 8 && !bit_in(flags, flags_len, groups - 1) ? 8 - n % 8 : 0u;
+    const uint32_t others =
+        plane_off < len ? warp_zero_bits(sec + plane_off, len - plane_off, planes, zeros) - pad : 0u;
+    uint32_t rest = rest0 + cta_warps_before(others, sh.red, unused);
 
-    // Each word's selectors that are not their column's commonest (bit i for selector i).
-    uint32_t odd[kUnflagRounds], lane_others = 0;
-#pragma unroll
-    for (uint32_t j = 0; j < kUnflagRounds; j++) {
-        const uint32_t u = wbase + 32 * j + lane;
+    for (uint32_t base = wa; base < wb; base += 32) {
+        const uint32_t u = base + lane;
+        const uint32_t wga = min(groups, u * gpw), wgb = u < wb ? min(groups, wga + gpw) : wga;
+        const uint32_t fl =
+            wga < wgb ? (byte_in(flags, flags_len, wga / 8) >> (wga % 8)) & ((1u << (wgb - wga)) - 1u) : 0u;
+        const uint32_t wzeros = (wgb - wga) - __popc(fl);
         uint32_t round_planes;
-        const uint32_t pa = planes + warp_excl_scan<uint32_t>(zeros[j], round_planes);
+        const uint32_t pa = planes + warp_excl_scan<uint32_t>(wzeros, round_planes);
         planes += round_planes;
-        const uint32_t window = zeros[j] ? bits32_in(sec, len, 8ull * (plane_off + pa)) : 0u;
+        const uint32_t window = wzeros ? bits32_in(sec, len, 8ull * (plane_off + pa)) : 0u;
         uint32_t same = 0;
         for (uint32_t g = 0, pi = 0; g < gpw; g++)
-            same |= ((fl[j] >> g) & 1u ? 0xffu : (window >> (8 * pi++)) & 0xffu) << (8 * g);
-        // selectors of the word below n (none where u is past u1 or n)
+            same |= ((fl >> g) & 1u ? 0xffu : (window >> (8 * pi++)) & 0xffu) << (8 * g);
+        // the word's selectors below n (none where u is past wb or n)
         const uint64_t k0 = (uint64_t)u * spw;
-        const uint32_t nsel = u < u1 && k0 < n ? (uint32_t)min((uint64_t)spw, n - k0) : 0u;
-        const uint32_t valid = nsel == 32 ? ~0u : (1u << nsel) - 1u;
-        odd[j] = ~same & valid;
-        lane_others += __popc(odd[j]);
-    }
-    uint32_t rest = rest0 + cta_warps_before(warp_sum(lane_others), sh.red, unused);
-
-#pragma unroll
-    for (uint32_t j = 0; j < kUnflagRounds; j++) {
-        const uint32_t u = wbase + 32 * j + lane;
+        const uint32_t nsel = u < wb && k0 < n ? (uint32_t)min((uint64_t)spw, n - k0) : 0u;
+        uint32_t odd = ~same & (nsel == 32 ? ~0u : (1u << nsel) - 1u);
         uint32_t round_others;
-        const uint32_t at = rest + warp_excl_scan<uint32_t>(__popc(odd[j]), round_others);
+        const uint32_t at = rest + warp_excl_scan<uint32_t>(__popc(odd), round_others);
         rest += round_others;
-        if (u >= u1)
+        if (u >= wb)
             continue;
-        const uint64_t k0 = (uint64_t)u * spw;
-        if (k0 >= n) {
+        if (!nsel) {
             out[u] = 0;
             continue;
         }
-        const uint32_t nsel = (uint32_t)min((uint64_t)spw, n - k0);
         const uint32_t o = (uint32_t)(((uint64_t)h.col_phase + k0) % p.c) * p.sb;
         uint32_t word = __funnelshift_r(sh.pred[o >> 5], sh.pred[(o >> 5) + 1], o & 31u);
         if (nsel * p.sb < 32)
             word &= (1u << (nsel * p.sb)) - 1u;
-        uint32_t m = odd[j], win = m && rb ? bits32_in(sec, len, rest_bit + (uint64_t)at * rb) : 0u;
-        while (m) {
-            const uint32_t i = __ffs(m) - 1, sh_i = i * p.sb;
-            m &= m - 1;
-            const uint32_t pr = (word >> sh_i) & smask, r = win & ((1u << rb) - 1u);
+        uint32_t win = odd && rb ? bits32_in(sec, len, rest_bit + (uint64_t)at * rb) : 0u;
+        while (odd) {
+            const uint32_t i = __ffs(odd) - 1, at_i = i * p.sb;
+            odd &= odd - 1;
+            const uint32_t pr = (word >> at_i) & smask, r = win & ((1u << rb) - 1u);
             win >>= rb;
             const uint32_t sel = r < pr ? r : r + 1u;
-            word ^= ((pr ^ sel) & smask) << sh_i;
+            word ^= ((pr ^ sel) & smask) << at_i;
         }
         out[u] = word;
     }

@@ -72,9 +72,9 @@ static inline IBP_DECODE_HD uint64_t ibp_decode_selx_bytes(uint32_t word_size, u
 /* 32-bit words of a flagged block's rewritten selectors a CTA of ibp_k_decode_unflag takes (a
  * block whose rows are all packed is split among CTAs; one with raw rows goes to one CTA whole),
  * and how many such shares a block has. */
-#define IBP_DECODE_UNFLAG_WORDS 1024u
+#define IBP_DECODE_UNFLAG_WORDS 2048u
 /* CTAs a multiprocessor of ibp_k_decode_unflag: its launch bounds and the launcher's grid cap. */
-#define IBP_DECODE_UNFLAG_CTAS_PER_SM 3u
+#define IBP_DECODE_UNFLAG_CTAS_PER_SM 4u
 
 static inline IBP_DECODE_HD uint32_t ibp_decode_unflag_shares(uint32_t word_size, uint32_t block_size)
 {
