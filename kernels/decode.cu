@@ -2185,18 +2185,19 @@ __device__ __forceinline__ uint32_t warp_zero_bits(const uint8_t *sec, uint32_t 
     return warp_sum(zeros);
 }
 
-constexpr uint32_t kUnflagWarpWords = IBP_DECODE_UNFLAG_WORDS / kWarps; // words of a warp's part
-static_assert(kUnflagWarpWords % 32 == 0, "a warp's part is whole rounds of its lanes");
+static_assert(IBP_DECODE_UNFLAG_WORDS_MIN % kThreads == 0 && IBP_DECODE_UNFLAG_WORDS_MAX % kThreads == 0,
+              "a warp's part of a share is whole rounds of its lanes");
 
 // The fixed-width selector words [u0, u1) of a flagged block of n selectors, selector k of column
-// (col_phase + k) % C, a word a thread: each warp takes kUnflagWarpWords consecutive words, a
+// (col_phase + k) % C, a word a thread: each warp takes an eighth of them, consecutive words, a
 // round of 32 at a time.  A word starts from its columns' commonest selectors (a run of sb-bit
 // entries in shared memory that repeats the C columns, read at the word's first column), and only
 // the selectors its planes mark take their ranks from the others.  Where each warp's plane bytes
 // and others start is counted from the flags and planes before it (the CTA's share, then its
 // warps'); warp scans place each word's in a round.
 __device__ void unflag_words(const Plan &p, const IbpBlockHeader &h, const uint8_t *sec, uint32_t len,
-                             uint32_t n, uint32_t u0, uint32_t u1, uint32_t *out, UnflagShared &sh)
+                             uint32_t n, uint32_t u0, uint32_t u1, uint32_t words, uint32_t *out,
+                             UnflagShared &sh)
 {
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t spw = 32 / p.sb, gpw = spw / 8; // selectors and groups of a word
@@ -2243,7 +2244,8 @@ __device__ void unflag_words(const Plan &p, const IbpBlockHeader &h, const uint8
     const uint64_t rest_bit = 8ull * (plane_off + ibp_fmt_round16(planes_total));
 
     // The warp's part: words [wa, wb), groups [ga, gb), its plane bytes and others.
-    const uint32_t wa = min(u1, u0 + warp * kUnflagWarpWords), wb = min(u1, wa + kUnflagWarpWords);
+    const uint32_t part = words / kWarps;
+    const uint32_t wa = min(u1, u0 + warp * part), wb = min(u1, wa + part);
     const uint32_t ga = min(groups, wa * gpw), gb = min(groups, wb * gpw);
     const uint32_t zeros = (gb - ga) - flags_set(ga, gb, false);
     uint32_t unused;
@@ -2298,10 +2300,10 @@ __device__ void unflag_words(const Plan &p, const IbpBlockHeader &h, const uint8
     }
 }
 
-// A CTA's share of a flagged block: words [share * IBP_DECODE_UNFLAG_WORDS, ...) of its rewritten
+// A CTA's share of a flagged block: words [share * words, ...) of its rewritten
 // selectors.  Blocks with raw rows are rewritten whole by their first share's CTA.
 __device__ void unflag_share(const IbpDecodeArgs &a, const Plan &p, uint32_t bi, uint32_t share,
-                             UnflagShared &sh)
+                             uint32_t words, UnflagShared &sh)
 {
     IbpBlockHeader h;
     const uint8_t *blk = block_at(a, bi, h);
@@ -2321,10 +2323,10 @@ __device__ void unflag_share(const IbpDecodeArgs &a, const Plan &p, uint32_t bi,
     const uint32_t last_short = nrows * p.r - nwords; // words the last row lacks
     const uint32_t n = packed * p.r - (nrows && bit_in(rf, rf_len, nrows - 1) ? last_short : 0u);
     const uint32_t stride = ibp_decode_selx_stride(p.w, a.block_size);
-    const uint32_t u0 = share * IBP_DECODE_UNFLAG_WORDS, u1 = min(stride / 4, u0 + IBP_DECODE_UNFLAG_WORDS);
+    const uint32_t u0 = share * words, u1 = min(stride / 4, u0 + words);
     if (u0 >= u1)
         return;
-    unflag_words(p, h, blk + h.sel_off, h.tail_off - h.sel_off, n, u0, u1,
+    unflag_words(p, h, blk + h.sel_off, h.tail_off - h.sel_off, n, u0, u1, words,
                  (uint32_t *)(a.selx + (uint64_t)bi * stride), sh);
 }
 
@@ -2434,9 +2436,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_UNFLAG_CTAS_PE
 {
     __shared__ UnflagShared sh;
     const Plan p = load_plan(a.plan);
-    const uint32_t shares = ibp_decode_unflag_shares(p.w, a.block_size);
+    // any other share size than the launcher's reads as the largest
+    uint32_t words = IBP_DECODE_UNFLAG_WORDS_MAX;
+    for (uint32_t w = IBP_DECODE_UNFLAG_WORDS_MIN; w < IBP_DECODE_UNFLAG_WORDS_MAX; w *= 2)
+        words = a.unflag_words == w ? w : words;
+    const uint32_t shares = ibp_decode_unflag_shares(p.w, a.block_size, words);
     for (uint64_t i = blockIdx.x; i < (uint64_t)a.nblocks * shares; i += gridDim.x) {
-        unflag_share(a, p, (uint32_t)(i / shares), (uint32_t)(i % shares), sh);
+        unflag_share(a, p, (uint32_t)(i / shares), (uint32_t)(i % shares), words, sh);
         __syncthreads();
     }
 }

@@ -35,6 +35,8 @@ typedef struct IbpDecodeArgs {
     uint32_t block_size;
     uint32_t flags; /* IBP_DECODE_ARG_*, set by the launcher */
     uint32_t inline_offsets;                 /* 1: rel[] holds the nblocks + 1 offsets */
+    uint32_t unflag_words; /* ibp_k_decode_unflag's share size (ibp_decode_unflag_words()), set by
+                            * the launcher */
     uint32_t rel[IBP_DECODE_INLINE_OFFSETS]; /* block offsets minus the first block's */
 } IbpDecodeArgs;
 
@@ -70,16 +72,32 @@ static inline IBP_DECODE_HD uint64_t ibp_decode_selx_bytes(uint32_t word_size, u
 }
 
 /* 32-bit words of a flagged block's rewritten selectors a CTA of ibp_k_decode_unflag takes (a
- * block whose rows are all packed is split among CTAs; one with raw rows goes to one CTA whole),
- * and how many such shares a block has. */
-#define IBP_DECODE_UNFLAG_WORDS 2048u
+ * block whose rows are all packed is split among CTAs; one with raw rows goes to one CTA whole):
+ * a power of two from MIN to MAX, whole rounds of the CTA's threads.  Larger shares pay the
+ * counting of the flags and planes before them less often; smaller ones put more CTAs, each with
+ * fewer dependent rounds, on a run of few blocks. */
+#define IBP_DECODE_UNFLAG_WORDS_MIN 256u
+#define IBP_DECODE_UNFLAG_WORDS_MAX 2048u
 /* CTAs a multiprocessor of ibp_k_decode_unflag: its launch bounds and the launcher's grid cap. */
 #define IBP_DECODE_UNFLAG_CTAS_PER_SM 4u
 
-static inline IBP_DECODE_HD uint32_t ibp_decode_unflag_shares(uint32_t word_size, uint32_t block_size)
+/* Shares of share_words words a block has. */
+static inline IBP_DECODE_HD uint32_t ibp_decode_unflag_shares(uint32_t word_size, uint32_t block_size,
+                                                              uint32_t share_words)
 {
-    return (ibp_decode_selx_stride(word_size, block_size) / 4u + IBP_DECODE_UNFLAG_WORDS - 1) /
-           IBP_DECODE_UNFLAG_WORDS;
+    return (ibp_decode_selx_stride(word_size, block_size) / 4u + share_words - 1) / share_words;
+}
+
+/* The share size for a run of nblocks blocks on a device that holds `resident` CTAs of
+ * ibp_k_decode_unflag at once: the largest whose shares still fill it, MIN where none does. */
+static inline uint32_t ibp_decode_unflag_words(uint32_t word_size, uint32_t block_size, uint32_t nblocks,
+                                               uint32_t resident)
+{
+    uint32_t words = IBP_DECODE_UNFLAG_WORDS_MAX;
+    while (words > IBP_DECODE_UNFLAG_WORDS_MIN &&
+           (uint64_t)nblocks * ibp_decode_unflag_shares(word_size, block_size, words) < resident)
+        words /= 2;
+    return words;
 }
 
 /* ibp_k_decode_count ran before with the same grid: each CTA's payload bits of its share's last

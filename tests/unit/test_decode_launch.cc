@@ -302,14 +302,15 @@ TEST_F(DecodeLaunch, FlaggedSelectorsAreRewrittenFirst)
         EXPECT_EQ(decode(f | IBP_DECODE_INDEXED, true), 2u) << "unflag, segmented decode";
         EXPECT_EQ(decode(f | IBP_DECODE_INDEXED | IBP_DECODE_BLOCK, true), 2u) << "unflag, a CTA per block";
         EXPECT_EQ(decode(f, false), 2u) << "unflag, a CTA per block (no scratch)";
-        // The rewrite: a CTA a share of a block, no more than the device holds or max_ctas allows.
-        const unsigned shares = ibp_decode_unflag_shares(word_size_, (uint32_t)bs_);
-        EXPECT_EQ(shares, 262144u / word_size_ / 16u / IBP_DECODE_UNFLAG_WORDS)
-            << "2 bits a word, 32 a thread";
+        // The rewrite: a CTA a share of a block, no more than the device holds or max_ctas allows,
+        // in the largest shares that still fill the device.
+        const unsigned resident = (unsigned)mod_->sm_count * IBP_DECODE_UNFLAG_CTAS_PER_SM;
+        const uint32_t words = ibp_decode_unflag_words(word_size_, (uint32_t)bs_, 4, resident);
+        const unsigned shares = ibp_decode_unflag_shares(word_size_, (uint32_t)bs_, words);
+        EXPECT_EQ(shares, 262144u / word_size_ / 16u / words) << "2 bits a word, 32 a thread";
         unsigned grid = 0;
         ASSERT_TRUE(kernel_grid_("ibp_k_decode_unflag", &grid));
-        EXPECT_EQ(grid,
-                  std::min<uint64_t>(4u * shares, (uint64_t)mod_->sm_count * IBP_DECODE_UNFLAG_CTAS_PER_SM));
+        EXPECT_EQ(grid, std::min<uint64_t>(4u * shares, resident));
         EXPECT_EQ(decode(f, false, 3), 2u) << "unflag within max_ctas";
         ASSERT_TRUE(kernel_grid_("ibp_k_decode_unflag", &grid));
         EXPECT_EQ(grid, 3u);
@@ -323,6 +324,34 @@ TEST_F(DecodeLaunch, FlaggedSelectorsAreRewrittenFirst)
         EXPECT_EQ(ibp_decode_launch(mod_, &a, word_size_, columns_, f, 0, nullptr), -EINVAL) << "misaligned";
         ibp_codec_plan_destroy(&plan);
     }
+}
+
+// The rewrite's share size: the largest power of two from MIN to MAX words whose shares of the
+// run fill the device, MIN where none does.
+TEST(DecodeUnflagWords, LargestSharesThatFillTheDevice)
+{
+    for (const uint32_t w : {2u, 4u, 8u})
+        for (const uint32_t bs : {4096u, 65536u, 262144u, 1u << 20})
+            for (const uint32_t nblocks : {1u, 3u, 16u, 257u, 4096u})
+                for (const uint32_t resident : {1u, 132u, 528u, 4096u}) {
+                    const uint32_t words = ibp_decode_unflag_words(w, bs, nblocks, resident);
+                    SCOPED_TRACE(::testing::Message() << "w " << w << " block " << bs << " blocks " << nblocks
+                                                      << " resident " << resident << " -> " << words);
+                    ASSERT_GE(words, IBP_DECODE_UNFLAG_WORDS_MIN);
+                    ASSERT_LE(words, IBP_DECODE_UNFLAG_WORDS_MAX);
+                    EXPECT_EQ(words & (words - 1), 0u) << "a power of two";
+                    const uint64_t ctas = (uint64_t)nblocks * ibp_decode_unflag_shares(w, bs, words);
+                    if (words > IBP_DECODE_UNFLAG_WORDS_MIN) {
+                        EXPECT_GE(ctas, resident) << "its shares fill the device";
+                    }
+                    if (words < IBP_DECODE_UNFLAG_WORDS_MAX) {
+                        EXPECT_LT((uint64_t)nblocks * ibp_decode_unflag_shares(w, bs, words * 2), resident)
+                            << "twice the size would not";
+                    }
+                    // every word of the block's selectors is in some share
+                    EXPECT_GE((uint64_t)ibp_decode_unflag_shares(w, bs, words) * words * 4,
+                              ibp_decode_selx_stride(w, bs));
+                }
 }
 
 TEST_F(DecodeLaunch, OneColumnPlansNeverCount)
