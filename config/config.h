@@ -33,6 +33,9 @@ typedef enum IbpSelectorFlags {
 /* Under selector_flags = auto, regions whose plan compresses them below this ratio (decoded
  * faster than the link delivers only without the rewrite pass) keep fixed-width selectors. */
 #define IBP_SELECTOR_FLAGS_AUTO_RATIO 0.5
+/* ...and so do regions whose longest copy before compression was shorter than this (a copy this
+ * short waits more for the rewrite pass's launch than it saves in bytes). */
+#define IBP_SELECTOR_FLAGS_AUTO_COPY_BYTES (64u << 20)
 
 typedef enum IbpTracking {
     IBP_TRACKING_AUTO = 0,

@@ -109,6 +109,8 @@ void ibp_router_start(const IbpConfig *cfg)
         .selector_flags = cfg->policy.selector_flags != IBP_SELECTOR_FLAGS_OFF,
         .selector_flags_min_ratio =
             cfg->policy.selector_flags == IBP_SELECTOR_FLAGS_AUTO ? IBP_SELECTOR_FLAGS_AUTO_RATIO : 0.0,
+        .selector_flags_min_copy =
+            cfg->policy.selector_flags == IBP_SELECTOR_FLAGS_AUTO ? IBP_SELECTOR_FLAGS_AUTO_COPY_BYTES : 0u,
         .block_bytes = cfg->transfer.block_bytes,
         .min_run = IBP_ROUTER_MIN_RUN,
         .ops = *ibp_devmem_ops(),

@@ -56,6 +56,7 @@ struct IbpPolicyRegion {
      * compressed (a transient buffer), and the shadow's write count the last copy saw. */
     _Atomic uint32_t rewritten_copies;
     _Atomic uint64_t copy_writes;
+    _Atomic size_t largest_copy; /* bytes of the longest copy planned while RAW */
 
     /* Compressor thread only. */
     uint64_t last_compress_ns;
@@ -381,6 +382,9 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
          * every copy would be compressed for nothing, and write tracking would cost it a fault on
          * every page it rewrites.  A fingerprint costs a few microseconds (64 cache misses), so
          * after each new one the next 1, 2, 4 .. 64 copies pass without. */
+        size_t longest = atomic_load_explicit(&pr->largest_copy, memory_order_relaxed);
+        while (n > longest && !atomic_compare_exchange_weak(&pr->largest_copy, &longest, n))
+            ;
         const uint32_t skip = atomic_load(&pr->fp_skip);
         const int evicted = atomic_load(&pr->why) == IBP_COPY_BUDGET;
         plan->why = evicted ? IBP_COPY_BUDGET : IBP_COPY_COLD;
@@ -763,14 +767,17 @@ static void site_plans_clear(void)
 }
 
 /* Under selector_flags = auto: a plan that compresses its region below the ratio where the
- * decode, not the copy, takes the time (`ratio` on the region's sample) keeps its blocks in
- * fixed-width selectors, sparing the rewrite pass before each decode. */
-static void fit_selector_flags(IbpCodecPlan **plan, double ratio)
+ * decode, not the copy, takes the time (`ratio` on the region's sample), or a region whose copies
+ * were all shorter than those where the rewrite pass pays for itself, keeps its blocks in
+ * fixed-width selectors. */
+static void fit_selector_flags(const IbpPolicyRegion *pr, IbpCodecPlan **plan, double ratio)
 {
     IbpCodecPlanInfo info;
     ibp_codec_plan_info(*plan, &info);
     IbpCodecPlan *fixed = NULL;
-    if (!info.selector_flags || ratio >= eng.p.selector_flags_min_ratio ||
+    const size_t longest = pr ? atomic_load(&pr->largest_copy) : SIZE_MAX;
+    if (!info.selector_flags ||
+        (ratio >= eng.p.selector_flags_min_ratio && longest >= eng.p.selector_flags_min_copy) ||
         ibp_codec_plan_with_selector_flags(*plan, 0, &fixed))
         return;
     ibp_codec_plan_destroy(plan);
@@ -824,7 +831,7 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
             atomic_fetch_add(&eng.plans_reused, 1);
             if (pr && eng.p.on_planned)
                 eng.p.on_planned(pr->tag, ibp_monotonic_ns() - t0, 1);
-            fit_selector_flags(&best, best_here);
+            fit_selector_flags(pr, &best, best_here);
             *out = best;
             return 0;
         }
@@ -840,7 +847,7 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
         site_plan_put(site, *out);
     IbpCodecPlanInfo info;
     ibp_codec_plan_info(*out, &info);
-    fit_selector_flags(out, info.sample_ratio);
+    fit_selector_flags(pr, out, info.sample_ratio);
     return 0;
 }
 
