@@ -2125,18 +2125,6 @@ __device__ void unflag_block(const IbpDecodeArgs &a, const Plan &p, uint32_t bi,
         out[i] = 0;
 }
 
-// Packed rows among the block's nrows (row flags set), summed by the CTA.  Every thread calls it.
-__device__ __forceinline__ uint32_t cta_packed_rows(const uint8_t *rf, uint32_t rf_len, uint32_t nrows,
-                                                    uint32_t *red)
-{
-    uint32_t part = 0;
-    for (uint32_t j = threadIdx.x; j < (nrows + 7) / 8; j += kThreads) {
-        const uint32_t want = nrows - j * 8 >= 8 ? 0xffu : (1u << (nrows - j * 8)) - 1u;
-        part += __popc(byte_in(rf, rf_len, j) & want);
-    }
-    return cta_sum(part, red);
-}
-
 // popc(~b & 0xff) summed over bytes [0, nbytes) of p (at most len of them can be read), by the CTA.
 __device__ __forceinline__ uint32_t cta_zero_bits(const uint8_t *p, uint32_t nbytes, uint32_t len,
                                                   uint32_t *red)
@@ -2163,6 +2151,21 @@ __device__ __forceinline__ uint32_t u32_in(const uint8_t *sec, uint32_t len, uin
         return __ldg((const uint32_t *)sec + wi);
     return byte_in(sec, len, 4 * wi) | byte_in(sec, len, 4 * wi + 1) << 8 |
            byte_in(sec, len, 4 * wi + 2) << 16 | byte_in(sec, len, 4 * wi + 3) << 24;
+}
+
+// Set bits [ga, gb) of the bitmap bm (none past len), summed over the CTA (cta) or the warp; every
+// thread of the CTA, or of the warp, calls it.
+__device__ __forceinline__ uint32_t bits_set(const uint8_t *bm, uint32_t len, uint32_t ga, uint32_t gb,
+                                             bool cta, uint32_t *red)
+{
+    uint32_t f = 0;
+    const uint32_t step = cta ? kThreads : 32, first = ga / 32 + (cta ? threadIdx.x : threadIdx.x & 31);
+    for (uint32_t j = first; j * 32 < gb; j += step) {
+        const uint32_t left = gb - j * 32, below = ga > j * 32 ? ga - j * 32 : 0u;
+        const uint32_t m = (left >= 32 ? ~0u : (1u << left) - 1u) & ~((1u << below) - 1u);
+        f += __popc(u32_in(bm, len, j) & m);
+    }
+    return cta ? cta_sum(f, red) : warp_sum(f);
 }
 
 // The 32 bits of sec from bit `bit` on.
@@ -2224,21 +2227,10 @@ __device__ void unflag_words(const Plan &p, const IbpBlockHeader &h, const uint8
         }
         sh.pred[wi] = v;
     }
-    // Flags set among groups [ga, gb), counted by the CTA (all) or the warp.
-    auto flags_set = [&](uint32_t ga, uint32_t gb, bool all) {
-        uint32_t f = 0;
-        const uint32_t step = all ? kThreads : 32, first = ga / 32 + (all ? threadIdx.x : lane);
-        for (uint32_t j = first; j * 32 < gb; j += step) {
-            const uint32_t left = gb - j * 32, below = ga > j * 32 ? ga - j * 32 : 0u;
-            const uint32_t m = (left >= 32 ? ~0u : (1u << left) - 1u) & ~((1u << below) - 1u);
-            f += __popc(u32_in(flags, flags_len, j) & m);
-        }
-        return all ? cta_sum(f, sh.red) : warp_sum(f);
-    };
     // Groups before the share: g0 = u0 * gpw < groups.
     const uint32_t g0 = u0 * gpw;
-    const uint32_t planes_total = groups - flags_set(0, groups, true);
-    const uint32_t planes0 = g0 - flags_set(0, g0, true);
+    const uint32_t planes_total = groups - bits_set(flags, flags_len, 0, groups, true, sh.red);
+    const uint32_t planes0 = g0 - bits_set(flags, flags_len, 0, g0, true, sh.red);
     const uint32_t rest0 = plane_off < len ? cta_zero_bits(sec + plane_off, planes0, len - plane_off, sh.red)
                                            : cta_sum(0, sh.red);
     const uint64_t rest_bit = 8ull * (plane_off + ibp_fmt_round16(planes_total));
@@ -2247,7 +2239,7 @@ __device__ void unflag_words(const Plan &p, const IbpBlockHeader &h, const uint8
     const uint32_t part = words / kWarps;
     const uint32_t wa = min(u1, u0 + warp * part), wb = min(u1, wa + part);
     const uint32_t ga = min(groups, wa * gpw), gb = min(groups, wb * gpw);
-    const uint32_t zeros = (gb - ga) - flags_set(ga, gb, false);
+    const uint32_t zeros = (gb - ga) - bits_set(flags, flags_len, ga, gb, false, sh.red);
     uint32_t unused;
     uint32_t planes = planes0 + cta_warps_before(zeros, sh.red, unused);
     // The last group's plane byte, when short, has zeros past the last selector: not others.
@@ -2312,7 +2304,7 @@ __device__ void unflag_share(const IbpDecodeArgs &a, const Plan &p, uint32_t bi,
     const uint32_t nwords = min(h.orig_len, a.block_size) / p.w, nrows = (nwords + p.r - 1) / p.r;
     const uint8_t *rf = blk + h.rowflag_off;
     const uint32_t rf_len = h.payload_off - h.rowflag_off;
-    const uint32_t packed = cta_packed_rows(rf, rf_len, nrows, sh.red);
+    const uint32_t packed = bits_set(rf, rf_len, 0, nrows, true, sh.red);
     // Selector k is of column (col_phase + k) % C where every row is packed, and also where rows
     // are whole periods of the columns (every packed row but the last is R words long).
     if (packed != nrows && p.r % p.c != 0) {
