@@ -135,14 +135,14 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "cudaHostRegisterMapped, trusting that no kernel writes them through their device pointer "
              "(such writes reach memory without a fault: no tracker sees them)."),
 
-    OPT_ENUM("policy", "selector_flags", policy.selector_flags, "off", selector_flag_modes,
+    OPT_ENUM("policy", "selector_flags", policy.selector_flags, "auto", selector_flag_modes,
              "Store a block's selectors in the flagged form (its columns' commonest selectors, then only "
              "the exceptions) where that is smaller: 0.7-23% smaller shadows and copies of five of six test "
              "tensors, for a pass that rewrites them on the GPU before each decode. auto: only for regions "
              "whose plan compresses them to a ratio of 0.5 or more, where the copy, not the decode, takes "
-             "the time, and whose longest copy before compression was 64 MiB or more (weights: 256 MiB "
-             "copies 1-4% faster, 4 MiB copies 4-15% slower); on: every region (well compressed tensors "
-             "lose up to 10%); off: none."),
+             "the time, and whose longest copy before compression was 64 MiB or more (weights: 64 and 256 "
+             "MiB copies 0-3.4% faster, 4 MiB copies 3-7% slower); on: every region (well compressed "
+             "tensors lose up to 12%); off: none."),
 
     OPT_ENUM("transfer", "path", transfer.path, "auto", transfer_paths,
              "How compressed data reaches the GPU: dma stages it in device memory, zerocopy lets the decode "

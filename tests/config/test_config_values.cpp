@@ -104,7 +104,7 @@ TEST(ConfigTable, DefaultsParseAndMatchTheIssue)
     EXPECT_FALSE(cfg.policy.track_shared);
     EXPECT_FALSE(cfg.policy.track_write_combined);
     EXPECT_FALSE(cfg.policy.track_mapped);
-    EXPECT_EQ(cfg.policy.selector_flags, IBP_SELECTOR_FLAGS_OFF);
+    EXPECT_EQ(cfg.policy.selector_flags, IBP_SELECTOR_FLAGS_AUTO);
     EXPECT_EQ(cfg.transfer.path, IBP_TRANSFER_PATH_AUTO);
     EXPECT_EQ(cfg.transfer.staging_bytes, 256u << 20);
     EXPECT_EQ(cfg.transfer.block_bytes, 0u);
