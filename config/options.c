@@ -141,8 +141,8 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "tensors, for a pass that rewrites them on the GPU before each decode. auto: only for regions "
              "whose plan compresses them to a ratio of 0.5 or more, where the copy, not the decode, takes "
              "the time, and whose longest copy before compression was 64 MiB or more (weights: 64 and 256 "
-             "MiB copies 0-3.4% faster, 4 MiB copies 3-7% slower); on: every region (well compressed "
-             "tensors lose up to 12%); off: none."),
+             "MiB copies 0-3.4% faster, 4 MiB copies 4-7% slower); on: every region (well compressed "
+             "tensors lose up to 11% at 64 MiB, more on short copies); off: none."),
 
     OPT_ENUM("transfer", "path", transfer.path, "auto", transfer_paths,
              "How compressed data reaches the GPU: dma stages it in device memory, zerocopy lets the decode "
