@@ -378,13 +378,14 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
     atomic_store_explicit(&pr->last_use_ns, ibp_monotonic_ns(), memory_order_relaxed);
     switch (ibp_region_state(region)) {
     case IBP_REGION_RAW: {
+        /* The longest copy so far, which selector_flags = auto weighs (fit_selector_flags). */
+        size_t longest = atomic_load_explicit(&pr->largest_copy, memory_order_relaxed);
+        while (n > longest && !atomic_compare_exchange_weak(&pr->largest_copy, &longest, n))
+            ;
         /* Only copies that find the same bytes count towards hot: a buffer given new content before
          * every copy would be compressed for nothing, and write tracking would cost it a fault on
          * every page it rewrites.  A fingerprint costs a few microseconds (64 cache misses), so
          * after each new one the next 1, 2, 4 .. 64 copies pass without. */
-        size_t longest = atomic_load_explicit(&pr->largest_copy, memory_order_relaxed);
-        while (n > longest && !atomic_compare_exchange_weak(&pr->largest_copy, &longest, n))
-            ;
         const uint32_t skip = atomic_load(&pr->fp_skip);
         const int evicted = atomic_load(&pr->why) == IBP_COPY_BUDGET;
         plan->why = evicted ? IBP_COPY_BUDGET : IBP_COPY_COLD;
