@@ -1957,13 +1957,14 @@ __device__ void count_share(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl
 // ibp_k_decode_unflag rewrites the selectors of each flagged block of a run in the fixed-width
 // form into a.selx, where block_view() points the decode kernels.  Where every row of a block is
 // packed, or rows are whole periods of the columns, selector k is of column (col_phase + k) % C,
-// so the block is split among CTAs, IBP_DECODE_UNFLAG_WORDS words of the fixed-width form each, a
-// word a thread (unflag_words).  Other blocks with raw rows go to one CTA whole (unflag_block),
-// whose threads first take equal shares of the block's rows (their packed words place each
-// thread's first selector), then equal shares of the groups of 8 selectors, four groups at a time
-// so that each thread writes whole 32-bit words of its own.  Either way scans place each thread's
-// plane bytes (one for each group whose flag is 0) and its others (a rank for each selector off
-// its column's commonest).  Every read stays inside the block's sections whatever their contents.
+// so the block is split among CTAs in shares of IbpDecodeArgs.unflag_words words of the
+// fixed-width form, a word a thread (unflag_words).  Other blocks with raw rows go to one CTA
+// whole (unflag_block), whose threads first take equal shares of the block's rows (their packed
+// words place each thread's first selector), then equal shares of the groups of 8 selectors, four
+// groups at a time so that each thread writes whole 32-bit words of its own.  Either way scans
+// place each thread's plane bytes (one for each group whose flag is 0) and its others (a rank for
+// each selector off its column's commonest).  Every read stays inside the block's sections
+// whatever their contents.
 
 struct UnflagShared {
     uint32_t red[kWarps];

@@ -213,15 +213,16 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
     const int segp = pred && scratch && columns <= IBP_DECODE_PRED_MAX_COLUMNS &&
                      segp_shared_bytes(word_size) <= mod->segp_max_dynamic;
     args.flags = 0;
-    /* A CTA per share of a block rewrites flagged selectors, no more than the device holds at once. */
-    const unsigned unflag_resident = resident_cap(mod, IBP_DECODE_UNFLAG_CTAS_PER_SM, max_ctas);
-    args.unflag_words = ibp_decode_unflag_words(word_size, args.block_size, args.nblocks, unflag_resident);
-    const uint64_t unflag_ctas =
-        (uint64_t)args.nblocks * ibp_decode_unflag_shares(word_size, args.block_size, args.unflag_words);
-    if ((flags & IBP_DECODE_SELFLAGS) &&
-        ibp_kernel_launch(mod, IBP_KERNEL_DECODE_UNFLAG, grid_cap(unflag_ctas, unflag_resident),
-                          IBP_DECODE_THREADS, 0, stream, params))
-        return -EIO;
+    if (flags & IBP_DECODE_SELFLAGS) {
+        /* A CTA per share of a block rewrites flagged selectors, no more than the device holds at once. */
+        const unsigned resident = resident_cap(mod, IBP_DECODE_UNFLAG_CTAS_PER_SM, max_ctas);
+        args.unflag_words = ibp_decode_unflag_words(word_size, args.block_size, args.nblocks, resident);
+        const uint64_t ctas =
+            (uint64_t)args.nblocks * ibp_decode_unflag_shares(word_size, args.block_size, args.unflag_words);
+        if (ibp_kernel_launch(mod, IBP_KERNEL_DECODE_UNFLAG, grid_cap(ctas, resident), IBP_DECODE_THREADS, 0,
+                              stream, params))
+            return -EIO;
+    }
     if ((flags & IBP_DECODE_BLOCK) || (pred && !segp))
         return ibp_kernel_launch(mod, IBP_KERNEL_DECODE, grid_cap(args.nblocks, max_ctas), IBP_DECODE_THREADS, 0,
                                  stream, params);
