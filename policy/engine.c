@@ -768,14 +768,15 @@ static void site_plans_clear(void)
 }
 
 /* Under selector_flags = auto: a plan that compresses its region below the ratio where the
- * decode, not the copy, takes the time (`ratio` on the region's sample), or a region whose copies
- * were all shorter than those where the rewrite pass pays for itself, keeps its blocks in
- * fixed-width selectors. */
-static void fit_selector_flags(const IbpPolicyRegion *pr, IbpCodecPlan **plan, double ratio)
+ * decode, not the copy, takes the time (*judged, its ratio on the region's sample; NULL for the
+ * sample ratio the plan was made with), or a region whose copies were all shorter than those
+ * where the rewrite pass pays for itself, keeps its blocks in fixed-width selectors. */
+static void fit_selector_flags(const IbpPolicyRegion *pr, IbpCodecPlan **plan, const double *judged)
 {
     IbpCodecPlanInfo info;
     ibp_codec_plan_info(*plan, &info);
     IbpCodecPlan *fixed = NULL;
+    const double ratio = judged ? *judged : info.sample_ratio;
     const size_t longest = pr ? atomic_load(&pr->largest_copy) : SIZE_MAX;
     if (!info.selector_flags ||
         (ratio >= eng.p.selector_flags_min_ratio && longest >= eng.p.selector_flags_min_copy) ||
@@ -832,7 +833,7 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
             atomic_fetch_add(&eng.plans_reused, 1);
             if (pr && eng.p.on_planned)
                 eng.p.on_planned(pr->tag, ibp_monotonic_ns() - t0, 1);
-            fit_selector_flags(pr, &best, best_here);
+            fit_selector_flags(pr, &best, &best_here);
             *out = best;
             return 0;
         }
@@ -846,9 +847,7 @@ static int plan_region(IbpRegion *region, unsigned regions, IbpCodecPlan **out)
         eng.p.on_planned(pr->tag, ibp_monotonic_ns() - t0, 0);
     if (site && eng.p.plan_reuse >= 0)
         site_plan_put(site, *out);
-    IbpCodecPlanInfo info;
-    ibp_codec_plan_info(*out, &info);
-    fit_selector_flags(pr, out, info.sample_ratio);
+    fit_selector_flags(pr, out, NULL);
     return 0;
 }
 
