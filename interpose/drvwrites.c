@@ -180,11 +180,17 @@ static IbpPitched copy3d_peer(const CUDA_MEMCPY3D_PEER *p)
     P(cuStreamWriteValue32_v2, _ptsz, (CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned int flags),      \
       (s, addr, v, flags), row(addr, 4), cudaMemcpyDeviceToHost, s)                                          \
     P(cuStreamWriteValue64_v2, _ptsz, (CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned int flags),      \
+      (s, addr, v, flags), row(addr, 8), cudaMemcpyDeviceToHost, s)                                          \
+    P(cuStreamWriteValue32, _ptsz, (CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned int flags),         \
+      (s, addr, v, flags), row(addr, 4), cudaMemcpyDeviceToHost, s)                                          \
+    P(cuStreamWriteValue64, _ptsz, (CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned int flags),         \
       (s, addr, v, flags), row(addr, 8), cudaMemcpyDeviceToHost, s)
 
 /* The other hooks, each defined below on its own. */
 #define IBP_DRIVER_OTHERS(X)                                                                                 \
     X(cuStreamBatchMemOp_v2)                                                                                 \
+    X(cuStreamBatchMemOp)                                                                                    \
+    X(cuStreamBatchMemOp_ptsz)                                                                               \
     X(cuMemcpyBatchAsync)                                                                                    \
     X(cuMemcpyBatchAsync_ptsz)                                                                               \
     X(cuMemcpyBatchAsync_v2)                                                                                 \
@@ -324,6 +330,24 @@ CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int count, CUstreamBatc
                                     unsigned int flags)
 {
     return batch_mem_op(ID_cuStreamBatchMemOp_v2_ptsz, IBP_STREAM_API_PER_THREAD, s, count, ops, flags);
+}
+
+/* CUDA 8-11's forms, which the driver still exports and still answers cuGetProcAddress with for a
+ * program that asks for a version before 12.0. */
+IBP_HOOK CUresult cuStreamBatchMemOp(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
+                                     unsigned int flags);
+IBP_HOOK CUresult cuStreamBatchMemOp_ptsz(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
+                                          unsigned int flags);
+
+CUresult cuStreamBatchMemOp(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags)
+{
+    return batch_mem_op(ID_cuStreamBatchMemOp, IBP_STREAM_API_LEGACY, s, count, ops, flags);
+}
+
+CUresult cuStreamBatchMemOp_ptsz(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
+                                 unsigned int flags)
+{
+    return batch_mem_op(ID_cuStreamBatchMemOp_ptsz, IBP_STREAM_API_PER_THREAD, s, count, ops, flags);
 }
 
 /* ---- batched copies ---- */
@@ -604,8 +628,10 @@ static void hand_out_hook(const char *symbol, void **pfn, const void *caller)
         return;
     }
     /* By address, not by name: the very function hooked, whatever the name asked for (the driver
-     * answers cuGraphInstantiate with cuGraphInstantiateWithFlags).  The driver has answered, so
-     * it is loaded: a function it does not define is remembered as absent, not looked up again. */
+     * answers cuGraphInstantiate with cuGraphInstantiate_v2 from CUDA 11 on, cuStreamWriteValue32
+     * with cuStreamWriteValue32_v2 from 12.0 on and with the first form before).  The driver has
+     * answered, so it is loaded: a function it does not define is remembered as absent, not
+     * looked up again. */
     for (int id = 0; id < ID_COUNT; id++) {
         if (atomic_load_explicit(&absent[id], memory_order_relaxed))
             continue;

@@ -5,8 +5,8 @@ import re
 import subprocess
 import sys
 
-ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|cuMemcpy[A-Za-z0-9_]*|cuMemset[A-Za-z0-9_]+|cuStreamWriteValue(32|64)_v2(_ptsz)?|"
-                     r"cuStreamBatchMemOp_v2(_ptsz)?|cuLaunchHostFunc(_ptsz)?|cuStreamAddCallback(_ptsz)?|"
+ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|cuMemcpy[A-Za-z0-9_]*|cuMemset[A-Za-z0-9_]+|cuStreamWriteValue(32|64)(_v2)?(_ptsz)?|"
+                     r"cuStreamBatchMemOp(_v2)?(_ptsz)?|cuLaunchHostFunc(_ptsz)?|cuStreamAddCallback(_ptsz)?|"
                      r"cuGraphInstantiate(_v2|WithFlags|WithParams|WithParams_ptsz)?|cuGraphExecUpdate(_v2)?|cuGraphExecDestroy|"
                      r"cuGraphExec(Memcpy|Memset|ChildGraph)?NodeSetParams|"
                      r"cuGraphLaunch(_ptsz)?|cuGetProcAddress(_v2)?|ibpshim_[a-z0-9_]+|sigaction|signal|read|__read_chk|pread|pread64|"
@@ -22,7 +22,8 @@ REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister
             "cudaMemcpyBatchAsync", "cudaMemcpy3DBatchAsync", "cudaMemset", "cudaMemsetAsync",
             "cudaMemsetAsync_ptsz", "cudaMemset2DAsync", "cudaMemset3DAsync", "ibpshim_version",
             "read", "sigaction", "signal", "recvmsg", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz",
-            "cuMemcpyAsync", "cuMemsetD8Async", "cuMemcpy3D_v2", "cuStreamWriteValue32_v2", "cuGetProcAddress_v2",
+            "cuMemcpyAsync", "cuMemsetD8Async", "cuMemcpy3D_v2", "cuStreamWriteValue32_v2", "cuStreamWriteValue32",
+            "cuStreamBatchMemOp", "cuGetProcAddress_v2",
             "cuLaunchHostFunc", "cuLaunchHostFunc_ptsz", "cuStreamAddCallback", "cuStreamAddCallback_ptsz",
             "cuGraphInstantiateWithFlags", "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphExecDestroy",
             "cuGraphExecUpdate_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams",

@@ -349,3 +349,83 @@ FAKECUDA_EXPORT CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t nops, CUDA_MEMCPY3D
 {
     return batch3d(nops, ops, NULL, flags, s, true);
 }
+
+/* ---- Stream memory operations: a 4- or 8-byte value written in stream order, the device's own
+ * write.  The fake neither captures them nor runs the wait and flush kinds. ---- */
+
+static CUresult write_value(CUstream handle, bool per_thread, CUdeviceptr addr, uint64_t value, size_t n)
+{
+    CUstream s = NULL;
+    CUresult r = fakecuda_stream_get(handle, per_thread, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    bool device = false, pinned = false;
+    if (!addr || addr % n || !classify(P(addr), n, &device, &pinned) || (!device && !pinned)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (fakecuda_stream_capturing(s)) {
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else {
+        FakecudaOp *const op = fakecuda_op_new(FAKECUDA_OP_WRITE_VALUE);
+        if (!op) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            op->u.write_value.dst = P(addr);
+            op->u.write_value.value = value;
+            op->u.write_value.n = n;
+            r = fakecuda_stream_submit(s, op);
+        }
+    }
+    fakecuda_stream_unref(s);
+    return r;
+}
+
+static CUresult batch_mem_op(CUstream s, unsigned count, const CUstreamBatchMemOpParams *ops, unsigned flags,
+                             bool per_thread)
+{
+    if (flags || (count && !ops))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < count; i++) {
+        const CUstreamBatchMemOpType t = ops[i].operation;
+        if (t != CU_STREAM_MEM_OP_WRITE_VALUE_32 && t != CU_STREAM_MEM_OP_WRITE_VALUE_64)
+            return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    for (unsigned i = 0; i < count; i++) {
+        const bool wide = ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+        const CUresult r =
+            write_value(s, per_thread, ops[i].writeValue.address,
+                        wide ? ops[i].writeValue.value64 : ops[i].writeValue.value, wide ? 8 : 4);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The first forms (CUDA 8-11) and the second (11.7 on) behave alike here. */
+#define WRITE_VALUE_FORMS(name, type, bytes)                                                                 \
+    FAKECUDA_EXPORT CUresult name(CUstream s, CUdeviceptr addr, type v, unsigned flags)                      \
+    {                                                                                                        \
+        return flags ? CUDA_ERROR_INVALID_VALUE : write_value(s, false, addr, v, bytes);                     \
+    }                                                                                                        \
+    FAKECUDA_EXPORT CUresult name##_ptsz(CUstream s, CUdeviceptr addr, type v, unsigned flags)               \
+    {                                                                                                        \
+        return flags ? CUDA_ERROR_INVALID_VALUE : write_value(s, true, addr, v, bytes);                      \
+    }
+WRITE_VALUE_FORMS(cuStreamWriteValue32, cuuint32_t, 4)
+WRITE_VALUE_FORMS(cuStreamWriteValue32_v2, cuuint32_t, 4)
+WRITE_VALUE_FORMS(cuStreamWriteValue64, cuuint64_t, 8)
+WRITE_VALUE_FORMS(cuStreamWriteValue64_v2, cuuint64_t, 8)
+#undef WRITE_VALUE_FORMS
+
+#define BATCH_MEM_OP_FORMS(name)                                                                             \
+    FAKECUDA_EXPORT CUresult name(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops, unsigned flags) \
+    {                                                                                                        \
+        return batch_mem_op(s, count, ops, flags, false);                                                    \
+    }                                                                                                        \
+    FAKECUDA_EXPORT CUresult name##_ptsz(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops,          \
+                                         unsigned flags)                                                     \
+    {                                                                                                        \
+        return batch_mem_op(s, count, ops, flags, true);                                                     \
+    }
+BATCH_MEM_OP_FORMS(cuStreamBatchMemOp)
+BATCH_MEM_OP_FORMS(cuStreamBatchMemOp_v2)
+#undef BATCH_MEM_OP_FORMS

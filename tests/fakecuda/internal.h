@@ -12,15 +12,31 @@
 
 #include "tests/fakecuda/fakecuda.h"
 
-/* CUDA 10-11's graph calls and CUDA 12.8's batched copies, which cuda.h maps to their newer forms
- * and no longer declares. */
+/* CUDA 10-11's graph calls and stream memory operations and CUDA 12.8's batched copies, which
+ * cuda.h maps to their newer forms and no longer declares. */
 #undef cuGraphExecUpdate
 #undef cuGraphInstantiate
+#undef cuStreamWriteValue32
+#undef cuStreamWriteValue64
+#undef cuStreamBatchMemOp
 CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode *error_node,
                            CUgraphExecUpdateResult *result);
 CUresult cuGraphInstantiate(CUgraphExec *out, CUgraph g, CUgraphNode *error_node, char *log, size_t log_size);
 CUresult cuGraphInstantiate_v2(CUgraphExec *out, CUgraph g, CUgraphNode *error_node, char *log,
                                size_t log_size);
+#define FAKECUDA_WRITE_VALUE_DECL(name, type)                                                                \
+    CUresult name(CUstream s, CUdeviceptr addr, type v, unsigned flags);                                     \
+    CUresult name##_ptsz(CUstream s, CUdeviceptr addr, type v, unsigned flags);
+FAKECUDA_WRITE_VALUE_DECL(cuStreamWriteValue32, cuuint32_t)
+FAKECUDA_WRITE_VALUE_DECL(cuStreamWriteValue32_v2, cuuint32_t)
+FAKECUDA_WRITE_VALUE_DECL(cuStreamWriteValue64, cuuint64_t)
+FAKECUDA_WRITE_VALUE_DECL(cuStreamWriteValue64_v2, cuuint64_t)
+#undef FAKECUDA_WRITE_VALUE_DECL
+CUresult cuStreamBatchMemOp(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops, unsigned flags);
+CUresult cuStreamBatchMemOp_ptsz(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops, unsigned flags);
+CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops, unsigned flags);
+CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops,
+                                    unsigned flags);
 
 /* Everything is built with -fvisibility=hidden; the CUDA entry points opt back in. */
 #define FAKECUDA_EXPORT __attribute__((visibility("default")))
@@ -136,7 +152,8 @@ typedef enum FakecudaOpType {
     FAKECUDA_OP_WAIT,
     FAKECUDA_OP_HOST_FN,
     FAKECUDA_OP_NOP,
-    FAKECUDA_OP_CHILD, /* a child graph node: only in graphs, never on a stream */
+    FAKECUDA_OP_CHILD,       /* a child graph node: only in graphs, never on a stream */
+    FAKECUDA_OP_WRITE_VALUE, /* a stream memory operation's 4- or 8-byte write; never captured */
 } FakecudaOpType;
 
 typedef struct FakecudaOp {
@@ -155,6 +172,11 @@ typedef struct FakecudaOp {
             size_t n;
             unsigned char value;
         } memset;
+        struct {
+            uintptr_t dst;
+            uint64_t value; /* its low n bytes, little-endian */
+            size_t n;
+        } write_value;
         struct {
             const FakecudaKernel *kernel;
             unsigned grid[3], block[3];

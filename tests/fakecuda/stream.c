@@ -283,6 +283,20 @@ static CUresult exec_op(const FakecudaOp *op)
     case FAKECUDA_OP_HOST_FN:
         op->u.host_fn.fn(op->u.host_fn.arg);
         return CUDA_SUCCESS;
+    case FAKECUDA_OP_WRITE_VALUE: {
+        /* The device writes pinned host memory without a fault, as a DMA does. */
+        void *const dst = fakecuda_mem_access(op->u.write_value.dst, op->u.write_value.n, false);
+        if (!dst)
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        unsigned char bytes[8];
+        for (size_t i = 0; i < op->u.write_value.n; i++)
+            bytes[i] = (unsigned char)(op->u.write_value.value >> (8 * i));
+        if (fakecuda_mem_in_device_range(op->u.write_value.dst))
+            memcpy(dst, bytes, op->u.write_value.n);
+        else
+            dma_write(dst, bytes, op->u.write_value.n);
+        return CUDA_SUCCESS;
+    }
     case FAKECUDA_OP_NOP:
         return CUDA_SUCCESS;
     case FAKECUDA_OP_CHILD: /* flattened at instantiation */

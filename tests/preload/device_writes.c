@@ -6,7 +6,8 @@
  * tell the shim.  Under a CUDA 12 runtime the batched copies are called with 12.8's arguments.
  * The driver API's forms are called as a program linked with libcuda calls them (the symbol the
  * process resolves), through the address the exported cuGetProcAddress_v2 answers, and through
- * the one cudaGetDriverEntryPointByVersion answers. */
+ * the one cudaGetDriverEntryPointByVersion answers; the stream memory operations also in the
+ * first forms that CUDA 8-11 programs call and are still answered. */
 #include <cuda.h>
 #include <stdint.h>
 #include <string.h>
@@ -84,6 +85,11 @@ typedef enum Form {
     CU_BATCH_PROC,
     CU_BATCH_3D,
     CU_BATCH_3D_12,
+    CU_WRITE_VALUE32,
+    CU_WRITE_VALUE64_V1,
+    CU_WRITE_VALUE32_PROC11,
+    CU_BATCH_MEM_OP,
+    CU_BATCH_MEM_OP_PROC11,
     FORM_COUNT
 } Form;
 
@@ -113,6 +119,11 @@ static const char *const form_names[FORM_COUNT] = {
     "cuMemcpyBatchAsync_v2_ptsz (cuGetProcAddress)",
     "cuMemcpy3DBatchAsync_v2",
     "cuMemcpy3DBatchAsync (CUDA 12.8)",
+    "cuStreamWriteValue32_v2",
+    "cuStreamWriteValue64 (CUDA 8-11)",
+    "cuStreamWriteValue32 (cuGetProcAddress, CUDA 11)",
+    "cuStreamBatchMemOp_v2",
+    "cuStreamBatchMemOp_ptsz (cuGetProcAddress, CUDA 11)",
 };
 
 /* CUDA 12.8 and 12.9 took a failIdx argument before the stream; 13.0 dropped it. */
@@ -237,8 +248,68 @@ static void cu_batch_3d(Form f, uint8_t *host, const Rows *r, cudaStream_t s)
         CHECK_CU(((CuBatch3dFn)lookup("cuMemcpy3DBatchAsync_v2"))(1, &op, 0, (CUstream)s));
 }
 
-/* Enqueues form f on s writing host (and applies it to expect). */
-static void write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
+typedef CUresult (*CuWriteValue32Fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+typedef CUresult (*CuWriteValue64Fn)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+typedef CUresult (*CuBatchMemOpFn)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int);
+
+/* What cuGetProcAddress_v2 answers a program built for CUDA 11.0 that asks for symbol. */
+static void *proc_11(const char *symbol, unsigned long long flags)
+{
+    const CuGetProcAddressFn gpa = (CuGetProcAddressFn)lookup("cuGetProcAddress_v2");
+    void *fn = NULL;
+    int status = -1;
+    CHECK_CU(gpa(symbol, &fn, 11000, flags, &status));
+    CHECK(fn != NULL && status == 0, "cuGetProcAddress_v2(%s, 11000) gave nothing (status %d)", symbol,
+          status);
+    return fn;
+}
+
+/* The stream memory operations: 4- and 8-byte values the device writes into host (and applied to
+ * expect), aligned as the driver requires.  0 where the driver refuses the form
+ * (CUDA_ERROR_NOT_SUPPORTED: a device without stream memory operations, or without the first forms). */
+static int cu_write_values(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
+{
+    const size_t at32 = 8192 + 4 * (size_t)f, at64 = 3 * 65536 + 8 * (size_t)f;
+    const cuuint32_t v32 = 0x5a17c3e1u ^ (cuuint32_t)f;
+    const cuuint64_t v64 = 0x0123fedc89ab4567ull ^ (cuuint64_t)f;
+    CUresult r = CUDA_SUCCESS;
+    int wide = 0, narrow = 1;
+    if (f == CU_WRITE_VALUE32) {
+        r = ((CuWriteValue32Fn)lookup("cuStreamWriteValue32_v2"))((CUstream)s, dptr(host + at32), v32, 0);
+    } else if (f == CU_WRITE_VALUE64_V1) {
+        r = ((CuWriteValue64Fn)lookup("cuStreamWriteValue64"))((CUstream)s, dptr(host + at64), v64, 0);
+        wide = 1;
+        narrow = 0;
+    } else if (f == CU_WRITE_VALUE32_PROC11) {
+        r = ((CuWriteValue32Fn)proc_11("cuStreamWriteValue32", 0))((CUstream)s, dptr(host + at32), v32, 0);
+    } else {
+        CUstreamBatchMemOpParams ops[2];
+        memset(ops, 0, sizeof(ops));
+        ops[0].operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+        ops[0].writeValue.address = dptr(host + at32);
+        ops[0].writeValue.value = v32;
+        ops[1].operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+        ops[1].writeValue.address = dptr(host + at64);
+        ops[1].writeValue.value64 = v64;
+        const CuBatchMemOpFn fn =
+            f == CU_BATCH_MEM_OP ? (CuBatchMemOpFn)lookup("cuStreamBatchMemOp_v2")
+                                 : (CuBatchMemOpFn)proc_11("cuStreamBatchMemOp",
+                                                           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+        r = fn((CUstream)s, 2, ops, 0);
+        wide = 1;
+    }
+    if (r == CUDA_ERROR_NOT_SUPPORTED)
+        return 0;
+    CHECK(r == CUDA_SUCCESS, "%s -> CUresult %d", form_names[f], (int)r);
+    for (size_t i = 0; narrow && i < 4; i++)
+        expect[at32 + i] = (uint8_t)(v32 >> (8 * i));
+    for (size_t i = 0; wide && i < 8; i++)
+        expect[at64 + i] = (uint8_t)(v64 >> (8 * i));
+    return 1;
+}
+
+/* Enqueues form f on s writing host (and applies it to expect); 0 where the driver refuses it. */
+static int write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
 {
     const size_t at = 4096 + 3;    /* unaligned */
     const size_t slot = (size_t)f; /* varies the source and the values */
@@ -412,16 +483,23 @@ static void write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
     case CU_BATCH_12:
     case CU_BATCH_PROC:
         cu_batch(f, host, expect, at, s);
-        return;
+        return 1;
     case CU_BATCH_3D:
     case CU_BATCH_3D_12:
         r = batch3d_rows(at);
         cu_batch_3d(f, host, &r, s);
         break;
+    case CU_WRITE_VALUE32:
+    case CU_WRITE_VALUE64_V1:
+    case CU_WRITE_VALUE32_PROC11:
+    case CU_BATCH_MEM_OP:
+    case CU_BATCH_MEM_OP_PROC11:
+        return cu_write_values(f, host, expect, s);
     case FORM_COUNT:
         break;
     }
     model(expect, &r);
+    return 1;
 }
 
 int main(void)
@@ -451,7 +529,12 @@ int main(void)
         preload_wait_compressed_bytes("device_writes", form_names[f], totals, copy_all, &waiting, SLOT);
         IbpshimTransferTotals a, b;
         CHECK(totals(&a) == 0, "totals");
-        write_form((Form)f, host, expect, s);
+        if (!write_form((Form)f, host, expect, s)) {
+            printf("device_writes: %s: skipped, the driver does not support it on this device\n",
+                   form_names[f]);
+            CHECK_CUDA(cudaFreeHost(host));
+            continue;
+        }
         CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
         CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
         CHECK(totals(&b) == 0, "totals");

@@ -309,13 +309,19 @@ static cudaGraphExec_t instantiate(cudaGraph_t graph, GraphMake how)
     if (how == GRAPH_DRIVER_V1 || how == GRAPH_DRIVER_V1_PROC) {
         void *fn = driver_hook("cuGraphInstantiate");
         if (how == GRAPH_DRIVER_V1_PROC) {
-            /* The hook of the old form, exported under both of its names. */
+            /* The hook of the old form, exported under both of its names.  The driver answers the
+             * name with it for CUDA 12 and 13 too (their cuda.h maps the name at compile time). */
             const GetProcAddressFn gpa = (GetProcAddressFn)lookup(RTLD_DEFAULT, "cuGetProcAddress_v2");
             CUdriverProcAddressQueryResult status;
-            CHECK(gpa("cuGraphInstantiate", &fn, 11080, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
-                          CUDA_SUCCESS &&
-                      (fn == driver_hook("cuGraphInstantiate_v2") || fn == driver_hook("cuGraphInstantiate")),
-                  "cuGetProcAddress does not hand out the hook of CUDA 11's cuGraphInstantiate");
+            for (int version = 11080; version <= 13000; version += 960) {
+                CHECK(
+                    gpa("cuGraphInstantiate", &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
+                            CUDA_SUCCESS &&
+                        (fn == driver_hook("cuGraphInstantiate_v2") ||
+                         fn == driver_hook("cuGraphInstantiate")),
+                    "cuGetProcAddress does not hand out the hook of the old cuGraphInstantiate (version %d)",
+                    version);
+            }
         }
         CUgraphNode error_node = NULL;
         char log[64];
@@ -330,13 +336,14 @@ static cudaGraphExec_t instantiate(cudaGraph_t graph, GraphMake how)
               "cuGraphInstantiateWithParams failed (%d, result %d)", (int)r, (int)params.result_out);
     } else if (how == GRAPH_DRIVER) {
         void *const hook = driver_hook("cuGraphInstantiateWithFlags");
-        /* cuGetProcAddress answers cuGraphInstantiate (CUDA 12) with the same hook. */
+        /* What a program built for CUDA 12 asks for: cuda.h names cuGraphInstantiate so. */
         const GetProcAddressFn gpa = (GetProcAddressFn)lookup(RTLD_DEFAULT, "cuGetProcAddress_v2");
         void *pfn = NULL;
         CUdriverProcAddressQueryResult status;
-        CHECK(gpa("cuGraphInstantiate", &pfn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS &&
+        CHECK(gpa("cuGraphInstantiateWithFlags", &pfn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
+                      CUDA_SUCCESS &&
                   pfn == hook,
-              "cuGetProcAddress does not hand out the hook of cuGraphInstantiate");
+              "cuGetProcAddress does not hand out the hook of cuGraphInstantiateWithFlags");
         const CUresult r = ((CuGraphInstantiateFn)hook)((CUgraphExec *)&exec, (CUgraph)graph, 0);
         CHECK(r == CUDA_SUCCESS, "cuGraphInstantiateWithFlags failed (%d)", (int)r);
     } else if (how == GRAPH_INSTANTIATE) {
