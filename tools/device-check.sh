@@ -69,7 +69,13 @@ rm -f "$logs/gpu.txt"
 
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
 start=$(date +%s)
-if meson setup "$build" -Dkernel_arch="${arch:-90}" -Dwerror=true > "$logs/build.log" 2>&1 &&
+# The suites read the tensors from --data (meson's test environment sets IBPSHIM_TEST_DATA);
+# --reconfigure applies that to a build directory kept from an earlier run.
+data_abs=$(cd "$data" 2>/dev/null && pwd || echo "$data")
+reconfigure=""
+[ ! -f "$build/meson-private/coredata.dat" ] || reconfigure=--reconfigure
+if meson setup $reconfigure "$build" -Dkernel_arch="${arch:-90}" -Dwerror=true -Dtest_data="$data_abs" \
+       > "$logs/build.log" 2>&1 &&
    meson compile -C "$build" >> "$logs/build.log" 2>&1; then
     row "build" "ok ($(( $(date +%s) - start )) s, kernel_arch=${arch:-90})"
 else
