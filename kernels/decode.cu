@@ -1141,31 +1141,36 @@ template <int W> struct ToGlobal {
     }
 };
 
-// One column of 8-byte words, a whole segment landing aligned inside dst: each lane's run goes
-// first into the warp's 4 KiB of shared memory, then the warp stores the segment 512 bytes an
-// instruction.  Stored straight from the lanes' runs, each 16-byte store of a warp touched 32
-// lines 128 bytes apart; so the fp32 weights decode at 1.44-1.46 TB/s instead of 0.89-0.90 (H200,
-// 256 MiB).  In shared memory a lane's 16-byte piece v sits at v ^ (lane & 7) of its run, so that
-// neither the lanes' writes nor the warp's reads of eight consecutive pieces meet in a bank.
-struct ToGlobalVia8 {
+// A whole segment landing aligned inside dst: each lane's run goes first into the warp's
+// segment of shared memory (IBP_DECODE_SEG_WORDS words), then the warp stores the segment 512
+// bytes an instruction.  Stored straight from the lanes' runs, each 16-byte store of a warp
+// touches 32 lines kLaneRun * W bytes apart; so the fp32 weights (one column of 8-byte words)
+// decode at 1.44-1.46 TB/s instead of 0.89-0.90 (H200, 256 MiB).  In shared memory a lane's
+// 16-byte piece v sits at v ^ ((lane / (8 / P)) mod P) of its run (P pieces a run), so that
+// neither the writes of eight lanes nor the warp's reads of eight consecutive pieces meet in a
+// bank.  Other kernels than that one have it only where IBP_DECODE_*_VIA_WORDS says.
+template <int W> struct ToGlobalVia {
     const Out &out;
-    uint4 *buf;  // the warp's kLaneRun * 32 words
+    uint4 *buf;  // the warp's IBP_DECODE_SEG_WORDS words
     int64_t at0; // where the segment's first word lands, relative to out.dst
     template <typename Next> __device__ __forceinline__ void operator()(const LaneRun &lr, Next next) const
     {
-        constexpr uint32_t kPieces = kLaneRun * 8 / 16; // a lane's 16-byte pieces
+        constexpr uint32_t kPieces = kLaneRun * W / 16; // a lane's 16-byte pieces
+        static_assert(kPieces >= 1 && kPieces <= 8 && 8 % kPieces == 0, "a lane's run is 1-8 pieces");
+        constexpr uint32_t kSpread = 8 / kPieces; // lanes a swizzle value spans
         const uint32_t lane = threadIdx.x & 31;
-#pragma unroll(kUnroll8)
+#pragma unroll(W == 8 ? kUnroll8 : kPieces)
         for (uint32_t v = 0; v < kPieces; v++) {
-            const ulonglong2 x = pack16<8>(next, v);
-            buf[kPieces * lane + (v ^ (lane & 7))] =
+            const ulonglong2 x = pack16<W>(next, v);
+            buf[kPieces * lane + (v ^ ((lane / kSpread) & (kPieces - 1)))] =
                 make_uint4((uint32_t)x.x, (uint32_t)(x.x >> 32), (uint32_t)x.y, (uint32_t)(x.y >> 32));
         }
         __syncwarp();
 #pragma unroll
         for (uint32_t i = lane; i < 32 * kPieces; i += 32) {
             const uint32_t l = i / kPieces, v = i % kPieces;
-            *(uint4 *)(out.dst + at0 + 16 * (int64_t)i) = buf[kPieces * l + (v ^ (l & 7))];
+            *(uint4 *)(out.dst + at0 + 16 * (int64_t)i) =
+                buf[kPieces * l + (v ^ ((l / kSpread) & (kPieces - 1)))];
         }
         __syncwarp();
     }
@@ -1553,6 +1558,12 @@ __device__ __forceinline__ Placed place_segment(const Plan &p, const Table<W> *t
     return pl;
 }
 
+// Which segmented kernels have the path through shared memory (IBP_DECODE_*_VIA_WORDS).
+template <int W, bool C1>
+constexpr bool kViaSegments = ((W == 8 ? (C1 ? IBP_DECODE_SEG1W8_VIA_WORDS : IBP_DECODE_SEGW8_VIA_WORDS)
+                                       : (C1 ? IBP_DECODE_SEG1_VIA_WORDS : IBP_DECODE_SEG_VIA_WORDS)) &
+                               W) != 0;
+
 // Plans without predictor columns: a block's segments form groups of kWarps, each CTA takes a
 // contiguous share of the groups, its warps a segment of a group each.  A CTA scan of the
 // segments' payload bits and the bits of the block's earlier groups (carried from group to group,
@@ -1595,11 +1606,11 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
         LaneStart ls;
         const Placed pl = place_segment<W, C1>(p, t, b, h, s, st, ls, seg_bits, carry);
         const int64_t at0 = out.origin + (int64_t)pl.j0 * W;
-        if (W == 8 && C1 && via && out.fast && pl.j1 - pl.j0 == IBP_DECODE_SEG_WORDS &&
+        if (kViaSegments<W, C1> && via && out.fast && pl.j1 - pl.j0 == IBP_DECODE_SEG_WORDS &&
             ((uintptr_t)(out.dst + at0) & 15) == 0)
             decode_counted<W, C1>(
                 p, t, kind, zz, b, h, pl.j0, pl.j1, pl.sel, pl.before, pl.bits, st, ls,
-                ToGlobalVia8{out, via + (threadIdx.x >> 5) * (IBP_DECODE_SEG_WORDS / 2), at0});
+                ToGlobalVia<W>{out, via + (threadIdx.x >> 5) * (IBP_DECODE_SEG_WORDS * W / 16), at0});
         else if (pl.j0 < pl.j1)
             decode_counted<W, C1>(p, t, kind, zz, b, h, pl.j0, pl.j1, pl.sel, pl.before, pl.bits, st, ls,
                                   ToGlobal<W>{out});
@@ -2347,17 +2358,19 @@ __device__ __forceinline__ void decode_segments_any(const IbpDecodeArgs &a)
     __shared__ TableAny tbl;
     __shared__ SegStage stages[kWarps];
     __shared__ uint32_t seg_bits[kWarps], red[kWarps];
-    extern __shared__ uint4 via[]; // launched with IBP_DECODE_VIA_BYTES of it, or none
+    extern __shared__ uint4 via[]; // launched with IBP_DECODE_VIA_BYTES(W) of it, or none
     uint32_t dynamic;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic));
-    uint4 *const v = dynamic >= IBP_DECODE_VIA_BYTES ? via : nullptr;
     const Plan p = load_plan(a.plan);
     if ((WORDS & 2u) && p.w == 2)
-        decode_segments<2, C1, INL>(a, p, tbl.t2, stages, seg_bits, red, v);
+        decode_segments<2, C1, INL>(a, p, tbl.t2, stages, seg_bits, red,
+                                    dynamic >= IBP_DECODE_VIA_BYTES(2) ? via : nullptr);
     else if ((WORDS & 4u) && p.w == 4)
-        decode_segments<4, C1, INL>(a, p, tbl.t4, stages, seg_bits, red, v);
+        decode_segments<4, C1, INL>(a, p, tbl.t4, stages, seg_bits, red,
+                                    dynamic >= IBP_DECODE_VIA_BYTES(4) ? via : nullptr);
     else if ((WORDS & 8u) && p.w == 8)
-        decode_segments<8, C1, INL>(a, p, tbl.t8, stages, seg_bits, red, v);
+        decode_segments<8, C1, INL>(a, p, tbl.t8, stages, seg_bits, red,
+                                    dynamic >= IBP_DECODE_VIA_BYTES(8) ? via : nullptr);
 }
 
 // A segmented kernel's two entry points: block offsets read from the offsets buffer, and carried

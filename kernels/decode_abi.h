@@ -107,6 +107,16 @@ static inline uint32_t ibp_decode_unflag_words(uint32_t word_size, uint32_t bloc
 /* Threads per CTA of every decode kernel. */
 #define IBP_DECODE_THREADS 256
 
+/* Segment buffers (below) for one column of 4-byte words and for several columns of 8-byte words:
+ * off until a GPU run has verified and timed them (1 turns one on; the one-column kernel then runs
+ * at three CTAs a multiprocessor, for want of shared memory at four). */
+#ifndef IBP_DECODE_SEG1_VIA
+#define IBP_DECODE_SEG1_VIA 0
+#endif
+#ifndef IBP_DECODE_SEGW8_VIA
+#define IBP_DECODE_SEGW8_VIA 0
+#endif
+
 /* CTAs a multiprocessor of ibp_k_decode_seg1 (one-column plans of 2- and 4-byte words),
  * ibp_k_decode_seg1w8 (one column of 8-byte words), ibp_k_decode_seg (more columns of 2- and
  * 4-byte words) and ibp_k_decode_segw8 (more columns of 8-byte words): the kernels' launch bounds
@@ -114,14 +124,21 @@ static inline uint32_t ibp_decode_unflag_words(uint32_t word_size, uint32_t bloc
  * decoded faster than at two (uint8 images, from 18 MiB), and so did those of 8-byte words (float64
  * features, 1-5%) once their kernel was compiled without the narrower paths (together they had
  * lost 25%). */
-#define IBP_DECODE_SEG1_CTAS_PER_SM 4u
+#define IBP_DECODE_SEG1_CTAS_PER_SM (IBP_DECODE_SEG1_VIA ? 3u : 4u)
 #define IBP_DECODE_SEG1W8_CTAS_PER_SM 3u
 #define IBP_DECODE_SEG_CTAS_PER_SM 3u
 #define IBP_DECODE_SEGW8_CTAS_PER_SM 3u
 
-/* Dynamic shared memory ibp_k_decode_seg1w8 stores its segments through: a segment of 8-byte
- * words for each warp.  Launched without it, the kernel stores from the lanes' runs. */
-#define IBP_DECODE_VIA_BYTES (IBP_DECODE_THREADS / 32 * IBP_DECODE_SEG_WORDS * 8u)
+/* Dynamic shared memory the segmented kernels without predictors store their segments through
+ * for words of w bytes: a segment for each warp.  Launched without it, a kernel stores from the
+ * lanes' runs.  The word sizes (each size's bit) each kernel has that path for: both ways of
+ * storing in one kernel spill the several-column kernel of 2- and 4-byte words (80 registers),
+ * and the one-column one at four CTAs a multiprocessor (64 registers; at three, 2-byte words). */
+#define IBP_DECODE_VIA_BYTES(w) (IBP_DECODE_THREADS / 32 * IBP_DECODE_SEG_WORDS * (unsigned)(w))
+#define IBP_DECODE_SEG1_VIA_WORDS (IBP_DECODE_SEG1_VIA ? 4u : 0u)
+#define IBP_DECODE_SEG1W8_VIA_WORDS 8u
+#define IBP_DECODE_SEG_VIA_WORDS 0u
+#define IBP_DECODE_SEGW8_VIA_WORDS (IBP_DECODE_SEGW8_VIA ? 8u : 0u)
 
 /* CTAs a multiprocessor of ibp_k_decode_segp, the segmented decode of plans with predictor columns
  * of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words: three (80 registers) where two (128)

@@ -51,10 +51,11 @@ static const IbpModule *module_find(CUcontext ctx)
     return NULL;
 }
 
-/* Dynamic shared memory of ibp_k_decode_segp: a segment of words for each warp. */
+/* Dynamic shared memory of ibp_k_decode_segp: a segment of words for each warp, as the other
+ * segmented kernels' buffer. */
 static unsigned segp_shared_bytes(unsigned word_size)
 {
-    return IBP_DECODE_THREADS / 32 * IBP_DECODE_SEG_WORDS * word_size;
+    return IBP_DECODE_VIA_BYTES(word_size);
 }
 
 static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
@@ -100,20 +101,36 @@ static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
             "device %d allows the predictor decode %u bytes of dynamic shared memory: wider plans decode "
             "a CTA per block",
             (int)mod->device, mod->segp_max_dynamic);
-    /* One column of 8-byte words stores its segments through shared memory where the device holds
-     * as many CTAs a multiprocessor with it as without (sm_90: 228 KiB a multiprocessor; 8.x
-     * devices have 100-164 KiB, and there it stores from the lanes' runs). */
-    mod->seg1w8_via = IBP_DECODE_VIA_BYTES;
-    static const IbpKernelId seg1w8[2] = {IBP_KERNEL_DECODE_SEG1W8, IBP_KERNEL_DECODE_SEG1W8_INL};
-    for (int i = 0; i < 2; i++) {
-        const IbpKernelId k = seg1w8[i];
-        int ctas = 0;
-        if (drv->cuFuncSetAttribute(mod->fn[k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    (int)IBP_DECODE_VIA_BYTES) != CUDA_SUCCESS ||
-            drv->cuOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, mod->fn[k], IBP_DECODE_THREADS,
-                                                             IBP_DECODE_VIA_BYTES) != CUDA_SUCCESS ||
-            ctas < (int)IBP_DECODE_SEG1W8_CTAS_PER_SM)
-            mod->seg1w8_via = 0;
+    /* The segmented kernels without predictors store their segments through shared memory, for a
+     * word size, where the device holds as many CTAs a multiprocessor with it as their launch
+     * bounds ask (sm_90 has 228 KiB a multiprocessor: one column of 4-byte words at four CTAs does
+     * not fit; 8.x devices have 100-164 KiB); elsewhere they store from the lanes' runs. */
+    static const struct {
+        IbpKernelId k;
+        unsigned per_sm, words; /* word sizes it has the path for, each size's bit */
+    } segs[] = {{IBP_KERNEL_DECODE_SEG1, IBP_DECODE_SEG1_CTAS_PER_SM, IBP_DECODE_SEG1_VIA_WORDS},
+                {IBP_KERNEL_DECODE_SEG1_INL, IBP_DECODE_SEG1_CTAS_PER_SM, IBP_DECODE_SEG1_VIA_WORDS},
+                {IBP_KERNEL_DECODE_SEG1W8, IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS},
+                {IBP_KERNEL_DECODE_SEG1W8_INL, IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS},
+                {IBP_KERNEL_DECODE_SEG, IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS},
+                {IBP_KERNEL_DECODE_SEG_INL, IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS},
+                {IBP_KERNEL_DECODE_SEGW8, IBP_DECODE_SEGW8_CTAS_PER_SM, IBP_DECODE_SEGW8_VIA_WORDS},
+                {IBP_KERNEL_DECODE_SEGW8_INL, IBP_DECODE_SEGW8_CTAS_PER_SM, IBP_DECODE_SEGW8_VIA_WORDS}};
+    for (size_t i = 0; i < sizeof(segs) / sizeof(segs[0]); i++) {
+        const unsigned widest = segs[i].words & 8u ? 8u : segs[i].words & 4u ? 4u : 2u;
+        mod->via_words[segs[i].k] = 0;
+        if (!segs[i].words ||
+            drv->cuFuncSetAttribute(mod->fn[segs[i].k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    (int)IBP_DECODE_VIA_BYTES(widest)) != CUDA_SUCCESS)
+            continue;
+        for (unsigned w = 2; w <= widest; w *= 2) {
+            int ctas = 0;
+            if ((segs[i].words & w) &&
+                drv->cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &ctas, mod->fn[segs[i].k], IBP_DECODE_THREADS, IBP_DECODE_VIA_BYTES(w)) == CUDA_SUCCESS &&
+                ctas >= (int)segs[i].per_sm)
+                mod->via_words[segs[i].k] |= (unsigned char)w;
+        }
     }
     IBP_DEBUG("kernels loaded for context %p (device %d, %d SMs)", (void *)ctx, (int)mod->device,
               mod->sm_count);
@@ -268,7 +285,7 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
                                               {{IBP_KERNEL_DECODE_SEG1, IBP_KERNEL_DECODE_SEG1_INL},
                                                {IBP_KERNEL_DECODE_SEG1W8, IBP_KERNEL_DECODE_SEG1W8_INL}}};
     const IbpKernelId seg = segs[columns == 1][w8][args.inline_offsets != 0];
-    const unsigned via = columns == 1 && w8 ? mod->seg1w8_via : 0;
+    const unsigned via = mod->via_words[seg] & word_size ? IBP_DECODE_VIA_BYTES(word_size) : 0;
     return err ? err : ibp_kernel_launch(mod, seg, grid, IBP_DECODE_THREADS, via, stream, params);
 }
 

@@ -38,8 +38,10 @@ typedef struct IbpModule {
     int sm_count;
     int max_threads_per_block;
     unsigned segp_max_dynamic; /* dynamic shared bytes ibp_k_decode_segp may take here (0: none) */
-    unsigned seg1w8_via;       /* dynamic shared bytes ibp_k_decode_seg1w8 stores through here (0: none) */
     CUfunction fn[IBP_KERNEL_COUNT];
+    /* word sizes (each size's bit) a segmented kernel stores its segments through shared memory
+     * for here: launched with IBP_DECODE_VIA_BYTES(w) of it */
+    unsigned char via_words[IBP_KERNEL_COUNT];
 } IbpModule;
 
 /* 1 when the library was built with its kernels embedded. */

@@ -39,8 +39,8 @@ unsigned refused_smem()
     return v ? (unsigned)std::atoi(v) : 0u;
 }
 
-// Under the registration that sets it: the driver's occupancy queries fail, so the one-column
-// kernel of 8-byte words gets no segment buffer.
+// Under the registration that sets it: the driver's occupancy queries fail, so the segmented
+// kernels get no segment buffer.
 bool refused_occupancy()
 {
     return std::getenv("DECODE_LAUNCH_REFUSE_OCCUPANCY") != nullptr;
@@ -90,9 +90,9 @@ class DecodeLaunch : public ::testing::Test
             GTEST_SKIP() << "needs the fake CUDA driver (it counts kernel launches)";
         if (refused_smem()) // before the first module load of the process
             ((FailFn)dlsym(lib, "fakecuda_fail_calls"))("cuFuncSetAttribute", 0, refused_smem(), 0);
-        else if (refused_occupancy())
-            ((FailFn)dlsym(lib, "fakecuda_fail_calls"))("cuOccupancyMaxActiveBlocksPerMultiprocessor", 0, 2,
-                                                        0);
+        else if (refused_occupancy()) // every query of the module load
+            ((FailFn)dlsym(lib, "fakecuda_fail_calls"))("cuOccupancyMaxActiveBlocksPerMultiprocessor", 0,
+                                                        IBP_KERNEL_COUNT * 3, 0);
         ASSERT_EQ(drv_->cuDeviceGet(&dev_, 0), CUDA_SUCCESS);
         ASSERT_EQ(drv_->cuDevicePrimaryCtxRetain(&ctx_, dev_), CUDA_SUCCESS);
         ASSERT_EQ(drv_->cuCtxPushCurrent(ctx_), CUDA_SUCCESS);
@@ -367,29 +367,28 @@ TEST_F(DecodeLaunch, OneColumnPlansNeverCount)
 // 8-byte words have kernels of their own, with their own CTAs a multiprocessor, for one column and
 // for several; 4-byte words keep theirs.  50 blocks are more groups of segments than any of the
 // grids holds at once: the one-column kernels take every CTA the device holds, those of several
-// columns as few as the fewest rounds need.  One column of 8-byte words stores its segments
-// through shared memory where the device holds as many CTAs with it (the fake does), and from the
-// lanes' runs where the occupancy query failed.
+// columns as few as the fewest rounds need.  Each stores its segments through shared memory where
+// the device holds as many CTAs with it (the fake, which counts no static shared memory, does),
+// and from the lanes' runs where the occupancy query failed.
 TEST_F(DecodeLaunch, EightByteWordsHaveKernelsOfTheirOwn)
 {
     ASSERT_NE(last_launch_, nullptr);
     static const struct {
         uint32_t columns, w;
         const char *kernel;
-        unsigned per_sm;
-    } cases[] = {{1, 4, "ibp_k_decode_seg1", IBP_DECODE_SEG1_CTAS_PER_SM},
-                 {1, 8, "ibp_k_decode_seg1w8", IBP_DECODE_SEG1W8_CTAS_PER_SM},
-                 {5, 4, "ibp_k_decode_seg", IBP_DECODE_SEG_CTAS_PER_SM},
-                 {5, 8, "ibp_k_decode_segw8", IBP_DECODE_SEGW8_CTAS_PER_SM}};
+        unsigned per_sm, via_words;
+    } cases[] = {{1, 4, "ibp_k_decode_seg1", IBP_DECODE_SEG1_CTAS_PER_SM, IBP_DECODE_SEG1_VIA_WORDS},
+                 {1, 8, "ibp_k_decode_seg1w8", IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS},
+                 {5, 4, "ibp_k_decode_seg", IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS},
+                 {5, 8, "ibp_k_decode_segw8", IBP_DECODE_SEGW8_CTAS_PER_SM, IBP_DECODE_SEGW8_VIA_WORDS}};
     for (const auto &c : cases) {
         IbpCodecPlan *plan = make_plan(c.columns, false, 262144, c.w);
         ASSERT_NE(plan, nullptr);
         encode(plan, 50);
         EXPECT_EQ(word_size_, c.w);
         EXPECT_EQ(decode(IBP_DECODE_INDEXED, true), 1u);
-        const bool via = c.columns == 1 && c.w == 8 && !refused_occupancy();
-        EXPECT_EQ(mod_->seg1w8_via, refused_occupancy() ? 0u : (unsigned)IBP_DECODE_VIA_BYTES);
-        expect_grid(c.kernel, 50, c.w, c.per_sm, c.columns > 1, via ? IBP_DECODE_VIA_BYTES : 0);
+        expect_grid(c.kernel, 50, c.w, c.per_sm, c.columns > 1,
+                    refused_occupancy() || !(c.via_words & c.w) ? 0u : IBP_DECODE_VIA_BYTES(c.w));
         ibp_codec_plan_destroy(&plan);
     }
     // The kernel follows the word size the caller gives: one the kernels do not decode is refused
