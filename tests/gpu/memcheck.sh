@@ -38,7 +38,7 @@ failed=0
 # check TOOL FILE: one sanitizer run of ibp-bench over FILE.
 check() {
     if "$san" --tool "$1" --error-exitcode 99 "$bench" "$data/$2.bin" --size 4M --iters 1 > "$log" 2>&1; then
-        echo "$1: $2: $(grep 'ERROR SUMMARY' "$log")"
+        echo "$1: $2: $(grep -m1 'SUMMARY' "$log")"
     else
         echo "$1: $2: FAILED (exit $?)"
         tail -40 "$log"
