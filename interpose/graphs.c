@@ -158,8 +158,9 @@ static void scan_graph(const IbpDriver *drv, CUgraph g, int depth, IbpGraphScan 
         case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
         case CU_GRAPH_NODE_TYPE_MEM_FREE:
         case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
-            /* Kernels and memory operations writing mapped host memory are not followed, in
-             * graphs or out of them (docs/NOTES.md, Known gaps). */
+            /* Kernels writing host memory through its unified address are not followed, in
+             * graphs or out of them, nor are captured stream memory operations (docs/NOTES.md,
+             * "Not seen"); out of graphs the driver hooks follow the operations' writes. */
             break;
         default:
             /* Conditional nodes: their bodies (memcpys and memsets among them) cannot be read
