@@ -58,6 +58,28 @@ static unsigned segp_shared_bytes(unsigned word_size)
     return IBP_DECODE_VIA_BYTES(word_size);
 }
 
+/* The segmented kernels of plans without predictors, [one column][8-byte words][offsets carried in
+ * the launch]: their CTAs a multiprocessor (launch bounds) and the word sizes (each size's bit)
+ * they can store their segments through shared memory for. */
+typedef struct IbpSegKernel {
+    IbpKernelId k;
+    unsigned per_sm, via_words;
+} IbpSegKernel;
+
+#define SEG_KERNEL(K, PER_SM, VIA)                                                                           \
+    {                                                                                                        \
+        {K, PER_SM, VIA},                                                                                    \
+        {                                                                                                    \
+            K##_INL, PER_SM, VIA                                                                             \
+        }                                                                                                    \
+    }
+static const IbpSegKernel seg_kernels[2][2][2] = {
+    {SEG_KERNEL(IBP_KERNEL_DECODE_SEG, IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS),
+     SEG_KERNEL(IBP_KERNEL_DECODE_SEGW8, IBP_DECODE_SEGW8_CTAS_PER_SM, IBP_DECODE_SEGW8_VIA_WORDS)},
+    {SEG_KERNEL(IBP_KERNEL_DECODE_SEG1, IBP_DECODE_SEG1_CTAS_PER_SM, IBP_DECODE_SEG1_VIA_WORDS),
+     SEG_KERNEL(IBP_KERNEL_DECODE_SEG1W8, IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS)}};
+#undef SEG_KERNEL
+
 static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
 {
     CUresult res;
@@ -105,31 +127,21 @@ static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
      * word size, where the device holds as many CTAs a multiprocessor with it as their launch
      * bounds ask (sm_90 has 228 KiB a multiprocessor: one column of 4-byte words at four CTAs does
      * not fit; 8.x devices have 100-164 KiB); elsewhere they store from the lanes' runs. */
-    static const struct {
-        IbpKernelId k;
-        unsigned per_sm, words; /* word sizes it has the path for, each size's bit */
-    } segs[] = {{IBP_KERNEL_DECODE_SEG1, IBP_DECODE_SEG1_CTAS_PER_SM, IBP_DECODE_SEG1_VIA_WORDS},
-                {IBP_KERNEL_DECODE_SEG1_INL, IBP_DECODE_SEG1_CTAS_PER_SM, IBP_DECODE_SEG1_VIA_WORDS},
-                {IBP_KERNEL_DECODE_SEG1W8, IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS},
-                {IBP_KERNEL_DECODE_SEG1W8_INL, IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS},
-                {IBP_KERNEL_DECODE_SEG, IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS},
-                {IBP_KERNEL_DECODE_SEG_INL, IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS},
-                {IBP_KERNEL_DECODE_SEGW8, IBP_DECODE_SEGW8_CTAS_PER_SM, IBP_DECODE_SEGW8_VIA_WORDS},
-                {IBP_KERNEL_DECODE_SEGW8_INL, IBP_DECODE_SEGW8_CTAS_PER_SM, IBP_DECODE_SEGW8_VIA_WORDS}};
-    for (size_t i = 0; i < sizeof(segs) / sizeof(segs[0]); i++) {
-        const unsigned widest = segs[i].words & 8u ? 8u : segs[i].words & 4u ? 4u : 2u;
-        mod->via_words[segs[i].k] = 0;
-        if (!segs[i].words ||
-            drv->cuFuncSetAttribute(mod->fn[segs[i].k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    for (unsigned i = 0; i < 8; i++) {
+        const IbpSegKernel *sk = &seg_kernels[i / 4][i / 2 % 2][i % 2];
+        const unsigned widest = sk->via_words & 8u ? 8u : sk->via_words & 4u ? 4u : 2u;
+        mod->via_words[sk->k] = 0;
+        if (!sk->via_words ||
+            drv->cuFuncSetAttribute(mod->fn[sk->k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)IBP_DECODE_VIA_BYTES(widest)) != CUDA_SUCCESS)
             continue;
         for (unsigned w = 2; w <= widest; w *= 2) {
             int ctas = 0;
-            if ((segs[i].words & w) &&
-                drv->cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                    &ctas, mod->fn[segs[i].k], IBP_DECODE_THREADS, IBP_DECODE_VIA_BYTES(w)) == CUDA_SUCCESS &&
-                ctas >= (int)segs[i].per_sm)
-                mod->via_words[segs[i].k] |= (unsigned char)w;
+            if ((sk->via_words & w) &&
+                drv->cuOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, mod->fn[sk->k], IBP_DECODE_THREADS,
+                                                                 IBP_DECODE_VIA_BYTES(w)) == CUDA_SUCCESS &&
+                ctas >= (int)sk->per_sm)
+                mod->via_words[sk->k] |= (unsigned char)w;
         }
     }
     IBP_DEBUG("kernels loaded for context %p (device %d, %d SMs)", (void *)ctx, (int)mod->device,
@@ -250,11 +262,9 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
     const unsigned warps = IBP_DECODE_THREADS / 32;
     const uint64_t per_block = (ibp_decode_segments(word_size, args.block_size) + warps - 1) / warps;
     const uint64_t groups = (uint64_t)args.nblocks * per_block;
-    const int w8 = word_size == 8; /* 8-byte words: kernels of their own */
-    const unsigned per_sm = segp          ? IBP_DECODE_SEGP_CTAS_PER_SM
-                            : columns > 1 ? (w8 ? IBP_DECODE_SEGW8_CTAS_PER_SM : IBP_DECODE_SEG_CTAS_PER_SM)
-                            : w8          ? IBP_DECODE_SEG1W8_CTAS_PER_SM
-                                          : IBP_DECODE_SEG1_CTAS_PER_SM;
+    /* 8-byte words have kernels of their own */
+    const IbpSegKernel *const sk = &seg_kernels[columns == 1][word_size == 8][args.inline_offsets != 0];
+    const unsigned per_sm = segp ? IBP_DECODE_SEGP_CTAS_PER_SM : sk->per_sm;
     const unsigned resident = resident_cap(mod, per_sm, max_ctas);
     /* The kernels of several columns and the predictor kernel take their groups in as few rounds
      * as the device holds CTAs for, and then with as few CTAs as those rounds need: a grid of
@@ -280,13 +290,8 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
                                                    : ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FIX, grid,
                                                                        IBP_DECODE_THREADS, 0, stream, params);
     }
-    static const IbpKernelId segs[2][2][2] = {{{IBP_KERNEL_DECODE_SEG, IBP_KERNEL_DECODE_SEG_INL},
-                                               {IBP_KERNEL_DECODE_SEGW8, IBP_KERNEL_DECODE_SEGW8_INL}},
-                                              {{IBP_KERNEL_DECODE_SEG1, IBP_KERNEL_DECODE_SEG1_INL},
-                                               {IBP_KERNEL_DECODE_SEG1W8, IBP_KERNEL_DECODE_SEG1W8_INL}}};
-    const IbpKernelId seg = segs[columns == 1][w8][args.inline_offsets != 0];
-    const unsigned via = mod->via_words[seg] & word_size ? IBP_DECODE_VIA_BYTES(word_size) : 0;
-    return err ? err : ibp_kernel_launch(mod, seg, grid, IBP_DECODE_THREADS, via, stream, params);
+    const unsigned via = mod->via_words[sk->k] & word_size ? IBP_DECODE_VIA_BYTES(word_size) : 0;
+    return err ? err : ibp_kernel_launch(mod, sk->k, grid, IBP_DECODE_THREADS, via, stream, params);
 }
 
 int ibp_kernels_selftest(int ordinal, uint32_t n, char *why, size_t why_len)
