@@ -177,6 +177,19 @@ static DevPtr dptr(const void *p)
     return (DevPtr)(uintptr_t)p;
 }
 
+/* What the exported cuGetProcAddress_v2 answers a program built for `version` that asks for
+ * symbol with `flags`. */
+static void *proc(const char *symbol, int version, unsigned long long flags)
+{
+    const CuGetProcAddressFn gpa = (CuGetProcAddressFn)lookup("cuGetProcAddress_v2");
+    void *fn = NULL;
+    int status = -1;
+    CHECK_CU(gpa(symbol, &fn, version, flags, &status));
+    CHECK(fn != NULL && status == 0, "cuGetProcAddress_v2(%s, %d) gave nothing (status %d)", symbol, version,
+          status);
+    return fn;
+}
+
 /* The driver's batch of three copies, two into host at `at` (applied to expect), one into device
  * memory, through the 13.0 form by symbol or by cuGetProcAddress, or 12.8's. */
 static void cu_batch(Form f, uint8_t *host, uint8_t *expect, size_t at, cudaStream_t s)
@@ -192,15 +205,10 @@ static void cu_batch(Form f, uint8_t *host, uint8_t *expect, size_t at, cudaStre
         CHECK_CU(((CuBatch12Fn)lookup("cuMemcpyBatchAsync"))(dsts, srcs, sizes, 3, &attr, &idx, 1, &fail,
                                                              (CUstream)s));
     } else if (f == CU_BATCH_PROC) {
-        const CuGetProcAddressFn gpa = (CuGetProcAddressFn)lookup("cuGetProcAddress_v2");
-        void *fn = NULL;
-        int status = -1;
         /* The per-thread form (what a program built with --default-stream per-thread asks for). */
-        CHECK_CU(
-            gpa("cuMemcpyBatchAsync", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
-        CHECK(fn != NULL && status == 0, "cuGetProcAddress_v2(cuMemcpyBatchAsync) gave nothing (status %d)",
-              status);
-        CHECK_CU(((CuBatchFn)fn)(dsts, srcs, sizes, 3, &attr, &idx, 1, (CUstream)s));
+        const CuBatchFn fn =
+            (CuBatchFn)proc("cuMemcpyBatchAsync", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+        CHECK_CU(fn(dsts, srcs, sizes, 3, &attr, &idx, 1, (CUstream)s));
     } else {
         CHECK_CU(
             ((CuBatchFn)lookup("cuMemcpyBatchAsync_v2"))(dsts, srcs, sizes, 3, &attr, &idx, 1, (CUstream)s));
@@ -252,18 +260,6 @@ typedef CUresult (*CuWriteValue32Fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned
 typedef CUresult (*CuWriteValue64Fn)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 typedef CUresult (*CuBatchMemOpFn)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int);
 
-/* What cuGetProcAddress_v2 answers a program built for CUDA 11.0 that asks for symbol. */
-static void *proc_11(const char *symbol, unsigned long long flags)
-{
-    const CuGetProcAddressFn gpa = (CuGetProcAddressFn)lookup("cuGetProcAddress_v2");
-    void *fn = NULL;
-    int status = -1;
-    CHECK_CU(gpa(symbol, &fn, 11000, flags, &status));
-    CHECK(fn != NULL && status == 0, "cuGetProcAddress_v2(%s, 11000) gave nothing (status %d)", symbol,
-          status);
-    return fn;
-}
-
 /* The stream memory operations: 4- and 8-byte values the device writes into host (and applied to
  * expect), aligned as the driver requires.  0 where the driver refuses the form
  * (CUDA_ERROR_NOT_SUPPORTED: a device without stream memory operations, or without the first forms). */
@@ -281,7 +277,8 @@ static int cu_write_values(Form f, uint8_t *host, uint8_t *expect, cudaStream_t 
         wide = 1;
         narrow = 0;
     } else if (f == CU_WRITE_VALUE32_PROC11) {
-        r = ((CuWriteValue32Fn)proc_11("cuStreamWriteValue32", 0))((CUstream)s, dptr(host + at32), v32, 0);
+        r = ((CuWriteValue32Fn)proc("cuStreamWriteValue32", 11000, 0))((CUstream)s, dptr(host + at32), v32,
+                                                                       0);
     } else {
         CUstreamBatchMemOpParams ops[2];
         memset(ops, 0, sizeof(ops));
@@ -291,10 +288,10 @@ static int cu_write_values(Form f, uint8_t *host, uint8_t *expect, cudaStream_t 
         ops[1].operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
         ops[1].writeValue.address = dptr(host + at64);
         ops[1].writeValue.value64 = v64;
-        const CuBatchMemOpFn fn =
-            f == CU_BATCH_MEM_OP ? (CuBatchMemOpFn)lookup("cuStreamBatchMemOp_v2")
-                                 : (CuBatchMemOpFn)proc_11("cuStreamBatchMemOp",
-                                                           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+        const CuBatchMemOpFn fn = f == CU_BATCH_MEM_OP
+                                      ? (CuBatchMemOpFn)lookup("cuStreamBatchMemOp_v2")
+                                      : (CuBatchMemOpFn)proc("cuStreamBatchMemOp", 11000,
+                                                             CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
         r = fn((CUstream)s, 2, ops, 0);
         wide = 1;
     }
@@ -434,17 +431,11 @@ static int write_form(Form f, uint8_t *host, uint8_t *expect, cudaStream_t s)
                                                                        r.width, s));
         r.height = 1;
         break;
-    case CU_DTOH_ASYNC_PROC: {
-        const CuGetProcAddressFn gpa = (CuGetProcAddressFn)lookup("cuGetProcAddress_v2");
-        void *fn = NULL;
-        int status = -1;
-        CHECK_CU(gpa("cuMemcpyDtoHAsync", &fn, 12000, 0, &status));
-        CHECK(fn != NULL && status == 0, "cuGetProcAddress_v2(cuMemcpyDtoHAsync) gave nothing (status %d)",
-              status);
-        CHECK_CU(((CuCopyToHostAsyncFn)fn)(host + r.dst, dptr(dev_src + r.src), r.width, s));
+    case CU_DTOH_ASYNC_PROC:
+        CHECK_CU(((CuCopyToHostAsyncFn)proc("cuMemcpyDtoHAsync", 12000, 0))(
+            host + r.dst, dptr(dev_src + r.src), r.width, s));
         r.height = 1;
         break;
-    }
     case CU_DTOH_ASYNC_ENTRY: {
         void *fn = NULL;
         enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
