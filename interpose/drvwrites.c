@@ -215,6 +215,7 @@ static IbpPitched copy3d_peer(const CUDA_MEMCPY3D_PEER *p)
     X(cuGraphExecMemcpyNodeSetParams)                                                                        \
     X(cuGraphExecMemsetNodeSetParams)                                                                        \
     X(cuGraphExecChildGraphNodeSetParams)                                                                    \
+    X(cuGraphExecBatchMemOpNodeSetParams)                                                                    \
     X(cuGraphExecNodeSetParams)                                                                              \
     X(cuGraphLaunch)                                                                                         \
     X(cuGraphLaunch_ptsz)
@@ -499,6 +500,13 @@ static void child_learned(CUgraphExec exec, CUgraph child)
     ibp_graph_learn_child((cudaGraphExec_t)exec, (cudaGraph_t)child);
 }
 
+static void mem_ops_learned(CUgraphExec exec, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+    ibp_shim_init();
+    if (p)
+        ibp_graph_learn_mem_ops((cudaGraphExec_t)exec, p->paramArray, p->count);
+}
+
 static void node_learned(CUgraphExec exec, const CUgraphNodeParams *p)
 {
     ibp_shim_init();
@@ -515,6 +523,9 @@ static void node_learned(CUgraphExec exec, const CUgraphNodeParams *p)
         break;
     case CU_GRAPH_NODE_TYPE_GRAPH:
         ibp_graph_learn_child((cudaGraphExec_t)exec, (cudaGraph_t)p->graph.graph);
+        break;
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+        ibp_graph_learn_mem_ops((cudaGraphExec_t)exec, p->memOp.paramArray, p->memOp.count);
         break;
     default: /* a host node was one already; the other kinds write no host memory the shim follows */
         break;
@@ -555,6 +566,9 @@ HOOK_THEN(cuGraphExecMemsetNodeSetParams, ID_cuGraphExecMemsetNodeSetParams,
 HOOK_THEN(cuGraphExecChildGraphNodeSetParams, ID_cuGraphExecChildGraphNodeSetParams,
           (CUgraphExec exec, CUgraphNode node, CUgraph child), (exec, node, child),
           child_learned(exec, child))
+HOOK_THEN(cuGraphExecBatchMemOpNodeSetParams, ID_cuGraphExecBatchMemOpNodeSetParams,
+          (CUgraphExec exec, CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p), (exec, node, p),
+          mem_ops_learned(exec, p))
 HOOK_THEN(cuGraphExecNodeSetParams, ID_cuGraphExecNodeSetParams,
           (CUgraphExec exec, CUgraphNode node, CUgraphNodeParams *p), (exec, node, p), node_learned(exec, p))
 

@@ -111,6 +111,48 @@ static void scan_memset(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
                  ibp_pitched_memset((void *)(uintptr_t)p.dst, p.pitch, p.elementSize, p.width, p.height));
 }
 
+/* Stream memory operations: their 4- and 8-byte value writes.  Waits, flushes and barriers write
+ * nothing; a kind newer than this toolkit may, so it makes the graph opaque. */
+static void scan_mem_op_array(const IbpDriver *drv, IbpGraphScan *s, const CUstreamBatchMemOpParams *ops,
+                              unsigned count)
+{
+    if (count && !ops) {
+        s->opaque = 1;
+        return;
+    }
+    for (unsigned i = 0; i < count; i++) {
+        const CUstreamBatchMemOpParams *const op = &ops[i];
+        switch (op->operation) {
+        case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+            scan_pitched(drv, s,
+                         ibp_pitched_row((const void *)(uintptr_t)op->writeValue.address,
+                                         op->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4));
+            break;
+        case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+        case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+        case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+        case CU_STREAM_MEM_OP_BARRIER:
+            break;
+        default:
+            s->opaque = 1;
+            break;
+        }
+    }
+}
+
+/* A node that stream memory operations were captured into (or that cuGraphAddBatchMemOpNode made). */
+static void scan_mem_ops(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
+{
+    CUDA_BATCH_MEM_OP_NODE_PARAMS p;
+    memset(&p, 0, sizeof(p));
+    if (drv->cuGraphBatchMemOpNodeGetParams(node, &p) != CUDA_SUCCESS) {
+        s->opaque = 1;
+        return;
+    }
+    scan_mem_op_array(drv, s, p.paramArray, p.count);
+}
+
 static void scan_graph(const IbpDriver *drv, CUgraph g, int depth, IbpGraphScan *s)
 {
     size_t n = 0;
@@ -149,6 +191,9 @@ static void scan_graph(const IbpDriver *drv, CUgraph g, int depth, IbpGraphScan 
         case CU_GRAPH_NODE_TYPE_MEMSET:
             scan_memset(drv, nodes[i], s);
             break;
+        case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+            scan_mem_ops(drv, nodes[i], s);
+            break;
         case CU_GRAPH_NODE_TYPE_KERNEL:
         case CU_GRAPH_NODE_TYPE_EMPTY:
         case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
@@ -157,10 +202,8 @@ static void scan_graph(const IbpDriver *drv, CUgraph g, int depth, IbpGraphScan 
         case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
         case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
         case CU_GRAPH_NODE_TYPE_MEM_FREE:
-        case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
             /* Kernels writing host memory through its unified address are not followed, in
-             * graphs or out of them, nor are captured stream memory operations (docs/NOTES.md,
-             * "Not seen"); out of graphs the driver hooks follow the operations' writes. */
+             * graphs or out of them (docs/NOTES.md, "Not seen"). */
             break;
         default:
             /* Conditional nodes: their bodies (memcpys and memsets among them) cannot be read
@@ -289,6 +332,17 @@ void ibp_graph_learn_write(cudaGraphExec_t exec, IbpPitched d)
         return;
     IbpGraphScan s = {0};
     scan_pitched(drv, &s, d);
+    record(exec, &s);
+}
+
+/* A stream memory operations node of exec now runs ops. */
+void ibp_graph_learn_mem_ops(cudaGraphExec_t exec, const CUstreamBatchMemOpParams *ops, unsigned count)
+{
+    const IbpDriver *drv = driver_if_compressing();
+    if (!drv)
+        return;
+    IbpGraphScan s = {0};
+    scan_mem_op_array(drv, &s, ops, count);
     record(exec, &s);
 }
 

@@ -82,11 +82,13 @@ cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node
 cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream);
 /* What the hooks above and the driver's (drvwrites.c) note after the real call: what an
  * executable graph does read from graph (instantiated, updated), dropped (destroyed), a node's
- * new write d added, or what a child graph node's new graph does added. */
+ * new write d added, what a child graph node's new graph does added, or the value writes among a
+ * stream memory operations node's new ops added. */
 void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph);
 void ibp_graph_forget(cudaGraphExec_t exec);
 void ibp_graph_learn_write(cudaGraphExec_t exec, IbpPitched d);
 void ibp_graph_learn_child(cudaGraphExec_t exec, cudaGraph_t child);
+void ibp_graph_learn_mem_ops(cudaGraphExec_t exec, const CUstreamBatchMemOpParams *ops, unsigned count);
 /* A launch of exec on stream: begin returns 1 when the graph does something to follow (then end
  * must follow the real launch, launched saying whether it succeeded), 0 when the real launch is
  * all there is.  end queues the launch's end behind it with the runtime's cudaLaunchHostFunc or,

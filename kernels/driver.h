@@ -62,7 +62,8 @@
     X(cuGraphNodeGetType, 10000)                                                                             \
     X(cuGraphChildGraphNodeGetGraph, 10000)                                                                  \
     X(cuGraphMemcpyNodeGetParams, 10000)                                                                     \
-    X(cuGraphMemsetNodeGetParams, 10000)
+    X(cuGraphMemsetNodeGetParams, 10000)                                                                     \
+    X(cuGraphBatchMemOpNodeGetParams, 11070)
 
 typedef struct IbpDriver {
 #define IBP_DRIVER_FIELD(name, version) PFN_##name##_v##version name;

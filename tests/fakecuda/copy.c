@@ -350,54 +350,70 @@ FAKECUDA_EXPORT CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t nops, CUDA_MEMCPY3D
     return batch3d(nops, ops, NULL, flags, s, true);
 }
 
-/* ---- Stream memory operations: a 4- or 8-byte value written in stream order, the device's own
- * write.  The fake neither captures them nor runs the wait and flush kinds. ---- */
+/* ---- Stream memory operations: 4- and 8-byte values written in stream order, the device's own
+ * writes.  A call is one op (one graph node when captured, as the driver makes it); the fake runs
+ * no wait or flush kinds. ---- */
 
-static CUresult write_value(CUstream handle, bool per_thread, CUdeviceptr addr, uint64_t value, size_t n)
+bool fakecuda_mem_op_valid(const CUstreamBatchMemOpParams *op)
 {
+    const CUstreamBatchMemOpType t = op->operation;
+    if (t != CU_STREAM_MEM_OP_WRITE_VALUE_32 && t != CU_STREAM_MEM_OP_WRITE_VALUE_64)
+        return false;
+    const size_t n = t == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4;
+    const uintptr_t addr = (uintptr_t)op->writeValue.address;
+    bool device = false, pinned = false;
+    return addr && addr % n == 0 && classify(addr, n, &device, &pinned) && (device || pinned) &&
+           !op->writeValue.flags;
+}
+
+static CUresult mem_ops(CUstream handle, bool per_thread, const CUstreamBatchMemOpParams *ops, unsigned count,
+                        unsigned flags)
+{
+    if (flags || (count && !ops))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!count)
+        return CUDA_SUCCESS;
+    for (unsigned i = 0; i < count; i++) {
+        const CUstreamBatchMemOpType t = ops[i].operation;
+        if (t != CU_STREAM_MEM_OP_WRITE_VALUE_32 && t != CU_STREAM_MEM_OP_WRITE_VALUE_64)
+            return CUDA_ERROR_NOT_SUPPORTED;
+        if (!fakecuda_mem_op_valid(&ops[i]))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
     CUstream s = NULL;
     CUresult r = fakecuda_stream_get(handle, per_thread, &s);
     if (r != CUDA_SUCCESS)
         return r;
-    bool device = false, pinned = false;
-    if (!addr || addr % n || !classify(P(addr), n, &device, &pinned) || (!device && !pinned)) {
-        r = CUDA_ERROR_INVALID_VALUE;
-    } else if (fakecuda_stream_capturing(s)) {
-        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    FakecudaOp *const op = fakecuda_op_new(FAKECUDA_OP_MEM_OP);
+    if (!op || !(op->u.mem_op.ops = fakecuda_mem_ops_dup(ops, count))) {
+        fakecuda_op_free(op);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
-        FakecudaOp *const op = fakecuda_op_new(FAKECUDA_OP_WRITE_VALUE);
-        if (!op) {
-            r = CUDA_ERROR_OUT_OF_MEMORY;
-        } else {
-            op->u.write_value.dst = P(addr);
-            op->u.write_value.value = value;
-            op->u.write_value.n = n;
-            r = fakecuda_stream_submit(s, op);
-        }
+        op->u.mem_op.count = count;
+        cuCtxGetCurrent(&op->u.mem_op.ctx);
+        r = fakecuda_stream_submit(s, op);
     }
     fakecuda_stream_unref(s);
     return r;
 }
 
+static CUresult write_value(CUstream s, bool per_thread, CUdeviceptr addr, uint64_t value, size_t n)
+{
+    CUstreamBatchMemOpParams op;
+    memset(&op, 0, sizeof(op));
+    op.writeValue.operation = n == 8 ? CU_STREAM_MEM_OP_WRITE_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op.writeValue.address = addr;
+    if (n == 8)
+        op.writeValue.value64 = value;
+    else
+        op.writeValue.value = (cuuint32_t)value;
+    return mem_ops(s, per_thread, &op, 1, 0);
+}
+
 static CUresult batch_mem_op(CUstream s, unsigned count, const CUstreamBatchMemOpParams *ops, unsigned flags,
                              bool per_thread)
 {
-    if (flags || (count && !ops))
-        return CUDA_ERROR_INVALID_VALUE;
-    for (unsigned i = 0; i < count; i++) {
-        const CUstreamBatchMemOpType t = ops[i].operation;
-        if (t != CU_STREAM_MEM_OP_WRITE_VALUE_32 && t != CU_STREAM_MEM_OP_WRITE_VALUE_64)
-            return CUDA_ERROR_NOT_SUPPORTED;
-    }
-    for (unsigned i = 0; i < count; i++) {
-        const bool wide = ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
-        const CUresult r =
-            write_value(s, per_thread, ops[i].writeValue.address,
-                        wide ? ops[i].writeValue.value64 : ops[i].writeValue.value, wide ? 8 : 4);
-        if (r != CUDA_SUCCESS)
-            return r;
-    }
-    return CUDA_SUCCESS;
+    return mem_ops(s, per_thread, ops, count, flags);
 }
 
 /* The first forms (CUDA 8-11) and the second (11.7 on) behave alike here. */

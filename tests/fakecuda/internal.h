@@ -152,8 +152,8 @@ typedef enum FakecudaOpType {
     FAKECUDA_OP_WAIT,
     FAKECUDA_OP_HOST_FN,
     FAKECUDA_OP_NOP,
-    FAKECUDA_OP_CHILD,       /* a child graph node: only in graphs, never on a stream */
-    FAKECUDA_OP_WRITE_VALUE, /* a stream memory operation's 4- or 8-byte write; never captured */
+    FAKECUDA_OP_CHILD,  /* a child graph node: only in graphs, never on a stream */
+    FAKECUDA_OP_MEM_OP, /* stream memory operations: 4- and 8-byte value writes */
 } FakecudaOpType;
 
 typedef struct FakecudaOp {
@@ -173,10 +173,10 @@ typedef struct FakecudaOp {
             unsigned char value;
         } memset;
         struct {
-            uintptr_t dst;
-            uint64_t value; /* its low n bytes, little-endian */
-            size_t n;
-        } write_value;
+            CUstreamBatchMemOpParams *ops; /* owned; each a CU_STREAM_MEM_OP_WRITE_VALUE_32 or _64 */
+            unsigned count;
+            CUcontext ctx;
+        } mem_op;
         struct {
             const FakecudaKernel *kernel;
             unsigned grid[3], block[3];
@@ -239,6 +239,13 @@ CUresult fakecuda_capture_check_unsafe(void);
 CUresult fakecuda_capture_check_device(int device);
 
 FakecudaOp *fakecuda_op_new(FakecudaOpType type);
+
+/* A copy of count stream memory operations (free() it), or NULL when out of memory. */
+CUstreamBatchMemOpParams *fakecuda_mem_ops_dup(const CUstreamBatchMemOpParams *ops, unsigned count);
+
+/* Whether op is a value write the fake runs: 32 or 64 bits, aligned, into device memory or pinned
+ * host memory (copy.c). */
+bool fakecuda_mem_op_valid(const CUstreamBatchMemOpParams *op);
 void fakecuda_op_free(FakecudaOp *op);
 
 /* ---- module.c / kernels_cpu.c ---- */

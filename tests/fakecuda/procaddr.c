@@ -115,6 +115,8 @@ static const ProcEntry table[] = {
     ENTRY("cuGraphAddChildGraphNode", 10000, cuGraphAddChildGraphNode),
     ENTRY("cuGraphMemcpyNodeGetParams", 10000, cuGraphMemcpyNodeGetParams),
     ENTRY("cuGraphMemsetNodeGetParams", 10000, cuGraphMemsetNodeGetParams),
+    ENTRY("cuGraphBatchMemOpNodeGetParams", 11070, cuGraphBatchMemOpNodeGetParams),
+    ENTRY("cuGraphExecBatchMemOpNodeSetParams", 11070, cuGraphExecBatchMemOpNodeSetParams),
     ENTRY("cuGraphExecUpdate", 10020, cuGraphExecUpdate),
     ENTRY("cuGraphExecUpdate", 12000, cuGraphExecUpdate_v2),
     ENTRY("cuGraphExecChildGraphNodeSetParams", 11010, cuGraphExecChildGraphNodeSetParams),

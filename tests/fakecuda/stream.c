@@ -111,14 +111,26 @@ void fakecuda_op_free(FakecudaOp *op)
         if (op->u.child.graph)
             graph_free(op->u.child.graph);
         break;
+    case FAKECUDA_OP_MEM_OP:
+        free(op->u.mem_op.ops);
+        break;
     default:
         break;
     }
     free(op);
 }
 
+/* A copy of count stream memory operations, or NULL when out of memory. */
+CUstreamBatchMemOpParams *fakecuda_mem_ops_dup(const CUstreamBatchMemOpParams *ops, unsigned count)
+{
+    CUstreamBatchMemOpParams *const c = malloc((count ? count : 1) * sizeof(*c));
+    if (c && count)
+        memcpy(c, ops, count * sizeof(*c));
+    return c;
+}
+
 /* Graph nodes are copied on instantiate and on every launch; only copies without staging, memsets,
- * kernels and host functions are ever captured. */
+ * kernels, host functions and stream memory operations are ever captured. */
 static FakecudaOp *op_clone(const FakecudaOp *op)
 {
     FakecudaOp *const c = fakecuda_op_new(op->type);
@@ -142,6 +154,11 @@ static FakecudaOp *op_clone(const FakecudaOp *op)
             c->u.kernel.params[i] = (char *)c->u.kernel.blob + off;
             off += (k->param_sizes[i] + 7) & ~(size_t)7;
         }
+    }
+    if (op->type == FAKECUDA_OP_MEM_OP &&
+        !(c->u.mem_op.ops = fakecuda_mem_ops_dup(op->u.mem_op.ops, op->u.mem_op.count))) {
+        fakecuda_op_free(c);
+        return NULL;
     }
     if (op->type == FAKECUDA_OP_CHILD && !(c->u.child.graph = graph_clone(op->u.child.graph))) {
         fakecuda_op_free(c);
@@ -283,20 +300,25 @@ static CUresult exec_op(const FakecudaOp *op)
     case FAKECUDA_OP_HOST_FN:
         op->u.host_fn.fn(op->u.host_fn.arg);
         return CUDA_SUCCESS;
-    case FAKECUDA_OP_WRITE_VALUE: {
-        /* The device writes pinned host memory without a fault, as a DMA does. */
-        void *const dst = fakecuda_mem_access(op->u.write_value.dst, op->u.write_value.n, false);
-        if (!dst)
-            return CUDA_ERROR_ILLEGAL_ADDRESS;
-        unsigned char bytes[8];
-        for (size_t i = 0; i < op->u.write_value.n; i++)
-            bytes[i] = (unsigned char)(op->u.write_value.value >> (8 * i));
-        if (fakecuda_mem_in_device_range(op->u.write_value.dst))
-            memcpy(dst, bytes, op->u.write_value.n);
-        else
-            dma_write(dst, bytes, op->u.write_value.n);
+    case FAKECUDA_OP_MEM_OP:
+        for (unsigned i = 0; i < op->u.mem_op.count; i++) {
+            /* The device writes pinned host memory without a fault, as a DMA does. */
+            const CUstreamBatchMemOpParams *const w = &op->u.mem_op.ops[i];
+            const size_t n = w->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4;
+            const uint64_t value = n == 8 ? w->writeValue.value64 : w->writeValue.value;
+            const uintptr_t at = (uintptr_t)w->writeValue.address;
+            void *const dst = fakecuda_mem_access(at, n, false);
+            if (!dst)
+                return CUDA_ERROR_ILLEGAL_ADDRESS;
+            unsigned char bytes[8];
+            for (size_t b = 0; b < n; b++)
+                bytes[b] = (unsigned char)(value >> (8 * b));
+            if (fakecuda_mem_in_device_range(at))
+                memcpy(dst, bytes, n);
+            else
+                dma_write(dst, bytes, n);
+        }
         return CUDA_SUCCESS;
-    }
     case FAKECUDA_OP_NOP:
         return CUDA_SUCCESS;
     case FAKECUDA_OP_CHILD: /* flattened at instantiation */
@@ -638,7 +660,7 @@ static CUresult submit(CUstream s, FakecudaOp *op, uint64_t *seq_out)
     if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
         CUresult r = CUDA_SUCCESS;
         const bool graphable = op->type == FAKECUDA_OP_KERNEL || op->type == FAKECUDA_OP_MEMSET ||
-                               op->type == FAKECUDA_OP_HOST_FN ||
+                               op->type == FAKECUDA_OP_HOST_FN || op->type == FAKECUDA_OP_MEM_OP ||
                                (op->type == FAKECUDA_OP_COPY && !op->u.copy.staging);
         /* A copy staged before capture began races with BeginCapture; it is refused like any
          * operation that cannot be a graph node. */
@@ -1826,6 +1848,9 @@ FAKECUDA_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *t
     case FAKECUDA_OP_CHILD:
         *type = CU_GRAPH_NODE_TYPE_GRAPH;
         break;
+    case FAKECUDA_OP_MEM_OP:
+        *type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+        break;
     default: /* waits are edges in a real graph */
         *type = CU_GRAPH_NODE_TYPE_EMPTY;
         break;
@@ -1924,13 +1949,34 @@ FAKECUDA_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSE
     return CUDA_SUCCESS;
 }
 
-/* Sets the copy (or memset) of node in executable graph e, made from node's graph, to `with`'s
- * fields: the op at the node's place in e, which must be of with's type. */
+/* The operations of a node that stream memory operations were captured into: paramArray points
+ * into the node, as the driver's does. */
+FAKECUDA_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode node,
+                                                        CUDA_BATCH_MEM_OP_NODE_PARAMS *params)
+{
+    FakecudaOp op;
+    const CUresult r = node_query(node, params, FAKECUDA_OP_MEM_OP, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
+    memset(params, 0, sizeof(*params));
+    params->ctx = op.u.mem_op.ctx;
+    params->count = op.u.mem_op.count;
+    params->paramArray = op.u.mem_op.ops;
+    return CUDA_SUCCESS;
+}
+
+/* Sets the copy, memset or stream memory operations of node in executable graph e, made from
+ * node's graph, to `with`'s fields: the op at the node's place in e, which must be of with's type
+ * (and, for memory operations, as many).  with's operations are copied. */
 static CUresult exec_set_op(CUgraphExec e, CUgraphNode node, const FakecudaOp *with)
 {
     const CUresult r = fakecuda_check_init();
     if (r != CUDA_SUCCESS)
         return r;
+    CUstreamBatchMemOpParams *ops = NULL;
+    if (with->type == FAKECUDA_OP_MEM_OP &&
+        !(ops = fakecuda_mem_ops_dup(with->u.mem_op.ops, with->u.mem_op.count)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult res = CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&objects_mu);
     size_t at = 0;
@@ -1951,9 +1997,16 @@ static CUresult exec_set_op(CUgraphExec e, CUgraphNode node, const FakecudaOp *w
         if (o && o->type == with->type && (o->type == FAKECUDA_OP_COPY || o->type == FAKECUDA_OP_MEMSET)) {
             o->u = with->u;
             res = CUDA_SUCCESS;
+        } else if (o && o->type == with->type && o->type == FAKECUDA_OP_MEM_OP &&
+                   o->u.mem_op.count == with->u.mem_op.count) {
+            CUstreamBatchMemOpParams *const old = o->u.mem_op.ops;
+            o->u.mem_op.ops = ops;
+            ops = old;
+            res = CUDA_SUCCESS;
         }
     }
     pthread_mutex_unlock(&objects_mu);
+    free(ops);
     return res;
 }
 
@@ -1986,6 +2039,21 @@ FAKECUDA_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec e, CUgraphNo
     with.u.memset.dst = (uintptr_t)p->dst;
     with.u.memset.n = p->width;
     with.u.memset.value = (unsigned char)p->value;
+    return exec_set_op(e, node, &with);
+}
+
+/* Value writes only, as many as the node has. */
+FAKECUDA_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec e, CUgraphNode node,
+                                                            const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+    if (!p || !p->count || !p->paramArray || p->flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < p->count; i++)
+        if (!fakecuda_mem_op_valid(&p->paramArray[i]))
+            return CUDA_ERROR_INVALID_VALUE;
+    FakecudaOp with = {.type = FAKECUDA_OP_MEM_OP};
+    with.u.mem_op.ops = p->paramArray;
+    with.u.mem_op.count = p->count;
     return exec_set_op(e, node, &with);
 }
 
@@ -2039,7 +2107,8 @@ FAKECUDA_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec e, CUgra
     return res;
 }
 
-/* The node kinds the fake's executable graphs can change: copies, memsets and child graphs. */
+/* The node kinds the fake's executable graphs can change: copies, memsets, stream memory operations
+ * and child graphs. */
 FAKECUDA_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode node, CUgraphNodeParams *p)
 {
     if (!p)
@@ -2058,6 +2127,13 @@ FAKECUDA_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode nod
     }
     case CU_GRAPH_NODE_TYPE_GRAPH:
         return cuGraphExecChildGraphNodeSetParams(e, node, p->graph.graph);
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+        const CUDA_BATCH_MEM_OP_NODE_PARAMS m = {.ctx = p->memOp.ctx,
+                                                 .count = p->memOp.count,
+                                                 .paramArray = p->memOp.paramArray,
+                                                 .flags = p->memOp.flags};
+        return cuGraphExecBatchMemOpNodeSetParams(e, node, &m);
+    }
     default:
         return CUDA_ERROR_NOT_SUPPORTED;
     }

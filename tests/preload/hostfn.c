@@ -2,7 +2,8 @@
  * ibpshim: a host function (cudaLaunchHostFunc, cudaStreamAddCallback, the driver's
  * cuLaunchHostFunc and cuStreamAddCallback, legacy and _ptsz, or a graph's host node) that
  * rewrites a compressed region before a copy of it in stream order: the copy delivers the new
- * bytes; so does a copy after a graph's device-to-host copy into the region. */
+ * bytes; so does a copy after a graph's device-to-host copy or stream memory operations (value
+ * writes) into the region. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -36,6 +37,12 @@ typedef CUresult (*CuGraphLaunchFn)(CUgraphExec exec, CUstream stream);
 typedef CUresult (*CuGraphExecDestroyFn)(CUgraphExec exec);
 typedef CUresult (*CuAddCallbackFn)(CUstream stream, CUstreamCallback cb, void *user_data,
                                     unsigned int flags);
+typedef CUresult (*CuWriteValue32Fn)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+typedef CUresult (*CuBatchMemOpFn)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *ops,
+                                   unsigned int flags);
+typedef CUresult (*CuMemOpNodeGetParamsFn)(CUgraphNode node, CUDA_BATCH_MEM_OP_NODE_PARAMS *p);
+typedef CUresult (*CuGraphExecMemOpFn)(CUgraphExec exec, CUgraphNode node,
+                                       const CUDA_BATCH_MEM_OP_NODE_PARAMS *p);
 
 /* What the host function does once opened: writes patch over [dst, dst + len). */
 typedef struct Gate {
@@ -608,6 +615,165 @@ static void check_graph_write(const char *name, GraphRetarget how, int driver, s
     free(patch);
 }
 
+/* Stream memory operations captured into a graph write a compressed region from the device when
+ * it runs: a cuStreamWriteValue32 of 4 bytes and a cuStreamBatchMemOp of an 8- and a 4-byte write,
+ * each at these offsets of its buffer. */
+#define MEM_OPS 3
+static const size_t mem_op_at[MEM_OPS] = {(1u << 20) + 4 * 4096 + 12, (1u << 20) + 9 * 4096 + 8,
+                                          (3u << 20) + 20};
+static const unsigned mem_op_bytes[MEM_OPS] = {4, 8, 4};
+
+/* How the executable graph comes to write the region. */
+typedef enum MemOpsHow {
+    MEM_OPS_AS_CAPTURED, /* captured so */
+    MEM_OPS_IN_CHILD,    /* captured so, in a child graph */
+    MEM_OPS_EXEC_SET,    /* captured writing elsewhere, then cuGraphExecBatchMemOpNodeSetParams */
+    MEM_OPS_NODE_ANY,    /* captured writing elsewhere, then cuGraphExecNodeSetParams */
+} MemOpsHow;
+
+static CUstreamBatchMemOpParams mem_op(uint8_t *base, int k, uint64_t value)
+{
+    CUstreamBatchMemOpParams op;
+    memset(&op, 0, sizeof(op));
+    op.writeValue.operation =
+        mem_op_bytes[k] == 8 ? CU_STREAM_MEM_OP_WRITE_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op.writeValue.address = (CUdeviceptr)(uintptr_t)(base + mem_op_at[k]);
+    if (mem_op_bytes[k] == 8)
+        op.writeValue.value64 = value;
+    else
+        op.writeValue.value = (cuuint32_t)value;
+    return op;
+}
+
+/* Captures the writes into base on cs.  Returns 0 when the driver does not capture stream memory
+ * operations on this device. */
+static int capture_mem_ops(cudaStream_t cs, uint8_t *base, const uint64_t values[MEM_OPS], cudaGraph_t *graph)
+{
+    CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    CUresult r = ((CuWriteValue32Fn)driver_hook("cuStreamWriteValue32_v2"))(
+        (CUstream)cs, (CUdeviceptr)(uintptr_t)(base + mem_op_at[0]), (cuuint32_t)values[0], 0);
+    if (r == CUDA_SUCCESS) {
+        CUstreamBatchMemOpParams ops[2] = {mem_op(base, 1, values[1]), mem_op(base, 2, values[2])};
+        r = ((CuBatchMemOpFn)driver_hook("cuStreamBatchMemOp_v2"))((CUstream)cs, 2, ops, 0);
+    }
+    *graph = NULL;
+    const cudaError_t end = cudaStreamEndCapture(cs, graph);
+    if (r == CUDA_ERROR_NOT_SUPPORTED) {
+        if (*graph)
+            CHECK_CUDA(cudaGraphDestroy(*graph));
+        (void)cudaGetLastError();
+        return 0;
+    }
+    CHECK(r == CUDA_SUCCESS, "capturing stream memory operations failed (%d)", (int)r);
+    CHECK_CUDA(end);
+    return 1;
+}
+
+/* Moves each write of exec's node `node` (of graph made writing `from`) to the same offset of to. */
+static void move_mem_ops(cudaGraphExec_t exec, cudaGraphNode_t node, MemOpsHow how, const uint8_t *from,
+                         uint8_t *to)
+{
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(cuda != NULL, "libcuda.so.1 is not loaded");
+    CUDA_BATCH_MEM_OP_NODE_PARAMS p;
+    memset(&p, 0, sizeof(p));
+    CHECK(((CuMemOpNodeGetParamsFn)lookup(cuda, "cuGraphBatchMemOpNodeGetParams"))((CUgraphNode)node, &p) ==
+                  CUDA_SUCCESS &&
+              p.count && p.count <= 2 && p.paramArray,
+          "cuGraphBatchMemOpNodeGetParams");
+    CUstreamBatchMemOpParams ops[2];
+    memcpy(ops, p.paramArray, p.count * sizeof(ops[0]));
+    for (unsigned i = 0; i < p.count; i++)
+        ops[i].writeValue.address += (CUdeviceptr)(to - from);
+    p.paramArray = ops;
+    CUresult r;
+    if (how == MEM_OPS_EXEC_SET) {
+        r = ((CuGraphExecMemOpFn)driver_hook("cuGraphExecBatchMemOpNodeSetParams"))((CUgraphExec)exec,
+                                                                                    (CUgraphNode)node, &p);
+    } else {
+        CUgraphNodeParams any;
+        memset(&any, 0, sizeof(any));
+        any.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+        any.memOp.ctx = p.ctx;
+        any.memOp.count = p.count;
+        any.memOp.paramArray = p.paramArray;
+        any.memOp.flags = p.flags;
+        r = ((CuGraphExecNodeFn)driver_hook("cuGraphExecNodeSetParams"))((CUgraphExec)exec, (CUgraphNode)node,
+                                                                         &any);
+    }
+    CHECK(r == CUDA_SUCCESS, "setting a stream memory operations node's parameters failed (%d)", (int)r);
+}
+
+/* Returns 0 when the driver does not capture stream memory operations on this device. */
+static int check_graph_mem_ops(const char *name, MemOpsHow how, GraphMake make, size_t n, cudaStream_t s,
+                               PreloadTotalsFn totals)
+{
+    const int moved = how == MEM_OPS_EXEC_SET || how == MEM_OPS_NODE_ANY;
+    const size_t elsewhere_n = (4u << 20);
+    uint8_t *host = NULL, *elsewhere = NULL;
+    CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
+    preload_fill_weights(host, n);
+    CHECK_CUDA(cudaHostAlloc((void **)&elsewhere, elsewhere_n, cudaHostAllocDefault));
+    memset(elsewhere, 0, elsewhere_n);
+    uint64_t values[MEM_OPS];
+    for (int k = 0; k < MEM_OPS; k++) {
+        uint64_t v = 0;
+        memcpy(&v, host + mem_op_at[k], mem_op_bytes[k]);
+        values[k] = ~v;
+    }
+    cudaStream_t cs;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    cudaGraph_t graph = NULL, parent = NULL;
+    if (!capture_mem_ops(cs, moved ? elsewhere : host, values, &graph)) {
+        CHECK_CUDA(cudaStreamDestroy(cs));
+        CHECK_CUDA(cudaFreeHost(elsewhere));
+        CHECK_CUDA(cudaFreeHost(host));
+        return 0;
+    }
+    if (how == MEM_OPS_IN_CHILD) {
+        CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+        CHECK_CUDA(cudaMemsetAsync(dev_buf, 0, 16, cs));
+        CHECK_CUDA(cudaStreamEndCapture(cs, &parent));
+        cudaGraphNode_t child_node = NULL;
+        CHECK_CUDA(cudaGraphAddChildGraphNode(&child_node, parent, NULL, 0, graph));
+    }
+    const cudaGraphExec_t exec = instantiate(parent ? parent : graph, make);
+    if (moved) {
+        cudaGraphNode_t nodes[2] = {NULL, NULL};
+        size_t count = 2;
+        CHECK_CUDA(cudaGraphGetNodes(graph, nodes, &count));
+        CHECK(count == 2, "%s: the captured graph has %zu nodes", name, count);
+        for (size_t i = 0; i < count; i++)
+            move_mem_ops(exec, nodes[i], how, elsewhere, host);
+    }
+    PreloadWaiting waiting = {.host = host, .n = n, .s = s};
+    const unsigned copies = preload_wait_compressed("hostfn", name, totals, copy_all, &waiting);
+    graph_launch(exec, s, make);
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    for (int k = 0; k < MEM_OPS; k++) {
+        uint64_t v = 0;
+        memcpy(&v, host + mem_op_at[k], mem_op_bytes[k]);
+        CHECK(v == (mem_op_bytes[k] == 8 ? values[k] : (uint32_t)values[k]),
+              "%s: the graph did not write the region at %zu", name, mem_op_at[k]);
+    }
+    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
+    CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
+    CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, n, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    for (size_t i = 0; i < n; i++)
+        CHECK(back[i] == host[i], "%s: byte %zu is 0x%02x, expected 0x%02x", name, i, back[i], host[i]);
+    printf("hostfn: %s: compressed after %u copies, the copy after the graph delivered its writes\n", name,
+           copies);
+    graph_exec_destroy(exec, make);
+    if (parent)
+        CHECK_CUDA(cudaGraphDestroy(parent));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    CHECK_CUDA(cudaStreamDestroy(cs));
+    CHECK_CUDA(cudaFreeHost(elsewhere));
+    CHECK_CUDA(cudaFreeHost(host));
+    return 1;
+}
+
 int main(void)
 {
     const PreloadTotalsFn totals = preload_compression_or_skip("hostfn", 1);
@@ -676,6 +842,20 @@ int main(void)
                           2, n, s, totals);
         check_graph_write("a graph's device-to-host copy (CUDA 10's cuGraphInstantiate, cuGraphExecUpdate)",
                           GRAPH_EXEC_UPDATE, 2, n, s, totals);
+    }
+    if (check_graph_mem_ops("captured stream memory operations (cudaGraphInstantiate)", MEM_OPS_AS_CAPTURED,
+                            GRAPH_INSTANTIATE, n, s, totals)) {
+        check_graph_mem_ops("captured stream memory operations (cuGraphInstantiateWithFlags, cuGraphLaunch)",
+                            MEM_OPS_AS_CAPTURED, GRAPH_DRIVER, n, s, totals);
+        check_graph_mem_ops("captured stream memory operations in a child graph", MEM_OPS_IN_CHILD,
+                            GRAPH_INSTANTIATE, n, s, totals);
+        check_graph_mem_ops("stream memory operations after cuGraphExecBatchMemOpNodeSetParams",
+                            MEM_OPS_EXEC_SET, GRAPH_DRIVER, n, s, totals);
+        check_graph_mem_ops("stream memory operations after cuGraphExecNodeSetParams", MEM_OPS_NODE_ANY,
+                            GRAPH_INSTANTIATE, n, s, totals);
+    } else {
+        printf("hostfn: skipped captured stream memory operations: the driver does not capture them on this "
+               "device\n");
     }
     printf("hostfn: ok\n");
 
