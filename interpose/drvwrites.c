@@ -473,11 +473,11 @@ IBP_HOOK CUresult cuGraphLaunch(CUgraphExec exec, CUstream s);
 IBP_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s);
 
 /* What graph holds, read for the executable graph *exec made from it (or updated with it). */
-static void learned(CUgraphExec *exec, CUgraph graph)
+static void learned(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
 {
     ibp_shim_init(); /* a graph is read once: before the shim was set up it would go unread */
     if (exec)
-        ibp_graph_learn((cudaGraphExec_t)*exec, (cudaGraph_t)graph);
+        ibp_graph_learn((cudaGraphExec_t)*exec, (cudaGraph_t)graph, flags);
 }
 
 static void memcpy_learned(CUgraphExec exec, const CUDA_MEMCPY3D *p)
@@ -536,25 +536,25 @@ static void node_learned(CUgraphExec exec, const CUgraphNodeParams *p)
  * call them by these names. */
 HOOK_THEN(cuGraphInstantiate, ID_cuGraphInstantiate,
           (CUgraphExec * exec, CUgraph graph, CUgraphNode *error_node, char *log, size_t log_size),
-          (exec, graph, error_node, log, log_size), learned(exec, graph))
+          (exec, graph, error_node, log, log_size), learned(exec, graph, 0))
 HOOK_THEN(cuGraphInstantiate_v2, ID_cuGraphInstantiate_v2,
           (CUgraphExec * exec, CUgraph graph, CUgraphNode *error_node, char *log, size_t log_size),
-          (exec, graph, error_node, log, log_size), learned(exec, graph))
+          (exec, graph, error_node, log, log_size), learned(exec, graph, 0))
 HOOK_THEN(cuGraphExecUpdate, ID_cuGraphExecUpdate,
           (CUgraphExec exec, CUgraph graph, CUgraphNode *error_node, CUgraphExecUpdateResult *result),
-          (exec, graph, error_node, result), learned(&exec, graph))
+          (exec, graph, error_node, result), learned(&exec, graph, IBP_GRAPH_UPDATED))
 HOOK_THEN(cuGraphInstantiateWithFlags, ID_cuGraphInstantiateWithFlags,
           (CUgraphExec * exec, CUgraph graph, unsigned long long flags), (exec, graph, flags),
-          learned(exec, graph))
+          learned(exec, graph, flags))
 HOOK_THEN(cuGraphInstantiateWithParams, ID_cuGraphInstantiateWithParams,
           (CUgraphExec * exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *params), (exec, graph, params),
-          learned(exec, graph))
+          learned(exec, graph, params ? params->flags : 0))
 HOOK_THEN(cuGraphInstantiateWithParams_ptsz, ID_cuGraphInstantiateWithParams_ptsz,
           (CUgraphExec * exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *params), (exec, graph, params),
-          learned(exec, graph))
+          learned(exec, graph, params ? params->flags : 0))
 HOOK_THEN(cuGraphExecUpdate_v2, ID_cuGraphExecUpdate_v2,
           (CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info), (exec, graph, info),
-          learned(&exec, graph))
+          learned(&exec, graph, IBP_GRAPH_UPDATED))
 HOOK_THEN(cuGraphExecDestroy, ID_cuGraphExecDestroy, (CUgraphExec exec), (exec),
           ibp_graph_forget((cudaGraphExec_t)exec))
 HOOK_THEN(cuGraphExecMemcpyNodeSetParams, ID_cuGraphExecMemcpyNodeSetParams,

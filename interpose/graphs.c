@@ -8,7 +8,9 @@
  * writes host memory lands as a device-to-host copy does, without a fault: its bytes are marked
  * dirty at each launch and again once the stream has passed it.  What each executable graph does
  * is read once from its graph's nodes at instantiation (and at cudaGraphExecUpdate); a launch
- * costs one lookup in a table of the graphs that do either. */
+ * costs one lookup in a table of the graphs that do either.  A graph instantiated for launches
+ * from the device may run at any time no host call marks: when it writes a registered region (or
+ * cannot be read), copies go raw from then on. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -21,6 +23,7 @@
 #include "interpose/router.h"
 #include "interpose/shim.h"
 #include "kernels/driver.h"
+#include "policy/engine.h"
 
 static int graphs_oom;
 #define HASH_NONFATAL_OOM 1
@@ -41,6 +44,7 @@ typedef struct IbpGraphExec {
     cudaGraphExec_t exec; /* the key */
     int host;             /* runs host nodes */
     int opaque;           /* holds nodes whose writes cannot be read (conditional bodies, errors) */
+    int device_launch;    /* instantiated to be launchable from the device too */
     size_t nwrites;
     IbpHostWrite *writes; /* memcpy and memset nodes into host memory */
 } IbpGraphExec;
@@ -52,7 +56,7 @@ static atomic_size_t graphs_len; /* entries in graphs: launches skip the lock wh
 /* ---- Reading a graph ---- */
 
 typedef struct IbpGraphScan {
-    int host, opaque;
+    int host, opaque, device_launch;
     size_t nwrites, cap;
     IbpHostWrite *writes;
 } IbpGraphScan;
@@ -244,11 +248,11 @@ void ibp_graph_forget(cudaGraphExec_t exec)
  * marked dirty twice costs a lookup). */
 static void record(cudaGraphExec_t exec, IbpGraphScan *s)
 {
-    if (!s->host && !s->opaque && !s->nwrites) {
+    if (!s->host && !s->opaque && !s->nwrites && !s->device_launch) {
         free(s->writes);
         return;
     }
-    int failed = 0;
+    int failed = 0, unseen = 0;
     pthread_mutex_lock(&graphs_mu);
     IbpGraphExec *e = NULL;
     HASH_FIND_PTR(graphs, &exec, e);
@@ -266,6 +270,11 @@ static void record(cudaGraphExec_t exec, IbpGraphScan *s)
     if (e) {
         e->host |= s->host;
         e->opaque |= s->opaque;
+        e->device_launch |= s->device_launch;
+        /* The device may launch it: the writes found now land unmarked. */
+        for (size_t i = 0; e->device_launch && !unseen && i < s->nwrites; i++)
+            unseen = ibp_policy_touches_region(s->writes[i].dst, s->writes[i].n);
+        unseen |= e->device_launch && s->opaque;
         if (!e->nwrites) {
             free(e->writes);
             e->writes = s->writes;
@@ -288,7 +297,10 @@ static void record(cudaGraphExec_t exec, IbpGraphScan *s)
     free(s->writes);
     if (failed)
         ibp_router_hostwork_lost("a graph with host nodes or host memory writes could not be recorded");
-    else
+    else if (unseen)
+        ibp_router_hostwork_lost("a graph instantiated for launches from the device writes pinned memory "
+                                 "that copies may send compressed (or cannot be read)");
+    if (!failed)
         IBP_DEBUG("graph exec %p: %s, %zu host memory writes found%s", (void *)exec,
                   s->host ? "host nodes" : "no host nodes", s->nwrites,
                   s->opaque ? ", some nodes unreadable" : "");
@@ -301,27 +313,42 @@ static const IbpDriver *driver_if_compressing(void)
 }
 
 /* Adds to exec's entry what graph (at depth, 0 for the graph exec was made from) does. */
-static void learn_graph(cudaGraphExec_t exec, cudaGraph_t graph, int depth)
+static void learn_graph(cudaGraphExec_t exec, cudaGraph_t graph, int depth, int device_launch)
 {
     const IbpDriver *drv = driver_if_compressing();
     if (!drv)
         return;
-    IbpGraphScan s = {0};
+    IbpGraphScan s = {.device_launch = device_launch};
     scan_graph(drv, (CUgraph)graph, depth, &s);
     record(exec, &s);
 }
 
-/* Reads graph, the graph exec was made from (or updated with), and keeps what it found. */
-void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph)
+/* Whether exec was instantiated to be launchable from the device. */
+static int exec_device_launch(cudaGraphExec_t exec)
 {
+    IbpGraphExec *e = NULL;
+    pthread_mutex_lock(&graphs_mu);
+    HASH_FIND_PTR(graphs, &exec, e);
+    const int device_launch = e && e->device_launch;
+    pthread_mutex_unlock(&graphs_mu);
+    return device_launch;
+}
+
+/* Reads graph, the graph exec was made from (flags: its instantiation flags) or updated with
+ * (flags IBP_GRAPH_UPDATED), and keeps what it found. */
+void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph, unsigned long long flags)
+{
+    const int device_launch = flags == IBP_GRAPH_UPDATED
+                                  ? exec_device_launch(exec)
+                                  : !!(flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH);
     ibp_graph_forget(exec);
-    learn_graph(exec, graph, 0);
+    learn_graph(exec, graph, 0, device_launch);
 }
 
 /* A child graph node of exec now runs child. */
 void ibp_graph_learn_child(cudaGraphExec_t exec, cudaGraph_t child)
 {
-    learn_graph(exec, child, 1);
+    learn_graph(exec, child, 1, 0);
 }
 
 /* A node of exec now writes d. */
@@ -359,7 +386,7 @@ cudaError_t ibp_route_graph_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, graph, flags);
     if (err == cudaSuccess && exec)
-        ibp_graph_learn(*exec, graph);
+        ibp_graph_learn(*exec, graph, flags);
     return err;
 }
 
@@ -374,7 +401,7 @@ cudaError_t ibp_route_graph_instantiate_with_params(IbpStreamApi api, cudaGraphE
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, graph, params);
     if (err == cudaSuccess && exec)
-        ibp_graph_learn(*exec, graph);
+        ibp_graph_learn(*exec, graph, params ? params->flags : 0);
     return err;
 }
 
@@ -387,7 +414,7 @@ cudaError_t ibp_route_graph_exec_update(cudaGraphExec_t exec, cudaGraph_t graph,
         return IBP_REAL_MISSING_ERROR;
     const cudaError_t err = real(exec, graph, info);
     if (err == cudaSuccess)
-        ibp_graph_learn(exec, graph);
+        ibp_graph_learn(exec, graph, IBP_GRAPH_UPDATED);
     return err;
 }
 
@@ -529,8 +556,10 @@ int ibp_graph_launch_begin(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t 
         }
     }
     pthread_mutex_unlock(&graphs_mu);
-    if (!e)
+    if (!e || (!host && !opaque && !nwrites)) { /* an entry kept only for its device_launch */
+        free(writes);
         return 0;
+    }
     const int capturing = ibp_router_stream_capturing(api, stream);
     if (capturing > 0) {
         /* The launch becomes a node of the graph being captured, which is read when that one is

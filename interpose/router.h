@@ -81,10 +81,11 @@ cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node
                                       struct cudaGraphNodeParams *params);
 cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream);
 /* What the hooks above and the driver's (drvwrites.c) note after the real call: what an
- * executable graph does read from graph (instantiated, updated), dropped (destroyed), a node's
- * new write d added, what a child graph node's new graph does added, or the value writes among a
- * stream memory operations node's new ops added. */
-void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph);
+ * executable graph does read from graph (instantiated with flags, or updated), dropped
+ * (destroyed), a node's new write d added, what a child graph node's new graph does added, or the
+ * value writes among a stream memory operations node's new ops added. */
+#define IBP_GRAPH_UPDATED (~0ull) /* ibp_graph_learn's flags after an update: as instantiated */
+void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph, unsigned long long flags);
 void ibp_graph_forget(cudaGraphExec_t exec);
 void ibp_graph_learn_write(cudaGraphExec_t exec, IbpPitched d);
 void ibp_graph_learn_child(cudaGraphExec_t exec, cudaGraph_t child);

@@ -1649,12 +1649,21 @@ static size_t flat_count(CUgraph g, const FakecudaOp *stop)
     return n;
 }
 
+static bool graph_has_host_fn(CUgraph g)
+{
+    for (const FakecudaOp *o = g->head; o; o = o->next)
+        if (o->type == FAKECUDA_OP_HOST_FN ||
+            (o->type == FAKECUDA_OP_CHILD && graph_has_host_fn(o->u.child.graph)))
+            return true;
+    return false;
+}
+
 FAKECUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g, unsigned long long flags)
 {
     const CUresult r = fakecuda_check_init();
     if (r != CUDA_SUCCESS)
         return r;
-    if (!out || flags != 0)
+    if (!out || (flags & ~(unsigned long long)CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH))
         return CUDA_ERROR_INVALID_VALUE;
     const CUgraphExec e = calloc(1, sizeof(*e));
     if (!e)
@@ -1665,6 +1674,9 @@ FAKECUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g
     for (CUgraph p = all_graphs; p; p = p->next)
         found |= p == g;
     bool ok = true;
+    /* A graph the device may launch holds no host functions (the driver refuses them). */
+    if (found && (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) && graph_has_host_fn(g))
+        found = false;
     if (found)
         e->head = op_list_clone(g->head, true, &ok);
     if (found && ok) {
@@ -1680,7 +1692,8 @@ FAKECUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g
     return CUDA_SUCCESS;
 }
 
-/* Upload and device-launch flags are not modelled: refused, as flags other than 0 are above. */
+/* The upload flags are not modelled: refused, as flags other than the device-launch one are above
+ * (whose launches from a kernel the fake cannot make: its graphs run from the host). */
 static CUresult instantiate_with_params(CUgraphExec *out, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *params)
 {
     if (!params)
