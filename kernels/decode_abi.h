@@ -107,14 +107,16 @@ static inline uint32_t ibp_decode_unflag_words(uint32_t word_size, uint32_t bloc
 /* Threads per CTA of every decode kernel. */
 #define IBP_DECODE_THREADS 256
 
-/* Segment buffers (below) for one column of 4-byte words and for several columns of 8-byte words:
- * off until a GPU run has verified and timed them (1 turns one on; the one-column kernel then runs
- * at three CTAs a multiprocessor, for want of shared memory at four). */
+/* Segment buffers (below) for one column of 4-byte words and for several columns of 8-byte words
+ * (0 turns one off; with it on, the one-column kernel runs at three CTAs a multiprocessor, for want
+ * of shared memory at four).  On an H100 they took float64 features' decode from 730-900 to
+ * 1180-1580 GB/s and bf16's up 2-5% (docs/BENCHMARKS.md, "Segment buffers for bf16 and float64
+ * features"). */
 #ifndef IBP_DECODE_SEG1_VIA
-#define IBP_DECODE_SEG1_VIA 0
+#define IBP_DECODE_SEG1_VIA 1
 #endif
 #ifndef IBP_DECODE_SEGW8_VIA
-#define IBP_DECODE_SEGW8_VIA 0
+#define IBP_DECODE_SEGW8_VIA 1
 #endif
 
 /* CTAs a multiprocessor of ibp_k_decode_seg1 (one-column plans of 2- and 4-byte words),

@@ -4,7 +4,8 @@
 # tensors: ibp-bench at 4 MiB, one timed run of every path, each decode verified (fp32 weights:
 # one column of 8-byte words stored through shared memory; bf16: one column of 4-byte words;
 # uint8 images and float64 features: several columns; int32 triples: predictors); then racecheck
-# and synccheck over the fp32 weights, whose warps share a buffer in shared memory.  Fails on any
+# and synccheck over the fp32 weights, the bf16 weights and the float64 features, whose kernels
+# store through a buffer in shared memory.  Fails on any
 # error a tool reports; exits 77 (skipped) without compute-sanitizer, a GPU or the tensors.
 # usage: memcheck.sh CUDA_ROOT IBP_BENCH, run through real_cuda.sh (the real driver, never the fake's)
 set -u
@@ -48,8 +49,10 @@ check() {
 for f in $files; do
     [ -f "$data/$f.bin" ] && check memcheck "$f"
 done
-if [ -f "$data/ocr_det_all_f32.bin" ]; then
-    check racecheck ocr_det_all_f32
-    check synccheck ocr_det_all_f32
-fi
+for f in ocr_det_all_f32 ocr_rec_all_bf16 digits_1797x64_f64; do
+    if [ -f "$data/$f.bin" ]; then
+        check racecheck "$f"
+        check synccheck "$f"
+    fi
+done
 exit $failed
