@@ -660,6 +660,88 @@ TEST_F(Fake, CaptureRecordsWithoutExecutingAndReplays)
     EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
 }
 
+// A captured cuStreamWriteValue32 and a cuStreamBatchMemOp each become one node, as on the
+// driver; the nodes describe their writes, run at each launch, and an executable graph's node can
+// be pointed elsewhere.
+TEST_F(Fake, CapturedStreamMemoryOperationsAreNodes)
+{
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    uint8_t *pinned = nullptr;
+    ASSERT_EQ(cudaMallocHost((void **)&pinned, 256), cudaSuccess);
+    memset(pinned, 0, 256);
+    const CUdeviceptr at = (CUdeviceptr)(uintptr_t)pinned;
+
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    ASSERT_EQ(cuStreamWriteValue32_v2((CUstream)s, at, 0x11223344u, 0), CUDA_SUCCESS);
+    CUstreamBatchMemOpParams ops[2];
+    memset(ops, 0, sizeof(ops));
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    ops[0].writeValue.address = at + 8;
+    ops[0].writeValue.value64 = 0x0102030405060708ull;
+    ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[1].writeValue.address = at + 20;
+    ops[1].writeValue.value = 0xa5a5a5a5u;
+    ASSERT_EQ(cuStreamBatchMemOp_v2((CUstream)s, 2, ops, 0), CUDA_SUCCESS);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    EXPECT_EQ(pinned[0], 0) << "captured writes must not execute";
+
+    cudaGraphNode_t nodes[2] = {nullptr, nullptr};
+    size_t count = 2;
+    ASSERT_EQ(cudaGraphGetNodes(graph, nodes, &count), cudaSuccess);
+    ASSERT_EQ(count, 2u);
+    CUgraphNodeType type;
+    CUDA_BATCH_MEM_OP_NODE_PARAMS p;
+    ASSERT_EQ(cuGraphNodeGetType((CUgraphNode)nodes[1], &type), CUDA_SUCCESS);
+    EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+    ASSERT_EQ(cuGraphBatchMemOpNodeGetParams((CUgraphNode)nodes[1], &p), CUDA_SUCCESS);
+    ASSERT_EQ(p.count, 2u);
+    EXPECT_EQ(p.paramArray[0].writeValue.address, at + 8);
+    EXPECT_EQ(p.paramArray[1].writeValue.value, 0xa5a5a5a5u);
+    EXPECT_EQ(cuGraphMemsetNodeGetParams((CUgraphNode)nodes[1], nullptr), CUDA_ERROR_INVALID_VALUE);
+
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    uint32_t v32 = 0;
+    uint64_t v64 = 0;
+    memcpy(&v32, pinned, 4);
+    EXPECT_EQ(v32, 0x11223344u);
+    memcpy(&v64, pinned + 8, 8);
+    EXPECT_EQ(v64, 0x0102030405060708ull);
+    memcpy(&v32, pinned + 20, 4);
+    EXPECT_EQ(v32, 0xa5a5a5a5u);
+
+    // The executable graph's first node now writes 128 bytes further; the graph's own node is
+    // unchanged, and a different count is refused.
+    CUDA_BATCH_MEM_OP_NODE_PARAMS moved;
+    ASSERT_EQ(cuGraphBatchMemOpNodeGetParams((CUgraphNode)nodes[0], &moved), CUDA_SUCCESS);
+    CUstreamBatchMemOpParams op = moved.paramArray[0];
+    op.writeValue.address += 128;
+    op.writeValue.value = 0x55667788u;
+    moved.paramArray = &op;
+    ASSERT_EQ(cuGraphExecBatchMemOpNodeSetParams((CUgraphExec)exec, (CUgraphNode)nodes[0], &moved),
+              CUDA_SUCCESS);
+    moved.count = 2;
+    EXPECT_EQ(cuGraphExecBatchMemOpNodeSetParams((CUgraphExec)exec, (CUgraphNode)nodes[0], &moved),
+              CUDA_ERROR_INVALID_VALUE);
+    memset(pinned, 0, 256);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    memcpy(&v32, pinned + 128, 4);
+    EXPECT_EQ(v32, 0x55667788u);
+    EXPECT_EQ(pinned[0], 0);
+    ASSERT_EQ(cuGraphBatchMemOpNodeGetParams((CUgraphNode)nodes[0], &p), CUDA_SUCCESS);
+    EXPECT_EQ(p.paramArray[0].writeValue.address, at);
+
+    EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+    EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+}
+
 TEST_F(Fake, IllegalCallsDuringCaptureInvalidateIt)
 {
     cudaStream_t s;
