@@ -724,6 +724,8 @@ TEST_F(Fake, CapturedStreamMemoryOperationsAreNodes)
     moved.paramArray = &op;
     ASSERT_EQ(cuGraphExecBatchMemOpNodeSetParams((CUgraphExec)exec, (CUgraphNode)nodes[0], &moved),
               CUDA_SUCCESS);
+    CUstreamBatchMemOpParams two[2] = {op, op};
+    moved.paramArray = two;
     moved.count = 2;
     EXPECT_EQ(cuGraphExecBatchMemOpNodeSetParams((CUgraphExec)exec, (CUgraphNode)nodes[0], &moved),
               CUDA_ERROR_INVALID_VALUE);
