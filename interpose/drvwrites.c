@@ -298,7 +298,8 @@ static void *real_fn(int id)
 
 IBP_DRIVER_WRITERS(HOOKS)
 
-/* A batch of stream memory operations: its 32- and 64-bit value writes. */
+/* A batch of stream memory operations: its 32- and 64-bit value writes (a kind newer than these
+ * headers goes unnoted; in a graph it makes the graph opaque). */
 static CUresult batch_mem_op(int id, IbpStreamApi api, CUstream s, unsigned int count,
                              CUstreamBatchMemOpParams *ops, unsigned int flags)
 {
@@ -308,10 +309,8 @@ static CUresult batch_mem_op(int id, IbpStreamApi api, CUstream s, unsigned int 
         return CUDA_ERROR_NOT_FOUND;
     const CUresult ret = real(s, count, ops, flags);
     for (unsigned int i = 0; ret == CUDA_SUCCESS && ops && i < count; i++) {
-        if (ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_32)
-            noted(api, row(ops[i].writeValue.address, 4), cudaMemcpyDeviceToHost, s);
-        else if (ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64)
-            noted(api, row(ops[i].writeValue.address, 8), cudaMemcpyDeviceToHost, s);
+        int known;
+        noted(api, ibp_pitched_mem_op(&ops[i], &known), cudaMemcpyDeviceToHost, s);
     }
     return ret;
 }

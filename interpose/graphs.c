@@ -115,8 +115,8 @@ static void scan_memset(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
                  ibp_pitched_memset((void *)(uintptr_t)p.dst, p.pitch, p.elementSize, p.width, p.height));
 }
 
-/* Stream memory operations: their 4- and 8-byte value writes.  Waits, flushes and barriers write
- * nothing; a kind newer than this toolkit may, so it makes the graph opaque. */
+/* Stream memory operations: their value writes (ibp_pitched_mem_op); a kind newer than this
+ * toolkit may write too, so it makes the graph opaque. */
 static void scan_mem_op_array(const IbpDriver *drv, IbpGraphScan *s, const CUstreamBatchMemOpParams *ops,
                               unsigned count)
 {
@@ -125,23 +125,9 @@ static void scan_mem_op_array(const IbpDriver *drv, IbpGraphScan *s, const CUstr
         return;
     }
     for (unsigned i = 0; i < count; i++) {
-        const CUstreamBatchMemOpParams *const op = &ops[i];
-        switch (op->operation) {
-        case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-        case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-            scan_pitched(drv, s,
-                         ibp_pitched_row((const void *)(uintptr_t)op->writeValue.address,
-                                         op->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4));
-            break;
-        case CU_STREAM_MEM_OP_WAIT_VALUE_32:
-        case CU_STREAM_MEM_OP_WAIT_VALUE_64:
-        case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
-        case CU_STREAM_MEM_OP_BARRIER:
-            break;
-        default:
-            s->opaque = 1;
-            break;
-        }
+        int known;
+        scan_pitched(drv, s, ibp_pitched_mem_op(&ops[i], &known));
+        s->opaque |= !known;
     }
 }
 
@@ -229,8 +215,8 @@ static void exec_free(IbpGraphExec *e)
     }
 }
 
-/* Drops exec's entry (a destroyed or re-read executable graph). */
-void ibp_graph_forget(cudaGraphExec_t exec)
+/* Takes exec's entry out of the table (NULL when it has none); the caller frees it. */
+static IbpGraphExec *take(cudaGraphExec_t exec)
 {
     IbpGraphExec *e = NULL;
     pthread_mutex_lock(&graphs_mu);
@@ -240,7 +226,13 @@ void ibp_graph_forget(cudaGraphExec_t exec)
         atomic_fetch_sub_explicit(&graphs_len, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&graphs_mu);
-    exec_free(e);
+    return e;
+}
+
+/* Drops exec's entry (a destroyed or re-read executable graph). */
+void ibp_graph_forget(cudaGraphExec_t exec)
+{
+    exec_free(take(exec));
 }
 
 /* Adds what s found to exec's entry (made if it has none); s's writes are taken over.  What the
@@ -323,25 +315,15 @@ static void learn_graph(cudaGraphExec_t exec, cudaGraph_t graph, int depth, int 
     record(exec, &s);
 }
 
-/* Whether exec was instantiated to be launchable from the device. */
-static int exec_device_launch(cudaGraphExec_t exec)
-{
-    IbpGraphExec *e = NULL;
-    pthread_mutex_lock(&graphs_mu);
-    HASH_FIND_PTR(graphs, &exec, e);
-    const int device_launch = e && e->device_launch;
-    pthread_mutex_unlock(&graphs_mu);
-    return device_launch;
-}
-
 /* Reads graph, the graph exec was made from (flags: its instantiation flags) or updated with
- * (flags IBP_GRAPH_UPDATED), and keeps what it found. */
+ * (flags IBP_GRAPH_UPDATED: launchable from the device as it was), and keeps what it found. */
 void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph, unsigned long long flags)
 {
+    IbpGraphExec *const old = take(exec);
     const int device_launch = flags == IBP_GRAPH_UPDATED
-                                  ? exec_device_launch(exec)
+                                  ? old && old->device_launch
                                   : !!(flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH);
-    ibp_graph_forget(exec);
+    exec_free(old);
     learn_graph(exec, graph, 0, device_launch);
 }
 

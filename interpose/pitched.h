@@ -69,6 +69,27 @@ static inline IbpPitched ibp_pitched_row(const void *dst, size_t n)
     return (IbpPitched){.base = (uintptr_t)dst, .width = n, .height = 1, .depth = 1};
 }
 
+/* What stream memory operation op writes: its 4- or 8-byte value, nothing for waits, flushes and
+ * barriers.  *known is 0 for a kind these headers do not name (which may write; nothing given). */
+static inline IbpPitched ibp_pitched_mem_op(const CUstreamBatchMemOpParams *op, int *known)
+{
+    *known = 1;
+    switch (op->operation) {
+    case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+    case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        return ibp_pitched_row((const void *)(uintptr_t)op->writeValue.address,
+                               op->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4);
+    case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+    case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+    case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+    case CU_STREAM_MEM_OP_BARRIER:
+        return (IbpPitched){0};
+    default:
+        *known = 0;
+        return (IbpPitched){0};
+    }
+}
+
 /* height rows of width bytes, pitch apart. */
 static inline IbpPitched ibp_pitched_2d(const void *dst, size_t pitch, size_t width, size_t height)
 {

@@ -410,12 +410,6 @@ static CUresult write_value(CUstream s, bool per_thread, CUdeviceptr addr, uint6
     return mem_ops(s, per_thread, &op, 1, 0);
 }
 
-static CUresult batch_mem_op(CUstream s, unsigned count, const CUstreamBatchMemOpParams *ops, unsigned flags,
-                             bool per_thread)
-{
-    return mem_ops(s, per_thread, ops, count, flags);
-}
-
 /* The first forms (CUDA 8-11) and the second (11.7 on) behave alike here. */
 #define WRITE_VALUE_FORMS(name, type, bytes)                                                                 \
     FAKECUDA_EXPORT CUresult name(CUstream s, CUdeviceptr addr, type v, unsigned flags)                      \
@@ -435,12 +429,12 @@ WRITE_VALUE_FORMS(cuStreamWriteValue64_v2, cuuint64_t, 8)
 #define BATCH_MEM_OP_FORMS(name)                                                                             \
     FAKECUDA_EXPORT CUresult name(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops, unsigned flags) \
     {                                                                                                        \
-        return batch_mem_op(s, count, ops, flags, false);                                                    \
+        return mem_ops(s, false, ops, count, flags);                                                         \
     }                                                                                                        \
     FAKECUDA_EXPORT CUresult name##_ptsz(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops,          \
                                          unsigned flags)                                                     \
     {                                                                                                        \
-        return batch_mem_op(s, count, ops, flags, true);                                                     \
+        return mem_ops(s, true, ops, count, flags);                                                          \
     }
 BATCH_MEM_OP_FORMS(cuStreamBatchMemOp)
 BATCH_MEM_OP_FORMS(cuStreamBatchMemOp_v2)
