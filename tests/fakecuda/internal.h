@@ -140,6 +140,10 @@ bool fakecuda_mem_in_device_range(uintptr_t p);
  * pageable is not allowed). */
 void *fakecuda_mem_access(uintptr_t p, size_t n, bool allow_pageable);
 
+/* Writes n bytes at dst (host-accessible, from fakecuda_mem_access) as the device's DMA lands in
+ * pinned memory: through /proc/self/mem, which ignores page protection (stream.c). */
+void fakecuda_dma_write(void *dst, const void *src, size_t n);
+
 /* ---- stream.c: streams, events, ordering, capture ---- */
 
 typedef struct FakecudaKernel FakecudaKernel;
@@ -179,6 +183,7 @@ typedef struct FakecudaOp {
         } mem_op;
         struct {
             const FakecudaKernel *kernel;
+            CUfunction func; /* as launched (a graph's kernel node answers it) */
             unsigned grid[3], block[3];
             unsigned shared_bytes;
             void *blob;      /* owned copy of the parameter values */
@@ -280,5 +285,10 @@ extern const FakecudaKernel fakecuda_kernels[];
 extern const size_t fakecuda_kernel_count;
 
 CUresult fakecuda_kernel_run(const FakecudaOp *op);
+/* Copies kernel's arguments from params into op's own blob and params (both left for
+ * fakecuda_op_free to release, on failure too). */
+CUresult fakecuda_kernel_args(const FakecudaKernel *kernel, void *const *params, FakecudaOp *op);
+/* The kernel behind a live function handle; false for any other handle. */
+bool fakecuda_function_kernel(CUfunction f, const FakecudaKernel **kernel);
 
 #endif /* IBP_TESTS_FAKECUDA_INTERNAL_H */

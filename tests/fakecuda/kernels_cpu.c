@@ -31,6 +31,51 @@ static CUresult k_selftest(const FakecudaGrid *grid, void *const *params)
     return CUDA_SUCCESS;
 }
 
+/* The fill kernels of the test programs and ibp-hookbench (tools/fill_kernel.h holds their PTX): words 32-bit
+ * copies of value from dst on, into device memory or, through its unified address, pinned host memory, where
+ * they land as the device's writes do (without a fault). */
+static CUresult fill(uint64_t dst, uint32_t value, uint64_t words)
+{
+    if (!words)
+        return CUDA_SUCCESS;
+    const size_t n = (size_t)words * sizeof(uint32_t);
+    uint8_t *const at = fakecuda_mem_access((uintptr_t)dst, n, false);
+    if (!at)
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    uint32_t *const tmp = malloc(n);
+    if (!tmp)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (uint64_t i = 0; i < words; i++)
+        tmp[i] = value;
+    fakecuda_dma_write(at, tmp, n);
+    free(tmp);
+    return CUDA_SUCCESS;
+}
+
+/* ibp_test_fill(uint32_t *dst, uint32_t value, uint64_t words) */
+static CUresult k_test_fill(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    uint64_t dst, words;
+    uint32_t value;
+    memcpy(&dst, params[0], sizeof(dst));
+    memcpy(&value, params[1], sizeof(value));
+    memcpy(&words, params[2], sizeof(words));
+    return fill(dst, value, words);
+}
+
+/* ibp_test_fill_struct(struct {uint64_t tag; uint32_t *dst; uint32_t value; uint32_t words;}) */
+static CUresult k_test_fill_struct(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    uint64_t dst;
+    uint32_t value, words;
+    memcpy(&dst, (const char *)params[0] + 8, sizeof(dst));
+    memcpy(&value, (const char *)params[0] + 16, sizeof(value));
+    memcpy(&words, (const char *)params[0] + 20, sizeof(words));
+    return fill(dst, value, words);
+}
+
 typedef struct Run {
     IbpDecodeArgs a;
     const IbpPlanHeader *ph;
@@ -262,6 +307,8 @@ const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_decode_fix, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_count, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_unflag, k_unflag, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_test_fill, k_test_fill, sizeof(uint64_t), sizeof(uint32_t), sizeof(uint64_t)),
+    FAKECUDA_KERNEL(ibp_test_fill_struct, k_test_fill_struct, 24),
 };
 
 const size_t fakecuda_kernel_count = sizeof(fakecuda_kernels) / sizeof(fakecuda_kernels[0]);

@@ -33,6 +33,12 @@ static bool image_valid(const void *image)
     const unsigned char *const b = image;
     if (b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F')
         return true;
+    /* PTX text, which the driver compiles (its kernels resolve by name here as any image's do). */
+    const char *t = image;
+    while (*t == ' ' || *t == '\t' || *t == '\n' || *t == '\r')
+        t++;
+    if (!strncmp(t, ".version", 8) || !strncmp(t, "//", 2))
+        return true;
     uint32_t magic;
     memcpy(&magic, b, sizeof(magic));
     return magic == FATBIN_MAGIC || magic == FATBIN_WRAPPER_MAGIC;
@@ -278,6 +284,133 @@ FAKECUDA_EXPORT int fakecuda_last_launch(char *name, size_t len, unsigned *grid_
     return any;
 }
 
+/* Parameter i's offset in the device-side layout: each at its natural alignment, 8 at most. */
+static size_t param_offset(const FakecudaKernel *kernel, unsigned i)
+{
+    size_t off = 0;
+    for (unsigned j = 0;; j++) {
+        const size_t size = kernel->param_sizes[j];
+        const size_t align = size >= 8 ? 8 : size >= 4 ? 4 : size >= 2 ? 2 : 1;
+        off = (off + align - 1) & ~(align - 1);
+        if (j == i)
+            return off;
+        off += size;
+    }
+}
+
+static size_t params_bytes(const FakecudaKernel *kernel)
+{
+    if (!kernel->param_count)
+        return 0;
+    const unsigned last = kernel->param_count - 1;
+    return param_offset(kernel, last) + kernel->param_sizes[last];
+}
+
+FAKECUDA_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t *offset, size_t *size)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const FakecudaKernel *kernel = NULL;
+    int max_dyn = 0;
+    if (!function_get(f, &kernel, &max_dyn))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!offset || !size || index >= kernel->param_count)
+        return CUDA_ERROR_INVALID_VALUE;
+    *offset = param_offset(kernel, (unsigned)index);
+    *size = kernel->param_sizes[index];
+    return CUDA_SUCCESS;
+}
+
+/* Libraries are modules here, and their kernels functions (the driver takes a CUkernel wherever it
+ * takes a CUfunction). */
+FAKECUDA_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jit_options,
+                                           void **jit_values, unsigned int njit, CUlibraryOption *options,
+                                           void **values, unsigned int noptions)
+{
+    (void)jit_options;
+    (void)jit_values;
+    (void)options;
+    (void)values;
+    if (!library || (njit && (!jit_options || !jit_values)) || (noptions && (!options || !values)))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUmodule m = NULL;
+    const CUresult r = cuModuleLoadData(&m, code);
+    if (r == CUDA_SUCCESS)
+        *library = (CUlibrary)m;
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuLibraryUnload(CUlibrary library)
+{
+    return cuModuleUnload((CUmodule)library);
+}
+
+FAKECUDA_EXPORT CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *name)
+{
+    if (!kernel)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUfunction f = NULL;
+    const CUresult r = cuModuleGetFunction(&f, (CUmodule)library, name);
+    if (r == CUDA_SUCCESS)
+        *kernel = (CUkernel)f;
+    return r;
+}
+
+FAKECUDA_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t *offset, size_t *size)
+{
+    return cuFuncGetParamInfo((CUfunction)kernel, index, offset, size);
+}
+
+/* The driver's buffer form of the arguments: one pointer to each parameter inside it, or NULL with
+ * *bad set when the list is malformed or the buffer is not the kernel's parameter size. */
+static void **params_from_extra(const FakecudaKernel *kernel, void **extra, void **store, bool *bad)
+{
+    const char *buf = NULL;
+    const size_t *size = NULL;
+    unsigned i = 0;
+    for (; i < 64 && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+            size = extra[i + 1];
+        else
+            break;
+    }
+    *bad = i >= 64 || extra[i] != CU_LAUNCH_PARAM_END || !buf || !size || *size != params_bytes(kernel);
+    if (*bad)
+        return NULL;
+    for (unsigned j = 0; j < kernel->param_count; j++)
+        store[j] = (void *)(buf + param_offset(kernel, j));
+    return store;
+}
+
+CUresult fakecuda_kernel_args(const FakecudaKernel *kernel, void *const *params, FakecudaOp *op)
+{
+    size_t total = 0;
+    for (unsigned i = 0; i < kernel->param_count; i++)
+        total += (kernel->param_sizes[i] + 7) & ~(size_t)7;
+    op->u.kernel.blob = malloc(total ? total : 1);
+    op->u.kernel.params = calloc(kernel->param_count ? kernel->param_count : 1, sizeof(void *));
+    if (!op->u.kernel.blob || !op->u.kernel.params)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t off = 0;
+    for (unsigned i = 0; i < kernel->param_count; i++) {
+        if (!params[i])
+            return CUDA_ERROR_INVALID_VALUE;
+        op->u.kernel.params[i] = (char *)op->u.kernel.blob + off;
+        memcpy(op->u.kernel.params[i], params[i], kernel->param_sizes[i]);
+        off += (kernel->param_sizes[i] + 7) & ~(size_t)7;
+    }
+    return CUDA_SUCCESS;
+}
+
+bool fakecuda_function_kernel(CUfunction f, const FakecudaKernel **kernel)
+{
+    int max_dyn = 0;
+    return function_get(f, kernel, &max_dyn);
+}
+
 static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
                        CUstream handle, void **params, void **extra, bool per_thread_default)
 {
@@ -293,8 +426,14 @@ static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned bloc
         r = CUDA_ERROR_INVALID_HANDLE;
         goto done;
     }
+    void *from_extra[FAKECUDA_KERNEL_MAX_PARAMS];
+    bool bad_extra = false;
+    if (extra && params)
+        bad_extra = true;
+    else if (extra)
+        params = params_from_extra(kernel, extra, from_extra, &bad_extra);
     const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];
-    if (extra || !grid[0] || !grid[1] || !grid[2] || !block[0] || !block[1] || !block[2] ||
+    if (bad_extra || !grid[0] || !grid[1] || !grid[2] || !block[0] || !block[1] || !block[2] ||
         block[2] > 64 || grid[1] > 65535 || grid[2] > 65535 || (kernel->param_count && !params)) {
         r = CUDA_ERROR_INVALID_VALUE;
         goto done;
@@ -309,29 +448,14 @@ static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned bloc
         goto done;
     }
     op->u.kernel.kernel = kernel;
+    op->u.kernel.func = f;
     memcpy(op->u.kernel.grid, grid, sizeof(op->u.kernel.grid));
     memcpy(op->u.kernel.block, block, sizeof(op->u.kernel.block));
     op->u.kernel.shared_bytes = smem;
     /* Arguments are copied at launch, as the driver does: params may point at the caller's stack. */
-    size_t total = 0;
-    for (unsigned i = 0; i < kernel->param_count; i++)
-        total += (kernel->param_sizes[i] + 7) & ~(size_t)7;
-    op->u.kernel.blob = malloc(total ? total : 1);
-    op->u.kernel.params = calloc(kernel->param_count ? kernel->param_count : 1, sizeof(void *));
-    if (!op->u.kernel.blob || !op->u.kernel.params) {
-        r = CUDA_ERROR_OUT_OF_MEMORY;
+    r = fakecuda_kernel_args(kernel, params, op);
+    if (r != CUDA_SUCCESS)
         goto done;
-    }
-    size_t off = 0;
-    for (unsigned i = 0; i < kernel->param_count; i++) {
-        if (!params[i]) {
-            r = CUDA_ERROR_INVALID_VALUE;
-            goto done;
-        }
-        op->u.kernel.params[i] = (char *)op->u.kernel.blob + off;
-        memcpy(op->u.kernel.params[i], params[i], kernel->param_sizes[i]);
-        off += (kernel->param_sizes[i] + 7) & ~(size_t)7;
-    }
     FAKECUDA_TRACE("cuLaunchKernel(%s, grid=%ux%ux%u, block=%ux%ux%u, smem=%u, stream=%p)", kernel->name,
                    grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, (void *)handle);
     r = fakecuda_stream_submit(s, op);
@@ -369,6 +493,28 @@ FAKECUDA_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsi
 {
     const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     return launch(f, grid, block, smem, stream, params, extra, true);
+}
+
+static CUresult launch_ex(const CUlaunchConfig *config, CUfunction f, void **params, void **extra,
+                          bool per_thread_default)
+{
+    if (!config || (config->numAttrs && !config->attrs))
+        return CUDA_ERROR_INVALID_VALUE;
+    const unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
+    const unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
+    return launch(f, grid, block, config->sharedMemBytes, config->hStream, params, extra, per_thread_default);
+}
+
+FAKECUDA_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params,
+                                          void **extra)
+{
+    return launch_ex(config, f, params, extra, false);
+}
+
+FAKECUDA_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params,
+                                               void **extra)
+{
+    return launch_ex(config, f, params, extra, true);
 }
 
 CUresult fakecuda_kernel_run(const FakecudaOp *op)

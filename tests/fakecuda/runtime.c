@@ -36,6 +36,11 @@ typedef struct DriverCalls {
     CUresult (*graph_launch)(CUgraphExec, CUstream);
     CUresult (*graph_launch_ptsz)(CUgraphExec, CUstream);
     CUresult (*graph_exec_destroy)(CUgraphExec);
+    CUresult (*graph_exec_kernel)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+    CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, CUstream, void **, void **);
+    CUresult (*launch_kernel_ptsz)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   unsigned, CUstream, void **, void **);
 } DriverCalls;
 
 static DriverCalls driver_calls;
@@ -75,6 +80,9 @@ static void driver_calls_load(void)
     LOAD(graph_launch, "cuGraphLaunch");
     LOAD(graph_launch_ptsz, "cuGraphLaunch_ptsz");
     LOAD(graph_exec_destroy, "cuGraphExecDestroy");
+    LOAD(graph_exec_kernel, "cuGraphExecKernelNodeSetParams_v2");
+    LOAD(launch_kernel, "cuLaunchKernel");
+    LOAD(launch_kernel_ptsz, "cuLaunchKernel_ptsz");
 #undef LOAD
 }
 
@@ -1396,6 +1404,28 @@ RT_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t exec, cud
                        params->width, params->height);
 }
 
+/* func is a kernel of a library (cudaLibraryGetKernel), as for cudaLaunchKernel. */
+RT_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                       const struct cudaKernelNodeParams *params)
+{
+    ENTER();
+    if (!params)
+        return ret(cudaErrorInvalidValue);
+    const CUDA_KERNEL_NODE_PARAMS p = {
+        .func = (CUfunction)params->func,
+        .gridDimX = params->gridDim.x,
+        .gridDimY = params->gridDim.y,
+        .gridDimZ = params->gridDim.z,
+        .blockDimX = params->blockDim.x,
+        .blockDimY = params->blockDim.y,
+        .blockDimZ = params->blockDim.z,
+        .sharedMemBytes = params->sharedMemBytes,
+        .kernelParams = params->kernelParams,
+        .extra = params->extra,
+    };
+    return ret_cu(drv()->graph_exec_kernel(exec, node, &p));
+}
+
 RT_EXPORT cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
                                                            cudaGraph_t child)
 {
@@ -1450,4 +1480,98 @@ RT_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 {
     ENTER();
     return ret_cu(cuGraphDestroy(graph));
+}
+
+/* ---- libraries and kernel launches ---- */
+
+/* A library is a module and a kernel its function, as cudaLibraryLoadData and cudaLibraryGetKernel give
+ * them; cudaLaunchKernel takes such a kernel (functions registered by nvcc's host stubs do not exist
+ * here). */
+RT_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code,
+                                          enum cudaJitOption *jit_options, void **jit_values,
+                                          unsigned int njit, enum cudaLibraryOption *library_options,
+                                          void **library_values, unsigned int nlibrary)
+{
+    (void)jit_options;
+    (void)jit_values;
+    (void)library_options;
+    (void)library_values;
+    if (!library || !code || (njit && (!jit_options || !jit_values)) ||
+        (nlibrary && (!library_options || !library_values)))
+        return ret(cudaErrorInvalidValue);
+    ENTER();
+    CUmodule m = NULL;
+    const CUresult r = cuModuleLoadData(&m, code);
+    if (r == CUDA_SUCCESS)
+        *library = (cudaLibrary_t)m;
+    return ret_cu(r);
+}
+
+RT_EXPORT cudaError_t cudaLibraryUnload(cudaLibrary_t library)
+{
+    ENTER();
+    return ret_cu(cuModuleUnload((CUmodule)library));
+}
+
+RT_EXPORT cudaError_t cudaLibraryGetKernel(cudaKernel_t *kernel, cudaLibrary_t library, const char *name)
+{
+    if (!kernel || !name)
+        return ret(cudaErrorInvalidValue);
+    ENTER();
+    CUfunction f = NULL;
+    const CUresult r = cuModuleGetFunction(&f, (CUmodule)library, name);
+    if (r == CUDA_SUCCESS)
+        *kernel = (cudaKernel_t)f;
+    return r == CUDA_ERROR_NOT_FOUND ? ret(cudaErrorSymbolNotFound) : ret_cu(r);
+}
+
+RT_EXPORT cudaError_t cudaFuncGetParamInfo(const void *func, size_t index, size_t *offset, size_t *size)
+{
+    ENTER();
+    const CUresult r = cuFuncGetParamInfo((CUfunction)(uintptr_t)func, index, offset, size);
+    return r == CUDA_ERROR_INVALID_HANDLE ? ret(cudaErrorInvalidDeviceFunction) : ret_cu(r);
+}
+
+static cudaError_t launch_kernel(bool ptsz, const void *func, dim3 grid, dim3 block, void **args,
+                                 size_t shared, cudaStream_t stream)
+{
+    ENTER();
+    if (shared > UINT32_MAX)
+        return ret(cudaErrorInvalidValue);
+    const CUfunction f = (CUfunction)(uintptr_t)func;
+    const CUresult r = (ptsz ? drv()->launch_kernel_ptsz : drv()->launch_kernel)(
+        f, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shared, stream, args, NULL);
+    return r == CUDA_ERROR_INVALID_HANDLE ? ret(cudaErrorInvalidDeviceFunction) : ret_cu(r);
+}
+
+RT_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared,
+                                       cudaStream_t stream)
+{
+    return launch_kernel(false, func, grid, block, args, shared, stream);
+}
+
+RT_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 grid, dim3 block, void **args,
+                                            size_t shared, cudaStream_t stream)
+{
+    return launch_kernel(true, func, grid, block, args, shared, stream);
+}
+
+static cudaError_t launch_kernel_ex(bool ptsz, const cudaLaunchConfig_t *config, const void *func,
+                                    void **args)
+{
+    if (!config || (config->numAttrs && !config->attrs))
+        return ret(cudaErrorInvalidValue);
+    return launch_kernel(ptsz, func, config->gridDim, config->blockDim, args, config->dynamicSmemBytes,
+                         config->stream);
+}
+
+RT_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+{
+    return launch_kernel_ex(false, config, func, args);
+}
+
+RT_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func,
+                                               void **args)
+{
+    return launch_kernel_ex(true, config, func, args);
 }

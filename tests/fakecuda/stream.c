@@ -195,7 +195,7 @@ static void proc_mem_open(void)
     proc_mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
 }
 
-static void dma_write(void *dst, const void *src, size_t n)
+void fakecuda_dma_write(void *dst, const void *src, size_t n)
 {
     pthread_once(&proc_mem_once, proc_mem_open);
     size_t done = 0;
@@ -219,7 +219,7 @@ static void dma_fill(void *dst, unsigned char value, size_t n)
     unsigned char chunk[4096];
     memset(chunk, value, sizeof(chunk));
     for (size_t done = 0; done < n; done += sizeof(chunk))
-        dma_write((char *)dst + done, chunk, n - done < sizeof(chunk) ? n - done : sizeof(chunk));
+        fakecuda_dma_write((char *)dst + done, chunk, n - done < sizeof(chunk) ? n - done : sizeof(chunk));
 }
 
 static CUresult exec_copy(const FakecudaOp *op)
@@ -238,7 +238,7 @@ static CUresult exec_copy(const FakecudaOp *op)
     FakecudaPtrInfo dst_info;
     fakecuda_mem_lookup(op->u.copy.dst, &dst_info);
     if (src_dev && (dst_info.kind == FAKECUDA_MEM_HOST_ALLOC || dst_info.kind == FAKECUDA_MEM_REGISTERED))
-        dma_write(dst, src, n);
+        fakecuda_dma_write(dst, src, n);
     else
         memmove(dst, src, n);
     FakecudaCounters *const c = &fakecuda_counters;
@@ -316,7 +316,7 @@ static CUresult exec_op(const FakecudaOp *op)
             if (fakecuda_mem_in_device_range(at))
                 memcpy(dst, bytes, n);
             else
-                dma_write(dst, bytes, n);
+                fakecuda_dma_write(dst, bytes, n);
         }
         return CUDA_SUCCESS;
     case FAKECUDA_OP_NOP:
@@ -1978,10 +1978,31 @@ FAKECUDA_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode node,
     return CUDA_SUCCESS;
 }
 
+/* A kernel node captured from a launch: its function and its arguments (kernelParams points into
+ * the node, as the driver's does; the buffer form is answered the same way). */
+FAKECUDA_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *params)
+{
+    FakecudaOp op;
+    const CUresult r = node_query(node, params, FAKECUDA_OP_KERNEL, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
+    memset(params, 0, sizeof(*params));
+    params->func = op.u.kernel.func;
+    params->gridDimX = op.u.kernel.grid[0];
+    params->gridDimY = op.u.kernel.grid[1];
+    params->gridDimZ = op.u.kernel.grid[2];
+    params->blockDimX = op.u.kernel.block[0];
+    params->blockDimY = op.u.kernel.block[1];
+    params->blockDimZ = op.u.kernel.block[2];
+    params->sharedMemBytes = op.u.kernel.shared_bytes;
+    params->kernelParams = op.u.kernel.params;
+    return CUDA_SUCCESS;
+}
+
 /* Sets the copy, memset or stream memory operations of node in executable graph e, made from
  * node's graph, to `with`'s fields: the op at the node's place in e, which must be of with's type
  * (and, for memory operations, as many).  with's operations are copied. */
-static CUresult exec_set_op(CUgraphExec e, CUgraphNode node, const FakecudaOp *with)
+static CUresult exec_set_op(CUgraphExec e, CUgraphNode node, FakecudaOp *with)
 {
     const CUresult r = fakecuda_check_init();
     if (r != CUDA_SUCCESS)
@@ -2010,6 +2031,12 @@ static CUresult exec_set_op(CUgraphExec e, CUgraphNode node, const FakecudaOp *w
         if (o && o->type == with->type && (o->type == FAKECUDA_OP_COPY || o->type == FAKECUDA_OP_MEMSET)) {
             o->u = with->u;
             res = CUDA_SUCCESS;
+        } else if (o && o->type == with->type && o->type == FAKECUDA_OP_KERNEL) {
+            /* The node's arguments are swapped for with's, whose old ones with's owner frees. */
+            const FakecudaOp mine = *o;
+            o->u.kernel = with->u.kernel;
+            with->u.kernel = mine.u.kernel;
+            res = CUDA_SUCCESS;
         } else if (o && o->type == with->type && o->type == FAKECUDA_OP_MEM_OP &&
                    o->u.mem_op.count == with->u.mem_op.count) {
             CUstreamBatchMemOpParams *const old = o->u.mem_op.ops;
@@ -2021,6 +2048,31 @@ static CUresult exec_set_op(CUgraphExec e, CUgraphNode node, const FakecudaOp *w
     pthread_mutex_unlock(&objects_mu);
     free(ops);
     return res;
+}
+
+/* A kernel node's function (the same kernel), grid and arguments (copied, in the list form). */
+FAKECUDA_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode node,
+                                                           const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    const FakecudaKernel *kernel = NULL;
+    if (!p || p->extra || !p->func || !fakecuda_function_kernel(p->func, &kernel) ||
+        (kernel->param_count && !p->kernelParams))
+        return CUDA_ERROR_INVALID_VALUE;
+    FakecudaOp *const with = fakecuda_op_new(FAKECUDA_OP_KERNEL);
+    if (!with)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    with->u.kernel.kernel = kernel;
+    with->u.kernel.func = p->func;
+    const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+    const unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    memcpy(with->u.kernel.grid, grid, sizeof(grid));
+    memcpy(with->u.kernel.block, block, sizeof(block));
+    with->u.kernel.shared_bytes = p->sharedMemBytes;
+    CUresult r = fakecuda_kernel_args(kernel, p->kernelParams, with);
+    if (r == CUDA_SUCCESS)
+        r = exec_set_op(e, node, with);
+    fakecuda_op_free(with);
+    return r;
 }
 
 /* One-row copies between memory the fake knows (no staging), given by address. */

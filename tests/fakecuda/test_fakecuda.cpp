@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/fakecuda/fakecuda.h"
+#include "tools/fill_kernel.h"
 
 namespace {
 
@@ -985,6 +986,105 @@ TEST_F(Fake, FreeReallocReusesAddressesSafely)
 }
 
 // An injected failure refuses exactly the calls it names, does none of their work, and counts.
+// PTX loads as a library or a module; its kernels' parameter layout is answered, launches take the
+// arguments as a list or one buffer (the wrong size refused), and a captured launch is a kernel node
+// whose arguments an executable graph can change.
+TEST_F(Fake, KernelsTakeTheirArgumentsEveryWay)
+{
+    CUmodule bad = nullptr;
+    EXPECT_EQ(cuModuleLoadData(&bad, "not an image at all"), CUDA_ERROR_INVALID_IMAGE);
+    cudaLibrary_t lib = nullptr;
+    cudaKernel_t kernel = nullptr;
+    ASSERT_EQ(cudaLibraryLoadData(&lib, ibp_fill_ptx, nullptr, nullptr, 0, nullptr, nullptr, 0), cudaSuccess);
+    ASSERT_EQ(cudaLibraryGetKernel(&kernel, lib, "ibp_test_fill"), cudaSuccess);
+    EXPECT_EQ(cudaLibraryGetKernel(&kernel, lib, "no_such_kernel"), cudaErrorSymbolNotFound);
+    ASSERT_EQ(cudaLibraryGetKernel(&kernel, lib, "ibp_test_fill"), cudaSuccess);
+    const size_t want_offset[] = {0, 8, 16}, want_size[] = {8, 4, 8};
+    for (size_t i = 0; i < 3; i++) {
+        size_t offset = 99, size = 99;
+        ASSERT_EQ(cuFuncGetParamInfo((CUfunction)kernel, i, &offset, &size), CUDA_SUCCESS);
+        EXPECT_EQ(offset, want_offset[i]);
+        EXPECT_EQ(size, want_size[i]);
+    }
+    size_t offset, size;
+    EXPECT_EQ(cuFuncGetParamInfo((CUfunction)kernel, 3, &offset, &size), CUDA_ERROR_INVALID_VALUE);
+
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    uint32_t *pinned = nullptr;
+    ASSERT_EQ(cudaMallocHost((void **)&pinned, 64 * sizeof(uint32_t)), cudaSuccess);
+    memset(pinned, 0, 64 * sizeof(uint32_t));
+    uint32_t *dst = pinned, value = 0x11111111u;
+    uint64_t words = 16;
+    void *params[] = {&dst, &value, &words};
+    ASSERT_EQ(cudaLaunchKernel((const void *)kernel, dim3(2), dim3(32), params, 0, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(pinned[0], value);
+    EXPECT_EQ(pinned[15], value);
+    EXPECT_EQ(pinned[16], 0u);
+
+    struct {
+        uint32_t *dst;
+        uint32_t value, pad;
+        uint64_t words;
+    } buf = {pinned + 16, 0x22222222u, 0, 8};
+    size_t buf_size = sizeof(buf);
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &buf_size,
+                     CU_LAUNCH_PARAM_END};
+    ASSERT_EQ(cuLaunchKernel((CUfunction)kernel, 1, 1, 1, 32, 1, 1, 0, (CUstream)s, nullptr, extra),
+              CUDA_SUCCESS);
+    size_t short_size = 16;
+    void *short_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &short_size,
+                           CU_LAUNCH_PARAM_END};
+    EXPECT_EQ(cuLaunchKernel((CUfunction)kernel, 1, 1, 1, 32, 1, 1, 0, (CUstream)s, nullptr, short_extra),
+              CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(cuLaunchKernel((CUfunction)kernel, 1, 1, 1, 32, 1, 1, 0, (CUstream)s, params, extra),
+              CUDA_ERROR_INVALID_VALUE);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(pinned[16], 0x22222222u);
+    EXPECT_EQ(pinned[23], 0x22222222u);
+    EXPECT_EQ(pinned[24], 0u);
+
+    // Captured: a kernel node with the function and its own copy of the arguments.
+    dst = pinned + 32;
+    value = 0x33333333u;
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const cudaLaunchConfig_t config = {dim3(1), dim3(32), 0, s, nullptr, 0};
+    ASSERT_EQ(cudaLaunchKernelExC(&config, (const void *)kernel, params), cudaSuccess);
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    dst = nullptr;
+    cudaGraphNode_t node = nullptr;
+    size_t count = 1;
+    ASSERT_EQ(cudaGraphGetNodes(graph, &node, &count), cudaSuccess);
+    CUgraphNodeType type;
+    ASSERT_EQ(cuGraphNodeGetType((CUgraphNode)node, &type), CUDA_SUCCESS);
+    EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_KERNEL);
+    CUDA_KERNEL_NODE_PARAMS p;
+    ASSERT_EQ(cuGraphKernelNodeGetParams_v2((CUgraphNode)node, &p), CUDA_SUCCESS);
+    EXPECT_EQ(p.func, (CUfunction)kernel);
+    uint32_t *captured = nullptr;
+    memcpy(&captured, p.kernelParams[0], sizeof(captured));
+    EXPECT_EQ(captured, pinned + 32);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    dst = pinned + 48;
+    value = 0x44444444u;
+    const cudaKernelNodeParams moved = {(void *)kernel, dim3(1), dim3(32), 0, params, nullptr};
+    ASSERT_EQ(cudaGraphExecKernelNodeSetParams(exec, node, &moved), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(pinned[32], 0u) << "the executable graph's node was moved";
+    EXPECT_EQ(pinned[48], 0x44444444u);
+    EXPECT_EQ(pinned[63], 0x44444444u);
+
+    EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+    EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+    EXPECT_EQ(cudaLibraryUnload(lib), cudaSuccess);
+}
+
 TEST(FailureInjection, RefusesTheArmedCallsOnly)
 {
     ASSERT_EQ(cudaFree(nullptr), cudaSuccess);
