@@ -414,6 +414,25 @@ size_t ibp_registry_count(void)
     return n;
 }
 
+void ibp_registry_regions_at(const uint64_t *addrs, size_t n,
+                             void (*fn)(uintptr_t start, size_t size, void *arg), void *arg)
+{
+    const unsigned tok = ibp_registry_read_enter();
+    const IbpSnapshot *const s = snapshot_read();
+    if (s->nregions) {
+        const uintptr_t lo = s->regions[0].start, hi = s->regions[s->nregions - 1].end;
+        for (size_t i = 0; i < n; i++) {
+            if (addrs[i] < lo || addrs[i] >= hi)
+                continue;
+            const size_t at =
+                search_floor(s->regions, s->nregions, sizeof(IbpRegionEntry), (uintptr_t)addrs[i]);
+            if (at != SIZE_MAX && addrs[i] < s->regions[at].end)
+                fn(s->regions[at].start, s->regions[at].end - s->regions[at].start, arg);
+        }
+    }
+    ibp_registry_read_exit(tok);
+}
+
 int ibp_registry_site_stats(uint64_t site, IbpSiteStats *out)
 {
     IbpSiteEntry *e = NULL;

@@ -97,6 +97,13 @@ int ibp_registry_foreach(int (*fn)(const IbpRegionInfo *info, void *arg), void *
 /* Number of live regions. */
 size_t ibp_registry_count(void);
 
+/* For each of the n addresses that lies in a registered region, fn(start, size, arg) with that
+ * region's bounds (a region holding several of them is reported for each).  One read section for
+ * all of them and no reference taken: lock-free, and the region may be gone by the time the caller
+ * acts on it. */
+void ibp_registry_regions_at(const uint64_t *addrs, size_t n,
+                             void (*fn)(uintptr_t start, size_t size, void *arg), void *arg);
+
 /* Returns 0 and fills out, or -ENOENT for a site never seen. */
 int ibp_registry_site_stats(uint64_t site, IbpSiteStats *out);
 

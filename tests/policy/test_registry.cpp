@@ -67,6 +67,29 @@ TEST_F(RegistryTest, LookupNeedsFullContainment)
     EXPECT_FALSE(contains(at(UINTPTR_MAX - 4), 100)) << "wrapping ranges are never contained";
 }
 
+/* Many addresses in one read section: each inside a region reports that region's bounds, those
+ * between, before and after regions nothing. */
+TEST_F(RegistryTest, RegionsAtReportsEachAddressInARegion)
+{
+    std::vector<std::pair<uintptr_t, size_t>> got;
+    auto collect = [](uintptr_t start, size_t size, void *arg) {
+        static_cast<std::vector<std::pair<uintptr_t, size_t>> *>(arg)->emplace_back(start, size);
+    };
+    const uint64_t none[] = {0x100000};
+    ibp_registry_regions_at(none, 1, collect, &got);
+    EXPECT_TRUE(got.empty()) << "nothing registered";
+    ASSERT_GT(add(0x100000, 0x3000), 0);
+    ASSERT_GT(add(0x200000, 0x1000), 0);
+    const uint64_t addrs[] = {0xfffff, 0x100000, 0x102fff, 0x103000, 0x1fffff, 0x200800, 0x201000, 0};
+    ibp_registry_regions_at(addrs, std::size(addrs), collect, &got);
+    const std::vector<std::pair<uintptr_t, size_t>> want = {
+        {0x100000, 0x3000}, {0x100000, 0x3000}, {0x200000, 0x1000}};
+    EXPECT_EQ(got, want);
+    got.clear();
+    ibp_registry_regions_at(addrs, 0, collect, &got);
+    EXPECT_TRUE(got.empty());
+}
+
 TEST_F(RegistryTest, OverlapsSeesAnyByteInARegion)
 {
     ASSERT_GT(add(0x500000, 0x1000), 0);
