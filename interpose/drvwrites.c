@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "common/log.h"
+#include "interpose/launches.h"
 #include "interpose/pitched.h"
 #include "interpose/real.h"
 #include "interpose/router.h"
@@ -62,8 +63,12 @@
 #undef cuGraphExecDestroy
 #undef cuGraphExecMemcpyNodeSetParams
 #undef cuGraphExecMemsetNodeSetParams
+#undef cuGraphExecKernelNodeSetParams
 #undef cuGraphLaunch
 #undef cuGetProcAddress
+#undef cuLaunchKernel
+#undef cuLaunchKernelEx
+#undef cuLaunchCooperativeKernel
 #undef cudaGetDriverEntryPoint
 #undef cudaGetDriverEntryPointByVersion
 
@@ -217,8 +222,18 @@ static IbpPitched copy3d_peer(const CUDA_MEMCPY3D_PEER *p)
     X(cuGraphExecChildGraphNodeSetParams)                                                                    \
     X(cuGraphExecBatchMemOpNodeSetParams)                                                                    \
     X(cuGraphExecNodeSetParams)                                                                              \
+    X(cuGraphExecKernelNodeSetParams)                                                                        \
+    X(cuGraphExecKernelNodeSetParams_v2)                                                                     \
     X(cuGraphLaunch)                                                                                         \
-    X(cuGraphLaunch_ptsz)
+    X(cuGraphLaunch_ptsz)                                                                                    \
+    X(cuLaunchKernel)                                                                                        \
+    X(cuLaunchKernel_ptsz)                                                                                   \
+    X(cuLaunchKernelEx)                                                                                      \
+    X(cuLaunchKernelEx_ptsz)                                                                                 \
+    X(cuLaunchCooperativeKernel)                                                                             \
+    X(cuLaunchCooperativeKernel_ptsz)                                                                        \
+    X(cuModuleUnload)                                                                                        \
+    X(cuLibraryUnload)
 
 /* Each hook's real function, resolved at its first call. */
 enum {
@@ -506,6 +521,14 @@ static void mem_ops_learned(CUgraphExec exec, const CUDA_BATCH_MEM_OP_NODE_PARAM
         ibp_graph_learn_mem_ops((cudaGraphExec_t)exec, p->paramArray, p->count);
 }
 
+/* A kernel node's new arguments: func, or the CUkernel kern where func is NULL (CUDA 12's form). */
+static void kernel_learned(CUgraphExec exec, CUfunction func, CUkernel kern, void **params, void **extra)
+{
+    ibp_shim_init();
+    ibp_graph_learn_kernel((cudaGraphExec_t)exec, 1, func ? (const void *)func : (const void *)kern, params,
+                           extra);
+}
+
 static void node_learned(CUgraphExec exec, const CUgraphNodeParams *p)
 {
     ibp_shim_init();
@@ -525,6 +548,9 @@ static void node_learned(CUgraphExec exec, const CUgraphNodeParams *p)
         break;
     case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
         ibp_graph_learn_mem_ops((cudaGraphExec_t)exec, p->memOp.paramArray, p->memOp.count);
+        break;
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        kernel_learned(exec, p->kernel.func, p->kernel.kern, p->kernel.kernelParams, p->kernel.extra);
         break;
     default: /* a host node was one already; the other kinds write no host memory the shim follows */
         break;
@@ -568,6 +594,13 @@ HOOK_THEN(cuGraphExecChildGraphNodeSetParams, ID_cuGraphExecChildGraphNodeSetPar
 HOOK_THEN(cuGraphExecBatchMemOpNodeSetParams, ID_cuGraphExecBatchMemOpNodeSetParams,
           (CUgraphExec exec, CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p), (exec, node, p),
           mem_ops_learned(exec, p))
+/* CUDA 10-11's form (no kern) and 12's. */
+HOOK_THEN(cuGraphExecKernelNodeSetParams, ID_cuGraphExecKernelNodeSetParams,
+          (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p), (exec, node, p),
+          if (p) kernel_learned(exec, p->func, NULL, p->kernelParams, p->extra))
+HOOK_THEN(cuGraphExecKernelNodeSetParams_v2, ID_cuGraphExecKernelNodeSetParams_v2,
+          (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p), (exec, node, p),
+          if (p) kernel_learned(exec, p->func, p->kern, p->kernelParams, p->extra))
 HOOK_THEN(cuGraphExecNodeSetParams, ID_cuGraphExecNodeSetParams,
           (CUgraphExec exec, CUgraphNode node, CUgraphNodeParams *p), (exec, node, p), node_learned(exec, p))
 
@@ -599,6 +632,138 @@ CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
 CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s)
 {
     return graph_launch(ID_cuGraphLaunch_ptsz, IBP_STREAM_API_PER_THREAD, exec, s);
+}
+
+/* ---- kernel launches ---- */
+
+/* A launch whose arguments point into a registered region writes it, as far as anyone can tell
+ * (launches.c).  Each form reads the arguments, launches, and notes what it found. */
+#define LAUNCH_DIMS                                                                                          \
+    unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz
+#define LAUNCH_DIM_ARGS gx, gy, gz, bx, by, bz
+
+static CUresult launch_kernel(int id, IbpStreamApi api, CUfunction f, LAUNCH_DIMS, unsigned int shared,
+                              CUstream s, void **params, void **extra)
+{
+    typedef CUresult (*Fn)(CUfunction, LAUNCH_DIMS, unsigned int, CUstream, void **, void **);
+    const Fn real = (Fn)real_fn(id);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    if (!ibp_args_worth_reading())
+        return real(f, LAUNCH_DIM_ARGS, shared, s, params, extra);
+    IbpArgRegions r = {0};
+    ibp_args_read(&r, IBP_ARGS_DRIVER, f, params, extra);
+    const CUresult ret = real(f, LAUNCH_DIM_ARGS, shared, s, params, extra);
+    ibp_args_noted(api, &r, (cudaStream_t)s, ret == CUDA_SUCCESS);
+    return ret;
+}
+
+static CUresult launch_cooperative(int id, IbpStreamApi api, CUfunction f, LAUNCH_DIMS, unsigned int shared,
+                                   CUstream s, void **params)
+{
+    typedef CUresult (*Fn)(CUfunction, LAUNCH_DIMS, unsigned int, CUstream, void **);
+    const Fn real = (Fn)real_fn(id);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    if (!ibp_args_worth_reading())
+        return real(f, LAUNCH_DIM_ARGS, shared, s, params);
+    IbpArgRegions r = {0};
+    ibp_args_read(&r, IBP_ARGS_DRIVER, f, params, NULL);
+    const CUresult ret = real(f, LAUNCH_DIM_ARGS, shared, s, params);
+    ibp_args_noted(api, &r, (cudaStream_t)s, ret == CUDA_SUCCESS);
+    return ret;
+}
+
+static CUresult launch_kernel_ex(int id, IbpStreamApi api, const CUlaunchConfig *config, CUfunction f,
+                                 void **params, void **extra)
+{
+    typedef CUresult (*Fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+    const Fn real = (Fn)real_fn(id);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    if (!config || !ibp_args_worth_reading())
+        return real(config, f, params, extra);
+    IbpArgRegions r = {0};
+    ibp_args_read(&r, IBP_ARGS_DRIVER, f, params, extra);
+    const CUresult ret = real(config, f, params, extra);
+    ibp_args_noted(api, &r, (cudaStream_t)config->hStream, ret == CUDA_SUCCESS);
+    return ret;
+}
+
+IBP_HOOK CUresult cuLaunchKernel(CUfunction f, LAUNCH_DIMS, unsigned int shared, CUstream s, void **params,
+                                 void **extra);
+IBP_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, LAUNCH_DIMS, unsigned int shared, CUstream s,
+                                      void **params, void **extra);
+IBP_HOOK CUresult cuLaunchCooperativeKernel(CUfunction f, LAUNCH_DIMS, unsigned int shared, CUstream s,
+                                            void **params);
+IBP_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, LAUNCH_DIMS, unsigned int shared, CUstream s,
+                                                 void **params);
+IBP_HOOK CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra);
+IBP_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params,
+                                        void **extra);
+
+CUresult cuLaunchKernel(CUfunction f, LAUNCH_DIMS, unsigned int shared, CUstream s, void **params,
+                        void **extra)
+{
+    return launch_kernel(ID_cuLaunchKernel, IBP_STREAM_API_LEGACY, f, LAUNCH_DIM_ARGS, shared, s, params,
+                         extra);
+}
+
+CUresult cuLaunchKernel_ptsz(CUfunction f, LAUNCH_DIMS, unsigned int shared, CUstream s, void **params,
+                             void **extra)
+{
+    return launch_kernel(ID_cuLaunchKernel_ptsz, IBP_STREAM_API_PER_THREAD, f, LAUNCH_DIM_ARGS, shared, s,
+                         params, extra);
+}
+
+CUresult cuLaunchCooperativeKernel(CUfunction f, LAUNCH_DIMS, unsigned int shared, CUstream s, void **params)
+{
+    return launch_cooperative(ID_cuLaunchCooperativeKernel, IBP_STREAM_API_LEGACY, f, LAUNCH_DIM_ARGS, shared,
+                              s, params);
+}
+
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, LAUNCH_DIMS, unsigned int shared, CUstream s,
+                                        void **params)
+{
+    return launch_cooperative(ID_cuLaunchCooperativeKernel_ptsz, IBP_STREAM_API_PER_THREAD, f,
+                              LAUNCH_DIM_ARGS, shared, s, params);
+}
+
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    return launch_kernel_ex(ID_cuLaunchKernelEx, IBP_STREAM_API_LEGACY, config, f, params, extra);
+}
+
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    return launch_kernel_ex(ID_cuLaunchKernelEx_ptsz, IBP_STREAM_API_PER_THREAD, config, f, params, extra);
+}
+
+/* An unloaded module or library frees its function handles for others: the parameter sizes kept
+ * per handle are dropped before and after (launches.c). */
+static CUresult unload(int id, void *handle)
+{
+    typedef CUresult (*Fn)(void *);
+    const Fn real = (Fn)real_fn(id);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    ibp_args_forget_layouts();
+    const CUresult ret = real(handle);
+    ibp_args_forget_layouts();
+    return ret;
+}
+
+IBP_HOOK CUresult cuModuleUnload(CUmodule m);
+IBP_HOOK CUresult cuLibraryUnload(CUlibrary l);
+
+CUresult cuModuleUnload(CUmodule m)
+{
+    return unload(ID_cuModuleUnload, (void *)m);
+}
+
+CUresult cuLibraryUnload(CUlibrary l)
+{
+    return unload(ID_cuLibraryUnload, (void *)l);
 }
 
 /* ---- cuGetProcAddress ---- */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "interpose/launches.h"
 #include "interpose/pitched.h"
 #include "interpose/real.h"
 #include "interpose/router.h"
@@ -143,6 +144,33 @@ static void scan_mem_ops(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s
     scan_mem_op_array(drv, s, p.paramArray, p.count);
 }
 
+/* A kernel node: the registered regions its arguments point into, each whole (launches.c).  Where
+ * the driver cannot size the arguments this is said once, as for launches, and the graph stays
+ * readable. */
+static void scan_kernel_args(const IbpDriver *drv, IbpGraphScan *s, IbpArgsApi api, const void *func,
+                             void **params, void **extra)
+{
+    IbpArgRegions r = {0};
+    ibp_args_read(&r, api, func, params, extra);
+    for (size_t i = 0; i < r.n; i++) {
+        const IbpArgRegion *const g = ibp_args_at(&r, i);
+        scan_pitched(drv, s, ibp_pitched_row((const void *)g->base, g->size));
+    }
+    ibp_args_noted(IBP_STREAM_API_LEGACY, &r, NULL, 0);
+}
+
+static void scan_kernel(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
+{
+    CUDA_KERNEL_NODE_PARAMS p;
+    memset(&p, 0, sizeof(p));
+    if (drv->cuGraphKernelNodeGetParams(node, &p) != CUDA_SUCCESS) {
+        s->opaque = 1;
+        return;
+    }
+    scan_kernel_args(drv, s, IBP_ARGS_DRIVER, p.func ? (const void *)p.func : (const void *)p.kern,
+                     p.kernelParams, p.extra);
+}
+
 static void scan_graph(const IbpDriver *drv, CUgraph g, int depth, IbpGraphScan *s)
 {
     size_t n = 0;
@@ -185,6 +213,8 @@ static void scan_graph(const IbpDriver *drv, CUgraph g, int depth, IbpGraphScan 
             scan_mem_ops(drv, nodes[i], s);
             break;
         case CU_GRAPH_NODE_TYPE_KERNEL:
+            scan_kernel(drv, nodes[i], s);
+            break;
         case CU_GRAPH_NODE_TYPE_EMPTY:
         case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
         case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
@@ -192,8 +222,6 @@ static void scan_graph(const IbpDriver *drv, CUgraph g, int depth, IbpGraphScan 
         case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
         case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
         case CU_GRAPH_NODE_TYPE_MEM_FREE:
-            /* Kernels writing host memory through its unified address are not followed, in
-             * graphs or out of them (docs/NOTES.md, "Not seen"). */
             break;
         default:
             /* Conditional nodes: their bodies (memcpys and memsets among them) cannot be read
@@ -355,6 +383,17 @@ void ibp_graph_learn_mem_ops(cudaGraphExec_t exec, const CUstreamBatchMemOpParam
     record(exec, &s);
 }
 
+/* A kernel node of exec now takes these arguments. */
+void ibp_graph_learn_kernel(cudaGraphExec_t exec, int driver, const void *func, void **params, void **extra)
+{
+    const IbpDriver *drv = driver_if_compressing();
+    if (!drv)
+        return;
+    IbpGraphScan s = {0};
+    scan_kernel_args(drv, &s, driver ? IBP_ARGS_DRIVER : IBP_ARGS_RUNTIME, func, params, extra);
+    record(exec, &s);
+}
+
 /* ---- Hooks ---- */
 
 cudaError_t ibp_route_graph_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags,
@@ -503,10 +542,27 @@ cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node
     case cudaGraphNodeTypeGraph:
         ibp_graph_learn_child(exec, params->graph.graph);
         break;
+    case cudaGraphNodeTypeKernel:
+        ibp_graph_learn_kernel(exec, 0, params->kernel.func, params->kernel.kernelParams,
+                               params->kernel.extra);
+        break;
     case cudaGraphNodeTypeHost: /* was a host node already */
     default:
         break;
     }
+    return err;
+}
+
+cudaError_t ibp_route_graph_exec_kernel(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                        const struct cudaKernelNodeParams *params)
+{
+    ibp_shim_init();
+    const IbpReal_cudaGraphExecKernelNodeSetParams real = IBP_REAL(cudaGraphExecKernelNodeSetParams);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    const cudaError_t err = real(exec, node, params);
+    if (err == cudaSuccess && params)
+        ibp_graph_learn_kernel(exec, 0, params->func, params->kernelParams, params->extra);
     return err;
 }
 

@@ -14,6 +14,9 @@
 #undef cudaStreamAddCallback
 #undef cudaGraphInstantiateWithParams
 #undef cudaGraphLaunch
+#undef cudaLaunchKernel
+#undef cudaLaunchKernelExC
+#undef cudaLaunchCooperativeKernel
 
 /* Declarations for the per-thread variants, which the header only declares
  * under CUDA_API_PER_THREAD_DEFAULT_STREAM. */
@@ -26,6 +29,12 @@ IBP_HOOK cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamC
 IBP_HOOK cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
                                                          cudaGraphInstantiateParams *instantiateParams);
 IBP_HOOK cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream);
+IBP_HOOK cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args,
+                                           size_t sharedMem, cudaStream_t stream);
+IBP_HOOK cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim,
+                                                      void **args, size_t sharedMem, cudaStream_t stream);
+IBP_HOOK cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func,
+                                              void **args);
 
 IBP_HOOK cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
@@ -176,8 +185,65 @@ IBP_HOOK cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraph
     return ibp_route_graph_exec_child(hGraphExec, node, childGraph);
 }
 
+IBP_HOOK cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
+                                                      const struct cudaKernelNodeParams *pNodeParams)
+{
+    return ibp_route_graph_exec_kernel(hGraphExec, node, pNodeParams);
+}
+
 IBP_HOOK cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node,
                                                 struct cudaGraphNodeParams *nodeParams)
 {
     return ibp_route_graph_exec_node(graphExec, node, nodeParams);
+}
+
+IBP_HOOK cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
+                                      size_t sharedMem, cudaStream_t stream)
+{
+    return ibp_route_launch_kernel(IBP_STREAM_API_LEGACY, 0, func, gridDim, blockDim, args, sharedMem,
+                                   stream);
+}
+
+IBP_HOOK cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args,
+                                           size_t sharedMem, cudaStream_t stream)
+{
+    return ibp_route_launch_kernel(IBP_STREAM_API_PER_THREAD, 0, func, gridDim, blockDim, args, sharedMem,
+                                   stream);
+}
+
+IBP_HOOK cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
+                                                 size_t sharedMem, cudaStream_t stream)
+{
+    return ibp_route_launch_kernel(IBP_STREAM_API_LEGACY, 1, func, gridDim, blockDim, args, sharedMem,
+                                   stream);
+}
+
+IBP_HOOK cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim,
+                                                      void **args, size_t sharedMem, cudaStream_t stream)
+{
+    return ibp_route_launch_kernel(IBP_STREAM_API_PER_THREAD, 1, func, gridDim, blockDim, args, sharedMem,
+                                   stream);
+}
+
+IBP_HOOK cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+{
+    return ibp_route_launch_kernel_ex(IBP_STREAM_API_LEGACY, config, func, args);
+}
+
+IBP_HOOK cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func, void **args)
+{
+    return ibp_route_launch_kernel_ex(IBP_STREAM_API_PER_THREAD, config, func, args);
+}
+
+IBP_HOOK cudaError_t cudaLibraryUnload(cudaLibrary_t library)
+{
+    return ibp_route_library_unload(library);
+}
+
+/* Called by the host code nvcc generates when an object with kernels is unloaded (at exit, or by
+ * dlclose). */
+IBP_HOOK void __cudaUnregisterFatBinary(void **fatCubinHandle);
+void __cudaUnregisterFatBinary(void **fatCubinHandle)
+{
+    ibp_route_unregister_fat_binary(fatCubinHandle);
 }

@@ -50,7 +50,22 @@
       (cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraph_t child))                                       \
     X(cudaGraphExecNodeSetParams, cudaError_t,                                                               \
       (cudaGraphExec_t exec, cudaGraphNode_t node, struct cudaGraphNodeParams * params))                     \
+    X(cudaGraphExecKernelNodeSetParams, cudaError_t,                                                         \
+      (cudaGraphExec_t exec, cudaGraphNode_t node, const struct cudaKernelNodeParams *params))               \
     X(cudaGraphLaunch, cudaError_t, (cudaGraphExec_t exec, cudaStream_t stream))                             \
+    X(cudaLaunchKernel, cudaError_t,                                                                         \
+      (const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t stream))            \
+    X(cudaLaunchKernel_ptsz, cudaError_t,                                                                    \
+      (const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t stream))            \
+    X(cudaLaunchCooperativeKernel, cudaError_t,                                                              \
+      (const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t stream))            \
+    X(cudaLaunchCooperativeKernel_ptsz, cudaError_t,                                                         \
+      (const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t stream))            \
+    X(cudaLibraryUnload, cudaError_t, (cudaLibrary_t library))                                               \
+    X(__cudaUnregisterFatBinary, void, (void **handle))                                                      \
+    X(cudaLaunchKernelExC, cudaError_t, (const cudaLaunchConfig_t *config, const void *func, void **args))   \
+    X(cudaLaunchKernelExC_ptsz, cudaError_t,                                                                 \
+      (const cudaLaunchConfig_t *config, const void *func, void **args))                                     \
     X(cudaGraphLaunch_ptsz, cudaError_t, (cudaGraphExec_t exec, cudaStream_t stream))                        \
     IBP_REAL_CUDART_WRITERS(X)
 

@@ -54,6 +54,16 @@ CUresult ibp_route_cu_launch_host_func(IbpStreamApi api, IbpCuLaunchHostFuncFn r
 CUresult ibp_route_cu_stream_add_callback(IbpStreamApi api, IbpCuStreamAddCallbackFn real, CUstream stream,
                                           CUstreamCallback callback, void *user_data, unsigned int flags);
 
+/* Kernel launches (launches.c): a launch whose arguments point into a registered region is noted
+ * as a device write of the whole region.  Each returns exactly what the real call returns. */
+cudaError_t ibp_route_launch_kernel(IbpStreamApi api, int cooperative, const void *func, dim3 grid,
+                                    dim3 block, void **args, size_t shared, cudaStream_t stream);
+cudaError_t ibp_route_launch_kernel_ex(IbpStreamApi api, const cudaLaunchConfig_t *config, const void *func,
+                                       void **args);
+/* Unloads of kernels the launch hooks know by handle or host stub. */
+cudaError_t ibp_route_library_unload(cudaLibrary_t library);
+void ibp_route_unregister_fat_binary(void **handle);
+
 /* Graphs (graphs.c).  Each returns exactly what the real call returns.  An executable graph with
  * host nodes counts as pending host work from its launch until the stream passes it (copies that
  * would go compressed go raw meanwhile, as behind a host function); its memcpy and memset nodes
@@ -79,17 +89,23 @@ cudaError_t ibp_route_graph_exec_memset(cudaGraphExec_t exec, cudaGraphNode_t no
 cudaError_t ibp_route_graph_exec_child(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraph_t child);
 cudaError_t ibp_route_graph_exec_node(cudaGraphExec_t exec, cudaGraphNode_t node,
                                       struct cudaGraphNodeParams *params);
+cudaError_t ibp_route_graph_exec_kernel(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                        const struct cudaKernelNodeParams *params);
 cudaError_t ibp_route_graph_launch(IbpStreamApi api, cudaGraphExec_t exec, cudaStream_t stream);
 /* What the hooks above and the driver's (drvwrites.c) note after the real call: what an
  * executable graph does read from graph (instantiated with flags, or updated), dropped
- * (destroyed), a node's new write d added, what a child graph node's new graph does added, or the
- * value writes among a stream memory operations node's new ops added. */
+ * (destroyed), a node's new write d added, what a child graph node's new graph does added, the
+ * value writes among a stream memory operations node's new ops added, or what a kernel node's new
+ * arguments point into added. */
 #define IBP_GRAPH_UPDATED (~0ull) /* ibp_graph_learn's flags after an update: as instantiated */
 void ibp_graph_learn(cudaGraphExec_t exec, cudaGraph_t graph, unsigned long long flags);
 void ibp_graph_forget(cudaGraphExec_t exec);
 void ibp_graph_learn_write(cudaGraphExec_t exec, IbpPitched d);
 void ibp_graph_learn_child(cudaGraphExec_t exec, cudaGraph_t child);
 void ibp_graph_learn_mem_ops(cudaGraphExec_t exec, const CUstreamBatchMemOpParams *ops, unsigned count);
+/* A kernel node's new arguments (func's parameters sized by the runtime, or by the driver): the
+ * registered regions they point into are added (launches.c). */
+void ibp_graph_learn_kernel(cudaGraphExec_t exec, int driver, const void *func, void **params, void **extra);
 /* A launch of exec on stream: begin returns 1 when the graph does something to follow (then end
  * must follow the real launch, launched saying whether it succeeded), 0 when the real launch is
  * all there is.  end queues the launch's end behind it with the runtime's cudaLaunchHostFunc or,

@@ -63,7 +63,8 @@
     X(cuGraphChildGraphNodeGetGraph, 10000)                                                                  \
     X(cuGraphMemcpyNodeGetParams, 10000)                                                                     \
     X(cuGraphMemsetNodeGetParams, 10000)                                                                     \
-    X(cuGraphBatchMemOpNodeGetParams, 11070)
+    X(cuGraphBatchMemOpNodeGetParams, 11070)                                                                 \
+    X(cuGraphKernelNodeGetParams, 12000)
 
 typedef struct IbpDriver {
 #define IBP_DRIVER_FIELD(name, version) PFN_##name##_v##version name;

@@ -8,8 +8,8 @@ import sys
 ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|cuMemcpy[A-Za-z0-9_]*|cuMemset[A-Za-z0-9_]+|cuStreamWriteValue(32|64)(_v2)?(_ptsz)?|"
                      r"cuStreamBatchMemOp(_v2)?(_ptsz)?|cuLaunchHostFunc(_ptsz)?|cuStreamAddCallback(_ptsz)?|"
                      r"cuGraphInstantiate(_v2|WithFlags|WithParams|WithParams_ptsz)?|cuGraphExecUpdate(_v2)?|cuGraphExecDestroy|"
-                     r"cuGraphExec(Memcpy|Memset|ChildGraph|BatchMemOp)?NodeSetParams|"
-                     r"cuGraphLaunch(_ptsz)?|cuGetProcAddress(_v2)?|ibpshim_[a-z0-9_]+|sigaction|signal|read|__read_chk|pread|pread64|"
+                     r"cuGraphExec(Memcpy|Memset|ChildGraph|BatchMemOp)?NodeSetParams|cuGraphExecKernelNodeSetParams(_v2)?|"
+                     r"cuGraphLaunch(_ptsz)?|cuLaunch(Cooperative)?Kernel(_ptsz)?|cuModuleUnload|cuLibraryUnload|__cudaUnregisterFatBinary|cuLaunchKernelEx(_ptsz)?|cuGetProcAddress(_v2)?|ibpshim_[a-z0-9_]+|sigaction|signal|read|__read_chk|pread|pread64|"
                      r"__pread_chk|__pread64_chk|readv|preadv|preadv64|preadv2|recv|__recv_chk|recvfrom|"
                      r"__recvfrom_chk|recvmsg|recvmmsg)$")
 REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister", "cudaHostUnregister",
@@ -32,7 +32,12 @@ REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister
             "cuGraphExecNodeSetParams", "cuGraphExecBatchMemOpNodeSetParams", "cudaGraphExecChildGraphNodeSetParams", "cudaGraphExecNodeSetParams",
             "cuMemcpyBatchAsync", "cuMemcpyBatchAsync_ptsz", "cuMemcpyBatchAsync_v2", "cuMemcpyBatchAsync_v2_ptsz",
             "cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_ptsz", "cuMemcpy3DBatchAsync_v2",
-            "cuMemcpy3DBatchAsync_v2_ptsz"]
+            "cuMemcpy3DBatchAsync_v2_ptsz", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx",
+            "cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
+            "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz",
+            "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernel_ptsz", "cuGraphExecKernelNodeSetParams",
+            "cuGraphExecKernelNodeSetParams_v2", "cudaGraphExecKernelNodeSetParams",
+            "cuModuleUnload", "cuLibraryUnload", "cudaLibraryUnload", "__cudaUnregisterFatBinary"]
 
 
 def main(path):

@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: kernel launches whose arguments point into a registered region.  The kernel may write
+ * the region through its unified address while it runs, and those writes land without a fault,
+ * so the launch is noted as a device-to-host copy of the whole region would be: marked dirty now
+ * and again once the stream has passed the kernel.  Only addresses held in the arguments
+ * themselves are seen (a pointer the kernel loads from memory is not), and a kernel that only
+ * reads the region costs it a recompression.  Parameter sizes come from the driver
+ * (cuFuncGetParamInfo, CUDA 12.4 on), once per function; before that the arguments cannot be read,
+ * which is said once. */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "interpose/launches.h"
+#include "interpose/real.h"
+#include "interpose/router.h"
+#include "policy/registry.h"
+
+static int layouts_oom;
+#define HASH_NONFATAL_OOM 1
+#define uthash_nonfatal_oom(elt) (layouts_oom = 1)
+#include <uthash.h>
+
+/* Parameters past this many are not read (CUDA allows 32764 bytes of them, so at most that many
+ * one-byte ones). */
+#define IBP_ARGS_MAX_PARAMS 32768u
+/* Addresses below this are never a registered region's (the first page and small integers). */
+#define IBP_ARGS_MIN_ADDRESS ((uint64_t)1 << 16)
+
+int ibp_args_worth_reading(void)
+{
+    return ibp_router_compressing() && ibp_registry_count() > 0;
+}
+
+const IbpArgRegion *ibp_args_at(const IbpArgRegions *r, size_t i)
+{
+    return i < IBP_ARG_REGIONS_INLINE ? &r->inl[i] : &r->more[i - IBP_ARG_REGIONS_INLINE];
+}
+
+void ibp_args_release(IbpArgRegions *r)
+{
+    free(r->more);
+    r->more = NULL;
+    r->n = r->cap = 0;
+}
+
+static void add_region(IbpArgRegions *r, uintptr_t base, size_t size)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (ibp_args_at(r, i)->base == base)
+            return;
+    if (r->n >= IBP_ARG_REGIONS_INLINE && r->n - IBP_ARG_REGIONS_INLINE == r->cap) {
+        const size_t cap = r->cap ? 2 * r->cap : 8;
+        IbpArgRegion *const more = realloc(r->more, cap * sizeof(*more));
+        if (!more) {
+            r->unread = 1;
+            return;
+        }
+        r->more = more;
+        r->cap = cap;
+    }
+    IbpArgRegion *const at =
+        r->n < IBP_ARG_REGIONS_INLINE ? &r->inl[r->n] : &r->more[r->n - IBP_ARG_REGIONS_INLINE];
+    *at = (IbpArgRegion){base, size};
+    r->n++;
+}
+
+/* The words of a launch's arguments that could be addresses, looked up in the registry a batch at a
+ * time (one read section each). */
+#define IBP_ARGS_BATCH 128
+
+typedef struct IbpArgWords {
+    IbpArgRegions *r;
+    size_t n;
+    uint64_t word[IBP_ARGS_BATCH];
+} IbpArgWords;
+
+static void found(uintptr_t start, size_t size, void *arg)
+{
+    add_region(arg, start, size);
+}
+
+static void words_flush(IbpArgWords *w)
+{
+    ibp_registry_regions_at(w->word, w->n, found, w->r);
+    w->n = 0;
+}
+
+/* Every 8-byte word of [p, p + n): pointers are 8-byte aligned within a parameter, and so within a
+ * structure passed by value. */
+static void read_words(IbpArgWords *w, const void *p, size_t n)
+{
+    for (size_t o = 0; o + sizeof(uint64_t) <= n; o += sizeof(uint64_t)) {
+        uint64_t v;
+        memcpy(&v, (const char *)p + o, sizeof(v));
+        if (v < IBP_ARGS_MIN_ADDRESS)
+            continue;
+        if (w->n == IBP_ARGS_BATCH)
+            words_flush(w);
+        w->word[w->n++] = v;
+    }
+}
+
+/* The driver's buffer form: CU_LAUNCH_PARAM_BUFFER_POINTER and _SIZE pairs up to
+ * CU_LAUNCH_PARAM_END.  A list the driver would refuse is not read (the launch fails). */
+static void read_extra(IbpArgWords *w, void *const *extra)
+{
+    const void *buf = NULL;
+    const size_t *size = NULL;
+    for (unsigned i = 0; i < 64 && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+            size = extra[i + 1];
+    }
+    if (buf && size)
+        read_words(w, buf, *size);
+}
+
+/* ---- Parameter sizes, kept per function ---- */
+
+typedef CUresult (*CuParamInfoFn)(void *f, size_t index, size_t *offset, size_t *size);
+typedef cudaError_t (*FuncBySymbolFn)(cudaFunction_t *f, const void *symbol);
+
+static _Atomic(void *) cu_func_info, cu_kernel_info, func_by_symbol;
+static atomic_int resolved_once;
+
+/* Racing first callers resolve the same addresses; whichever stores land are right. */
+static void resolve_into(_Atomic(void *) *cache, void *(*resolve)(const char *), const char *name)
+{
+    void *const fn = resolve(name);
+    if (fn)
+        atomic_store_explicit(cache, fn, memory_order_release);
+}
+
+static void resolve_all(void)
+{
+    if (atomic_load_explicit(&resolved_once, memory_order_acquire))
+        return;
+    resolve_into(&cu_func_info, ibp_real_resolve_driver, "cuFuncGetParamInfo");
+    resolve_into(&cu_kernel_info, ibp_real_resolve_driver, "cuKernelGetParamInfo");
+    resolve_into(&func_by_symbol, ibp_real_resolve, "cudaGetFuncBySymbol");
+    atomic_store_explicit(&resolved_once, 1, memory_order_release);
+}
+
+/* One function's parameter sizes, in order. */
+typedef struct IbpLayout {
+    UT_hash_handle hh;
+    const void *func; /* the key */
+    size_t n;
+    uint32_t size[];
+} IbpLayout;
+
+static pthread_mutex_t layouts_mu = PTHREAD_MUTEX_INITIALIZER;
+static IbpLayout *layouts; /* under layouts_mu */
+
+/* The sizes of func's parameters, asked of the driver: a runtime host stub (an address in a loaded
+ * object) through its CUfunction (cudaGetFuncBySymbol), a cudaKernel_t as the CUkernel it is, a
+ * driver handle as a CUfunction and, refused as one, as a CUkernel.  The driver answers an index
+ * past the last parameter with an error, which ends the list (and touches no runtime state, where
+ * cudaFuncGetParamInfo would leave its error as the application's last).  NULL when the driver
+ * cannot say (before CUDA 12.4) or out of memory. */
+static IbpLayout *layout_new(IbpArgsApi api, const void *func)
+{
+    resolve_all();
+    const CuParamInfoFn finfo = (CuParamInfoFn)atomic_load_explicit(&cu_func_info, memory_order_acquire);
+    const CuParamInfoFn kinfo = (CuParamInfoFn)atomic_load_explicit(&cu_kernel_info, memory_order_acquire);
+    void *handle = (void *)(uintptr_t)func;
+    CuParamInfoFn info = finfo;
+    if (api == IBP_ARGS_RUNTIME) {
+        Dl_info dl;
+        if (dladdr(func, &dl) && dl.dli_fbase) {
+            const FuncBySymbolFn by_symbol =
+                (FuncBySymbolFn)atomic_load_explicit(&func_by_symbol, memory_order_acquire);
+            cudaFunction_t f = NULL;
+            if (!by_symbol || by_symbol(&f, func) != cudaSuccess || !f)
+                return NULL;
+            handle = (void *)f;
+        } else {
+            info = kinfo;
+        }
+    }
+    size_t n = 0, cap = 16, offset, size;
+    IbpLayout *l = malloc(sizeof(*l) + cap * sizeof(l->size[0]));
+    if (!l || !info) {
+        free(l);
+        return NULL;
+    }
+    for (;; n++) {
+        CUresult res = info(handle, n, &offset, &size);
+        if (res == CUDA_ERROR_INVALID_HANDLE && n == 0 && api == IBP_ARGS_DRIVER && kinfo && info != kinfo) {
+            info = kinfo;
+            res = info(handle, n, &offset, &size);
+        }
+        if (res != CUDA_SUCCESS || n >= IBP_ARGS_MAX_PARAMS)
+            break;
+        if (n == cap) {
+            cap *= 2;
+            IbpLayout *const bigger = realloc(l, sizeof(*l) + cap * sizeof(l->size[0]));
+            if (!bigger) {
+                free(l);
+                return NULL;
+            }
+            l = bigger;
+        }
+        l->size[n] = size > UINT32_MAX ? UINT32_MAX : (uint32_t)size;
+    }
+    l->func = func;
+    l->n = n;
+    return l;
+}
+
+void ibp_args_forget_layouts(void)
+{
+    pthread_mutex_lock(&layouts_mu);
+    IbpLayout *l, *tmp;
+    HASH_ITER(hh, layouts, l, tmp)
+    {
+        HASH_DEL(layouts, l);
+        free(l);
+    }
+    pthread_mutex_unlock(&layouts_mu);
+}
+
+static void read_params(IbpArgWords *w, const IbpLayout *l, void *const *params)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->size[i] >= sizeof(uint64_t) && params[i])
+            read_words(w, params[i], l->size[i]);
+}
+
+void ibp_args_read(IbpArgRegions *r, IbpArgsApi api, const void *func, void *const *params,
+                   void *const *extra)
+{
+    IbpArgWords w = {.r = r};
+    if (extra) {
+        read_extra(&w, extra);
+        words_flush(&w);
+        return;
+    }
+    if (!params || !func)
+        return;
+    IbpLayout *l = NULL;
+    pthread_mutex_lock(&layouts_mu);
+    HASH_FIND_PTR(layouts, &func, l);
+    if (l)
+        read_params(&w, l, params);
+    pthread_mutex_unlock(&layouts_mu);
+    if (!l) {
+        /* Asked outside the lock (the driver may load the module first). */
+        IbpLayout *const fresh = layout_new(api, func);
+        if (!fresh) {
+            r->unread = 1;
+            return;
+        }
+        read_params(&w, fresh, params);
+        pthread_mutex_lock(&layouts_mu);
+        HASH_FIND_PTR(layouts, &func, l);
+        layouts_oom = 0;
+        if (!l)
+            HASH_ADD_PTR(layouts, func, fresh);
+        const int kept = !l && !layouts_oom;
+        pthread_mutex_unlock(&layouts_mu);
+        if (!kept)
+            free(fresh);
+    }
+    words_flush(&w);
+}
+
+/* ---- After a launch ---- */
+
+static atomic_flag unread_said = ATOMIC_FLAG_INIT;
+
+void ibp_args_noted(IbpStreamApi api, IbpArgRegions *r, cudaStream_t stream, int launched)
+{
+    if (r->unread && !atomic_flag_test_and_set(&unread_said))
+        IBP_WARN(
+            "a kernel's arguments could not be read (a driver before CUDA 12.4 has no parameter sizes, "
+            "or out of memory): a kernel that writes a compressed region through its address is not seen");
+    for (size_t i = 0; launched && i < r->n; i++) {
+        const IbpArgRegion *const g = ibp_args_at(r, i);
+        ibp_router_enqueued_write(api, (void *)g->base, g->size, cudaMemcpyDeviceToHost, stream);
+    }
+    ibp_args_release(r);
+}
+
+/* ---- The runtime's launches ---- */
+
+cudaError_t ibp_route_launch_kernel(IbpStreamApi api, int cooperative, const void *func, dim3 grid,
+                                    dim3 block, void **args, size_t shared, cudaStream_t stream)
+{
+    const IbpReal_cudaLaunchKernel real =
+        cooperative ? (api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaLaunchCooperativeKernel_ptsz)
+                                                        : IBP_REAL(cudaLaunchCooperativeKernel))
+                    : (api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaLaunchKernel_ptsz)
+                                                        : IBP_REAL(cudaLaunchKernel));
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    if (!ibp_args_worth_reading())
+        return real(func, grid, block, args, shared, stream);
+    IbpArgRegions r = {0};
+    ibp_args_read(&r, IBP_ARGS_RUNTIME, func, args, NULL);
+    const cudaError_t ret = real(func, grid, block, args, shared, stream);
+    ibp_args_noted(api, &r, stream, ret == cudaSuccess);
+    return ret;
+}
+
+cudaError_t ibp_route_launch_kernel_ex(IbpStreamApi api, const cudaLaunchConfig_t *config, const void *func,
+                                       void **args)
+{
+    const IbpReal_cudaLaunchKernelExC real =
+        api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaLaunchKernelExC_ptsz) : IBP_REAL(cudaLaunchKernelExC);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    if (!config || !ibp_args_worth_reading())
+        return real(config, func, args);
+    IbpArgRegions r = {0};
+    ibp_args_read(&r, IBP_ARGS_RUNTIME, func, args, NULL);
+    const cudaError_t ret = real(config, func, args);
+    ibp_args_noted(api, &r, config->stream, ret == cudaSuccess);
+    return ret;
+}
+
+/* Unloads: the parameter sizes kept are dropped before and after (a host stub of an unloaded
+ * object, or a kernel handle, may name another kernel from then on). */
+cudaError_t ibp_route_library_unload(cudaLibrary_t library)
+{
+    const IbpReal_cudaLibraryUnload real = IBP_REAL(cudaLibraryUnload);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    ibp_args_forget_layouts();
+    const cudaError_t ret = real(library);
+    ibp_args_forget_layouts();
+    return ret;
+}
+
+void ibp_route_unregister_fat_binary(void **handle)
+{
+    const IbpReal___cudaUnregisterFatBinary real = IBP_REAL(__cudaUnregisterFatBinary);
+    ibp_args_forget_layouts();
+    if (real)
+        real(handle);
+    ibp_args_forget_layouts();
+}
