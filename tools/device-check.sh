@@ -170,9 +170,15 @@ done
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 > "$logs/hookbench.txt" 2>&1
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --json >> "$logs/hookbench.txt" 2>&1
 row "hook overhead (200k calls)" "$(grep 'added by the hook' "$logs/hookbench.txt" | sed 's/^ *//')"
-for call in d2h memset drv-d2h drv-memset relaxed-query; do
+for call in d2h memset drv-d2h drv-memset relaxed-query launch drv-launch; do
     LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --call $call --json >> "$logs/hookbench.txt" 2>&1
     row "hook overhead, $call (200k calls)" "$(tail -1 "$logs/hookbench.txt" | grep -o '"added_ns": [-0-9.]*')"
+done
+# The launch hooks read every launch's arguments while a region is registered.
+for call in launch drv-launch; do
+    LD_PRELOAD=$lib IBPSHIM_POLICY_MIN_BYTES=1MiB "$build/tools/ibp-hookbench" --calls 200000 --call $call \
+        --region $((64 << 20)) --json >> "$logs/hookbench.txt" 2>&1
+    row "hook overhead, $call, a region (200k)" "$(tail -1 "$logs/hookbench.txt" | grep -o '"added_ns": [-0-9.]*')"
 done
 "$build/tools/ibp-hookbench" --calls 100000 > "$logs/hookbench-noshim.txt" 2>&1
 row "same, without the shim (noise)" "$(grep 'added by the hook' "$logs/hookbench-noshim.txt" | sed 's/^ *//')"

@@ -5,7 +5,10 @@
  * for tracked destinations), a cudaMemsetAsync of device memory (a hook that only notes device
  * writes), the driver's cuMemcpyDtoHAsync and cuMemsetD8Async (the driver hooks, the same checks).
  * And what the shim pays to query its own events beside a capture: cuEventQuery between two
- * cuThreadExchangeStreamCaptureMode calls (relaxed, then back) against cuEventQuery alone. */
+ * cuThreadExchangeStreamCaptureMode calls (relaxed, then back) against cuEventQuery alone.  And
+ * kernel launches, cudaLaunchKernel and cuLaunchKernel of a three-argument kernel writing device
+ * memory (the hooks read the arguments of every launch while a region is registered: --region
+ * registers one through the hooked cudaHostAlloc first). */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +18,8 @@
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include "tools/fill_kernel.h"
 
 typedef cudaError_t (*MemcpyAsyncFn)(void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t);
 typedef cudaError_t (*MemsetAsyncFn)(void *, int, size_t, cudaStream_t);
@@ -30,8 +35,27 @@ typedef CUresult (*DrvEventCreateFn)(CUevent *, unsigned);
 typedef CUresult (*DrvEventRecordFn)(CUevent, CUstream);
 typedef CUresult (*DrvEventQueryFn)(CUevent);
 typedef CUresult (*DrvExchangeModeFn)(CUstreamCaptureMode *);
+typedef cudaError_t (*HostAllocFn)(void **, size_t, unsigned int);
+typedef cudaError_t (*LaunchFn)(const void *, dim3, dim3, void **, size_t, cudaStream_t);
+typedef cudaError_t (*LibraryLoadFn)(cudaLibrary_t *, const void *, enum cudaJitOption *, void **,
+                                     unsigned int, enum cudaLibraryOption *, void **, unsigned int);
+typedef cudaError_t (*LibraryKernelFn)(cudaKernel_t *, cudaLibrary_t, const char *);
+typedef CUresult (*DrvLaunchFn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                unsigned, CUstream, void **, void **);
+typedef CUresult (*DrvModuleLoadFn)(CUmodule *, const void *);
+typedef CUresult (*DrvModuleFunctionFn)(CUfunction *, CUmodule, const char *);
 
-enum { CALL_H2D, CALL_D2H, CALL_MEMSET, CALL_DRV_D2H, CALL_DRV_MEMSET, CALL_RELAXED_QUERY, NCALLS };
+enum {
+    CALL_H2D,
+    CALL_D2H,
+    CALL_MEMSET,
+    CALL_LAUNCH,
+    CALL_DRV_D2H,
+    CALL_DRV_MEMSET,
+    CALL_DRV_LAUNCH,
+    CALL_RELAXED_QUERY,
+    NCALLS
+};
 
 static const struct {
     const char *name, *symbol, *what, *paths[2];
@@ -39,11 +63,19 @@ static const struct {
     {"h2d", "cudaMemcpyAsync", "pinned bytes to the device (cudaMemcpyAsync)", {"hooked", "direct"}},
     {"d2h", "cudaMemcpyAsync", "device bytes to pinned memory (cudaMemcpyAsync)", {"hooked", "direct"}},
     {"memset", "cudaMemsetAsync", "device bytes set (cudaMemsetAsync)", {"hooked", "direct"}},
+    {"launch",
+     "cudaLaunchKernel",
+     "launches of a kernel writing B device bytes (cudaLaunchKernel)",
+     {"hooked", "direct"}},
     {"drv-d2h",
      "cuMemcpyDtoHAsync_v2",
      "device bytes to pinned memory (cuMemcpyDtoHAsync)",
      {"hooked", "direct"}},
     {"drv-memset", "cuMemsetD8Async", "device bytes set (cuMemsetD8Async)", {"hooked", "direct"}},
+    {"drv-launch",
+     "cuLaunchKernel",
+     "launches of a kernel writing B device bytes (cuLaunchKernel)",
+     {"hooked", "direct"}},
     {"relaxed-query", "cuEventQuery", "queries of a completed event (cuEventQuery)", {"relaxed", "plain"}},
 };
 
@@ -83,11 +115,20 @@ static void *need(void *lib, const char *name)
     return fn;
 }
 
-/* One call of the timed kind through fn (for relaxed-query: path 0 relaxed, 1 plain). */
-static int one_call(int kind, void *fn, int path, const RelaxedQuery *rq, void *host, void *dev, size_t bytes,
-                    cudaStream_t stream)
+/* One call of the timed kind through fn (for relaxed-query: path 0 relaxed, 1 plain; for the
+ * launches, kernel is the fill kernel). */
+static int one_call(int kind, void *fn, int path, const RelaxedQuery *rq, void *kernel, void *host, void *dev,
+                    size_t bytes, cudaStream_t stream)
 {
+    uint32_t value = 0x42424242u;
+    uint64_t words = bytes / 4;
+    void *params[] = {&dev, &value, &words};
     switch (kind) {
+    case CALL_LAUNCH:
+        return ((LaunchFn)fn)(kernel, (dim3){1, 1, 1}, (dim3){128, 1, 1}, params, 0, stream) != cudaSuccess;
+    case CALL_DRV_LAUNCH:
+        return ((DrvLaunchFn)fn)((CUfunction)kernel, 1, 1, 1, 128, 1, 1, 0, (CUstream)stream, params, NULL) !=
+               CUDA_SUCCESS;
     case CALL_H2D:
         return ((MemcpyAsyncFn)fn)(dev, host, bytes, cudaMemcpyHostToDevice, stream) != cudaSuccess;
     case CALL_D2H:
@@ -115,7 +156,7 @@ static int one_call(int kind, void *fn, int path, const RelaxedQuery *rq, void *
 int main(int argc, char **argv)
 {
     long calls = 100000, batch = 1000;
-    size_t bytes = 64;
+    size_t bytes = 64, region = 0;
     int json = 0;
     const char *cudart = "libcudart.so.13";
     const char *call = "h2d";
@@ -128,19 +169,25 @@ int main(int argc, char **argv)
             cudart = argv[++i];
         else if (!strcmp(argv[i], "--call") && i + 1 < argc)
             call = argv[++i];
+        else if (!strcmp(argv[i], "--region") && i + 1 < argc)
+            region = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--json"))
             json = 1;
         else {
-            fprintf(stderr,
-                    "usage: %s [--calls N] [--bytes B] [--call KIND] [--cudart SONAME] [--json]\n"
-                    "Times N small calls through the hooked symbol and directly, interleaved in\n"
-                    "batches; prints medians.  KIND: h2d (default) and d2h: cudaMemcpyAsync between B\n"
-                    "pinned and B device bytes; memset: cudaMemsetAsync of B device bytes; drv-d2h and\n"
-                    "drv-memset: cuMemcpyDtoHAsync and cuMemsetD8Async, the same through the driver\n"
-                    "(direct: libcuda's own symbol); relaxed-query: cuEventQuery of a completed event\n"
-                    "between two cuThreadExchangeStreamCaptureMode calls, as the shim queries its own\n"
-                    "events, against cuEventQuery alone.\n",
-                    argv[0]);
+            fprintf(
+                stderr,
+                "usage: %s [--calls N] [--bytes B] [--call KIND] [--region R] [--cudart SONAME] [--json]\n"
+                "Times N small calls through the hooked symbol and directly, interleaved in\n"
+                "batches; prints medians.  KIND: h2d (default) and d2h: cudaMemcpyAsync between B\n"
+                "pinned and B device bytes; memset: cudaMemsetAsync of B device bytes; drv-d2h and\n"
+                "drv-memset: cuMemcpyDtoHAsync and cuMemsetD8Async, the same through the driver\n"
+                "(direct: libcuda's own symbol); relaxed-query: cuEventQuery of a completed event\n"
+                "between two cuThreadExchangeStreamCaptureMode calls, as the shim queries its own\n"
+                "events, against cuEventQuery alone; launch and drv-launch: cudaLaunchKernel and\n"
+                "cuLaunchKernel of a kernel writing B device bytes.  --region R first pins R bytes\n"
+                "through the hooked cudaHostAlloc (a registered region: the launch hooks then read\n"
+                "every launch's arguments).\n",
+                argv[0]);
             return 2;
         }
     }
@@ -149,10 +196,10 @@ int main(int argc, char **argv)
         if (!strcmp(call, kCalls[k].name))
             kind = k;
     if (kind < 0) {
-        fprintf(
-            stderr,
-            "ibp-hookbench: --call takes h2d, d2h, memset, drv-d2h, drv-memset or relaxed-query, not %s\n",
-            call);
+        fprintf(stderr,
+                "ibp-hookbench: --call takes h2d, d2h, memset, launch, drv-d2h, drv-memset, drv-launch or "
+                "relaxed-query, not %s\n",
+                call);
         return 2;
     }
     if (calls < batch)
@@ -186,6 +233,33 @@ int main(int argc, char **argv)
         fprintf(stderr, "ibp-hookbench: CUDA set-up failed\n");
         return 1;
     }
+    void *region_host = NULL;
+    if (region &&
+        ((HostAllocFn)need(RTLD_DEFAULT, "cudaHostAlloc"))(&region_host, region, 0) != cudaSuccess) {
+        fprintf(stderr, "ibp-hookbench: cudaHostAlloc of the region failed\n");
+        return 1;
+    }
+    if (region_host)
+        memset(region_host, 0x17, region);
+    void *kernel = NULL;
+    if (kind == CALL_LAUNCH) {
+        cudaLibrary_t l = NULL;
+        if (((LibraryLoadFn)need(lib, "cudaLibraryLoadData"))(&l, ibp_fill_ptx, NULL, NULL, 0, NULL, NULL,
+                                                              0) != cudaSuccess ||
+            ((LibraryKernelFn)need(lib, "cudaLibraryGetKernel"))((cudaKernel_t *)&kernel, l,
+                                                                 "ibp_test_fill") != cudaSuccess) {
+            fprintf(stderr, "ibp-hookbench: loading the kernel failed\n");
+            return 1;
+        }
+    } else if (kind == CALL_DRV_LAUNCH) {
+        CUmodule m = NULL;
+        if (((DrvModuleLoadFn)need(cuda, "cuModuleLoadData"))(&m, ibp_fill_ptx) != CUDA_SUCCESS ||
+            ((DrvModuleFunctionFn)need(cuda, "cuModuleGetFunction"))((CUfunction *)&kernel, m,
+                                                                     "ibp_test_fill") != CUDA_SUCCESS) {
+            fprintf(stderr, "ibp-hookbench: loading the kernel failed\n");
+            return 1;
+        }
+    }
     RelaxedQuery rq = {0};
     if (kind == CALL_RELAXED_QUERY) {
         rq.query = (DrvEventQueryFn)fns[1];
@@ -206,7 +280,7 @@ int main(int argc, char **argv)
     /* Warm-up: first calls pay for lazy module and context set-up. */
     for (int i = 0; i < 1000; i++)
         for (int path = 0; path < 2; path++)
-            one_call(kind, fns[path], path, &rq, host, dev, bytes, stream);
+            one_call(kind, fns[path], path, &rq, kernel, host, dev, bytes, stream);
     sync(stream);
     long done = 0;
     while (done < calls) {
@@ -215,7 +289,7 @@ int main(int argc, char **argv)
             double *out = (path ? t_direct : t_hooked) + done;
             for (long i = 0; i < n; i++) {
                 const double t0 = now_ns();
-                const int failed = one_call(kind, fns[path], path, &rq, host, dev, bytes, stream);
+                const int failed = one_call(kind, fns[path], path, &rq, kernel, host, dev, bytes, stream);
                 out[i] = now_ns() - t0;
                 if (failed) {
                     fprintf(stderr, "ibp-hookbench: %s failed\n", symbol);
@@ -233,11 +307,12 @@ int main(int argc, char **argv)
                        : driver     ? "not preloaded (both paths are libcuda)"
                                     : "not preloaded (both paths are libcudart)";
     if (json) {
-        printf("{\"call\": \"%s\", \"calls\": %ld, \"bytes\": %zu, \"shim\": %s, \"median_hooked_ns\": %.1f, "
+        printf("{\"call\": \"%s\", \"calls\": %ld, \"bytes\": %zu, \"region\": %zu, \"shim\": %s, "
+               "\"median_hooked_ns\": %.1f, "
                "\"median_direct_ns\": %.1f, \"added_ns\": %.1f, \"p10_hooked_ns\": %.1f, \"p90_hooked_ns\": "
                "%.1f, "
                "\"p10_direct_ns\": %.1f, \"p90_direct_ns\": %.1f}\n",
-               call, calls, bytes, shim_version ? "true" : "false", mh, md, mh - md,
+               call, calls, bytes, region, shim_version ? "true" : "false", mh, md, mh - md,
                quantile(t_hooked, (size_t)calls, 0.1), quantile(t_hooked, (size_t)calls, 0.9),
                quantile(t_direct, (size_t)calls, 0.1), quantile(t_direct, (size_t)calls, 0.9));
     } else {
