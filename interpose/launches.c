@@ -128,7 +128,7 @@ static void read_extra(IbpArgWords *w, void *const *extra)
 typedef CUresult (*CuParamInfoFn)(void *f, size_t index, size_t *offset, size_t *size);
 typedef cudaError_t (*FuncBySymbolFn)(cudaFunction_t *f, const void *symbol);
 
-static _Atomic(void *) cu_func_info, cu_kernel_info, func_by_symbol;
+static _Atomic(void *) cu_func_info, cu_kernel_info, func_by_symbol, cu_func_name, cu_kernel_name;
 static atomic_int resolved_once;
 
 /* Racing first callers resolve the same addresses; whichever stores land are right. */
@@ -146,6 +146,8 @@ static void resolve_all(void)
     resolve_into(&cu_func_info, ibp_real_resolve_driver, "cuFuncGetParamInfo");
     resolve_into(&cu_kernel_info, ibp_real_resolve_driver, "cuKernelGetParamInfo");
     resolve_into(&func_by_symbol, ibp_real_resolve, "cudaGetFuncBySymbol");
+    resolve_into(&cu_func_name, ibp_real_resolve_driver, "cuFuncGetName");
+    resolve_into(&cu_kernel_name, ibp_real_resolve_driver, "cuKernelGetName");
     atomic_store_explicit(&resolved_once, 1, memory_order_release);
 }
 
@@ -153,6 +155,9 @@ static void resolve_all(void)
 typedef struct IbpLayout {
     UT_hash_handle hh;
     const void *func; /* the key */
+    void *handle;     /* what the driver was asked: a CUfunction, or a CUkernel when kernel */
+    int kernel;
+    int said; /* a launch of it pointed into a region, and the log said so */
     size_t n;
     uint32_t size[];
 } IbpLayout;
@@ -212,6 +217,9 @@ static IbpLayout *layout_new(IbpArgsApi api, const void *func)
         l->size[n] = size > UINT32_MAX ? UINT32_MAX : (uint32_t)size;
     }
     l->func = func;
+    l->handle = handle;
+    l->kernel = info == kinfo;
+    l->said = 0;
     l->n = n;
     return l;
 }
@@ -235,6 +243,36 @@ static void read_params(IbpArgWords *w, const IbpLayout *l, void *const *params)
             read_words(w, params[i], l->size[i]);
 }
 
+/* The first launch of a kernel found pointing into a region is said at info level, with the
+ * kernel's name (CUDA 12.3's cuFuncGetName or cuKernelGetName): its copies going raw is otherwise
+ * only "stale" in the report. */
+typedef CUresult (*CuNameFn)(const char **name, void *handle);
+
+static void say_kernel(void *handle, int kernel, const IbpArgRegions *r)
+{
+    const CuNameFn get =
+        (CuNameFn)atomic_load_explicit(kernel ? &cu_kernel_name : &cu_func_name, memory_order_acquire);
+    const char *name = NULL;
+    if (!get || get(&name, handle) != CUDA_SUCCESS)
+        name = NULL;
+    const IbpArgRegion *const g = ibp_args_at(r, 0);
+    IBP_INFO("kernel %s takes an address inside the registered region at %p (%zu bytes): each of its "
+             "launches counts as a device write of the region, whose copies go raw until it is "
+             "compressed again",
+             name ? name : "(unnamed)", (void *)g->base, g->size);
+}
+
+/* Reads params by l's sizes, looks the words up; whether this is the first of l's launches to point
+ * into a region (which then sets l->said). */
+static int read_by(IbpArgWords *w, IbpLayout *l, void *const *params)
+{
+    read_params(w, l, params);
+    words_flush(w);
+    const int first = w->r->n && !l->said;
+    l->said |= first;
+    return first;
+}
+
 void ibp_args_read(IbpArgRegions *r, IbpArgsApi api, const void *func, void *const *params,
                    void *const *extra)
 {
@@ -247,10 +285,14 @@ void ibp_args_read(IbpArgRegions *r, IbpArgsApi api, const void *func, void *con
     if (!params || !func)
         return;
     IbpLayout *l = NULL;
+    void *handle = NULL;
+    int kernel = 0, say = 0;
     pthread_mutex_lock(&layouts_mu);
     HASH_FIND_PTR(layouts, &func, l);
-    if (l)
-        read_params(&w, l, params);
+    if (l && (say = read_by(&w, l, params))) {
+        handle = l->handle;
+        kernel = l->kernel;
+    }
     pthread_mutex_unlock(&layouts_mu);
     if (!l) {
         /* Asked outside the lock (the driver may load the module first). */
@@ -259,7 +301,9 @@ void ibp_args_read(IbpArgRegions *r, IbpArgsApi api, const void *func, void *con
             r->unread = 1;
             return;
         }
-        read_params(&w, fresh, params);
+        say = read_by(&w, fresh, params);
+        handle = fresh->handle;
+        kernel = fresh->kernel;
         pthread_mutex_lock(&layouts_mu);
         HASH_FIND_PTR(layouts, &func, l);
         layouts_oom = 0;
@@ -270,7 +314,8 @@ void ibp_args_read(IbpArgRegions *r, IbpArgsApi api, const void *func, void *con
         if (!kept)
             free(fresh);
     }
-    words_flush(&w);
+    if (say)
+        say_kernel(handle, kernel, r);
 }
 
 /* ---- After a launch ---- */

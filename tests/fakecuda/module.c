@@ -322,6 +322,26 @@ FAKECUDA_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t *
     return CUDA_SUCCESS;
 }
 
+/* The kernel's name, as its image names it. */
+FAKECUDA_EXPORT CUresult cuFuncGetName(const char **name, CUfunction f)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const FakecudaKernel *kernel = NULL;
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fakecuda_function_kernel(f, &kernel))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = kernel->name;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuKernelGetName(const char **name, CUkernel kernel)
+{
+    return cuFuncGetName(name, (CUfunction)kernel);
+}
+
 /* Libraries are modules here, and their kernels functions (the driver takes a CUkernel wherever it
  * takes a CUfunction). */
 FAKECUDA_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jit_options,

@@ -47,6 +47,8 @@ static const ProcEntry table[] = {
     ENTRY_PT("cuLaunchKernelEx", 11060, cuLaunchKernelEx, cuLaunchKernelEx_ptsz),
     ENTRY("cuFuncGetParamInfo", 12040, cuFuncGetParamInfo),
     ENTRY("cuKernelGetParamInfo", 12040, cuKernelGetParamInfo),
+    ENTRY("cuFuncGetName", 12030, cuFuncGetName),
+    ENTRY("cuKernelGetName", 12030, cuKernelGetName),
     ENTRY("cuLibraryLoadData", 12000, cuLibraryLoadData),
     ENTRY("cuLibraryUnload", 12000, cuLibraryUnload),
     ENTRY("cuLibraryGetKernel", 12000, cuLibraryGetKernel),
