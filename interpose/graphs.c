@@ -159,6 +159,18 @@ static void scan_kernel_args(const IbpDriver *drv, IbpGraphScan *s, IbpArgsApi a
     ibp_args_noted(IBP_STREAM_API_LEGACY, &r, NULL, 0);
 }
 
+/* A kernel node the device may update (CUDA 12.4's device-updatable kernel nodes) can be pointed
+ * anywhere by a kernel, with no host call to see: the graph cannot be read.  A driver that does
+ * not know the attribute has no such nodes. */
+static int device_updatable(const IbpDriver *drv, CUgraphNode node)
+{
+    CUkernelNodeAttrValue v;
+    memset(&v, 0, sizeof(v));
+    return drv->cuGraphKernelNodeGetAttribute(node, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, &v) ==
+               CUDA_SUCCESS &&
+           v.deviceUpdatableKernelNode.deviceUpdatable;
+}
+
 static void scan_kernel(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
 {
     CUDA_KERNEL_NODE_PARAMS p;
@@ -167,6 +179,7 @@ static void scan_kernel(const IbpDriver *drv, CUgraphNode node, IbpGraphScan *s)
         s->opaque = 1;
         return;
     }
+    s->opaque |= device_updatable(drv, node);
     scan_kernel_args(drv, s, IBP_ARGS_DRIVER, p.func ? (const void *)p.func : (const void *)p.kern,
                      p.kernelParams, p.extra);
 }

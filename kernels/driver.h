@@ -64,7 +64,8 @@
     X(cuGraphMemcpyNodeGetParams, 10000)                                                                     \
     X(cuGraphMemsetNodeGetParams, 10000)                                                                     \
     X(cuGraphBatchMemOpNodeGetParams, 11070)                                                                 \
-    X(cuGraphKernelNodeGetParams, 12000)
+    X(cuGraphKernelNodeGetParams, 12000)                                                                     \
+    X(cuGraphKernelNodeGetAttribute, 11000)
 
 typedef struct IbpDriver {
 #define IBP_DRIVER_FIELD(name, version) PFN_##name##_v##version name;

@@ -184,6 +184,7 @@ typedef struct FakecudaOp {
         struct {
             const FakecudaKernel *kernel;
             CUfunction func; /* as launched (a graph's kernel node answers it) */
+            int device_updatable; /* a graph's kernel node opted in (it never opts out) */
             unsigned grid[3], block[3];
             unsigned shared_bytes;
             void *blob;      /* owned copy of the parameter values */

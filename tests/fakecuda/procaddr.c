@@ -125,6 +125,8 @@ static const ProcEntry table[] = {
     ENTRY("cuGraphMemsetNodeGetParams", 10000, cuGraphMemsetNodeGetParams),
     ENTRY("cuGraphBatchMemOpNodeGetParams", 11070, cuGraphBatchMemOpNodeGetParams),
     ENTRY("cuGraphKernelNodeGetParams", 12000, cuGraphKernelNodeGetParams_v2),
+    ENTRY("cuGraphKernelNodeGetAttribute", 11000, cuGraphKernelNodeGetAttribute),
+    ENTRY("cuGraphKernelNodeSetAttribute", 11000, cuGraphKernelNodeSetAttribute),
     ENTRY("cuGraphExecKernelNodeSetParams", 12000, cuGraphExecKernelNodeSetParams_v2),
     ENTRY("cuGraphExecBatchMemOpNodeSetParams", 11070, cuGraphExecBatchMemOpNodeSetParams),
     ENTRY("cuGraphExecUpdate", 10020, cuGraphExecUpdate),

@@ -1404,6 +1404,22 @@ RT_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t exec, cud
                        params->width, params->height);
 }
 
+RT_EXPORT cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t node, cudaKernelNodeAttrID attr,
+                                                      const cudaKernelNodeAttrValue *value)
+{
+    ENTER();
+    return ret_cu(cuGraphKernelNodeSetAttribute((CUgraphNode)node, (CUkernelNodeAttrID)attr,
+                                                (const CUkernelNodeAttrValue *)value));
+}
+
+RT_EXPORT cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t node, cudaKernelNodeAttrID attr,
+                                                      cudaKernelNodeAttrValue *value)
+{
+    ENTER();
+    return ret_cu(cuGraphKernelNodeGetAttribute((CUgraphNode)node, (CUkernelNodeAttrID)attr,
+                                                (CUkernelNodeAttrValue *)value));
+}
+
 /* func is a kernel of a library (cudaLibraryGetKernel), as for cudaLaunchKernel. */
 RT_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
                                                        const struct cudaKernelNodeParams *params)

@@ -1999,6 +1999,46 @@ FAKECUDA_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KE
     return CUDA_SUCCESS;
 }
 
+/* A kernel node's one attribute here: whether the device may update it (CUDA 12.4); once set, it
+ * cannot be cleared, as in the driver.  Other attributes are refused. */
+FAKECUDA_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode node, CUkernelNodeAttrID attr,
+                                                       CUkernelNodeAttrValue *value)
+{
+    FakecudaOp op;
+    const CUresult r = node_query(node, value, FAKECUDA_OP_KERNEL, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (attr != CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(value, 0, sizeof(*value));
+    value->deviceUpdatableKernelNode.deviceUpdatable = op.u.kernel.device_updatable;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode node, CUkernelNodeAttrID attr,
+                                                       const CUkernelNodeAttrValue *value)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!value || attr != CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE ||
+        (unsigned)value->deviceUpdatableKernelNode.deviceUpdatable > 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult res = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&objects_mu);
+    for (CUgraph g = all_graphs; g && res != CUDA_SUCCESS; g = g->next)
+        for (FakecudaOp *o = g->head; o; o = o->next)
+            if ((CUgraphNode)o == node && o->type == FAKECUDA_OP_KERNEL) {
+                if (o->u.kernel.device_updatable && !value->deviceUpdatableKernelNode.deviceUpdatable)
+                    break;
+                o->u.kernel.device_updatable = value->deviceUpdatableKernelNode.deviceUpdatable;
+                res = CUDA_SUCCESS;
+                break;
+            }
+    pthread_mutex_unlock(&objects_mu);
+    return res;
+}
+
 /* Sets the copy, memset or stream memory operations of node in executable graph e, made from
  * node's graph, to `with`'s fields: the op at the node's place in e, which must be of with's type
  * (and, for memory operations, as many).  with's operations are copied. */

@@ -1066,6 +1066,27 @@ TEST_F(Fake, KernelsTakeTheirArgumentsEveryWay)
     uint32_t *captured = nullptr;
     memcpy(&captured, p.kernelParams[0], sizeof(captured));
     EXPECT_EQ(captured, pinned + 32);
+    // The one attribute: device-updatable, which is set once and for good.
+    CUkernelNodeAttrValue attr;
+    ASSERT_EQ(cuGraphKernelNodeGetAttribute((CUgraphNode)node,
+                                            CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, &attr),
+              CUDA_SUCCESS);
+    EXPECT_EQ(attr.deviceUpdatableKernelNode.deviceUpdatable, 0);
+    cudaKernelNodeAttrValue on;
+    memset(&on, 0, sizeof(on));
+    on.deviceUpdatableKernelNode.deviceUpdatable = 1;
+    ASSERT_EQ(cudaGraphKernelNodeSetAttribute(node, cudaLaunchAttributeDeviceUpdatableKernelNode, &on),
+              cudaSuccess);
+    ASSERT_EQ(cuGraphKernelNodeGetAttribute((CUgraphNode)node,
+                                            CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, &attr),
+              CUDA_SUCCESS);
+    EXPECT_EQ(attr.deviceUpdatableKernelNode.deviceUpdatable, 1);
+    cudaKernelNodeAttrValue off;
+    memset(&off, 0, sizeof(off));
+    EXPECT_EQ(cudaGraphKernelNodeSetAttribute(node, cudaLaunchAttributeDeviceUpdatableKernelNode, &off),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(cuGraphKernelNodeGetAttribute((CUgraphNode)node, CU_LAUNCH_ATTRIBUTE_PRIORITY, &attr),
+              CUDA_ERROR_INVALID_VALUE);
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     dst = pinned + 48;

@@ -9,7 +9,9 @@
  * kernel writes device memory only, and the region stays compressed); and in a graph: graph
  * (cudaLaunchKernel captured), graph-driver (cuLaunchKernel captured), graph-update (captured
  * writing device memory, then pointed into the region with cudaGraphExecKernelNodeSetParams) and
- * graph-update-driver (the same with cuGraphExecKernelNodeSetParams).  The kernels are PTX
+ * graph-update-driver (the same with cuGraphExecKernelNodeSetParams); and graph-device-node, a
+ * graph whose kernel node (writing device memory) the device may update, which copies must treat
+ * as unreadable: raw from its launch on.  The kernels are PTX
  * (tools/fill_kernel.h), loaded as a library for the runtime's launches and as a module for the
  * driver's. */
 #include <stdint.h>
@@ -60,7 +62,7 @@ static void *driver_symbol(const char *name)
 static void *load_kernel(const char *how, const char *name)
 {
     if (!strncmp(how, "runtime", 7) || !strcmp(how, "struct") || !strcmp(how, "none") ||
-        !strcmp(how, "graph") || !strcmp(how, "graph-update")) {
+        !strcmp(how, "graph") || !strcmp(how, "graph-update") || !strcmp(how, "graph-device-node")) {
         cudaLibrary_t lib = NULL;
         cudaKernel_t kernel = NULL;
         CHECK_CUDA(cudaLibraryLoadData(&lib, ibp_fill_ptx, NULL, NULL, 0, NULL, NULL, 0));
@@ -98,7 +100,7 @@ static void fill(const char *how, void *kernel, uint32_t *dst, uint32_t value, u
     void *params[] = {&dst, &value, &words};
     const dim3 grid = {16, 1, 1}, block = {128, 1, 1};
     if (!strcmp(how, "runtime") || !strcmp(how, "none") || !strcmp(how, "graph") ||
-        !strcmp(how, "graph-update")) {
+        !strcmp(how, "graph-update") || !strcmp(how, "graph-device-node")) {
         CHECK_CUDA(cudaLaunchKernel(kernel, grid, block, params, 0, s));
     } else if (!strcmp(how, "runtime-ex")) {
         const cudaLaunchConfig_t config = {.gridDim = grid, .blockDim = block, .stream = s};
@@ -107,7 +109,8 @@ static void fill(const char *how, void *kernel, uint32_t *dst, uint32_t value, u
         IbpFillArgs a = {.tag = 0x1234, .dst = dst, .value = value, .words = (uint32_t)words};
         void *one[] = {&a};
         CHECK_CUDA(cudaLaunchKernel(kernel, grid, block, one, 0, s));
-    } else if (!strcmp(how, "driver") || !strcmp(how, "driver-kernel") || !strncmp(how, "graph-", 6)) {
+    } else if (!strcmp(how, "driver") || !strcmp(how, "driver-kernel") || !strcmp(how, "graph-driver") ||
+               !strcmp(how, "graph-update-driver")) {
         const CUresult r = ((LaunchFn)driver_symbol("cuLaunchKernel"))((CUfunction)kernel, 16, 1, 1, 128, 1,
                                                                        1, 0, (CUstream)s, params, NULL);
         CHECK(r == CUDA_SUCCESS, "cuLaunchKernel: %d", (int)r);
@@ -140,11 +143,10 @@ static void fill(const char *how, void *kernel, uint32_t *dst, uint32_t value, u
         const CUresult r = ((LaunchExFn)fn)(&config, (CUfunction)kernel, params, NULL);
         CHECK(r == CUDA_SUCCESS, "cuLaunchKernelEx: %d", (int)r);
     } else {
-        CHECK(
-            0,
-            "KERNEL_WRITES_HOW=%s is not one of runtime, runtime-ex, struct, driver, extra, driver-ex, none, "
-            "graph, graph-driver, graph-update, graph-update-driver",
-            how);
+        CHECK(0,
+              "KERNEL_WRITES_HOW=%s is not one of runtime, runtime-ex, struct, driver, driver-kernel, extra, "
+              "driver-ex, none, graph, graph-driver, graph-update, graph-update-driver, graph-device-node",
+              how);
     }
 }
 
@@ -165,14 +167,29 @@ static uint64_t copies(PreloadTotalsFn totals, PreloadWaiting *w, int k)
 static void graph_round(const char *how, void *kernel, PreloadTotalsFn totals, PreloadWaiting *w,
                         uint32_t *region, uint32_t *dev_words, uint64_t words)
 {
-    const int update = strstr(how, "update") != NULL;
+    const int update = strstr(how, "update") != NULL, device_node = !strcmp(how, "graph-device-node");
     const uint32_t value = 0x6b1e0000u;
     cudaStream_t cs;
     CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
     cudaGraph_t graph = NULL;
     CHECK_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
-    fill(how, kernel, update ? dev_words : region, value, words, cs);
+    fill(how, kernel, update || device_node ? dev_words : region, value, words, cs);
     CHECK_CUDA(cudaStreamEndCapture(cs, &graph));
+    if (device_node) {
+        cudaGraphNode_t node = NULL;
+        size_t count = 1;
+        CHECK_CUDA(cudaGraphGetNodes(graph, &node, &count));
+        cudaKernelNodeAttrValue v;
+        memset(&v, 0, sizeof(v));
+        v.deviceUpdatableKernelNode.deviceUpdatable = 1;
+        const cudaError_t err =
+            cudaGraphKernelNodeSetAttribute(node, cudaLaunchAttributeDeviceUpdatableKernelNode, &v);
+        if (err != cudaSuccess) {
+            printf("kernel_writes: %s: the device refused a device-updatable kernel node (%s), skipped\n",
+                   how, cudaGetErrorName(err));
+            exit(77);
+        }
+    }
     cudaGraphExec_t exec = NULL;
     CHECK_CUDA(cudaGraphInstantiateWithFlags(&exec, graph, 0));
     if (update) {
@@ -201,7 +218,15 @@ static void graph_round(const char *how, void *kernel, PreloadTotalsFn totals, P
         }
     }
     CHECK_CUDA(cudaGraphLaunch(exec, w->s));
-    copies(totals, w, 2);
+    const uint64_t sent = copies(totals, w, 2);
+    if (device_node) {
+        CHECK(sent == 0, "%s: copies went compressed (%llu bytes) after a graph the device may re-point ran",
+              how, (unsigned long long)sent);
+        CHECK_CUDA(cudaGraphExecDestroy(exec));
+        CHECK_CUDA(cudaGraphDestroy(graph));
+        CHECK_CUDA(cudaStreamDestroy(cs));
+        return;
+    }
     for (size_t i = 0; i < words; i++)
         CHECK(region[i] == value, "%s: word %zu of the graph's stores is 0x%08x, expected 0x%08x", how, i,
               region[i], value);
