@@ -64,14 +64,9 @@ static cudaGraphExec_t instantiate(cudaGraph_t graph, const char *how)
 }
 
 /* k copies of the region, each checked byte for byte; returns the compressed bytes they sent. */
-static uint64_t copies(PreloadTotalsFn totals, PreloadWaiting *w, int k)
+static uint64_t copies(PreloadTotalsFn totals, const PreloadWaiting *w, int k)
 {
-    IbpshimTransferTotals a, b;
-    CHECK(totals(&a) == 0, "totals");
-    for (int i = 0; i < k; i++)
-        copy_all(w);
-    CHECK(totals(&b) == 0, "totals");
-    return b.compressed_in - a.compressed_in;
+    return preload_round_trips(totals, w, dev_buf, back, k);
 }
 
 int main(void)

@@ -106,6 +106,19 @@ static inline void preload_round_trip(const PreloadWaiting *w, void *dev, uint8_
     CHECK(memcmp(back, w->host, w->n) == 0, "a copy of the compressed region differs");
 }
 
+/* k round trips of w's region through dev into back (each checked byte for byte); returns the
+ * original bytes they sent through the compressed path. */
+static inline uint64_t preload_round_trips(PreloadTotalsFn totals, const PreloadWaiting *w, void *dev,
+                                           uint8_t *back, int k)
+{
+    IbpshimTransferTotals a, b;
+    CHECK(totals(&a) == 0, "totals");
+    for (int i = 0; i < k; i++)
+        preload_round_trip(w, dev, back);
+    CHECK(totals(&b) == 0, "totals");
+    return b.compressed_in - a.compressed_in;
+}
+
 /* How long preload_wait_compressed() waits: PRELOAD_WAIT_SECONDS, default 100 s.  Compressing a
  * 40 MiB region took 6 s at most under AddressSanitizer with both cores of the CI machine busy
  * with other work; the default leaves room for two waits within the 300 s test timeout. */
