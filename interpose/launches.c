@@ -166,9 +166,9 @@ static pthread_mutex_t layouts_mu = PTHREAD_MUTEX_INITIALIZER;
 static IbpLayout *layouts; /* under layouts_mu */
 
 /* The sizes of func's parameters, asked of the driver: a runtime host stub (an address in a loaded
- * object) through its CUfunction (cudaGetFuncBySymbol), a cudaKernel_t as the CUkernel it is, a
- * driver handle as a CUfunction and, refused as one, as a CUkernel.  The driver answers an index
- * past the last parameter with an error, which ends the list (and touches no runtime state, where
+ * object other than CUDA's) through its CUfunction (cudaGetFuncBySymbol), a cudaKernel_t as the CUkernel it
+ * is, a driver handle as a CUfunction and, refused as one, as a CUkernel.  The driver answers an index past
+ * the last parameter with an error, which ends the list (and touches no runtime state, where
  * cudaFuncGetParamInfo would leave its error as the application's last).  NULL when the driver
  * cannot say (before CUDA 12.4) or out of memory. */
 static IbpLayout *layout_new(IbpArgsApi api, const void *func)
@@ -180,7 +180,10 @@ static IbpLayout *layout_new(IbpArgsApi api, const void *func)
     CuParamInfoFn info = finfo;
     if (api == IBP_ARGS_RUNTIME) {
         Dl_info dl;
-        if (dladdr(func, &dl) && dl.dli_fbase) {
+        /* A kernel handle is the driver's memory (its heap, or libcuda's or libcudart's data), a
+         * host stub the code of the object that launches it. */
+        if (dladdr(func, &dl) && dl.dli_fbase && !ibp_real_in_library(func, "libcuda.so") &&
+            !ibp_real_in_library(func, "libcudart.so")) {
             const FuncBySymbolFn by_symbol =
                 (FuncBySymbolFn)atomic_load_explicit(&func_by_symbol, memory_order_acquire);
             cudaFunction_t f = NULL;
@@ -276,7 +279,9 @@ static int read_by(IbpArgWords *w, IbpLayout *l, void *const *params)
 void ibp_args_read(IbpArgRegions *r, IbpArgsApi api, const void *func, void *const *params,
                    void *const *extra)
 {
-    IbpArgWords w = {.r = r};
+    IbpArgWords w; /* not zeroed: its 1 KiB of words are written before they are read */
+    w.r = r;
+    w.n = 0;
     if (extra) {
         read_extra(&w, extra);
         words_flush(&w);
