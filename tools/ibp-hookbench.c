@@ -19,6 +19,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "ibpshim/ibpshim.h"
 #include "tools/fill_kernel.h"
 
 typedef cudaError_t (*MemcpyAsyncFn)(void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t);
@@ -50,6 +51,7 @@ enum {
     CALL_D2H,
     CALL_MEMSET,
     CALL_LAUNCH,
+    CALL_H2D_REGION,
     CALL_DRV_D2H,
     CALL_DRV_MEMSET,
     CALL_DRV_LAUNCH,
@@ -66,6 +68,10 @@ static const struct {
     {"launch",
      "cudaLaunchKernel",
      "launches of a kernel writing B device bytes (cudaLaunchKernel)",
+     {"hooked", "direct"}},
+    {"h2d-region",
+     "cudaMemcpyAsync",
+     "copies of a whole compressed region to the device (cudaMemcpyAsync)",
      {"hooked", "direct"}},
     {"drv-d2h",
      "cuMemcpyDtoHAsync_v2",
@@ -115,6 +121,37 @@ static void *need(void *lib, const char *name)
     return fn;
 }
 
+/* Float weights of a narrow range, which the codec compresses (as the preload tests' regions). */
+static void fill_weights(void *p, size_t n)
+{
+    float *const f = p;
+    for (size_t i = 0; i < n / sizeof(float); i++)
+        f[i] = 0.02f * (float)((i * 2654435761u) % 1000u) / 1000.0f - 0.01f;
+}
+
+/* Copies of the region through the hooked call until the shim sends one compressed (up to 30 s);
+ * 0 when it does, 1 when it never did or no shim is loaded. */
+static int wait_compressed(void *fn, void *host, void *dev, size_t bytes, cudaStream_t stream,
+                           StreamSyncFn sync)
+{
+    typedef int (*TotalsFn)(IbpshimTransferTotals *);
+    const TotalsFn totals = (TotalsFn)dlsym(RTLD_DEFAULT, "ibpshim_transfer_totals");
+    IbpshimTransferTotals a, b;
+    for (int i = 0; totals && i < 1500; i++) {
+        if (totals(&a))
+            return 1;
+        ((MemcpyAsyncFn)fn)(dev, host, bytes, cudaMemcpyHostToDevice, stream);
+        sync(stream);
+        if (totals(&b))
+            return 1;
+        if (b.compressed_in > a.compressed_in)
+            return 0;
+        const struct timespec pause = {0, 20 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    return 1;
+}
+
 /* One call of the timed kind through fn (for relaxed-query: path 0 relaxed, 1 plain; for the
  * launches, kernel is the fill kernel). */
 static int one_call(int kind, void *fn, int path, const RelaxedQuery *rq, void *kernel, void *host, void *dev,
@@ -124,6 +161,8 @@ static int one_call(int kind, void *fn, int path, const RelaxedQuery *rq, void *
     uint64_t words = bytes / 4;
     void *params[] = {&dev, &value, &words};
     switch (kind) {
+    case CALL_H2D_REGION:
+        return ((MemcpyAsyncFn)fn)(dev, host, bytes, cudaMemcpyHostToDevice, stream) != cudaSuccess;
     case CALL_LAUNCH:
         return ((LaunchFn)fn)(kernel, (dim3){1, 1, 1}, (dim3){128, 1, 1}, params, 0, stream) != cudaSuccess;
     case CALL_DRV_LAUNCH:
@@ -197,8 +236,8 @@ int main(int argc, char **argv)
             kind = k;
     if (kind < 0) {
         fprintf(stderr,
-                "ibp-hookbench: --call takes h2d, d2h, memset, launch, drv-d2h, drv-memset, drv-launch or "
-                "relaxed-query, not %s\n",
+                "ibp-hookbench: --call takes h2d, d2h, memset, launch, h2d-region, drv-d2h, drv-memset, "
+                "drv-launch or relaxed-query, not %s\n",
                 call);
         return 2;
     }
@@ -225,6 +264,12 @@ int main(int argc, char **argv)
         printf("ibp-hookbench: no CUDA device, skipped\n");
         return 77;
     }
+    const int whole_region = kind == CALL_H2D_REGION;
+    if (whole_region) {
+        region = region ? region : (size_t)32 << 20;
+        bytes = region;
+        batch = batch < 50 ? batch : 50;
+    }
     void *host = NULL, *dev = NULL;
     cudaStream_t stream;
     if (((MallocHostFn)need(lib, "cudaMallocHost"))(&host, bytes) != cudaSuccess ||
@@ -240,7 +285,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (region_host)
-        memset(region_host, 0x17, region);
+        fill_weights(region_host, region);
     void *kernel = NULL;
     if (kind == CALL_LAUNCH) {
         cudaLibrary_t l = NULL;
@@ -277,8 +322,17 @@ int main(int argc, char **argv)
     double *t_direct = malloc(sizeof(double) * (size_t)calls);
     if (!t_hooked || !t_direct)
         return 1;
+    if (whole_region) {
+        host = region_host;
+        if (((MallocFn)need(lib, "cudaMalloc"))(&dev, bytes) != cudaSuccess) {
+            fprintf(stderr, "ibp-hookbench: cudaMalloc of %zu bytes failed\n", bytes);
+            return 1;
+        }
+        if (wait_compressed(fns[0], host, dev, bytes, stream, sync) && shim_version)
+            fprintf(stderr, "ibp-hookbench: the shim sent no copy of the region compressed in 30 s\n");
+    }
     /* Warm-up: first calls pay for lazy module and context set-up. */
-    for (int i = 0; i < 1000; i++)
+    for (int i = 0; i < (whole_region ? 20 : 1000); i++)
         for (int path = 0; path < 2; path++)
             one_call(kind, fns[path], path, &rq, kernel, host, dev, bytes, stream);
     sync(stream);
@@ -291,6 +345,8 @@ int main(int argc, char **argv)
                 const double t0 = now_ns();
                 const int failed = one_call(kind, fns[path], path, &rq, kernel, host, dev, bytes, stream);
                 out[i] = now_ns() - t0;
+                if (whole_region)
+                    sync(stream); /* each copy starts on an idle stream */
                 if (failed) {
                     fprintf(stderr, "ibp-hookbench: %s failed\n", symbol);
                     return 1;
