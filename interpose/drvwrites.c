@@ -649,8 +649,6 @@ static CUresult launch_kernel(int id, IbpStreamApi api, CUfunction f, LAUNCH_DIM
     const Fn real = (Fn)real_fn(id);
     if (!real)
         return CUDA_ERROR_NOT_FOUND;
-    if (!ibp_args_worth_reading())
-        return real(f, LAUNCH_DIM_ARGS, shared, s, params, extra);
     IbpArgRegions r = {0};
     ibp_args_read(&r, IBP_ARGS_DRIVER, f, params, extra);
     const CUresult ret = real(f, LAUNCH_DIM_ARGS, shared, s, params, extra);
@@ -665,8 +663,6 @@ static CUresult launch_cooperative(int id, IbpStreamApi api, CUfunction f, LAUNC
     const Fn real = (Fn)real_fn(id);
     if (!real)
         return CUDA_ERROR_NOT_FOUND;
-    if (!ibp_args_worth_reading())
-        return real(f, LAUNCH_DIM_ARGS, shared, s, params);
     IbpArgRegions r = {0};
     ibp_args_read(&r, IBP_ARGS_DRIVER, f, params, NULL);
     const CUresult ret = real(f, LAUNCH_DIM_ARGS, shared, s, params);
@@ -681,7 +677,7 @@ static CUresult launch_kernel_ex(int id, IbpStreamApi api, const CUlaunchConfig 
     const Fn real = (Fn)real_fn(id);
     if (!real)
         return CUDA_ERROR_NOT_FOUND;
-    if (!config || !ibp_args_worth_reading())
+    if (!config)
         return real(config, f, params, extra);
     IbpArgRegions r = {0};
     ibp_args_read(&r, IBP_ARGS_DRIVER, f, params, extra);

@@ -33,7 +33,9 @@ static int layouts_oom;
 /* Addresses below this are never a registered region's (the first page and small integers). */
 #define IBP_ARGS_MIN_ADDRESS ((uint64_t)1 << 16)
 
-int ibp_args_worth_reading(void)
+/* Whether launches need reading at all: the compressed path runs and some region is registered
+ * (no lock, no lookup of the function otherwise). */
+static int worth_reading(void)
 {
     return ibp_router_compressing() && ibp_registry_count() > 0;
 }
@@ -279,6 +281,8 @@ static int read_by(IbpArgWords *w, IbpLayout *l, void *const *params)
 void ibp_args_read(IbpArgRegions *r, IbpArgsApi api, const void *func, void *const *params,
                    void *const *extra)
 {
+    if (!worth_reading())
+        return;
     IbpArgWords w; /* not zeroed: its 1 KiB of words are written before they are read */
     w.r = r;
     w.n = 0;
@@ -352,8 +356,6 @@ cudaError_t ibp_route_launch_kernel(IbpStreamApi api, int cooperative, const voi
                                                         : IBP_REAL(cudaLaunchKernel));
     if (!real)
         return IBP_REAL_MISSING_ERROR;
-    if (!ibp_args_worth_reading())
-        return real(func, grid, block, args, shared, stream);
     IbpArgRegions r = {0};
     ibp_args_read(&r, IBP_ARGS_RUNTIME, func, args, NULL);
     const cudaError_t ret = real(func, grid, block, args, shared, stream);
@@ -368,7 +370,7 @@ cudaError_t ibp_route_launch_kernel_ex(IbpStreamApi api, const cudaLaunchConfig_
         api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaLaunchKernelExC_ptsz) : IBP_REAL(cudaLaunchKernelExC);
     if (!real)
         return IBP_REAL_MISSING_ERROR;
-    if (!config || !ibp_args_worth_reading())
+    if (!config)
         return real(config, func, args);
     IbpArgRegions r = {0};
     ibp_args_read(&r, IBP_ARGS_RUNTIME, func, args, NULL);

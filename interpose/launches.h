@@ -34,10 +34,8 @@ typedef enum IbpArgsApi {
     IBP_ARGS_DRIVER,
 } IbpArgsApi;
 
-/* Whether launches need reading at all: the compressed path runs and some region is registered. */
-int ibp_args_worth_reading(void);
-
-/* Reads a launch's arguments into r: params as the launch APIs take them (one pointer to each
+/* Reads a launch's arguments into r (nothing while the compressed path is off or no region is
+ * registered): params as the launch APIs take them (one pointer to each
  * parameter's value), or extra as the driver takes it (CU_LAUNCH_PARAM_BUFFER_POINTER and _SIZE).
  * Every 8-byte word of a parameter of 8 bytes or more (a pointer, or a structure holding pointers)
  * that falls inside a registered region puts the region in r.  Parameter sizes come from the
