@@ -880,7 +880,7 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
         ibp_driver_stream_sync(drv, side->raw); /* the caller's later work must see those bytes */
     void *fence = NULL;
     if (shadow_read) {
-        fence = ibp_devmem_fence_record(ctx, cu_stream);
+        fence = ibp_devmem_fence_record_ordered(ctx, cu_stream); /* never a capturing stream here */
         if (!fence)
             ibp_driver_stream_sync(drv, cu_stream); /* without a fence, the shadow must be free now */
     }

@@ -8,9 +8,11 @@
 
 #include "common/log.h"
 #include "kernels/driver.h"
+#include "kernels/order.h"
 
 typedef struct IbpFence {
     CUevent ev;
+    IbpOrderMark mark; /* {0, 0} unless recorded in stream order */
     CUcontext ctx;
     struct IbpFence *next;
 } IbpFence;
@@ -98,7 +100,7 @@ static int dm_fence_done(void *ctx, void *fence)
 {
     (void)ctx;
     const IbpFence *f = fence;
-    const CUresult res = ibp_driver_event_query(ibp_driver_get(), f->ev);
+    const CUresult res = ibp_order_query(ibp_driver_get(), f->ev, f->mark);
     /* Any answer but "not ready" means the event will never signal more than it has, but for a
      * query refused under a capture (the thread could not be relaxed): that says nothing. */
     return res != CUDA_ERROR_NOT_READY && res != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED &&
@@ -132,7 +134,7 @@ const IbpShadowOps *ibp_devmem_ops(void)
     return &devmem_ops;
 }
 
-void *ibp_devmem_fence_record(CUcontext ctx, CUstream stream)
+static void *fence_record(CUcontext ctx, CUstream stream, int ordered)
 {
     const IbpDriver *drv = ibp_driver_get();
     if (!drv)
@@ -157,11 +159,24 @@ void *ibp_devmem_fence_record(CUcontext ctx, CUstream stream)
             return NULL;
         }
     }
-    if (drv->cuEventRecord(f->ev, stream) != CUDA_SUCCESS) {
+    f->mark = (IbpOrderMark){0, 0};
+    const CUresult res =
+        ordered ? ibp_order_record(drv, f->ev, stream, &f->mark) : drv->cuEventRecord(f->ev, stream);
+    if (res != CUDA_SUCCESS) {
         ibp_devmem_fence_release(f);
         return NULL;
     }
     return f;
+}
+
+void *ibp_devmem_fence_record(CUcontext ctx, CUstream stream)
+{
+    return fence_record(ctx, stream, 0);
+}
+
+void *ibp_devmem_fence_record_ordered(CUcontext ctx, CUstream stream)
+{
+    return fence_record(ctx, stream, 1);
 }
 
 void ibp_devmem_fence_release(void *fence)

@@ -16,6 +16,10 @@ const IbpShadowOps *ibp_devmem_ops(void);
  * it to the policy (which releases it through the ops) or releases it with
  * ibp_devmem_fence_release().  NULL when no event could be recorded. */
 void *ibp_devmem_fence_record(CUcontext ctx, CUstream stream);
+/* The same on a stream that is not capturing, recorded in stream order (kernels/order.h): once a
+ * later such fence on the stream has been seen complete, this one is known complete without a
+ * driver call. */
+void *ibp_devmem_fence_record_ordered(CUcontext ctx, CUstream stream);
 void ibp_devmem_fence_release(void *fence);
 
 /* The event behind a fence, to make a stream wait for it (cuStreamWaitEvent): the wait keeps the

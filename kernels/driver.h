@@ -65,7 +65,8 @@
     X(cuGraphMemsetNodeGetParams, 10000)                                                                     \
     X(cuGraphBatchMemOpNodeGetParams, 11070)                                                                 \
     X(cuGraphKernelNodeGetParams, 12000)                                                                     \
-    X(cuGraphKernelNodeGetAttribute, 11000)
+    X(cuGraphKernelNodeGetAttribute, 11000)                                                                  \
+    X(cuStreamGetId, 12000)
 
 typedef struct IbpDriver {
 #define IBP_DRIVER_FIELD(name, version) PFN_##name##_v##version name;

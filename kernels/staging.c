@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "kernels/driver.h"
+#include "kernels/order.h"
 
 #define IBP_STAGING_CONTEXTS 64
 /* Buffers live at once per context (each holds an event once released). */
@@ -32,6 +33,7 @@
 typedef struct IbpStagingSlot {
     IbpStagingBuf buf; /* first member: a buffer is its slot */
     CUevent ev;
+    IbpOrderMark mark; /* of ev's record, in stream order */
     int busy;     /* acquired and not released yet */
     int recorded; /* released: ev marks when its stream is done with it */
 } IbpStagingSlot;
@@ -76,12 +78,24 @@ static IbpStagingSlot *slot_at(IbpStagingPool *pool, unsigned k)
     return &pool->slot[(pool->head + k) % IBP_STAGING_ENTRIES];
 }
 
-/* Gives back the space of the oldest buffers whose streams are done with them. */
+/* Gives back the space of the oldest buffers whose streams are done with them.  The newest done
+ * buffer is looked for first, by bisection (on one stream the done ones come before the pending
+ * ones): every older buffer released on its stream is then known done without a query of its
+ * own, and a ring of a hundred buffers costs a handful of queries rather than a hundred. */
 static void retire_done(const IbpDriver *drv, IbpStagingPool *pool)
 {
+    unsigned lo = 1, hi = pool->count; /* [lo, hi): not looked at yet */
+    while (lo < hi) {
+        const unsigned mid = lo + (hi - lo) / 2;
+        const IbpStagingSlot *m = slot_at(pool, mid);
+        if (m->recorded && ibp_order_query(drv, m->ev, m->mark) == CUDA_SUCCESS)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     while (pool->count) {
         IbpStagingSlot *h = slot_at(pool, 0);
-        if (h->busy || (h->recorded && ibp_driver_event_query(drv, h->ev) != CUDA_SUCCESS))
+        if (h->busy || (h->recorded && ibp_order_query(drv, h->ev, h->mark) != CUDA_SUCCESS))
             return;
         h->recorded = 0;
         pool->head = (pool->head + 1) % IBP_STAGING_ENTRIES;
@@ -162,8 +176,14 @@ int ibp_staging_acquire(CUcontext ctx, size_t size, IbpStagingBuf **out)
         goto out;
     }
     for (;;) {
-        retire_done(drv, pool);
-        const size_t off = pool->count < IBP_STAGING_ENTRIES ? place(pool, want) : SIZE_MAX;
+        /* Space is given back only when it is needed: a query of an event still pending costs the
+         * caller's thread a microsecond or more (the driver flushes its queue), and the oldest
+         * buffers' events have usually completed by the time the ring comes round to them. */
+        size_t off = pool->count < IBP_STAGING_ENTRIES ? place(pool, want) : SIZE_MAX;
+        if (off == SIZE_MAX) {
+            retire_done(drv, pool);
+            off = pool->count < IBP_STAGING_ENTRIES ? place(pool, want) : SIZE_MAX;
+        }
         if (off != SIZE_MAX) {
             IbpStagingSlot *e = slot_at(pool, pool->count);
             if (!e->ev && drv->cuEventCreate(&e->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
@@ -214,7 +234,8 @@ int ibp_staging_release(IbpStagingBuf *buf, CUstream stream)
     const IbpDriver *drv = ibp_driver_get();
     IbpStagingSlot *s = (IbpStagingSlot *)buf; /* buf is the slot's first member */
     pthread_mutex_lock(&staging_lock);
-    const int ok = drv && drv->cuEventRecord(s->ev, stream) == CUDA_SUCCESS;
+    /* The compressed path never stages for a capturing stream. */
+    const int ok = drv && ibp_order_record(drv, s->ev, stream, &s->mark) == CUDA_SUCCESS;
     if (!ok && drv)
         ibp_driver_stream_sync(drv, stream); /* without an event, the space is free only once it ran */
     s->recorded = ok;

@@ -225,9 +225,14 @@ static void fences_drain(IbpShadow *s)
  * included).  Called with fence_lock held. */
 static size_t fences_reap_locked(IbpShadow *s)
 {
+    /* Newest first: a fence seen complete can answer for the earlier ones of its stream (the
+     * devmem fences of compressed copies do, kernels/order.h) without asking the driver. */
+    unsigned char done[IBP_SHADOW_FENCES];
+    for (size_t i = s->nfences; i-- > 0;)
+        done[i] = s->fences[i].ev && s->ops.fence_done(s->ops.ctx, s->fences[i].ev);
     size_t kept = 0;
     for (size_t i = 0; i < s->nfences; i++) {
-        if (s->fences[i].ev && s->ops.fence_done(s->ops.ctx, s->fences[i].ev))
+        if (done[i])
             s->ops.fence_release(s->ops.ctx, s->fences[i].ev);
         else
             s->fences[kept++] = s->fences[i];

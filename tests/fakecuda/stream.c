@@ -24,6 +24,7 @@ struct CUstream_st {
     unsigned flags;
     int priority;
     int device;
+    unsigned long long id; /* cuStreamGetId: never reused in the process */
     /* capture state, guarded by mu */
     CUstreamCaptureStatus capture;
     CUstreamCaptureMode capture_mode;
@@ -399,6 +400,8 @@ static CUresult stream_new(int device, FakecudaStreamKind kind, unsigned flags, 
     s->flags = flags;
     s->priority = priority;
     s->device = device;
+    static atomic_ullong next_id;
+    s->id = atomic_fetch_add(&next_id, 1) + 1;
     s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
 
     pthread_attr_t attr;
@@ -955,6 +958,29 @@ FAKECUDA_EXPORT CUresult cuStreamGetCtx(CUstream handle, CUcontext *pctx)
 FAKECUDA_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream handle, CUcontext *pctx)
 {
     return stream_get_ctx(handle, pctx, true);
+}
+
+static CUresult stream_get_id(CUstream handle, unsigned long long *id, bool per_thread_default)
+{
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstream s = NULL;
+    const CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *id = s->id;
+    fakecuda_stream_unref(s);
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetId(CUstream handle, unsigned long long *id)
+{
+    return stream_get_id(handle, id, false);
+}
+
+FAKECUDA_EXPORT CUresult cuStreamGetId_ptsz(CUstream handle, unsigned long long *id)
+{
+    return stream_get_id(handle, id, true);
 }
 
 static CUresult launch_host_fn(CUstream handle, CUhostFn fn, void *arg, bool per_thread_default)
