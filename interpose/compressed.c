@@ -135,10 +135,11 @@ static void speed_collect(const IbpDriver *drv, IbpSpeed *sp, IbpProbe *pr, int 
     pr->state = PROBE_IDLE;
 }
 
-/* 1 when the run should go compressed; *timed = 1 when this run is to be timed (the caller then
- * records the probe's events, or calls speed_unreserve() when it cannot). */
+/* 1 when the run should go compressed (always when `force`: nothing is weighed); *timed = 1 when
+ * this run is to be timed (the caller then records the probe's events, or calls speed_unreserve()
+ * when it cannot): every so many runs, and a run the caller asks to `probe` while no other is. */
 static int speed_allows(const IbpDriver *drv, CUcontext ctx, size_t wire, size_t orig, int pipelined,
-                        int *timed)
+                        int force, int probe, int *timed)
 {
     *timed = 0;
     pthread_mutex_lock(&speed_lock);
@@ -151,10 +152,11 @@ static int speed_allows(const IbpDriver *drv, CUcontext ctx, size_t wire, size_t
         const unsigned n = pr->runs++;
         const int measured =
             sp->dma_ns_per_byte > 0 && (pipelined ? sp->pipe_ns_per_byte > 0 : sp->dec_ns_per_byte > 0);
-        if (pr->state == PROBE_IDLE && (!measured || n % (pr->slower ? IBP_PROBE_EVERY_SLOWER : IBP_PROBE_EVERY) == 0)) {
+        if (pr->state == PROBE_IDLE &&
+            (!measured || probe || n % (pr->slower ? IBP_PROBE_EVERY_SLOWER : IBP_PROBE_EVERY) == 0)) {
             *timed = 1; /* measure; an unmeasured path gets the benefit of the doubt */
             pr->state = PROBE_RESERVED;
-        } else if (measured) {
+        } else if (measured && !force) {
             const double raw = (double)orig * sp->dma_ns_per_byte;
             const double dma = (double)wire * sp->dma_ns_per_byte, dec = (double)orig * sp->dec_ns_per_byte;
             /* Copies back to back: this run's DMA overlaps the last one's decode, so the copy engine
@@ -261,6 +263,7 @@ typedef struct IbpLaunch {
     CUdeviceptr selx;        /* where the decode rewrites them (IbpDecodeArgs.selx), or 0 */
     IbpSendOptions opts;
     void *tag;              /* the region's report entry */
+    int probe;              /* time this copy's run (the policy's plan->probe) */
     uint64_t *staging_wait; /* waits for staging buffers add up here */
 } IbpLaunch;
 
@@ -738,7 +741,8 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
                       !speed_pending(drv, ctx);
     const IbpPipe *pp = whole || alone ? pipe_for(drv, ctx, base->stream, base->opts.priority_decode) : NULL;
     int timed = 0;
-    if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, whole && pp, &timed) && !base->opts.force)
+    if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, whole && pp, base->opts.force, base->probe,
+                      &timed))
         return -ETIME;
     /* A run pipelined only while alone is judged as a serial run, which it beats; a timed one
      * goes serial, so that the serial path's speeds are what is measured. */
@@ -821,8 +825,13 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
     const IbpModule *mod = NULL;
     memset(stats, 0, sizeof(*stats));
     int gpu_ok = drv && ibp_module_get(ctx, &mod) == 0;
-    IbpLaunch l = {.drv = drv, .mod = mod, .stream = cu_stream,
-                   .block_size = ibp_shadow_block_size(plan->shadow), .opts = *opts, .tag = plan->tag,
+    IbpLaunch l = {.drv = drv,
+                   .mod = mod,
+                   .stream = cu_stream,
+                   .block_size = ibp_shadow_block_size(plan->shadow),
+                   .opts = *opts,
+                   .tag = plan->tag,
+                   .probe = plan->probe,
                    .staging_wait = &stats->staging_wait_ns};
     cudaError_t ret = cudaSuccess;
     const uintptr_t copy_off = (uintptr_t)src - plan->region_base;
@@ -884,6 +893,7 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
         if (!fence)
             ibp_driver_stream_sync(drv, cu_stream); /* without a fence, the shadow must be free now */
     }
+    plan->slower = stats->slower && !stats->compressed_orig;
     ibp_policy_plan_end(plan, fence);
     stats->enqueue_ns = ibp_ledger_elapsed_ns() - t0;
     /* The application's own wait, in its own interaction mode: refused where CUDA would refuse

@@ -160,6 +160,8 @@ static IbpRawReason raw_reason(IbpCopyWhy why)
         return IBP_RAW_BUDGET;
     case IBP_COPY_UNTRACKABLE:
         return IBP_RAW_DISABLED;
+    case IBP_COPY_SLOWER:
+        return IBP_RAW_SLOWER;
     default:
         return IBP_RAW_ERROR;
     }

@@ -57,6 +57,10 @@ struct IbpPolicyRegion {
     _Atomic uint32_t rewritten_copies;
     _Atomic uint64_t copy_writes;
     _Atomic size_t largest_copy; /* bytes of the longest copy planned while RAW */
+    /* Copies still to pass unplanned since one whose compressed pieces all measured slower, and
+     * whether the copy after them is to be timed. */
+    _Atomic uint32_t slower_skip;
+    _Atomic int slower_probe;
 
     /* Compressor thread only. */
     uint64_t last_compress_ns;
@@ -111,11 +115,17 @@ static struct {
 } site_plans = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static const char *const why_names[IBP_COPY_WHY_COUNT] = {
-    [IBP_COPY_COMPRESSED] = "compressed",       [IBP_COPY_BELOW_THRESHOLD] = "below_threshold",
-    [IBP_COPY_NOT_TRACKED] = "not_pinned",      [IBP_COPY_COLD] = "cold",
-    [IBP_COPY_STALE] = "stale",                 [IBP_COPY_INCOMPRESSIBLE] = "incompressible",
-    [IBP_COPY_CHURN] = "churn",                 [IBP_COPY_BUDGET] = "budget",
-    [IBP_COPY_UNTRACKABLE] = "untrackable",     [IBP_COPY_ERROR] = "error",
+    [IBP_COPY_COMPRESSED] = "compressed",
+    [IBP_COPY_BELOW_THRESHOLD] = "below_threshold",
+    [IBP_COPY_NOT_TRACKED] = "not_pinned",
+    [IBP_COPY_COLD] = "cold",
+    [IBP_COPY_STALE] = "stale",
+    [IBP_COPY_INCOMPRESSIBLE] = "incompressible",
+    [IBP_COPY_CHURN] = "churn",
+    [IBP_COPY_BUDGET] = "budget",
+    [IBP_COPY_UNTRACKABLE] = "untrackable",
+    [IBP_COPY_ERROR] = "error",
+    [IBP_COPY_SLOWER] = "slower",
 };
 
 const char *ibp_copy_why_name(IbpCopyWhy why)
@@ -360,6 +370,8 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
     plan->shadow = NULL;
     plan->tag = NULL;
     plan->npieces = 0;
+    plan->probe = 0;
+    plan->slower = 0;
     if (!eng.started || n < eng.p.min_bytes || !n) {
         plan->why = IBP_COPY_BELOW_THRESHOLD;
         return 0;
@@ -415,8 +427,20 @@ int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan)
             wake_compressor();
         goto raw;
     }
-    case IBP_REGION_COMPRESSED:
+    case IBP_REGION_COMPRESSED: {
+        /* The last planned copy went raw as slower than a plain copy: the next few go raw without
+         * a plan, whose write-tracking query costs this thread about a microsecond per 2-3 MiB
+         * (their writes are reported to the next query), and the one after them is timed. */
+        uint32_t skip = atomic_load(&pr->slower_skip);
+        while (skip && !atomic_compare_exchange_weak(&pr->slower_skip, &skip, skip - 1))
+            ;
+        if (skip) {
+            plan->why = IBP_COPY_SLOWER;
+            goto raw;
+        }
+        plan->probe = atomic_exchange(&pr->slower_probe, 0);
         break;
+    }
     case IBP_REGION_UNTRACKED:
         plan->why = (IbpCopyWhy)atomic_load(&pr->why);
         goto raw;
@@ -488,6 +512,10 @@ void ibp_policy_plan_end(IbpCopyPlan *plan, void *fence)
     if (!plan->shadow)
         return;
     ibp_shadow_plan_end(plan->shadow, plan->ticket, fence);
+    if (plan->slower) {
+        atomic_store(&plan->pr->slower_probe, 1);
+        atomic_store(&plan->pr->slower_skip, IBP_POLICY_SLOWER_SKIP);
+    }
     pthread_rwlock_unlock(&plan->pr->lock);
     ibp_region_put(&plan->region);
     plan->shadow = NULL;

@@ -49,20 +49,23 @@ typedef struct IbpPolicyParams {
 typedef enum IbpCopyWhy {
     IBP_COPY_COMPRESSED = 0,
     IBP_COPY_BELOW_THRESHOLD,
-    IBP_COPY_NOT_TRACKED,        /* source not inside one registered region */
-    IBP_COPY_COLD,               /* region not hot yet, or being compressed */
+    IBP_COPY_NOT_TRACKED, /* source not inside one registered region */
+    IBP_COPY_COLD,        /* region not hot yet, or being compressed */
     IBP_COPY_STALE,
     IBP_COPY_INCOMPRESSIBLE,
     IBP_COPY_CHURN,
     IBP_COPY_BUDGET,
-    IBP_COPY_UNTRACKABLE,        /* the tracker cannot cover the mapping */
+    IBP_COPY_UNTRACKABLE, /* the tracker cannot cover the mapping */
     IBP_COPY_ERROR,
+    IBP_COPY_SLOWER, /* compressed copies of the region measured slower than plain ones */
     IBP_COPY_WHY_COUNT
 } IbpCopyWhy;
 
 const char *ibp_copy_why_name(IbpCopyWhy why);
 
 #define IBP_POLICY_MAX_PIECES 64
+/* Copies that pass unplanned after one whose compressed pieces all measured slower. */
+#define IBP_POLICY_SLOWER_SKIP 7u
 
 typedef struct IbpPolicyRegion IbpPolicyRegion;
 
@@ -76,6 +79,8 @@ typedef struct IbpCopyPlan {
     IbpShadow *shadow;
     uintptr_t region_base;
     uint64_t ticket;             /* the shadow's plan ticket */
+    int probe;                   /* the first copy planned after copies passed as slower: time it */
+    int slower; /* set by the sender: every compressed piece went raw as slower than a plain copy */
     int npieces;
     IbpPiece pieces[IBP_POLICY_MAX_PIECES];
 } IbpCopyPlan;
@@ -104,7 +109,9 @@ void *ibp_policy_on_free(void *ptr);
 int ibp_policy_plan_h2d(const void *src, size_t n, IbpCopyPlan *plan);
 
 /* Ends a plan; fence (NULL when nothing compressed was enqueued) completes after the
- * transfers that read the shadow. */
+ * transfers that read the shadow.  When plan->slower is set, the region's next
+ * IBP_POLICY_SLOWER_SKIP copies go raw without a plan (IBP_COPY_SLOWER), and the one after them
+ * is planned with plan->probe set. */
 void ibp_policy_plan_end(IbpCopyPlan *plan, void *fence);
 
 /* A device-to-host copy into [dst, dst + n) was enqueued; fence completes when it has landed

@@ -212,6 +212,40 @@ TEST(Engine, HotRegionsCompressAndStayExact)
     EXPECT_EQ(why, IBP_COPY_STALE);
 }
 
+// A copy whose compressed pieces all went raw as slower than a plain copy: the next
+// IBP_POLICY_SLOWER_SKIP copies pass without a plan (no write-tracking query), and the one after
+// is planned and marked to be timed.  Writes made while copies pass unplanned are still seen.
+TEST(Engine, CopiesMeasuredSlowerPassUnplannedThenProbe)
+{
+    start_engine();
+    Region r(2 * kMiB, 21);
+    register_and_compress(r);
+    IbpCopyPlan plan;
+    ASSERT_EQ(ibp_policy_plan_h2d(r.mem, r.size, &plan), 1);
+    EXPECT_EQ(plan.probe, 0);
+    plan.slower = 1; // as the sender reports it
+    ibp_policy_plan_end(&plan, nullptr);
+    for (unsigned i = 0; i < IBP_POLICY_SLOWER_SKIP; i++) {
+        if (i == 3)
+            memset(r.mem + kMiB, 5, 4096); // written while nothing queries the tracker
+        EXPECT_EQ(ibp_policy_plan_h2d(r.mem, r.size, &plan), 0) << "copy " << i;
+        EXPECT_EQ(plan.why, IBP_COPY_SLOWER);
+    }
+    EXPECT_STREQ(ibp_copy_why_name(IBP_COPY_SLOWER), "slower");
+    ASSERT_EQ(ibp_policy_plan_h2d(r.mem, r.size, &plan), 1);
+    EXPECT_EQ(plan.probe, 1);
+    bool stale_piece = false;
+    for (int k = 0; k < plan.npieces; k++)
+        stale_piece = stale_piece || (plan.pieces[k].kind == IBP_PIECE_RAW && plan.pieces[k].off <= kMiB &&
+                                      kMiB < plan.pieces[k].off + plan.pieces[k].len);
+    EXPECT_TRUE(stale_piece) << "the write made while copies passed unplanned was not seen";
+    ibp_policy_plan_end(&plan, nullptr); // went compressed: no more skipping
+    EXPECT_EQ(copy_and_check(r.mem, r.size), 1);
+    ASSERT_EQ(ibp_policy_plan_h2d(r.mem, r.size, &plan), 1);
+    EXPECT_EQ(plan.probe, 0);
+    ibp_policy_plan_end(&plan, nullptr);
+}
+
 // Whether the plan of the region holding src writes flagged selectors; -1 when nothing of it goes
 // compressed.
 int plans_flagged_selectors(const uint8_t *src, size_t n)

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: copies that [transfer] path = auto sends raw as slower than a plain copy (the fake's
+ * decode runs on the CPU, so every verdict after the first timed run says slower).  After such a
+ * copy the next few pass without a plan, and so without a write-tracking query; the region is
+ * written between copies all along, and every copy must still deliver the bytes the host holds
+ * at the time of the call. */
+#include <stdint.h>
+#include <string.h>
+
+#include "tests/preload/preload_check.h"
+
+typedef struct Trip {
+    PreloadWaiting w;
+    void *dev;
+    uint8_t *back;
+} Trip;
+
+static void trip(void *arg)
+{
+    const Trip *t = arg;
+    preload_round_trip(&t->w, t->dev, t->back);
+}
+
+int main(void)
+{
+    const PreloadTotalsFn totals = preload_compression_or_skip("slower_skip", 1);
+    const size_t n = 4u << 20;
+    uint8_t *host = NULL;
+    Trip t = {.w = {.n = n}};
+    CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
+    preload_fill_weights(host, n);
+    t.w.host = host;
+    CHECK_CUDA(cudaStreamCreate(&t.w.s));
+    CHECK_CUDA(cudaMalloc(&t.dev, n));
+    t.back = malloc(n);
+    CHECK(t.back != NULL, "malloc");
+    /* The first compressed copy is timed, whatever the speeds: the compressed path is measured. */
+    preload_wait_compressed("slower_skip", "the first compressed copy", totals, trip, &t);
+    IbpshimTransferTotals a, b;
+    CHECK(totals(&a) == 0, "totals");
+    const int copies = 48;
+    int writes = 0;
+    for (int i = 0; i < copies; i++) {
+        /* Now and then (a region written before every copy would be given up as churning), a
+         * different page at an odd offset, straddling two pages. */
+        if (i % 9 == 3) {
+            const size_t at = ((size_t)i * 266239u + 4093u) % (n - 8192);
+            for (size_t k = 0; k < 4100; k += 4) {
+                const float v = (float)(i + 1) * 0.5f + (float)k;
+                memcpy(host + at + k, &v, 4);
+            }
+            writes++;
+        }
+        trip(&t);
+    }
+    CHECK(totals(&b) == 0, "totals");
+    const uint64_t raw = (b.requested - a.requested) - (b.compressed_in - a.compressed_in);
+    CHECK(raw > 0, "no copy went raw: the compressed path was judged faster than a plain copy");
+    CHECK_CUDA(cudaFree(t.dev));
+    CHECK_CUDA(cudaStreamDestroy(t.w.s));
+    CHECK_CUDA(cudaFreeHost(host));
+    free(t.back);
+    printf(
+        "slower_skip: ok (%d copies, %d writes between, every byte checked; %llu of %llu bytes compressed)\n",
+        copies, writes, (unsigned long long)(b.compressed_in - a.compressed_in),
+        (unsigned long long)(b.requested - a.requested));
+    return 0;
+}
