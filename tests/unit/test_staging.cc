@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <deque>
 #include <random>
+#include <thread>
 
 extern "C" {
 #include "kernels/driver.h"
@@ -149,6 +151,57 @@ TEST_F(Staging, HeldBuffersNeverOverlap)
     for (IbpStagingBuf *b : held)
         ASSERT_EQ(ibp_staging_release(b, stream_), 0);
     ASSERT_EQ(drv_->cuStreamSynchronize(stream_), CUDA_SUCCESS);
+}
+
+// A host function that holds its stream until the gate opens.
+void CUDA_CB hold_stream(void *arg)
+{
+    auto *gate = static_cast<std::atomic<int> *>(arg);
+    while (!gate->load())
+        std::this_thread::yield();
+}
+
+// Buffers released on two streams in turn, one of them held: the other's completed releases say
+// nothing of the held one's (a completed record answers only for its own stream), so the ring
+// gives back no space past the held stream's oldest buffer until that stream gets past it.
+TEST_F(Staging, AnotherStreamsCompletionsDoNotFreeAHeldStreamsBuffers)
+{
+    using LaunchHostFunc = CUresult (*)(CUstream, CUhostFn, void *);
+    void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    const auto launch_host = lib ? (LaunchHostFunc)dlsym(lib, "cuLaunchHostFunc") : nullptr;
+    ASSERT_NE(launch_host, nullptr);
+    CUstream held = nullptr;
+    ASSERT_EQ(drv_->cuStreamCreate(&held, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    std::atomic<int> gate{0};
+    ASSERT_EQ(launch_host(held, hold_stream, &gate), CUDA_SUCCESS);
+    ibp_staging_configure(24 * MiB, 0);
+    // Whatever earlier tests left in the ring is given back first.
+    ASSERT_EQ(drv_->cuStreamSynchronize(stream_), CUDA_SUCCESS);
+    IbpStagingBuf *whole = nullptr;
+    ASSERT_EQ(ibp_staging_acquire(ctx_, 24 * MiB, &whole), 0);
+    ASSERT_EQ(ibp_staging_release(whole, stream_), 0);
+    ASSERT_EQ(drv_->cuStreamSynchronize(stream_), CUDA_SUCCESS);
+
+    IbpStagingBuf *bufs[4] = {};
+    for (int i = 0; i < 4; i++) {
+        ASSERT_EQ(ibp_staging_acquire(ctx_, 4 * MiB, &bufs[i]), 0) << i;
+        ASSERT_EQ(ibp_staging_release(bufs[i], i % 2 ? stream_ : held), 0) << i;
+    }
+    const CUdeviceptr first = bufs[0]->ptr; // released on the held stream
+    ASSERT_EQ(drv_->cuStreamSynchronize(stream_), CUDA_SUCCESS);
+    IbpStagingBuf *tail = nullptr, *more = nullptr;
+    ASSERT_EQ(ibp_staging_acquire(ctx_, 8 * MiB, &tail), 0); // the ring's free end
+    EXPECT_EQ(tail->ptr, first + 16 * MiB);
+    EXPECT_EQ(ibp_staging_acquire(ctx_, 4 * MiB, &more), -EBUSY)
+        << "space past a buffer of the held stream was given back";
+    gate = 1;
+    ASSERT_EQ(drv_->cuStreamSynchronize(held), CUDA_SUCCESS);
+    ASSERT_EQ(ibp_staging_acquire(ctx_, 4 * MiB, &more), 0);
+    EXPECT_EQ(more->ptr, first);
+    ASSERT_EQ(ibp_staging_release(more, stream_), 0);
+    ASSERT_EQ(ibp_staging_release(tail, stream_), 0);
+    ASSERT_EQ(drv_->cuStreamSynchronize(stream_), CUDA_SUCCESS);
+    drv_->cuStreamDestroy(held);
 }
 
 // A device short of memory: the ring is made a half, a quarter .. of the size set, and with no
