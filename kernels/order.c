@@ -21,8 +21,12 @@ static IbpOrderDone done[IBP_ORDER_STREAMS];
 CUresult ibp_order_record(const IbpDriver *drv, CUevent ev, CUstream stream, IbpOrderMark *mark)
 {
     unsigned long long id = 0;
+    /* In relaxed mode, as the shim's other calls that are not the application's: whatever the
+     * driver counts as unsafe while another thread captures must not invalidate that capture. */
+    const IbpCaptureMode mode = ibp_driver_capture_relax(drv);
     if (drv->cuStreamGetId(stream, &id) != CUDA_SUCCESS)
         id = 0;
+    ibp_driver_capture_restore(drv, mode);
     /* Held across the record: the driver takes the records of one stream in the order of the
      * calls, so the numbers follow the stream's order only if no other thread's record can come
      * between a call and its number. */
