@@ -18,6 +18,11 @@
 #define BENCH_MAX_ITERS 64
 #define BENCH_MAX_ROTATION 64
 #define BENCH_DECODE_STREAMS 4
+/* Stream-bound buffers: s_copy, s_copy2, s_dec[], s_zc. */
+#define BENCH_SLOTS (3 + BENCH_DECODE_STREAMS)
+/* ev[]: a chunk's each, then the pipelined run's start and its joins, then a split run's start and
+ * zero-copy end. */
+#define BENCH_EV_COUNT (BENCH_EVENTS + 4 + BENCH_DECODE_STREAMS)
 
 typedef struct Bench {
     const IbpDriver *drv;
@@ -37,13 +42,15 @@ typedef struct Bench {
     int rotation;                  /* copies of each, together more than twice the L2 */
     unsigned max_sms;
     /* The decode's scratch, one for each stream a decode may run on: s_copy, s_copy2, s_dec[];
-     * and with flagged selectors, where each stream's decodes rewrite them. */
-    CUdeviceptr d_scratch[2 + BENCH_DECODE_STREAMS];
-    CUdeviceptr d_selx[2 + BENCH_DECODE_STREAMS];
+     * s_zc; and with flagged selectors, where each stream's decodes rewrite them. */
+    CUdeviceptr d_scratch[BENCH_SLOTS];
+    CUdeviceptr d_selx[BENCH_SLOTS];
     int flagged; /* some block took the flagged form: decodes rewrite the selectors (as the shim) */
     CUstream s_copy, s_copy2, s_dec[BENCH_DECODE_STREAMS];
+    CUstream s_zc;  /* a split run's zero-copy decode */
+    uint32_t split; /* a split run's first block decoded zero-copy */
     CUevent t0, t1;
-    CUevent ev[BENCH_EVENTS + 2 + BENCH_DECODE_STREAMS];
+    CUevent ev[BENCH_EV_COUNT];
     size_t chunk, tail;
     int copy_streams;
     int decode_streams; /* pipelined chunks' decodes go round these streams */
@@ -54,6 +61,17 @@ typedef struct Bench {
     CUevent tr[IBPSHIM_BENCH_TRACE_MAX][3];
     int tracing;
 } Bench;
+
+/* The first block of the run's end that holds about `share` permille of its compressed bytes
+ * (at least one block for a share above 0). */
+static uint32_t split_at(const Bench *b, unsigned share)
+{
+    const uint64_t want = (uint64_t)b->run_len * share / 1000u;
+    uint32_t s = b->nblocks;
+    while (s > 0 && (s == b->nblocks ? share > 0 : b->run_len - b->offsets[s - 1] <= want))
+        s--;
+    return s;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -68,7 +86,7 @@ static int stream_slot(const Bench *b, CUstream s)
     for (int i = 0; i < BENCH_DECODE_STREAMS; i++)
         if (s == b->s_dec[i])
             return 2 + i;
-    return s != b->s_copy;
+    return s == b->s_zc ? 2 + BENCH_DECODE_STREAMS : s != b->s_copy;
 }
 
 static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdeviceptr out, uint32_t first,
@@ -107,7 +125,66 @@ static int send_offsets(const Bench *b, CUstream s)
     return b->drv->cuMemcpyHtoDAsync(b->d_offsets, b->offsets, b->offsets_len, s) == CUDA_SUCCESS ? 0 : -EIO;
 }
 
-/* One run of `path`: 0 raw, 1 DMA + decode, 2 pipelined, 3 zero-copy, 4 decode only; into copy
+/* The pipelined path over blocks [0, end) of the run, its clock on s_copy. */
+static int run_pipelined(const Bench *b, CUdeviceptr d_run, CUdeviceptr d_out, uint32_t end)
+{
+    const IbpDriver *drv = b->drv;
+    /* Chunks of about b->chunk compressed bytes: each chunk's DMA on s_copy (or alternating
+     * over s_copy and s_copy2), its decode once its DMA is done on a decode stream (chunk k on
+     * s_dec[k % decode_streams], so with more than one a decode need not wait for the chunk
+     * before's), the last one's with last_on_copy on its DMA's stream right after it; paired:
+     * each chunk's DMA and then its decode on one stream, s_copy and s_copy2 alternating. */
+    const int ndec = b->paired ? 0 : b->decode_streams;
+    CUevent start = b->ev[BENCH_EVENTS];
+    if (drv->cuEventRecord(start, b->s_copy) != CUDA_SUCCESS ||
+        drv->cuStreamWaitEvent(b->s_copy2, start, 0) != CUDA_SUCCESS ||
+        (!b->chunks_inline && send_offsets(b, b->s_copy)))
+        return -EIO;
+    for (int i = 0; i < ndec; i++)
+        if (drv->cuStreamWaitEvent(b->s_dec[i], start, 0) != CUDA_SUCCESS)
+            return -EIO;
+    int err = 0;
+    uint32_t s = 0, k = 0;
+    while (!err && s < end) {
+        const uint32_t e = ibp_pipe_chunk_end(b->offsets, s, end, b->chunk, b->tail);
+        const CUstream cs = (k & 1) && (b->copy_streams > 1 || b->paired) ? b->s_copy2 : b->s_copy;
+        const int on_copy = b->paired || (b->last_on_copy && e == end);
+        const CUstream ds = on_copy ? cs : b->s_dec[k % (uint32_t)ndec];
+        const CUevent ev = b->ev[k % BENCH_EVENTS];
+        const int tr = b->tracing && k < IBPSHIM_BENCH_TRACE_MAX;
+        if (drv->cuMemcpyHtoDAsync(d_run + b->offsets[s], b->run + b->offsets[s],
+                                   b->offsets[e] - b->offsets[s], cs) != CUDA_SUCCESS ||
+            (tr && drv->cuEventRecord(b->tr[k][0], cs) != CUDA_SUCCESS) ||
+            (!on_copy && (drv->cuEventRecord(ev, cs) != CUDA_SUCCESS ||
+                          drv->cuStreamWaitEvent(ds, ev, 0) != CUDA_SUCCESS)) ||
+            (tr && drv->cuEventRecord(b->tr[k][1], ds) != CUDA_SUCCESS))
+            err = -EIO;
+        else
+            err = decode(b, d_run + b->offsets[s], b->d_offsets, d_out, s, e - s, span(b, s, e), ds);
+        if (!err && tr && drv->cuEventRecord(b->tr[k][2], ds) != CUDA_SUCCESS)
+            err = -EIO;
+        s = e;
+        k++;
+    }
+    /* s_copy, which carries the clock, waits for the other streams' last work. */
+    CUstream others[1 + BENCH_DECODE_STREAMS];
+    int nothers = 0;
+    for (int i = 0; i < ndec; i++)
+        others[nothers++] = b->s_dec[i];
+    if (b->paired || b->copy_streams > 1)
+        others[nothers++] = b->s_copy2;
+    for (int i = 0; !err && i < nothers; i++) {
+        const CUstream last = others[i];
+        const CUevent done = b->ev[BENCH_EVENTS + 1 + i];
+        if (drv->cuEventRecord(done, last) != CUDA_SUCCESS ||
+            drv->cuStreamWaitEvent(b->s_copy, done, 0) != CUDA_SUCCESS)
+            err = -EIO;
+    }
+    return err;
+}
+
+/* One run of `path`: 0 raw, 1 DMA + decode, 2 pipelined, 3 zero-copy, 4 decode only, 5 split at
+ * b->split, 6 the DMA of the run alone; into copy
  * `slot` of the rotation. */
 static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
 {
@@ -122,62 +199,28 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
             drv->cuMemcpyHtoDAsync(d_run, b->run, b->run_len, b->s_copy) != CUDA_SUCCESS)
             return -EIO;
         return decode(b, d_run, b->d_offsets, d_out, 0, b->nblocks, b->total, b->s_copy);
-    case 2: {
-        /* Chunks of about b->chunk compressed bytes: each chunk's DMA on s_copy (or alternating
-         * over s_copy and s_copy2), its decode once its DMA is done on a decode stream (chunk k on
-         * s_dec[k % decode_streams], so with more than one a decode need not wait for the chunk
-         * before's), the last one's with last_on_copy on its DMA's stream right after it; paired:
-         * each chunk's DMA and then its decode on one stream, s_copy and s_copy2 alternating. */
-        const int ndec = b->paired ? 0 : b->decode_streams;
-        CUevent start = b->ev[BENCH_EVENTS];
-        if (drv->cuEventRecord(start, b->s_copy) != CUDA_SUCCESS ||
-            drv->cuStreamWaitEvent(b->s_copy2, start, 0) != CUDA_SUCCESS ||
-            (!b->chunks_inline && send_offsets(b, b->s_copy)))
+    case 2:
+        return run_pipelined(b, d_run, d_out, b->nblocks);
+    case 5: {
+        /* Split: blocks [split, nblocks) decoded zero-copy on s_zc, launched first, the rest
+         * pipelined; s_copy waits for both. */
+        const CUevent start = b->ev[BENCH_EV_COUNT - 2], zc_done = b->ev[BENCH_EV_COUNT - 1];
+        if (b->split < b->nblocks &&
+            (drv->cuEventRecord(start, b->s_copy) != CUDA_SUCCESS ||
+             drv->cuStreamWaitEvent(b->s_zc, start, 0) != CUDA_SUCCESS ||
+             decode(b, zc_run + b->offsets[b->split], b->d_offsets_mapped, d_out, b->split,
+                    b->nblocks - b->split, span(b, b->split, b->nblocks), b->s_zc) ||
+             drv->cuEventRecord(zc_done, b->s_zc) != CUDA_SUCCESS))
             return -EIO;
-        for (int i = 0; i < ndec; i++)
-            if (drv->cuStreamWaitEvent(b->s_dec[i], start, 0) != CUDA_SUCCESS)
-                return -EIO;
-        int err = 0;
-        uint32_t s = 0, k = 0;
-        while (!err && s < b->nblocks) {
-            const uint32_t e = ibp_pipe_chunk_end(b->offsets, s, b->nblocks, b->chunk, b->tail);
-            const CUstream cs = (k & 1) && (b->copy_streams > 1 || b->paired) ? b->s_copy2 : b->s_copy;
-            const int on_copy = b->paired || (b->last_on_copy && e == b->nblocks);
-            const CUstream ds = on_copy ? cs : b->s_dec[k % (uint32_t)ndec];
-            const CUevent ev = b->ev[k % BENCH_EVENTS];
-            const int tr = b->tracing && k < IBPSHIM_BENCH_TRACE_MAX;
-            if (drv->cuMemcpyHtoDAsync(d_run + b->offsets[s], b->run + b->offsets[s],
-                                       b->offsets[e] - b->offsets[s], cs) != CUDA_SUCCESS ||
-                (tr && drv->cuEventRecord(b->tr[k][0], cs) != CUDA_SUCCESS) ||
-                (!on_copy && (drv->cuEventRecord(ev, cs) != CUDA_SUCCESS ||
-                              drv->cuStreamWaitEvent(ds, ev, 0) != CUDA_SUCCESS)) ||
-                (tr && drv->cuEventRecord(b->tr[k][1], ds) != CUDA_SUCCESS))
-                err = -EIO;
-            else
-                err = decode(b, d_run + b->offsets[s], b->d_offsets, d_out, s, e - s, span(b, s, e), ds);
-            if (!err && tr && drv->cuEventRecord(b->tr[k][2], ds) != CUDA_SUCCESS)
-                err = -EIO;
-            s = e;
-            k++;
-        }
-        /* s_copy, which carries the clock, waits for the other streams' last work. */
-        CUstream others[1 + BENCH_DECODE_STREAMS];
-        int nothers = 0;
-        for (int i = 0; i < ndec; i++)
-            others[nothers++] = b->s_dec[i];
-        if (b->paired || b->copy_streams > 1)
-            others[nothers++] = b->s_copy2;
-        for (int i = 0; !err && i < nothers; i++) {
-            const CUstream last = others[i];
-            const CUevent done = b->ev[BENCH_EVENTS + 1 + i];
-            if (drv->cuEventRecord(done, last) != CUDA_SUCCESS ||
-                drv->cuStreamWaitEvent(b->s_copy, done, 0) != CUDA_SUCCESS)
-                err = -EIO;
-        }
-        return err;
+        if (b->split && run_pipelined(b, d_run, d_out, b->split))
+            return -EIO;
+        return b->split < b->nblocks && drv->cuStreamWaitEvent(b->s_copy, zc_done, 0) != CUDA_SUCCESS ? -EIO
+                                                                                                      : 0;
     }
     case 3:
         return decode(b, zc_run, b->d_offsets_mapped, d_out, 0, b->nblocks, b->total, b->s_copy);
+    case 6:
+        return drv->cuMemcpyHtoDAsync(d_run, b->run, b->run_len, b->s_copy) == CUDA_SUCCESS ? 0 : -EIO;
     default:
         return decode(b, d_run, b->d_offsets, d_out, 0, b->nblocks, b->total, b->s_copy);
     }
@@ -356,11 +399,12 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
         drv->cuMemcpyHtoD(b.d_plan, blob, b.blob_len) != CUDA_SUCCESS ||
         drv->cuStreamCreate(&b.s_copy, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
         drv->cuStreamCreate(&b.s_copy2, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        drv->cuStreamCreate(&b.s_zc, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
         drv->cuEventCreate(&b.t0, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
         drv->cuEventCreate(&b.t1, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
         goto out;
     const size_t selx = ibp_decode_selx_bytes(b.word_size, (uint32_t)b.block_size, b.nblocks);
-    for (int k = 0; k < 2 + BENCH_DECODE_STREAMS; k++) {
+    for (int k = 0; k < BENCH_SLOTS; k++) {
         if (drv->cuMemAlloc(&b.d_scratch[k], ibp_decode_scratch_bytes(b.mod)) != CUDA_SUCCESS) {
             b.d_scratch[k] = 0;
             goto out;
@@ -388,7 +432,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     for (int k = 0; k < b.rotation; k++)
         if (drv->cuMemcpyHtoD(b.d_run + (CUdeviceptr)k * b.run_stride, b.run, b.run_len) != CUDA_SUCCESS)
             goto out;
-    for (int k = 0; k < BENCH_EVENTS + 2 + BENCH_DECODE_STREAMS; k++)
+    for (int k = 0; k < BENCH_EV_COUNT; k++)
         if (drv->cuEventCreate(&b.ev[k], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
             b.ev[k] = NULL;
             goto out;
@@ -431,15 +475,36 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
             run_path(&b, path, zc_run, 0) == 0 && drv->cuStreamSynchronize(b.s_copy) == CUDA_SUCCESS &&
             drv->cuMemcpyDtoH(check, b.d_out, b.total) == CUDA_SUCCESS && memcmp(check, b.src, b.total) == 0;
     }
+    const int nsplits = opts->nsplits < 0                          ? 0
+                        : opts->nsplits > IBPSHIM_BENCH_SPLITS_MAX ? IBPSHIM_BENCH_SPLITS_MAX
+                                                                   : opts->nsplits;
+    for (int i = 0; i < nsplits && out->verified; i++) {
+        IbpshimBenchSplit *sp = &out->split[i];
+        sp->share = opts->splits[i] > 1000 ? 1000 : opts->splits[i];
+        b.split = split_at(&b, sp->share);
+        sp->zc_compressed = b.run_len - b.offsets[b.split];
+        sp->zc_bytes = b.split < b.nblocks ? span(&b, b.split, b.nblocks) : 0;
+        drv->cuMemsetD8(b.d_out, 0xa5, b.total);
+        drv->cuCtxSynchronize();
+        out->verified =
+            run_path(&b, 5, zc_run, 0) == 0 && drv->cuStreamSynchronize(b.s_copy) == CUDA_SUCCESS &&
+            drv->cuMemcpyDtoH(check, b.d_out, b.total) == CUDA_SUCCESS && memcmp(check, b.src, b.total) == 0;
+    }
+    out->nsplits = nsplits;
     free(check);
     out->bytes = b.total;
     out->compressed = b.run_len + b.blob_len;
     out->ratio = (double)out->compressed / (double)b.total;
     out->raw_gbps = time_path(&b, 0, iters, zc_run);
+    out->dma_only_gbps = time_path(&b, 6, iters, zc_run);
     out->dma_decode_gbps = time_path(&b, 1, iters, zc_run);
     out->pipelined_gbps = time_path(&b, 2, iters, zc_run);
     out->zerocopy_gbps = time_path(&b, 3, iters, zc_run);
     out->decode_gbps = time_path(&b, 4, iters, zc_run);
+    for (int i = 0; i < nsplits; i++) {
+        b.split = split_at(&b, out->split[i].share);
+        out->split[i].gbps = time_path(&b, 5, iters, zc_run);
+    }
     err = opts->trace ? trace_pipelined(&b, zc_run, out) : 0;
 out:
     if (b.t0)
@@ -453,7 +518,9 @@ out:
             drv->cuStreamDestroy(b.s_dec[k]);
     if (b.s_copy2)
         drv->cuStreamDestroy(b.s_copy2);
-    for (int k = 0; k < BENCH_EVENTS + 2 + BENCH_DECODE_STREAMS; k++)
+    if (b.s_zc)
+        drv->cuStreamDestroy(b.s_zc);
+    for (int k = 0; k < BENCH_EV_COUNT; k++)
         if (b.ev[k])
             drv->cuEventDestroy(b.ev[k]);
     for (int k = 0; k < IBPSHIM_BENCH_TRACE_MAX; k++)
@@ -468,7 +535,7 @@ out:
         drv->cuMemFree(b.d_out);
     if (b.d_offsets && b.d_offsets != b.d_offsets_mapped)
         drv->cuMemFree(b.d_offsets);
-    for (int k = 0; k < 2 + BENCH_DECODE_STREAMS; k++) {
+    for (int k = 0; k < BENCH_SLOTS; k++) {
         if (b.d_scratch[k])
             drv->cuMemFree(b.d_scratch[k]);
         if (b.d_selx[k])

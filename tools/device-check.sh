@@ -165,7 +165,7 @@ fi
 for f in "$data"/*.bin; do
     [ -f "$f" ] || continue
     "$build/tools/ibp-bench" "$f" --size "$bench_bytes" >> "$logs/decode.log" 2>&1
-    row "ibp-bench $(basename "$f" .bin)" "$(tail -8 "$logs/decode.log" | grep 'DMA + decode, pipelined' | tr -s ' ')"
+    row "ibp-bench $(basename "$f" .bin)" "$(tail -12 "$logs/decode.log" | grep 'DMA + decode, pipelined' | tr -s ' ')"
 done
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 > "$logs/hookbench.txt" 2>&1
 LD_PRELOAD=$lib "$build/tools/ibp-hookbench" --calls 200000 --json >> "$logs/hookbench.txt" 2>&1

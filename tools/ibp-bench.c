@@ -14,10 +14,11 @@ static void usage(FILE *f)
                "         [--copy-streams 1|2] [--decode-streams 1-4] [--last-decode-on-copy]\n"
                "         [--paired] [--tail BYTES]\n"
                "         [--trace] [--max-sms N] [--offsets device|mapped] [--word-size 2|4|8]\n"
-               "         [--selector-flags] [--json]\n"
+               "         [--selector-flags] [--split PERMILLE[,PERMILLE...]] [--json]\n"
                "Plans and compresses FILE as the shim would (tiled up to --size bytes, default 1 GiB),\n"
-               "then times on the GPU, original bytes per second: a plain pinned copy, DMA of the\n"
-               "compressed run then decode, the same pipelined (chunks of --chunk compressed bytes,\n"
+               "then times on the GPU, original bytes per second: a plain pinned copy, the DMA of the\n"
+               "compressed run alone (no decode: the bound of every path through the copy engine), DMA\n"
+               "of the run then decode, the same pipelined (chunks of --chunk compressed bytes,\n"
                "default as the shim's: an eighth of the run, at least 16 MiB; their DMAs on one\n"
                "stream as in the shim or alternating over two with --copy-streams 2, decoded as each\n"
                "lands on a decode stream, or going round --decode-streams N of them, or with --paired\n"
@@ -35,7 +36,10 @@ static void usage(FILE *f)
                "when its DMA ended, its decode started and ended.  --word-size plans words of that many\n"
                "bytes instead of the planner's choice (the rest of the plan still searched).\n"
                "--selector-flags stores blocks' selectors in the flagged form where it is smaller,\n"
-               "each decode rewriting them first (as ibp-pack compress --selector-flags).\n");
+               "each decode rewriting them first (as ibp-pack compress --selector-flags).\n"
+               "--split times split runs too, one for each share given (up to 8, permille of the\n"
+               "compressed run, whole blocks from its end): that end decoded zero-copy on a stream of\n"
+               "its own while the rest goes the pipelined way, both started together.\n");
 }
 
 int main(int argc, char **argv)
@@ -58,6 +62,19 @@ int main(int argc, char **argv)
             opts.last_decode_on_copy = 1;
         } else if (!strcmp(argv[i], "--selector-flags")) {
             opts.selector_flags = 1;
+        } else if (!strcmp(argv[i], "--split") && i + 1 < argc) {
+            const char *v = argv[++i];
+            for (char *end = (char *)v; *v; v = end + (*end == ',')) {
+                const unsigned long share = strtoul(v, &end, 10);
+                if (end == v || share < 1 || share > 1000 || (*end && *end != ',') ||
+                    opts.nsplits == IBPSHIM_BENCH_SPLITS_MAX) {
+                    fprintf(stderr,
+                            "ibp-bench: --split takes up to %d shares of 1 to 1000 permille, not '%s'\n",
+                            IBPSHIM_BENCH_SPLITS_MAX, argv[i]);
+                    return 2;
+                }
+                opts.splits[opts.nsplits++] = (unsigned)share;
+            }
         } else if (!strcmp(argv[i], "--trace")) {
             opts.trace = 1;
         } else if (!strcmp(argv[i], "--copy-streams") && i + 1 < argc) {
@@ -130,20 +147,29 @@ int main(int argc, char **argv)
     }
     if (json) {
         printf("{\"file\": \"%s\", \"device\": \"%s\", \"bytes\": %zu, \"compressed\": %zu, \"ratio\": %.4f, "
-               "\"verified\": %s, \"raw_gbps\": %.2f, \"dma_decode_gbps\": %.2f, \"pipelined_gbps\": %.2f, "
+               "\"verified\": %s, \"raw_gbps\": %.2f, \"dma_only_gbps\": %.2f, \"dma_decode_gbps\": %.2f, "
+               "\"pipelined_gbps\": %.2f, "
                "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
                "\"tail\": %zu, \"paired\": %s, \"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d, "
                "\"word_size\": %u, \"columns\": %u, \"decode_streams\": %d, \"last_decode_on_copy\": %s, "
                "\"selector_flags\": %s, \"shim_path\": \"%s\"",
                path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
-               r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps, 1.0 / r.ratio, r.chunk,
-               r.tail, opts.paired ? "true" : "false", opts.max_sms,
+               r.dma_only_gbps, r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps,
+               1.0 / r.ratio, r.chunk, r.tail, opts.paired ? "true" : "false", opts.max_sms,
                opts.offsets_mapped ? "mapped" : "device", r.rotation, r.word_size, r.columns,
                opts.decode_streams ? opts.decode_streams : 1, opts.last_decode_on_copy ? "true" : "false",
                opts.selector_flags ? "true" : "false",
                r.shim_pipelined == 1   ? "pipelined"
                : r.shim_pipelined == 2 ? "pipelined_alone"
                                        : "dma_then_decode");
+        if (r.nsplits) {
+            printf(", \"splits\": [");
+            for (int k = 0; k < r.nsplits; k++)
+                printf("%s{\"share\": %u, \"zc_compressed\": %zu, \"zc_bytes\": %zu, \"gbps\": %.2f}",
+                       k ? ", " : "", r.split[k].share, r.split[k].zc_compressed, r.split[k].zc_bytes,
+                       r.split[k].gbps);
+            printf("]");
+        }
         if (opts.trace) {
             printf(", \"trace_us\": %.1f, \"trace\": [", r.trace_us);
             for (unsigned k = 0; k < r.trace_chunks && k < IBPSHIM_BENCH_TRACE_MAX; k++)
@@ -160,6 +186,8 @@ int main(int argc, char **argv)
                opts.selector_flags ? ", flagged selectors" : "", r.verified ? "verified" : "WRONG");
         printf("  %-26s %10s %8s\n", "path", "GB/s", "speedup");
         printf("  %-26s %10.1f %8.3f\n", "raw pinned H2D", r.raw_gbps, 1.0);
+        printf("  %-26s %10.1f %8.3f  (the run's DMA alone, no decode)\n", "DMA only", r.dma_only_gbps,
+               r.dma_only_gbps / r.raw_gbps);
         printf("  %-26s %10.1f %8.3f\n", "DMA + decode", r.dma_decode_gbps, r.dma_decode_gbps / r.raw_gbps);
         char decoded_on[96] = "";
         if (opts.paired)
@@ -172,6 +200,13 @@ int main(int argc, char **argv)
         printf("  %-26s %10.1f %8.3f  (chunks of %.1f MiB%s)\n", "DMA + decode, pipelined", r.pipelined_gbps,
                r.pipelined_gbps / r.raw_gbps, (double)r.chunk / 1048576.0, decoded_on);
         printf("  %-26s %10.1f %8.3f\n", "zero-copy decode", r.zerocopy_gbps, r.zerocopy_gbps / r.raw_gbps);
+        for (int k = 0; k < r.nsplits; k++) {
+            char name[48];
+            snprintf(name, sizeof(name), "split, %u%% zero-copy", (r.split[k].share + 5) / 10);
+            printf("  %-26s %10.1f %8.3f  (%.2f of %.2f MB zero-copy)\n", name, r.split[k].gbps,
+                   r.split[k].gbps / r.raw_gbps, (double)r.split[k].zc_compressed / 1e6,
+                   (double)(r.compressed) / 1e6);
+        }
         printf("  %-26s %10.1f\n", "decode only (D2D)", r.decode_gbps);
         printf("  ideal speedup 1/ratio: %.3f\n", 1.0 / r.ratio);
         printf("  the shim's dma path for this run: %s\n",

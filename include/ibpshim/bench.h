@@ -9,6 +9,8 @@
 extern "C" {
 #endif
 
+#define IBPSHIM_BENCH_SPLITS_MAX 8
+
 typedef struct IbpshimBenchOptions {
     size_t size;  /* tile the data up to at least this many bytes (0: the data as it is) */
     int iters;    /* timed repetitions per path, after two warm-ups; the median is reported (0: 9) */
@@ -37,6 +39,13 @@ typedef struct IbpshimBenchOptions {
                                 (no wait for an event of another stream) */
     int selector_flags;      /* blocks take the flagged selector form where it is smaller
                                 (IBP_CODEC_PLAN_SELECTOR_FLAGS); each decode rewrites them first */
+    /* Split runs: for each of the first nsplits shares (permille of the run's compressed bytes,
+     * 1-1000, whole blocks from its end), that end of the run decoded zero-copy on a stream of its
+     * own while the rest goes the pipelined way (DMA then decode when it makes one chunk), both
+     * started together, so that the zero-copy reads share the link with the DMA and the decode
+     * after the last DMA has less to do.  IbpshimBenchResult.split has the times. */
+    unsigned splits[IBPSHIM_BENCH_SPLITS_MAX];
+    int nsplits;
 } IbpshimBenchOptions;
 
 #define IBPSHIM_BENCH_TRACE_MAX 64
@@ -48,12 +57,22 @@ typedef struct IbpshimBenchChunk {
     double dma_end_us, decode_start_us, decode_end_us;
 } IbpshimBenchChunk;
 
+/* One split run (IbpshimBenchOptions.splits). */
+typedef struct IbpshimBenchSplit {
+    unsigned share;       /* as asked, permille */
+    size_t zc_compressed; /* compressed bytes the zero-copy decode read (whole blocks) */
+    size_t zc_bytes;      /* original bytes it wrote */
+    double gbps;
+} IbpshimBenchSplit;
+
 /* GB/s are original bytes per second. */
 typedef struct IbpshimBenchResult {
     size_t bytes;            /* original bytes timed */
     size_t compressed;       /* compressed run plus plan */
     double ratio;            /* compressed / bytes */
     double raw_gbps;         /* plain pinned host-to-device copy */
+    double dma_only_gbps;    /* the DMA of the run alone, no decode: what no path that sends the run
+                                through the copy engine can beat */
     double dma_decode_gbps;  /* DMA of the run, then the decode kernel, on one stream */
     double pipelined_gbps;   /* DMA of chunks overlapped with their decodes (options chunk, copy_streams) */
     double zerocopy_gbps;    /* the kernel reading the pinned run through its mapped address */
@@ -72,6 +91,8 @@ typedef struct IbpshimBenchResult {
     IbpshimBenchChunk trace[IBPSHIM_BENCH_TRACE_MAX];
     char device_name[96];
     unsigned word_size, columns; /* the plan's word size (bytes) and columns */
+    int nsplits;
+    IbpshimBenchSplit split[IBPSHIM_BENCH_SPLITS_MAX];
 } IbpshimBenchResult;
 
 /* Plans and encodes data (shape-blind, as the shim would), then times each path on `device`.
