@@ -226,23 +226,44 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
     }
 }
 
-static double time_path(const Bench *b, int path, int iters, CUdeviceptr zc_run)
+/* One timed path of a round: run_path's path, with b->split for a split run. */
+typedef struct BenchJob {
+    int path;
+    uint32_t split;
+    double *gbps; /* the median goes here */
+} BenchJob;
+
+/* Times the jobs in rounds, each round running every job once in turn, so that a drift of the
+ * machine (the plain copy moved 44-53 GB/s from one run to the next on an H100) weighs on every
+ * path alike and their ratios hold; two rounds warm up, then the median of `iters` per job.
+ * Each run uses the next copy of the rotation.  Returns 0 or -EIO. */
+static int time_jobs(Bench *b, BenchJob *jobs, int njobs, int iters, CUdeviceptr zc_run)
 {
-    double ms[BENCH_MAX_ITERS];
-    for (int i = -2; i < iters; i++) {
-        float t = 0;
-        if (b->drv->cuEventRecord(b->t0, b->s_copy) != CUDA_SUCCESS ||
-            run_path(b, path, zc_run, (i + 2) % b->rotation) ||
-            b->drv->cuEventRecord(b->t1, b->s_copy) != CUDA_SUCCESS ||
-            b->drv->cuEventSynchronize(b->t1) != CUDA_SUCCESS ||
-            b->drv->cuEventElapsedTime(&t, b->t0, b->t1) != CUDA_SUCCESS)
-            return 0;
-        if (i >= 0)
-            ms[i] = t;
+    double(*ms)[BENCH_MAX_ITERS] = calloc((size_t)njobs, sizeof(*ms));
+    if (!ms)
+        return -ENOMEM;
+    unsigned turn = 0;
+    int err = 0;
+    for (int i = -2; i < iters && !err; i++)
+        for (int j = 0; j < njobs && !err; j++) {
+            float t = 0;
+            b->split = jobs[j].split;
+            if (b->drv->cuEventRecord(b->t0, b->s_copy) != CUDA_SUCCESS ||
+                run_path(b, jobs[j].path, zc_run, (int)(turn++ % (unsigned)b->rotation)) ||
+                b->drv->cuEventRecord(b->t1, b->s_copy) != CUDA_SUCCESS ||
+                b->drv->cuEventSynchronize(b->t1) != CUDA_SUCCESS ||
+                b->drv->cuEventElapsedTime(&t, b->t0, b->t1) != CUDA_SUCCESS)
+                err = -EIO;
+            else if (i >= 0)
+                ms[j][i] = t;
+        }
+    for (int j = 0; j < njobs && !err; j++) {
+        qsort(ms[j], (size_t)iters, sizeof(ms[j][0]), cmp_double);
+        const double med = ms[j][iters / 2];
+        *jobs[j].gbps = med > 0 ? (double)b->total / (med * 1e6) : 0;
     }
-    qsort(ms, (size_t)iters, sizeof(ms[0]), cmp_double);
-    const double med = ms[iters / 2];
-    return med > 0 ? (double)b->total / (med * 1e6) : 0;
+    free(ms);
+    return err;
 }
 
 /* One more pipelined run with timing events around each chunk (the events cost the run a little). */
@@ -495,16 +516,15 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     out->bytes = b.total;
     out->compressed = b.run_len + b.blob_len;
     out->ratio = (double)out->compressed / (double)b.total;
-    out->raw_gbps = time_path(&b, 0, iters, zc_run);
-    out->dma_only_gbps = time_path(&b, 6, iters, zc_run);
-    out->dma_decode_gbps = time_path(&b, 1, iters, zc_run);
-    out->pipelined_gbps = time_path(&b, 2, iters, zc_run);
-    out->zerocopy_gbps = time_path(&b, 3, iters, zc_run);
-    out->decode_gbps = time_path(&b, 4, iters, zc_run);
-    for (int i = 0; i < nsplits; i++) {
-        b.split = split_at(&b, out->split[i].share);
-        out->split[i].gbps = time_path(&b, 5, iters, zc_run);
-    }
+    BenchJob jobs[6 + IBPSHIM_BENCH_SPLITS_MAX] = {
+        {0, 0, &out->raw_gbps},       {6, 0, &out->dma_only_gbps}, {1, 0, &out->dma_decode_gbps},
+        {2, 0, &out->pipelined_gbps}, {3, 0, &out->zerocopy_gbps}, {4, 0, &out->decode_gbps}};
+    int njobs = 6;
+    for (int i = 0; i < nsplits; i++)
+        jobs[njobs++] = (BenchJob){5, split_at(&b, out->split[i].share), &out->split[i].gbps};
+    err = time_jobs(&b, jobs, njobs, iters, zc_run);
+    if (err)
+        goto out;
     err = opts->trace ? trace_pipelined(&b, zc_run, out) : 0;
 out:
     if (b.t0)

@@ -13,7 +13,8 @@ extern "C" {
 
 typedef struct IbpshimBenchOptions {
     size_t size;  /* tile the data up to at least this many bytes (0: the data as it is) */
-    int iters;    /* timed repetitions per path, after two warm-ups; the median is reported (0: 9) */
+    int iters;    /* timed rounds, after two warm-ups, each running every path once in turn (so that the
+                     machine's drift weighs on all alike); each path's median is reported (0: 9) */
     int device;   /* CUDA device ordinal */
     size_t chunk; /* compressed bytes per pipelined chunk (0: as the shim's default, an eighth of the
                      run, at least 16 MiB) */
