@@ -236,7 +236,7 @@ typedef struct BenchJob {
 /* Times the jobs in rounds, each round running every job once in turn, so that a drift of the
  * machine (the plain copy moved 44-53 GB/s from one run to the next on an H100) weighs on every
  * path alike and their ratios hold; two rounds warm up, then the median of `iters` per job.
- * Each run uses the next copy of the rotation.  Returns 0 or -EIO. */
+ * Each run uses the next copy of the rotation.  Returns 0, -ENOMEM or -EIO. */
 static int time_jobs(Bench *b, BenchJob *jobs, int njobs, int iters, CUdeviceptr zc_run)
 {
     double(*ms)[BENCH_MAX_ITERS] = calloc((size_t)njobs, sizeof(*ms));
