@@ -9,6 +9,11 @@
 
 /* A plan of 2-byte words must be this much smaller than the best of wider words to be chosen. */
 #define IBP_NARROW_MARGIN_PCT 2u
+/* A plan with predictor columns over more than IBP_CARRY_MAX_COLUMNS columns keeps no carries in
+ * its blocks, so the GPU decodes it a CTA per block: 10.3 GB/s at 8 MiB, 34.7 GB/s at 32 MiB on an
+ * H100, slower than the link it is meant to save.  Such a plan wins only where every other trial
+ * saves less than this percentage of the region (ibp_pick_best). */
+#define IBP_LONG_PRED_SAVES_PCT 3u
 #define IBP_SCREEN_BYTES ((size_t)96 * 1024) /* sample for ranking word size and period */
 #define IBP_SAMPLE_MIN ((size_t)256 * 1024)  /* sample for the final choices */
 #define IBP_SAMPLE_MAX ((size_t)1024 * 1024)
@@ -2472,20 +2477,34 @@ static int ibp_repeats_shorter_trials(const IbpSearch *s, uint32_t k)
     return ibp_repeats_shorter(s, k, ibp_size_plain) && ibp_repeats_shorter(s, k, ibp_size_one_set);
 }
 
+/* Whether candidate c's trials with transforms `variant` (0 none, 1 its own, 2 the other
+ * variant's) have predictor columns over more columns than blocks keep carries for. */
+static int ibp_long_pred(const IbpCandidate *c, int variant)
+{
+    const uint8_t *xf = variant == 2 ? c->alt_xform : variant ? c->xform : NULL;
+    if (!xf || c->columns <= IBP_CARRY_MAX_COLUMNS)
+        return 0;
+    for (uint32_t i = 0; i < c->columns; i++)
+        if (xf[i] & IBP_XF_PRED_MASK)
+            return 1;
+    return 0;
+}
+
 /* The winner among every trial, in the order they were made: each finalist's one-set trials
  * (plain, then transformed) in rank order, then the more-set trials of the picks in pick order
  * (s->jobs of the last phase), those with the candidate's transforms before those with the other
  * variant's; the first of the least size wins.  *xformed says which transforms the winner used:
  * 0 none, 1 the candidate's, 2 the other variant's.  Without narrow_ok only candidates of words
  * wider than 2 bytes compete; *best is the size to beat and gets the winner's. */
-static void ibp_pick_one(const IbpSearch *s, int narrow_ok, uint64_t *best, uint32_t *best_k,
-                         uint32_t *best_nsets, int *xformed, uint32_t *rows)
+static void ibp_pick_one(const IbpSearch *s, int narrow_ok, int long_pred_ok, uint64_t *best,
+                         uint32_t *best_k, uint32_t *best_nsets, int *xformed, uint32_t *rows)
 {
     for (uint32_t k = 0; k < s->ncand; k++) {
         const IbpCandidate *c = &s->cand[k];
         const IbpTrial *t[2] = {&c->plain, &c->xformed};
         for (int i = 0; i < 2; i++)
-            if (t[i]->bytes < *best && (narrow_ok || c->word_size > 2u)) {
+            if (t[i]->bytes < *best && (narrow_ok || c->word_size > 2u) &&
+                (long_pred_ok || !ibp_long_pred(c, i))) {
                 *best = t[i]->bytes;
                 *best_k = k;
                 *best_nsets = 1;
@@ -2498,6 +2517,8 @@ static void ibp_pick_one(const IbpSearch *s, int narrow_ok, uint64_t *best, uint
         if (!narrow_ok && c->word_size <= 2u)
             continue;
         for (int v = 1; v <= 2; v++) {
+            if (!long_pred_ok && ibp_long_pred(c, v))
+                continue;
             const IbpTrial *more = v == 1 ? c->more : c->more_alt;
             for (uint32_t i = 0; i + 1u < IBP_MAX_SETS; i++)
                 /* The other variant only by a clear margin: the two halves of a sample differ by
@@ -2520,7 +2541,23 @@ static void ibp_pick_best(const IbpSearch *s, uint32_t *best_k, uint32_t *best_n
                           uint32_t *rows)
 {
     uint64_t best = UINT64_MAX;
-    ibp_pick_one(s, 1, &best, best_k, best_nsets, xformed, rows);
+    ibp_pick_one(s, 1, 1, &best, best_k, best_nsets, xformed, rows);
+    if (ibp_long_pred(&s->cand[*best_k], *xformed)) {
+        /* The best trial the GPU decodes by segments, where it saves anything worth a copy (the
+         * synthetic weights of the tests, a period of 1000 floats, plan 46 columns with deltas at
+         * 0.597 and one of 8-byte words at 0.88, which the H100 decodes at the link's speed). */
+        uint64_t fast = UINT64_MAX;
+        uint32_t fk = 0, fnsets = 1, frows = 0;
+        int fx = 0;
+        ibp_pick_one(s, 1, 0, &fast, &fk, &fnsets, &fx, &frows);
+        if (fast != UINT64_MAX && fast <= (uint64_t)s->len / 100u * (100u - IBP_LONG_PRED_SAVES_PCT)) {
+            best = fast;
+            *best_k = fk;
+            *best_nsets = fnsets;
+            *xformed = fx;
+            *rows = frows;
+        }
+    }
     if (s->cand[*best_k].word_size > 2u)
         return;
     /* Both decoders spend about the same per word whether it holds 2 or 4 bytes, so 2-byte words
@@ -2530,7 +2567,7 @@ static void ibp_pick_best(const IbpSearch *s, uint32_t *best_k, uint32_t *best_n
     uint64_t wide = UINT64_MAX;
     uint32_t wk = 0, wnsets = 1, wrows = 0;
     int wx = 0;
-    ibp_pick_one(s, 0, &wide, &wk, &wnsets, &wx, &wrows);
+    ibp_pick_one(s, 0, ibp_long_pred(&s->cand[*best_k], *xformed), &wide, &wk, &wnsets, &wx, &wrows);
     if (wide != UINT64_MAX && wide - best <= best / 100u * IBP_NARROW_MARGIN_PCT) {
         *best_k = wk;
         *best_nsets = wnsets;

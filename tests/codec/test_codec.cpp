@@ -1400,6 +1400,36 @@ TEST(Codec, TransformSearchPicksEachColumnsTransform)
     ibp_codec_plan_destroy(&plan);
 }
 
+// Predictor columns over more columns than a block keeps carries for decode a CTA per block on
+// the GPU, slower than the link: the float weights of the tools and tests (a period of 1000
+// floats), whose smallest plan has deltas over 46 columns, plan without them, and a plan of a
+// short period keeps its deltas.
+TEST(Codec, LongPeriodPredictorsGiveWayToPlansTheGpuDecodesBySegments)
+{
+    std::vector<float> w(512u * 1024u);
+    for (size_t i = 0; i < w.size(); i++)
+        w[i] = 0.02f * (float)((i * 2654435761u) % 1000u) / 1000.0f - 0.01f;
+    IbpCodecPlan *plan = nullptr;
+    ASSERT_EQ(ibp_codec_plan_create(w.data(), w.size() * sizeof(float), nullptr, &plan), 0);
+    IbpCodecPlanInfo info;
+    ibp_codec_plan_info(plan, &info);
+    std::printf("weights: %u-byte words, %u columns, %u delta, %u xor, sample ratio %.4f\n", info.word_size,
+                info.columns, info.xf_delta, info.xf_xor, info.sample_ratio);
+    EXPECT_FALSE(info.columns > IBP_CARRY_MAX_COLUMNS && info.xf_delta + info.xf_xor > 0);
+    EXPECT_LT(info.sample_ratio, 0.97);
+    ibp_codec_plan_destroy(&plan);
+
+    // 16 counters of int32, each a step of 3 a row: deltas over 16 columns stay.
+    std::vector<int32_t> t(512u * 1024u);
+    for (size_t i = 0; i < t.size(); i++)
+        t[i] = (int32_t)((i % 16u) * 1000003u + (i / 16u) * 3u);
+    ASSERT_EQ(ibp_codec_plan_create(t.data(), t.size() * sizeof(int32_t), nullptr, &plan), 0);
+    ibp_codec_plan_info(plan, &info);
+    EXPECT_LE(info.columns, IBP_CARRY_MAX_COLUMNS);
+    EXPECT_GT(info.xf_delta, 0u);
+    ibp_codec_plan_destroy(&plan);
+}
+
 // The bound the transform search skips fits by: no mask and value (any bits, not only the
 // majority's) leave fewer bits than it says, and words that are all alike meet it (nothing left).
 TEST(Codec, OneSetBitsBoundIsNeverBeaten)
