@@ -2495,7 +2495,8 @@ static int ibp_long_pred(const IbpCandidate *c, int variant)
  * (s->jobs of the last phase), those with the candidate's transforms before those with the other
  * variant's; the first of the least size wins.  *xformed says which transforms the winner used:
  * 0 none, 1 the candidate's, 2 the other variant's.  Without narrow_ok only candidates of words
- * wider than 2 bytes compete; *best is the size to beat and gets the winner's. */
+ * wider than 2 bytes compete, without long_pred_ok only trials the GPU decodes by segments
+ * (ibp_long_pred); *best is the size to beat and gets the winner's. */
 static void ibp_pick_one(const IbpSearch *s, int narrow_ok, int long_pred_ok, uint64_t *best,
                          uint32_t *best_k, uint32_t *best_nsets, int *xformed, uint32_t *rows)
 {
@@ -2544,8 +2545,9 @@ static void ibp_pick_best(const IbpSearch *s, uint32_t *best_k, uint32_t *best_n
     ibp_pick_one(s, 1, 1, &best, best_k, best_nsets, xformed, rows);
     if (ibp_long_pred(&s->cand[*best_k], *xformed)) {
         /* The best trial the GPU decodes by segments, where it saves anything worth a copy (the
-         * synthetic weights of the tests, a period of 1000 floats, plan 46 columns with deltas at
-         * 0.597 and one of 8-byte words at 0.88, which the H100 decodes at the link's speed). */
+         * synthetic weights of the tests, a period of 1000 floats, 32 MiB of them: 46 columns with
+         * deltas at 0.58, decoded at 35 GB/s on an H100, or one column of 8-byte words at 0.88,
+         * decoded at 460). */
         uint64_t fast = UINT64_MAX;
         uint32_t fk = 0, fnsets = 1, frows = 0;
         int fx = 0;
