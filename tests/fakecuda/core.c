@@ -38,6 +38,9 @@ static void read_env(void)
     const char *delay = getenv("FAKECUDA_COPY_DELAY_US");
     if (delay && *delay)
         atomic_store(&fakecuda_g.copy_delay_us, (unsigned)strtoul(delay, NULL, 10));
+    const char *kdelay = getenv("FAKECUDA_KERNEL_DELAY_US");
+    if (kdelay && *kdelay)
+        fakecuda_g.kernel_delay_us = (unsigned)strtoul(kdelay, NULL, 10);
     for (int i = 0; i < FAKECUDA_MAX_DEVICES; i++)
         fakecuda_g.ctx[i].device = i;
 }

@@ -58,6 +58,7 @@ typedef struct FakecudaGlobals {
     int device_count;      /* FAKECUDA_DEVICES, default 1 */
     bool log;              /* FAKECUDA_LOG=1 */
     atomic_uint copy_delay_us;
+    unsigned kernel_delay_us; /* FAKECUDA_KERNEL_DELAY_US */
     atomic_bool initialised; /* cuInit succeeded */
     struct CUctx_st ctx[FAKECUDA_MAX_DEVICES];
 } FakecudaGlobals;

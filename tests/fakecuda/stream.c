@@ -278,6 +278,8 @@ static CUresult exec_op(const FakecudaOp *op)
     }
     case FAKECUDA_OP_KERNEL:
         atomic_fetch_add_explicit(&fakecuda_counters.kernel_launches, 1, memory_order_relaxed);
+        if (fakecuda_g.kernel_delay_us)
+            usleep(fakecuda_g.kernel_delay_us);
         return fakecuda_kernel_run(op);
     case FAKECUDA_OP_EVENT: {
         const CUevent ev = op->u.event.event;

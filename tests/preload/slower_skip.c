@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT
- * ibpshim: copies that [transfer] path = auto sends raw as slower than a plain copy (the fake's
- * decode runs on the CPU, so every verdict after the first timed run says slower).  After such a
+ * ibpshim: copies that [transfer] path = auto sends raw as slower than a plain copy (run with
+ * FAKECUDA_KERNEL_DELAY_US, each decode of the fake takes 20 ms more, so every verdict after the
+ * first timed run says slower, however fast the machine's copies are).  After such a
  * copy the next few pass without a plan, and so without a write-tracking query; the region is
  * written between copies all along, and every copy must still deliver the bytes the host holds
  * at the time of the call. */
