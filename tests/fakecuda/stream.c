@@ -916,17 +916,34 @@ FAKECUDA_EXPORT CUresult cuStreamQuery_ptsz(CUstream handle)
     return stream_query(handle, true);
 }
 
-static CUresult stream_get_flags(CUstream handle, unsigned *flags, bool per_thread_default)
+/* What a stream was created with, for the getters below: INVALID_VALUE when `out` (where the
+ * getter's caller wants its answer) is NULL, else what looking the handle up gives. */
+typedef struct StreamConsts {
+    unsigned flags;
+    int device;
+    unsigned long long id;
+} StreamConsts;
+
+static CUresult stream_consts(CUstream handle, bool per_thread_default, const void *out, StreamConsts *c)
 {
-    if (!flags)
+    if (!out)
         return CUDA_ERROR_INVALID_VALUE;
     CUstream s = NULL;
     const CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
     if (r != CUDA_SUCCESS)
         return r;
-    *flags = s->flags;
+    *c = (StreamConsts){.flags = s->flags, .device = s->device, .id = s->id};
     fakecuda_stream_unref(s);
     return CUDA_SUCCESS;
+}
+
+static CUresult stream_get_flags(CUstream handle, unsigned *flags, bool per_thread_default)
+{
+    StreamConsts c;
+    const CUresult r = stream_consts(handle, per_thread_default, flags, &c);
+    if (r == CUDA_SUCCESS)
+        *flags = c.flags;
+    return r;
 }
 
 FAKECUDA_EXPORT CUresult cuStreamGetFlags(CUstream handle, unsigned int *flags)
@@ -941,15 +958,11 @@ FAKECUDA_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream handle, unsigned int *fl
 
 static CUresult stream_get_ctx(CUstream handle, CUcontext *pctx, bool per_thread_default)
 {
-    if (!pctx)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUstream s = NULL;
-    const CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
-    *pctx = &fakecuda_g.ctx[s->device];
-    fakecuda_stream_unref(s);
-    return CUDA_SUCCESS;
+    StreamConsts c;
+    const CUresult r = stream_consts(handle, per_thread_default, pctx, &c);
+    if (r == CUDA_SUCCESS)
+        *pctx = &fakecuda_g.ctx[c.device];
+    return r;
 }
 
 FAKECUDA_EXPORT CUresult cuStreamGetCtx(CUstream handle, CUcontext *pctx)
@@ -964,15 +977,11 @@ FAKECUDA_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream handle, CUcontext *pctx)
 
 static CUresult stream_get_id(CUstream handle, unsigned long long *id, bool per_thread_default)
 {
-    if (!id)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUstream s = NULL;
-    const CUresult r = fakecuda_stream_get(handle, per_thread_default, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
-    *id = s->id;
-    fakecuda_stream_unref(s);
-    return CUDA_SUCCESS;
+    StreamConsts c;
+    const CUresult r = stream_consts(handle, per_thread_default, id, &c);
+    if (r == CUDA_SUCCESS)
+        *id = c.id;
+    return r;
 }
 
 FAKECUDA_EXPORT CUresult cuStreamGetId(CUstream handle, unsigned long long *id)
