@@ -2490,28 +2490,31 @@ static int ibp_long_pred(const IbpCandidate *c, int variant)
     return 0;
 }
 
+/* A trial that won: its size, its candidate, its mask sets, which transforms it used (0 none, 1
+ * the candidate's, 2 the other variant's) and its rows. */
+typedef struct IbpPick {
+    uint64_t bytes; /* UINT64_MAX: no trial qualified */
+    uint32_t k, nsets;
+    int xformed;
+    uint32_t rows;
+} IbpPick;
+
 /* The winner among every trial, in the order they were made: each finalist's one-set trials
  * (plain, then transformed) in rank order, then the more-set trials of the picks in pick order
  * (s->jobs of the last phase), those with the candidate's transforms before those with the other
- * variant's; the first of the least size wins.  *xformed says which transforms the winner used:
- * 0 none, 1 the candidate's, 2 the other variant's.  Without narrow_ok only candidates of words
- * wider than 2 bytes compete, without long_pred_ok only trials the GPU decodes by segments
- * (ibp_long_pred); *best is the size to beat and gets the winner's. */
-static void ibp_pick_one(const IbpSearch *s, int narrow_ok, int long_pred_ok, uint64_t *best,
-                         uint32_t *best_k, uint32_t *best_nsets, int *xformed, uint32_t *rows)
+ * variant's; the first of the least size wins.  Without narrow_ok only candidates of words wider
+ * than 2 bytes compete, without long_pred_ok only trials the GPU decodes by segments
+ * (ibp_long_pred). */
+static IbpPick ibp_pick_one(const IbpSearch *s, int narrow_ok, int long_pred_ok)
 {
+    IbpPick p = {.bytes = UINT64_MAX, .k = 0, .nsets = 1, .xformed = 0, .rows = 0};
     for (uint32_t k = 0; k < s->ncand; k++) {
         const IbpCandidate *c = &s->cand[k];
         const IbpTrial *t[2] = {&c->plain, &c->xformed};
         for (int i = 0; i < 2; i++)
-            if (t[i]->bytes < *best && (narrow_ok || c->word_size > 2u) &&
-                (long_pred_ok || !ibp_long_pred(c, i))) {
-                *best = t[i]->bytes;
-                *best_k = k;
-                *best_nsets = 1;
-                *xformed = i;
-                *rows = t[i]->rows;
-            }
+            if (t[i]->bytes < p.bytes && (narrow_ok || c->word_size > 2u) &&
+                (long_pred_ok || !ibp_long_pred(c, i)))
+                p = (IbpPick){.bytes = t[i]->bytes, .k = k, .nsets = 1, .xformed = i, .rows = t[i]->rows};
     }
     for (uint32_t j = 0; j < s->njobs; j++) {
         const IbpCandidate *c = &s->cand[s->jobs[j]];
@@ -2525,57 +2528,46 @@ static void ibp_pick_one(const IbpSearch *s, int narrow_ok, int long_pred_ok, ui
                 /* The other variant only by a clear margin: the two halves of a sample differ by
                  * a few tenths of a percent, and the variant the one-set trials preferred is the
                  * better guess within that. */
-                if (v == 1 ? more[i].bytes < *best : more[i].bytes < *best - *best / 100u) {
-                    *best = more[i].bytes;
-                    *best_k = s->jobs[j];
-                    *best_nsets = i + 2u;
-                    *xformed = v;
-                    *rows = more[i].rows;
-                }
+                if (v == 1 ? more[i].bytes < p.bytes : more[i].bytes < p.bytes - p.bytes / 100u)
+                    p = (IbpPick){.bytes = more[i].bytes,
+                                  .k = s->jobs[j],
+                                  .nsets = i + 2u,
+                                  .xformed = v,
+                                  .rows = more[i].rows};
         }
     }
+    return p;
 }
 
-/* The winner as ibp_pick_one finds it, except that 2-byte words give way to wider ones within a
- * margin. */
+/* The winner as ibp_pick_one finds it, except that a plan of long-period predictors gives way to
+ * one the GPU decodes by segments, and 2-byte words to wider ones, within a margin each. */
 static void ibp_pick_best(const IbpSearch *s, uint32_t *best_k, uint32_t *best_nsets, int *xformed,
                           uint32_t *rows)
 {
-    uint64_t best = UINT64_MAX;
-    ibp_pick_one(s, 1, 1, &best, best_k, best_nsets, xformed, rows);
-    if (ibp_long_pred(&s->cand[*best_k], *xformed)) {
+    IbpPick best = ibp_pick_one(s, 1, 1);
+    if (ibp_long_pred(&s->cand[best.k], best.xformed)) {
         /* The best trial the GPU decodes by segments, where it saves anything worth a copy (the
          * synthetic weights of the tests, a period of 1000 floats, 32 MiB of them: 46 columns with
          * deltas at 0.58, decoded at 35 GB/s on an H100, or one column of 8-byte words at 0.88,
          * decoded at 460). */
-        uint64_t fast = UINT64_MAX;
-        uint32_t fk = 0, fnsets = 1, frows = 0;
-        int fx = 0;
-        ibp_pick_one(s, 1, 0, &fast, &fk, &fnsets, &fx, &frows);
-        if (fast != UINT64_MAX && fast <= (uint64_t)s->len / 100u * (100u - IBP_LONG_PRED_SAVES_PCT)) {
+        const IbpPick fast = ibp_pick_one(s, 1, 0);
+        if (fast.bytes != UINT64_MAX &&
+            fast.bytes <= (uint64_t)s->len / 100u * (100u - IBP_LONG_PRED_SAVES_PCT))
             best = fast;
-            *best_k = fk;
-            *best_nsets = fnsets;
-            *xformed = fx;
-            *rows = frows;
-        }
     }
-    if (s->cand[*best_k].word_size > 2u)
-        return;
-    /* Both decoders spend about the same per word whether it holds 2 or 4 bytes, so 2-byte words
-     * decode at half the bytes a second: they win only by more than IBP_NARROW_MARGIN_PCT percent
-     * of the size (fashion_mnist: 0.6197 against 0.6275 at 4 bytes; the GPU decode twice as fast
-     * is worth more than the 1.3% on the wire). */
-    uint64_t wide = UINT64_MAX;
-    uint32_t wk = 0, wnsets = 1, wrows = 0;
-    int wx = 0;
-    ibp_pick_one(s, 0, ibp_long_pred(&s->cand[*best_k], *xformed), &wide, &wk, &wnsets, &wx, &wrows);
-    if (wide != UINT64_MAX && wide - best <= best / 100u * IBP_NARROW_MARGIN_PCT) {
-        *best_k = wk;
-        *best_nsets = wnsets;
-        *xformed = wx;
-        *rows = wrows;
+    if (s->cand[best.k].word_size <= 2u) {
+        /* Both decoders spend about the same per word whether it holds 2 or 4 bytes, so 2-byte
+         * words decode at half the bytes a second: they win only by more than
+         * IBP_NARROW_MARGIN_PCT percent of the size (fashion_mnist: 0.6197 against 0.6275 at 4
+         * bytes; the GPU decode twice as fast is worth more than the 1.3% on the wire). */
+        const IbpPick wide = ibp_pick_one(s, 0, ibp_long_pred(&s->cand[best.k], best.xformed));
+        if (wide.bytes != UINT64_MAX && wide.bytes - best.bytes <= best.bytes / 100u * IBP_NARROW_MARGIN_PCT)
+            best = wide;
     }
+    *best_k = best.k;
+    *best_nsets = best.nsets;
+    *xformed = best.xformed;
+    *rows = best.rows;
 }
 
 /* Bytes of a region of len bytes the planner samples (`asked`: IbpCodecPlanOptions.sample_bytes). */
