@@ -479,15 +479,34 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
                           : ibp_pipe_alone_worth(b.run_len, b.total, shim_chunk, b.tail) ? 2
                                                                                          : 0;
     out->rotation = b.rotation;
-    /* Verify each compressed path once (DMA then decode, pipelined, zero-copy), the output
-     * poisoned before each. */
+    BenchJob jobs[6 + IBPSHIM_BENCH_SPLITS_MAX] = {
+        {0, 0, &out->raw_gbps},       {6, 0, &out->dma_only_gbps}, {1, 0, &out->dma_decode_gbps},
+        {2, 0, &out->pipelined_gbps}, {3, 0, &out->zerocopy_gbps}, {4, 0, &out->decode_gbps}};
+    int njobs = 6;
+    out->nsplits = opts->nsplits < 0                          ? 0
+                   : opts->nsplits > IBPSHIM_BENCH_SPLITS_MAX ? IBPSHIM_BENCH_SPLITS_MAX
+                                                              : opts->nsplits;
+    for (int i = 0; i < out->nsplits; i++) {
+        IbpshimBenchSplit *sp = &out->split[i];
+        sp->share = opts->splits[i] > 1000 ? 1000 : opts->splits[i];
+        const uint32_t split = split_at(&b, sp->share);
+        sp->zc_compressed = b.run_len - b.offsets[split];
+        sp->zc_bytes = split < b.nblocks ? span(&b, split, b.nblocks) : 0;
+        jobs[njobs++] = (BenchJob){5, split, &sp->gbps};
+    }
+    /* Verify once each path that decodes the run into the output (DMA then decode, pipelined,
+     * zero-copy, each split), the output poisoned before each. */
     uint8_t *check = malloc(b.total);
     if (!check) {
         err = -ENOMEM;
         goto out;
     }
     out->verified = 1;
-    for (int path = 1; path <= 3 && out->verified; path++) {
+    for (int j = 0; j < njobs && out->verified; j++) {
+        const int path = jobs[j].path;
+        if (path == 0 || path == 4 || path == 6)
+            continue;
+        b.split = jobs[j].split;
         /* The poison goes through the legacy stream, which the bench's non-blocking streams do
          * not wait for: let it land first. */
         drv->cuMemsetD8(b.d_out, 0xa5, b.total);
@@ -496,32 +515,10 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
             run_path(&b, path, zc_run, 0) == 0 && drv->cuStreamSynchronize(b.s_copy) == CUDA_SUCCESS &&
             drv->cuMemcpyDtoH(check, b.d_out, b.total) == CUDA_SUCCESS && memcmp(check, b.src, b.total) == 0;
     }
-    const int nsplits = opts->nsplits < 0                          ? 0
-                        : opts->nsplits > IBPSHIM_BENCH_SPLITS_MAX ? IBPSHIM_BENCH_SPLITS_MAX
-                                                                   : opts->nsplits;
-    for (int i = 0; i < nsplits && out->verified; i++) {
-        IbpshimBenchSplit *sp = &out->split[i];
-        sp->share = opts->splits[i] > 1000 ? 1000 : opts->splits[i];
-        b.split = split_at(&b, sp->share);
-        sp->zc_compressed = b.run_len - b.offsets[b.split];
-        sp->zc_bytes = b.split < b.nblocks ? span(&b, b.split, b.nblocks) : 0;
-        drv->cuMemsetD8(b.d_out, 0xa5, b.total);
-        drv->cuCtxSynchronize();
-        out->verified =
-            run_path(&b, 5, zc_run, 0) == 0 && drv->cuStreamSynchronize(b.s_copy) == CUDA_SUCCESS &&
-            drv->cuMemcpyDtoH(check, b.d_out, b.total) == CUDA_SUCCESS && memcmp(check, b.src, b.total) == 0;
-    }
-    out->nsplits = nsplits;
     free(check);
     out->bytes = b.total;
     out->compressed = b.run_len + b.blob_len;
     out->ratio = (double)out->compressed / (double)b.total;
-    BenchJob jobs[6 + IBPSHIM_BENCH_SPLITS_MAX] = {
-        {0, 0, &out->raw_gbps},       {6, 0, &out->dma_only_gbps}, {1, 0, &out->dma_decode_gbps},
-        {2, 0, &out->pipelined_gbps}, {3, 0, &out->zerocopy_gbps}, {4, 0, &out->decode_gbps}};
-    int njobs = 6;
-    for (int i = 0; i < nsplits; i++)
-        jobs[njobs++] = (BenchJob){5, split_at(&b, out->split[i].share), &out->split[i].gbps};
     err = time_jobs(&b, jobs, njobs, iters, zc_run);
     if (err)
         goto out;
