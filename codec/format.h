@@ -73,6 +73,13 @@ typedef struct IbpPlanHeader {
  * starting at an entry has every predecessor it needs. */
 #define IBP_CARRY_MAX_COLUMNS 32u
 
+/* The most runs of contiguous variant bits (bits a mask set leaves variant) that the GPU decode
+ * rebuilds with a shift and a mask each: IBP_GPU_RUNS in a word of 2 or 4 bytes, IBP_GPU_RUNS_HALF
+ * in each 32-bit half of an 8-byte word.  The planner keeps masks within them where that costs
+ * little; the GPU decodes a plan with any other mask by its slower general path, every word. */
+#define IBP_GPU_RUNS 4u
+#define IBP_GPU_RUNS_HALF 2u
+
 typedef struct IbpBlockHeader {
     uint32_t orig_len;    /* original bytes in this block */
     uint32_t comp_len;    /* bytes of this block including the header, multiple of IBP_ALIGN */

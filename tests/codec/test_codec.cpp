@@ -1430,6 +1430,58 @@ TEST(Codec, LongPeriodPredictorsGiveWayToPlansTheGpuDecodesBySegments)
     ibp_codec_plan_destroy(&plan);
 }
 
+// Runs of set bits of v within its lowest `bits` bits.
+static uint32_t bit_runs(uint64_t v, uint32_t bits)
+{
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < bits; b++)
+        n += ((v >> b) & 1u) && (b == 0 || !((v >> (b - 1)) & 1u));
+    return n;
+}
+
+// Whether every mask set of the plan leaves variant bits the GPU rebuilds a shift and a mask a
+// run (format.h IBP_GPU_RUNS): four runs in words of 2 and 4 bytes, two in each half of 8.
+static bool masks_within_gpu_runs(const IbpCodecPlan *p)
+{
+    const uint32_t wbits = p->word_size * 8u;
+    const uint64_t full = wbits == 64u ? ~(uint64_t)0 : ((uint64_t)1 << wbits) - 1u;
+    for (uint32_t i = 0; i < p->nsets * p->columns; i++) {
+        const uint64_t v = ~p->mask[i] & full;
+        const bool ok =
+            wbits < 64u ? bit_runs(v, wbits) <= IBP_GPU_RUNS
+                        : bit_runs(v, 32) <= IBP_GPU_RUNS_HALF && bit_runs(v >> 32, 32) <= IBP_GPU_RUNS_HALF;
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+// Words whose invariant bits alternate with variant ones: masks within the runs the GPU rebuilds
+// would cost far more than the bit-run decode, and the planner keeps the masks that fit them
+// best; the data round-trips.
+TEST(Codec, MasksOfManyRunsStayWhereFewerCostMore)
+{
+    std::mt19937_64 rng(5);
+    for (uint32_t w : {2u, 4u, 8u}) {
+        std::vector<uint8_t> buf((size_t)1 << 20);
+        for (size_t i = 0; i + w <= buf.size(); i += w) {
+            const uint64_t x = (rng() & 0x5555555555555555ull) | 0x8888888888888888ull;
+            std::memcpy(buf.data() + i, &x, w);
+        }
+        IbpCodecPlanOptions o = {};
+        o.word_size = w;
+        IbpCodecPlan *plan = nullptr;
+        ASSERT_EQ(ibp_codec_plan_create(buf.data(), buf.size(), &o, &plan), 0);
+        IbpCodecPlanInfo info;
+        ibp_codec_plan_info(plan, &info);
+        std::printf("%u-byte words: %u sets, sample ratio %.4f\n", w, plan->nsets, info.sample_ratio);
+        EXPECT_FALSE(masks_within_gpu_runs(plan)) << w;
+        EXPECT_LT(info.sample_ratio, 0.6) << w;
+        ibp_codec_plan_destroy(&plan);
+        ASSERT_EQ(file_round_trip(buf.data(), buf.size(), &o, nullptr), buf) << w;
+    }
+}
+
 // The bound the transform search skips fits by: no mask and value (any bits, not only the
 // majority's) leave fewer bits than it says, and words that are all alike meet it (nothing left).
 TEST(Codec, OneSetBitsBoundIsNeverBeaten)
@@ -1966,6 +2018,34 @@ TEST(CodecRealData, RoundTripAndRatioNoWorseThanReferenceIbp)
         std::printf("%s ratio=%.4f reference-ibp=%.3f\n", row.file.c_str(), ratio, row.ref_ibp);
     }
     EXPECT_LE(std::exp(log_sum / (double)rows.size()), 0.93);
+}
+
+// The real tensors, whole and tiled, plan masks the GPU rebuilds run by run: uint8 images at
+// 3.7, 16 and 256 MiB and bf16 weights at 64 MiB took a mask of five to seven runs, which sent
+// every word of their decode the bit-run way.
+TEST(CodecRealData, MasksKeepToTheRunsTheGpuRebuilds)
+{
+    const char *dir = std::getenv("IBPSHIM_TEST_DATA");
+    if (!dir || !std::ifstream(std::string(dir) + "/MANIFEST.md"))
+        GTEST_SKIP() << "real tensors not found (set IBPSHIM_TEST_DATA to the folder with MANIFEST.md)";
+    for (const ManifestRow &row : read_manifest(dir)) {
+        std::ifstream f(std::string(dir) + "/" + row.file, std::ios::binary);
+        if (!f) {
+            ADD_FAILURE() << row.file << " listed in MANIFEST.md but missing";
+            continue;
+        }
+        const std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)),
+                                        std::istreambuf_iterator<char>());
+        for (size_t size : {data.size(), (size_t)16 << 20, (size_t)64 << 20}) {
+            std::vector<uint8_t> tile(size);
+            for (size_t at = 0; at < size; at += data.size())
+                std::memcpy(tile.data() + at, data.data(), std::min(data.size(), size - at));
+            IbpCodecPlan *plan = nullptr;
+            ASSERT_EQ(ibp_codec_plan_create(tile.data(), tile.size(), nullptr, &plan), 0) << row.file;
+            EXPECT_TRUE(masks_within_gpu_runs(plan)) << row.file << " at " << size << " bytes";
+            ibp_codec_plan_destroy(&plan);
+        }
+    }
 }
 
 TEST(CodecRealData, TwoByteWordsOnlyByAClearMargin)
