@@ -201,6 +201,8 @@ template <int W> struct alignas(16) Entry {
 // a third of the instructions of 64-bit ones, and what a word needs is two 16-byte loads.
 constexpr uint32_t kRunsHalf = 2;
 constexpr uint32_t kMetaLoShift = 16; // meta bits 16-21: variant bits of the low half
+static_assert((uint32_t)kRuns == IBP_GPU_RUNS && kRunsHalf == IBP_GPU_RUNS_HALF,
+              "the planner keeps masks within the runs a table entry deposits");
 
 template <> struct alignas(16) Entry<8> {
     uint32_t value_lo, value_hi;
@@ -1622,80 +1624,89 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
 
 // ---- Plans with predictor columns of a period of at most 32 words ----
 //
-// ibp_k_decode_segp splits the run's groups of segments over CTAs as the decode above does.  A
-// warp decodes its segment into shared memory, zigzag undone; a predictor column's words form
-// chains one period (C words) apart, so the warp reduces each column residue (j mod C) of its
-// segment, a CTA scan over the group's segments and the carry of the block's earlier groups give
-// every segment its incoming value per residue, and the warp scans its segment with it and stores
-// it.  Where a CTA's share begins inside a block, the carry of the block's earlier groups belongs
-// to other CTAs: the share's first block is decoded relative to the share's start and
-// ibp_k_decode_fix, run next with the same grid, applies the carry, which it finds in the records
-// the CTAs before left in the scratch.
+// ibp_k_decode_segp splits the run's groups of segments over CTAs as the decode above does.  A warp
+// decodes its segment into shared memory, zigzag undone; a predictor column's words form chains one
+// period (C words) apart, so the warp runs each chain of its segment from 0 (below), a CTA scan
+// over the group's segments and the carry of the block's earlier groups give every segment its
+// incoming value per chain, and the warp applies it and stores the segment.  Where a CTA's share
+// begins inside a block, the carry of the block's earlier groups belongs to other CTAs: the share's
+// first block is decoded relative to the share's start and ibp_k_decode_fix, run next with the same
+// grid, applies the carry, which it finds in the records the CTAs before left in the scratch.
 
-// Lanes of a warp scan: the most lanes that are a whole number of periods, so that each lane keeps
-// its column residue from step to step.
-struct ResLanes {
-    uint32_t n;        // lanes in use: C * floor(32 / C)
-    uint32_t lane_res; // lane mod C
-};
-
-__device__ __forceinline__ ResLanes res_lanes(uint32_t c)
-{
-    ResLanes rl;
-    rl.n = 32 / c * c;
-    rl.lane_res = (threadIdx.x & 31) % c;
-    return rl;
-}
-
+// A warp undoes the predictors of its segment chain by chain: chain r (< C) is the segment's words
+// r, r + C, r + 2C, ... (one column), and floor(32 / C) lanes share a chain, each a piece of
+// consecutive words of it.  Each lane runs its piece's predictor serially in shared memory, one
+// warp scan of the pieces' totals within each chain gives every piece what comes before it, and
+// a second pass over the piece applies that.  (It replaced a reduce and a scan over the segment in
+// steps of the lanes that are a whole number of periods: a shuffle scan a step, 35% of the
+// instructions of int32 triples' decode.)
 // The predictor of the column of block word j.
 __device__ __forceinline__ uint32_t pred_of(const Plan &p, uint32_t phase, uint32_t j)
 {
     return p.xform[(phase + j) % p.c] & IBP_XF_PRED_MASK;
 }
 
-// Lane r (< C) gets the predictor sum of the n words [0, n) of seg (W bytes each) whose index is
-// r modulo C; the words of the other lanes' residues follow in steps of rl.n lanes.  pred: the
-// predictor of this lane's words.
-template <int W>
-__device__ __forceinline__ typename WordT<W>::U seg_reduce(const uint8_t *seg, uint32_t n, uint32_t c,
-                                                           const ResLanes &rl, uint32_t pred)
+struct ChainPiece {
+    uint32_t r;      // the lane's chain (C for lanes past floor(32 / C) C: none)
+    uint32_t t0, t1; // its piece: words r + C t of the segment, t0 <= t < t1
+    uint32_t first;  // the chain's first lane
+};
+
+__device__ __forceinline__ ChainPiece chain_piece(uint32_t n, uint32_t c)
 {
-    using U = typename WordT<W>::U;
-    const uint32_t lane = threadIdx.x & 31;
-    U acc = 0;
-    if (lane < rl.n)
-        for (uint32_t j = lane; j < n; j += rl.n)
-            acc = pred_op(pred, acc, load_aligned<W>(seg + j * W));
-    for (uint32_t o = c; o < rl.n; o <<= 1) {
-        const U y = __shfl_down_sync(kFull, acc, o);
-        if (lane + o < rl.n)
-            acc = pred_op(pred, acc, y);
-    }
-    return acc & word_mask<W>();
+    const uint32_t lane = threadIdx.x & 31, q = 32 / c;
+    ChainPiece cp;
+    cp.r = min(lane / q, c);
+    cp.first = cp.r * q;
+    const uint32_t len = cp.r < min(c, n) ? (n - cp.r + c - 1) / c : 0;
+    const uint32_t per = ((n + c - 1) / c + q - 1) / q; // the longest chain over its lanes
+    cp.t0 = min((lane - cp.first) * per, len);
+    cp.t1 = min(cp.t0 + per, len);
+    return cp;
 }
 
-// Undoes the predictors over the n words of seg in place, lane l's words (index l mod rl.n)
-// continuing from `carry` (the value before the segment of the residue of index l).
+// The predictor of this lane's chain run over its piece of seg in place, from 0; returns the
+// piece's total.
 template <int W>
-__device__ __forceinline__ void seg_scan(uint8_t *seg, uint32_t n, uint32_t c, const ResLanes &rl,
-                                         uint32_t pred, typename WordT<W>::U carry)
+__device__ __forceinline__ typename WordT<W>::U chain_run(uint8_t *seg, const ChainPiece &cp, uint32_t c,
+                                                          uint32_t pred)
 {
-    using U = typename WordT<W>::U;
+    typename WordT<W>::U acc = 0;
+#pragma unroll 4
+    for (uint32_t t = cp.t0; t < cp.t1; t++) {
+        uint8_t *at = seg + (cp.r + c * t) * W;
+        acc = pred_op(pred, load_aligned<W>(at), acc);
+        store_aligned<W>(at, acc);
+    }
+    return acc;
+}
+
+// What comes before this lane's piece in its chain (the totals of the chain's earlier pieces,
+// by a warp scan), given its own total.
+template <typename U>
+__device__ __forceinline__ U chain_before(const ChainPiece &cp, uint32_t pred, U own, U &incl)
+{
     const uint32_t lane = threadIdx.x & 31;
-    U prev = carry; // lane rl.n - C + r holds the last value of residue r so far
-    for (uint32_t base = 0; base < n; base += rl.n) {
-        const uint32_t j = base + lane;
-        const bool in = lane < rl.n && j < n;
-        U x = in ? load_aligned<W>(seg + j * W) : 0;
-        for (uint32_t o = c; o < rl.n; o <<= 1) {
-            const U y = shfl_up(x, o);
-            if (lane >= o)
-                x = pred_op(pred, x, y);
-        }
-        x = pred_op(pred, x, shfl_idx(prev, rl.n - c + rl.lane_res)) & word_mask<W>();
-        if (in)
-            store_aligned<W>(seg + j * W, x);
-        prev = x;
+    incl = own;
+#pragma unroll
+    for (uint32_t d = 1; d < 32; d <<= 1) {
+        const U y = shfl_up(incl, d);
+        if (lane >= cp.first + d)
+            incl = pred_op(pred, incl, y);
+    }
+    return pred == IBP_XF_PRED_DELTA ? incl - own : (pred == IBP_XF_PRED_XOR ? incl ^ own : 0);
+}
+
+// Applies `carry` (what comes before the piece, the segment's incoming value included) to the
+// lane's piece of seg.
+template <int W>
+__device__ __forceinline__ void chain_apply(uint8_t *seg, const ChainPiece &cp, uint32_t c, uint32_t pred,
+                                            typename WordT<W>::U carry)
+{
+#pragma unroll 4
+    for (uint32_t t = cp.t0; t < cp.t1; t++) {
+        uint8_t *at = seg + (cp.r + c * t) * W;
+        store_aligned<W>(at, pred_op(pred, load_aligned<W>(at), carry));
     }
 }
 
@@ -1764,7 +1775,6 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     SegStage &st = stages[warp];
     uint8_t *seg = segbuf + warp * IBP_DECODE_SEG_WORDS * W;
-    const ResLanes rl = res_lanes(p.c);
     const Share sh = cta_share(a, W);
     uint64_t *edge = (uint64_t *)a.scratch;
     const uint32_t bi0 = (uint32_t)(sh.g0 / sh.per_block);
@@ -1804,9 +1814,15 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
         if (j0 < j1)
             decode_counted<W, false>(p, t, kind, zz, b, h, j0, j1, pl.sel, pl.before, pl.bits, st, ls,
                                      ToShared<W>{seg});
-        const uint32_t pred = pred_of(p, h.col_phase, j0 + lane);
-        if (j0 < j1)
-            agg = seg_reduce<W>(seg, j1 - j0, p.c, rl, pred);
+        const ChainPiece cp = chain_piece(j1 - j0, p.c);
+        const uint32_t pred = cp.r < p.c ? pred_of(p, h.col_phase, j0 + cp.r) : IBP_XF_PRED_NONE;
+        U before = 0;
+        if (j0 < j1) {
+            U incl;
+            before = chain_before<U>(cp, pred, chain_run<W>(seg, cp, p.c, pred), incl);
+            // Lane r < C: chain r's total, its last lane's.
+            agg = shfl_idx(incl, min(lane, p.c - 1) * (32 / p.c) + 32 / p.c - 1);
+        }
         if (lane < p.c)
             ps.agg[warp][(j0 + lane) % p.c] = (uint64_t)agg;
         __syncthreads();
@@ -1821,14 +1837,14 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
             for (uint32_t q = warp; q < kWarps; q++)
                 total = pred_op(pr, total, (U)ps.agg[q][lane]);
         }
-        in = shfl_idx(in, (j0 + lane) % p.c) & word_mask<W>();
+        in = shfl_idx(in, (j0 + cp.r) % p.c);
         __syncthreads();
         if (warp == 0 && lane < p.c)
             ps.carry[lane] = (uint64_t)(total & word_mask<W>());
         // The output's place only now: live across the decode, it took registers the decode needs.
         const Out out = out_for(a, bi, h, W);
         if (j0 < j1) {
-            seg_scan<W>(seg, j1 - j0, p.c, rl, pred, in);
+            chain_apply<W>(seg, cp, p.c, pred, pred_op(pred, before, in));
             __syncwarp();
             seg_store<W>(seg, j0, j1, out, edge);
             __syncwarp();
