@@ -1995,6 +1995,18 @@ std::vector<ManifestRow> read_manifest(const std::string &dir)
     return rows;
 }
 
+// The bytes of a tensor MANIFEST.md lists; a failure of the test where it is missing.
+static bool read_tensor(const char *dir, const ManifestRow &row, std::vector<uint8_t> &data)
+{
+    std::ifstream f(std::string(dir) + "/" + row.file, std::ios::binary);
+    if (!f) {
+        ADD_FAILURE() << row.file << " listed in MANIFEST.md but missing";
+        return false;
+    }
+    data.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    return true;
+}
+
 TEST(CodecRealData, RoundTripAndRatioNoWorseThanReferenceIbp)
 {
     const char *dir = std::getenv("IBPSHIM_TEST_DATA");
@@ -2004,13 +2016,9 @@ TEST(CodecRealData, RoundTripAndRatioNoWorseThanReferenceIbp)
     ASSERT_FALSE(rows.empty()) << "MANIFEST.md has no table rows";
     double log_sum = 0;
     for (const ManifestRow &row : rows) {
-        std::ifstream f(std::string(dir) + "/" + row.file, std::ios::binary);
-        if (!f) {
-            ADD_FAILURE() << row.file << " listed in MANIFEST.md but missing";
+        std::vector<uint8_t> data;
+        if (!read_tensor(dir, row, data))
             continue;
-        }
-        const std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)),
-                                        std::istreambuf_iterator<char>());
         double ratio = 0;
         ASSERT_EQ(file_round_trip(data.data(), data.size(), nullptr, &ratio), data) << row.file;
         EXPECT_LE(ratio, row.ref_ibp + 0.002) << row.file;
@@ -2029,13 +2037,9 @@ TEST(CodecRealData, MasksKeepToTheRunsTheGpuRebuilds)
     if (!dir || !std::ifstream(std::string(dir) + "/MANIFEST.md"))
         GTEST_SKIP() << "real tensors not found (set IBPSHIM_TEST_DATA to the folder with MANIFEST.md)";
     for (const ManifestRow &row : read_manifest(dir)) {
-        std::ifstream f(std::string(dir) + "/" + row.file, std::ios::binary);
-        if (!f) {
-            ADD_FAILURE() << row.file << " listed in MANIFEST.md but missing";
+        std::vector<uint8_t> data;
+        if (!read_tensor(dir, row, data))
             continue;
-        }
-        const std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)),
-                                        std::istreambuf_iterator<char>());
         for (size_t size : {data.size(), (size_t)16 << 20, (size_t)64 << 20}) {
             std::vector<uint8_t> tile(size);
             for (size_t at = 0; at < size; at += data.size())
