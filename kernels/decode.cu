@@ -1633,6 +1633,12 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
 // first block is decoded relative to the share's start and ibp_k_decode_fix, run next with the same
 // grid, applies the carry, which it finds in the records the CTAs before left in the scratch.
 
+// The predictor of the column of block word j.
+__device__ __forceinline__ uint32_t pred_of(const Plan &p, uint32_t phase, uint32_t j)
+{
+    return p.xform[(phase + j) % p.c] & IBP_XF_PRED_MASK;
+}
+
 // A warp undoes the predictors of its segment chain by chain: chain r (< C) is the segment's words
 // r, r + C, r + 2C, ... (one column), and floor(32 / C) lanes share a chain, each a piece of
 // consecutive words of it.  Each lane runs its piece's predictor serially in shared memory, one
@@ -1640,12 +1646,6 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
 // a second pass over the piece applies that.  (It replaced a reduce and a scan over the segment in
 // steps of the lanes that are a whole number of periods: a shuffle scan a step, 35% of the
 // instructions of int32 triples' decode.)
-// The predictor of the column of block word j.
-__device__ __forceinline__ uint32_t pred_of(const Plan &p, uint32_t phase, uint32_t j)
-{
-    return p.xform[(phase + j) % p.c] & IBP_XF_PRED_MASK;
-}
-
 struct ChainPiece {
     uint32_t r;      // the lane's chain (C for lanes past floor(32 / C) C: none)
     uint32_t t0, t1; // its piece: words r + C t of the segment, t0 <= t < t1
