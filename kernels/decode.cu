@@ -179,46 +179,72 @@ struct Plan {
 // stored whole) and each mask set, entry s * C + col.  The word is value | the sum over runs r of
 // ((field << shift[r]) & run[r]), each run a stretch of variant bits (bits of the field above its
 // variant bits fall outside every run, so fields are not masked); entries with more runs than fit
-// use the bit-by-run loop over vmask.  Laid out so that what a word needs is two (W <= 4) or
-// three 16-byte loads.
+// use the bit-by-run loop over vmask.
 constexpr int kRuns = 4;
 constexpr uint32_t kTableEntries = 128;
 constexpr uint32_t kMetaBits = 0xffu;     // field bits
 constexpr uint32_t kMetaLoop = 1u << 8;   // more runs than kRuns
 constexpr uint32_t kMetaZigzag = 1u << 9; // the column is zigzag-coded
 
-template <int W> struct alignas(16) Entry {
-    using U = typename WordT<W>::U;
-    U run[kRuns]; // unused runs are 0
-    U value;
-    uint32_t shifts; // byte r: the shift of run r (less than the word's bits)
-    uint32_t meta;   // kMeta*
-    U vmask;
-};
-
 // 8-byte words are rebuilt as two 32-bit halves, each from its own field (the low half's variant
 // bits come first in a word's field), with at most two runs a half: 32-bit shifts and masks are
-// a third of the instructions of 64-bit ones, and what a word needs is two 16-byte loads.
+// a third of the instructions of 64-bit ones.
 constexpr uint32_t kRunsHalf = 2;
 constexpr uint32_t kMetaLoShift = 16; // meta bits 16-21: variant bits of the low half
 static_assert((uint32_t)kRuns == IBP_GPU_RUNS && kRunsHalf == IBP_GPU_RUNS_HALF,
               "the planner keeps masks within the runs a table entry deposits");
 
-template <> struct alignas(16) Entry<8> {
-    uint32_t value_lo, value_hi;
-    uint32_t run[kRuns]; // runs 0-1 of the low half, 2-3 of the high half; unused runs are 0
-    uint32_t shifts;     // byte r: the shift of run r within its half (less than 32)
-    uint32_t meta;       // kMeta*, kMetaLoShift
-    uint64_t vmask;
+// An entry is 16-byte parts, and the table keeps part q of every entry side by side, so that the
+// lanes of a quarter warp, each loading a part of its own entry, meet in a bank only where their
+// entries are 8 apart; whole 32-byte entries met at 4 apart (ncu, the predictor decode of uint8
+// images: the entries' loads were 43% of its shared-memory wavefronts, 70% of them excess, and
+// it decodes 10-15% faster split).  Words:
+//   W <= 4: part 0 runs 0-3; part 1 value, shifts, meta, vmask;
+//   W == 8: part 0 value (low, high), runs 0-1 (the low half's); part 1 runs 2-3, shifts, meta;
+//           part 2 vmask.
+// Runs are masks within the word (a half for W == 8), unused ones 0; byte r of shifts is run r's
+// shift (within its half for W == 8); meta is kMeta* (and kMetaLoShift for W == 8).
+template <int W> struct Table {
+    static constexpr uint32_t kParts = W == 8 ? 3 : 2;
+    uint4 part[kParts][kTableEntries];
 };
 
-template <int W> __device__ __forceinline__ typename WordT<W>::U entry_value(const Entry<W> &e)
-{
-    if constexpr (W == 8)
-        return (uint64_t)e.value_hi << 32 | e.value_lo;
-    else
-        return e.value;
-}
+// Entry i of a table, its fields read where they are used.
+template <int W> struct EntryAt {
+    using U = typename WordT<W>::U;
+    const Table<W> &t;
+    uint32_t i;
+    __device__ __forceinline__ uint32_t word(uint32_t q, uint32_t k) const
+    {
+        return ((const uint32_t *)&t.part[q][i])[k];
+    }
+    __device__ __forceinline__ uint32_t run(uint32_t r) const
+    {
+        return W == 8 ? (r < kRunsHalf ? word(0, 2 + r) : word(1, r - kRunsHalf)) : word(0, r);
+    }
+    __device__ __forceinline__ uint32_t shifts() const
+    {
+        return word(1, W == 8 ? 2 : 1);
+    }
+    __device__ __forceinline__ uint32_t meta() const
+    {
+        return word(1, W == 8 ? 3 : 2);
+    }
+    __device__ __forceinline__ U value() const
+    {
+        if constexpr (W == 8)
+            return (uint64_t)word(0, 1) << 32 | word(0, 0);
+        else
+            return word(1, 0);
+    }
+    __device__ __forceinline__ U vmask() const
+    {
+        if constexpr (W == 8)
+            return (uint64_t)word(2, 1) << 32 | word(2, 0);
+        else
+            return word(1, 3);
+    }
+};
 
 // Splits the set bits of v into runs: the first `max` go to run[0 .. max) (the others zeroed),
 // the shift that takes each from its place in the field to its place in v into byte `at` + r of
@@ -244,34 +270,35 @@ __device__ __forceinline__ bool split_runs(U v, U *run, uint32_t max, uint32_t &
     return nr > max;
 }
 
-// Fills entry e for variant bits vmask and invariant values value; returns whether its variant
+// Fills entry i for variant bits vmask and invariant values value; returns whether its variant
 // bits are more runs than the runs deposit takes (the entry then deposits bit run by bit run).
+// The runs go straight to the table: split_runs indexes them by how many it has found.
 template <int W>
-__device__ __forceinline__ bool entry_fill(Entry<W> &e, typename WordT<W>::U vmask,
+__device__ __forceinline__ bool entry_fill(Table<W> &t, uint32_t i, typename WordT<W>::U vmask,
                                            typename WordT<W>::U value, uint32_t meta)
 {
-    e.vmask = vmask;
     uint32_t shifts = 0;
     bool loop = false;
     if constexpr (W == 8) {
-        e.value_lo = (uint32_t)value;
-        e.value_hi = (uint32_t)(value >> 32);
-        for (uint32_t half = 0; half < 2; half++)
-            loop |= split_runs<uint32_t>((uint32_t)(vmask >> (32 * half)), e.run + kRunsHalf * half,
+        for (uint32_t half = 0; half < 2; half++) // runs 0-1 in part 0 after the value, 2-3 in part 1
+            loop |= split_runs<uint32_t>((uint32_t)(vmask >> (32 * half)),
+                                         half ? (uint32_t *)&t.part[1][i] : (uint32_t *)&t.part[0][i] + 2,
                                          kRunsHalf, shifts, kRunsHalf * half);
         meta |= (uint32_t)__popc((uint32_t)vmask) << kMetaLoShift;
+        meta |= (uint32_t)popc(vmask) | (loop ? kMetaLoop : 0);
+        t.part[0][i].x = (uint32_t)value;
+        t.part[0][i].y = (uint32_t)(value >> 32);
+        t.part[1][i].z = shifts;
+        t.part[1][i].w = meta;
+        t.part[2][i] = make_uint4((uint32_t)vmask, (uint32_t)(vmask >> 32), 0, 0);
     } else {
-        e.value = value;
-        loop = split_runs<typename WordT<W>::U>(vmask, e.run, kRuns, shifts, 0);
+        loop =
+            split_runs<typename WordT<W>::U>(vmask, (typename WordT<W>::U *)&t.part[0][i], kRuns, shifts, 0);
+        t.part[1][i] =
+            make_uint4(value, shifts, meta | (uint32_t)popc(vmask) | (loop ? kMetaLoop : 0), vmask);
     }
-    e.shifts = shifts;
-    e.meta = meta | (uint32_t)popc(vmask) | (loop ? kMetaLoop : 0);
     return loop;
 }
-
-template <int W> struct Table {
-    Entry<W> e[kTableEntries];
-};
 
 union TableAny {
     Table<2> t2;
@@ -305,7 +332,7 @@ template <int W> __device__ TableKind table_build(const Plan &p, Table<W> &t)
         const uint32_t s = i / p.c, col = i - s * p.c;
         const uint8_t *src = p.masks + (size_t)(i - p.c) * 2 * W; // set s - 1, entry (s - 1) * C + col
         const U vmask = s ? ~ld_word<W>(src) & word_mask<W>() : word_mask<W>();
-        loop |= entry_fill<W>(t.e[i], vmask, s ? ld_word<W>(src + W) : 0,
+        loop |= entry_fill<W>(t, i, vmask, s ? ld_word<W>(src + W) : 0,
                               (p.xform[col] & IBP_XF_ZIGZAG) ? kMetaZigzag : 0);
     }
     return __syncthreads_or(loop) ? TableKind::loop : TableKind::runs;
@@ -326,36 +353,36 @@ template <typename U> __device__ __forceinline__ U shift_left(U f, uint32_t n)
 
 // The word of an entry of at most kRuns runs rebuilt from its field f (zigzag not undone).
 template <int W>
-__device__ __forceinline__ typename WordT<W>::U runs_deposit(const Entry<W> &e, typename WordT<W>::U f)
+__device__ __forceinline__ typename WordT<W>::U runs_deposit(const EntryAt<W> &e, typename WordT<W>::U f)
 {
     using U = typename WordT<W>::U;
-    const uint32_t shifts = e.shifts;
+    const uint32_t shifts = e.shifts();
     if constexpr (W == 8) {
         const uint32_t f_lo = (uint32_t)f;
-        const uint32_t f_hi = __funnelshift_rc(f_lo, (uint32_t)(f >> 32), e.meta >> kMetaLoShift);
-        uint32_t lo = e.value_lo, hi = e.value_hi;
+        const uint32_t f_hi = __funnelshift_rc(f_lo, (uint32_t)(f >> 32), e.meta() >> kMetaLoShift);
+        uint32_t lo = e.word(0, 0), hi = e.word(0, 1);
 #pragma unroll
         for (uint32_t r = 0; r < kRunsHalf; r++) {
-            lo |= shift_left<uint32_t>(f_lo, shifts >> (8 * r)) & e.run[r];
-            hi |= shift_left<uint32_t>(f_hi, shifts >> (8 * (kRunsHalf + r))) & e.run[kRunsHalf + r];
+            lo |= shift_left<uint32_t>(f_lo, shifts >> (8 * r)) & e.run(r);
+            hi |= shift_left<uint32_t>(f_hi, shifts >> (8 * (kRunsHalf + r))) & e.run(kRunsHalf + r);
         }
         return (uint64_t)hi << 32 | lo;
     } else {
-        U x = e.value;
+        U x = e.value();
 #pragma unroll
         for (int r = 0; r < kRuns; r++)
-            x |= shift_left<U>(f, shifts >> (8 * r)) & e.run[r];
+            x |= shift_left<U>(f, shifts >> (8 * r)) & e.run(r);
         return x;
     }
 }
 
 // The word of entry e rebuilt from its field f (zigzag not undone).
 template <int W>
-__device__ __forceinline__ typename WordT<W>::U table_deposit(const Entry<W> &e, typename WordT<W>::U f)
+__device__ __forceinline__ typename WordT<W>::U table_deposit(const EntryAt<W> &e, typename WordT<W>::U f)
 {
     using U = typename WordT<W>::U;
-    if (e.meta & kMetaLoop)
-        return entry_value<W>(e) | deposit<U>(e.vmask, f);
+    if (e.meta() & kMetaLoop)
+        return e.value() | deposit<U>(e.vmask(), f);
     return runs_deposit<W>(e, f);
 }
 
@@ -461,7 +488,7 @@ template <int W> __device__ __forceinline__ const uint8_t *mask_entry(const Plan
 template <int W>
 __device__ __forceinline__ uint32_t matched_bits(const Plan &p, const Table<W> *t, uint32_t s, uint32_t col)
 {
-    return t ? t->e[min(s, p.k) * p.c + col].meta & kMetaBits
+    return t ? EntryAt<W>{*t, min(s, p.k) * p.c + col}.meta() & kMetaBits
              : 8 * W - popc(ld_word<W>(mask_entry<W>(p, s, col)));
 }
 
@@ -471,7 +498,7 @@ __device__ __forceinline__ typename WordT<W>::U matched_word(const Plan &p, cons
                                                              uint32_t col, typename WordT<W>::U f)
 {
     if (t)
-        return table_deposit<W>(t->e[min(s, p.k) * p.c + col], f);
+        return table_deposit<W>(EntryAt<W>{*t, min(s, p.k) * p.c + col}, f);
     const uint8_t *e = mask_entry<W>(p, s, col);
     return ld_word<W>(e + W) | deposit<typename WordT<W>::U>(~ld_word<W>(e) & word_mask<W>(), f);
 }
@@ -1251,15 +1278,16 @@ __device__ void decode_staged_runs(const Plan &p, const Table<W> &t, const SegSt
     uint32_t sizes = 0;
     if constexpr (kSizes)
         for (uint32_t s = 0; s < 4; s++)
-            sizes |= (t.e[min(s, p.k)].meta & kMetaBits) << (8 * s);
+            sizes |= (EntryAt<W>{t, min(s, p.k)}.meta() & kMetaBits) << (8 * s);
     sink(lr, [&](uint32_t i) {
         const uint32_t s = min((win >> (p.sb * i)) & smask, p.k);
-        const Entry<W> &e = t.e[C1 ? s : s * p.c + col];
+        const EntryAt<W> e{t, C1 ? s : s * p.c + col};
+        const uint32_t meta = e.meta(); // once, before the field (read twice, sm_80 spilled)
         const U field = staged_field<W>(st, cursor);
         // past the run's end the cursor is not used
-        cursor += kSizes ? (sizes >> (8 * s)) & kMetaBits : e.meta & kMetaBits;
+        cursor += kSizes ? (sizes >> (8 * s)) & kMetaBits : meta & kMetaBits;
         U x = runs_deposit<W>(e, field);
-        if (ZZ && (e.meta & kMetaZigzag))
+        if (ZZ && (meta & kMetaZigzag))
             x = unzigzag<W>(x);
         if (!C1 && ++col == p.c)
             col = 0;
@@ -1577,8 +1605,14 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
 {
     const TableKind kind = table_build<W>(p, tbl);
     const Table<W> *t = table_if<W>(kind, tbl);
-    SegStage &st = stages[threadIdx.x >> 5];
+    // Whether some column is zigzag-coded, read from shared memory where it is used: held in a
+    // register across the loop it cost the kernel of 4-byte words a spill, and answered again by
+    // each group it cost a round trip to the plan.
+    __shared__ bool zz_plan;
     const bool zz = plan_has_xform(p, IBP_XF_ZIGZAG);
+    if (threadIdx.x == 0)
+        zz_plan = zz; // read after place_segment's barriers
+    SegStage &st = stages[threadIdx.x >> 5];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t nseg = ibp_decode_segments(W, a.block_size);
     const uint32_t per_block = (nseg + kWarps - 1) / kWarps; // groups of a block
@@ -1594,9 +1628,8 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
         if (bi != header_block) // a block's groups follow each other: its header is read once
             blk = block_at<INL>(a, bi, h);
         header_block = bi;
-        const Out out = out_for(a, bi, h, W);
         if (h.flags & IBP_BLOCK_RAW) { // the same block for the whole CTA
-            copy_raw_segment<W>(h, blk, s, out);
+            copy_raw_segment<W>(h, blk, s, out_for(a, bi, h, W));
             continue;
         }
         const Block b = block_view(a, bi, h, blk, W);
@@ -1607,14 +1640,16 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> 
         carry_block = bi;
         LaneStart ls;
         const Placed pl = place_segment<W, C1>(p, t, b, h, s, st, ls, seg_bits, carry);
+        // The output's place only now: live across the count, it took registers the count needs.
+        const Out out = out_for(a, bi, h, W);
         const int64_t at0 = out.origin + (int64_t)pl.j0 * W;
         if (kViaSegments<W, C1> && via && out.fast && pl.j1 - pl.j0 == IBP_DECODE_SEG_WORDS &&
             ((uintptr_t)(out.dst + at0) & 15) == 0)
             decode_counted<W, C1>(
-                p, t, kind, zz, b, h, pl.j0, pl.j1, pl.sel, pl.before, pl.bits, st, ls,
+                p, t, kind, zz_plan, b, h, pl.j0, pl.j1, pl.sel, pl.before, pl.bits, st, ls,
                 ToGlobalVia<W>{out, via + (threadIdx.x >> 5) * (IBP_DECODE_SEG_WORDS * W / 16), at0});
         else if (pl.j0 < pl.j1)
-            decode_counted<W, C1>(p, t, kind, zz, b, h, pl.j0, pl.j1, pl.sel, pl.before, pl.bits, st, ls,
+            decode_counted<W, C1>(p, t, kind, zz_plan, b, h, pl.j0, pl.j1, pl.sel, pl.before, pl.bits, st, ls,
                                   ToGlobal<W>{out});
         const uint32_t n = (b.nwords + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
         if (s == (n ? n - 1 : 0))
