@@ -137,6 +137,9 @@ static inline uint32_t ibp_decode_unflag_words(uint32_t word_size, uint32_t bloc
  * storing in one kernel spill the several-column kernel of 2- and 4-byte words (80 registers),
  * and the one-column one at four CTAs a multiprocessor (64 registers; at three, 2-byte words). */
 #define IBP_DECODE_VIA_BYTES(w) (IBP_DECODE_THREADS / 32 * IBP_DECODE_SEG_WORDS * (unsigned)(w))
+/* The predictor kernel's segment buffers: 16 bytes of padding after every 128 of a segment of
+ * words narrower than 8 bytes (with 8-byte words three CTAs a multiprocessor would not fit). */
+#define IBP_DECODE_SEGP_BYTES(w) (IBP_DECODE_VIA_BYTES(w) + ((w) < 8u ? IBP_DECODE_VIA_BYTES(w) / 8u : 0u))
 #define IBP_DECODE_SEG1_VIA_WORDS (IBP_DECODE_SEG1_VIA ? 4u : 0u)
 #define IBP_DECODE_SEG1W8_VIA_WORDS 8u
 #define IBP_DECODE_SEG_VIA_WORDS 0u

@@ -55,7 +55,7 @@ static const IbpModule *module_find(CUcontext ctx)
  * segmented kernels' buffer. */
 static unsigned segp_shared_bytes(unsigned word_size)
 {
-    return IBP_DECODE_VIA_BYTES(word_size);
+    return IBP_DECODE_SEGP_BYTES(word_size);
 }
 
 /* The segmented kernels of plans without predictors, [one column][8-byte words][offsets carried in

@@ -263,7 +263,7 @@ TEST_F(DecodeLaunch, PredictorGridsTakeTheFewestRoundsWithTheFewestCtas)
             encode(plan, nblocks);
             EXPECT_EQ(decode(IBP_DECODE_PRED | IBP_DECODE_INDEXED, true), 1u);
             expect_grid("ibp_k_decode_segp", nblocks, 4, IBP_DECODE_SEGP_CTAS_PER_SM, true,
-                        IBP_DECODE_THREADS / 32 * IBP_DECODE_SEG_WORDS * 4);
+                        IBP_DECODE_SEGP_BYTES(4));
         }
         ibp_codec_plan_destroy(&plan);
     }
@@ -407,7 +407,7 @@ TEST_F(DecodeLaunch, PredictorPlansACtaPerBlockWithoutTheSharedMemory)
     // predictor plans of 4-byte words decode a CTA per block.
     if (refused_smem() != 2)
         GTEST_SKIP() << "runs in the decode-launch-small-smem registration";
-    EXPECT_EQ(mod_->segp_max_dynamic, (unsigned)(IBP_DECODE_THREADS / 32 * IBP_DECODE_SEG_WORDS * 2));
+    EXPECT_EQ(mod_->segp_max_dynamic, IBP_DECODE_SEGP_BYTES(2));
     IbpCodecPlan *plan = make_plan(3, true, 262144);
     ASSERT_NE(plan, nullptr);
     encode(plan, 4);
