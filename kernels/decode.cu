@@ -209,7 +209,8 @@ template <int W> struct Table {
     uint4 part[kParts][kTableEntries];
 };
 
-// Entry i of a table, its fields read where they are used.
+// Entry i of a table, its fields read where they are used (a copy of a whole entry in registers
+// cost the kernel of several columns of 4-byte words a spill).
 template <int W> struct EntryAt {
     using U = typename WordT<W>::U;
     const Table<W> &t;
