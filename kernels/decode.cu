@@ -1210,10 +1210,14 @@ template <int W> struct ToGlobalVia {
 // narrower than 8 bytes, after 16 bytes of padding for each 128 before it, so that the 16-byte
 // stores of a quarter warp's runs (each 32 or 64 bytes) meet in no bank (four ways for 4-byte
 // words without; uint8 images decoded 2-3% faster with it).
-template <int W> __device__ __forceinline__ uint32_t seg_at(uint32_t b)
+template <int W> __host__ __device__ constexpr uint32_t seg_at(uint32_t b)
 {
     return W == 8 ? b : b + 16 * (b / 128);
 }
+static_assert(seg_at<2>(IBP_DECODE_SEG_WORDS * 2) == IBP_DECODE_SEGP_BYTES(2) / kWarps &&
+                  seg_at<4>(IBP_DECODE_SEG_WORDS * 4) == IBP_DECODE_SEGP_BYTES(4) / kWarps &&
+                  seg_at<8>(IBP_DECODE_SEG_WORDS * 8) == IBP_DECODE_SEGP_BYTES(8) / kWarps,
+              "a warp's segment buffer holds its padded segment");
 
 // Decodes a lane's run of words into the warp's segment buffer in shared memory (byte b of the
 // segment at seg + seg_at(b)), for the predictors to be undone there.
@@ -1710,6 +1714,13 @@ __device__ __forceinline__ ChainPiece chain_piece(uint32_t n, uint32_t c)
     return cp;
 }
 
+// Word t of the lane's chain in seg.
+template <int W>
+__device__ __forceinline__ uint8_t *chain_word(uint8_t *seg, const ChainPiece &cp, uint32_t c, uint32_t t)
+{
+    return seg + seg_at<W>((cp.r + c * t) * W);
+}
+
 // The predictor of this lane's chain run over its piece of seg in place, from 0; returns the
 // piece's total.
 template <int W>
@@ -1719,7 +1730,7 @@ __device__ __forceinline__ typename WordT<W>::U chain_run(uint8_t *seg, const Ch
     typename WordT<W>::U acc = 0;
 #pragma unroll 4
     for (uint32_t t = cp.t0; t < cp.t1; t++) {
-        uint8_t *at = seg + seg_at<W>((cp.r + c * t) * W);
+        uint8_t *at = chain_word<W>(seg, cp, c, t);
         acc = pred_op(pred, load_aligned<W>(at), acc);
         store_aligned<W>(at, acc);
     }
@@ -1750,7 +1761,7 @@ __device__ __forceinline__ void chain_apply(uint8_t *seg, const ChainPiece &cp, 
 {
 #pragma unroll 4
     for (uint32_t t = cp.t0; t < cp.t1; t++) {
-        uint8_t *at = seg + seg_at<W>((cp.r + c * t) * W);
+        uint8_t *at = chain_word<W>(seg, cp, c, t);
         store_aligned<W>(at, pred_op(pred, load_aligned<W>(at), carry));
     }
 }
