@@ -32,7 +32,7 @@ typedef struct Bench {
     uint8_t *src;         /* pinned original bytes */
     uint8_t *run;         /* pinned compressed blocks, back to back */
     uint64_t *offsets;    /* pinned, nblocks + 1 */
-    unsigned word_size, columns;
+    unsigned word_size, columns, nsets;
     int has_pred;
     CUdeviceptr d_run, d_plan, d_out;
     CUdeviceptr d_offsets_mapped; /* the pinned offsets' device address */
@@ -107,7 +107,7 @@ static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdevic
     const unsigned flags = IBP_DECODE_INDEXED |
                            (b->has_pred ? IBP_DECODE_PRED : 0u) | /* blocks encoded here */
                            (b->flagged ? IBP_DECODE_SELFLAGS : 0u);
-    return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, flags, b->max_sms, s);
+    return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->nsets, flags, b->max_sms, s);
 }
 
 static uint64_t span(const Bench *b, uint32_t first, uint32_t end)
@@ -397,6 +397,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     ibp_codec_plan_info(plan, &info);
     b.word_size = info.word_size;
     b.columns = info.columns;
+    b.nsets = info.nsets;
     out->word_size = info.word_size;
     out->columns = info.columns;
     b.has_pred = info.xf_delta + info.xf_xor > 0;

@@ -256,7 +256,7 @@ typedef struct IbpLaunch {
     const uint64_t *host_offsets;
     size_t block_size;
     unsigned word_size;     /* of the plan */
-    unsigned columns;
+    unsigned columns, nsets;
     int has_pred; /* the plan has predictor columns */
     CUdeviceptr dec_scratch; /* ibp_decode_scratch_bytes() of device memory, or 0 */
     int flagged;             /* the plan's blocks may hold flagged selectors */
@@ -340,7 +340,8 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
      * carries where the plan's predictors call for them. */
     const unsigned flags =
         IBP_DECODE_INDEXED | (l->has_pred ? IBP_DECODE_PRED : 0u) | (l->flagged ? IBP_DECODE_SELFLAGS : 0u);
-    return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, flags, l->opts.max_grid, l->stream);
+    return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, l->nsets, flags, l->opts.max_grid,
+                             l->stream);
 }
 
 /* Which blocks of a compressed piece are needed and how.  Plans with predictor columns decode a
@@ -704,6 +705,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     IbpLaunch l = *base;
     l.word_size = info.word_size;
     l.columns = info.columns;
+    l.nsets = info.nsets;
     l.has_pred = info.xf_delta + info.xf_xor > 0;
     l.flagged = info.selector_flags && ibp_shadow_any_flagged(shadow);
     if (base->opts.zerocopy && !scratch) {

@@ -10,9 +10,10 @@
 //   segment in shared memory; each lane takes a run of 16 consecutive words, one warp scan places
 //   the runs' fields, and each lane walks its fields with a bit cursor, a word costing one lookup
 //   of what its selector and column mean and a deposit of up to four runs of variant bits;
-// - ibp_k_decode_segp then ibp_k_decode_fix: plans with predictor columns of a period of at most
-//   32 words, split the same way; a warp decodes its segment into shared memory and undoes the
-//   predictors there (section "Plans with predictor columns" below);
+// - ibp_k_decode_segp (or ibp_k_decode_segps, its table sliced for plans of many entries) then
+//   ibp_k_decode_fix: plans with predictor columns of a period of at most 32 words, split the
+//   same way; a warp decodes its segment into shared memory and undoes the predictors there
+//   (section "Plans with predictor columns" below);
 // - ibp_k_decode: a CTA per block, its warps on contiguous stretches of the block (any plan; the
 //   launcher's choice for longer predictor periods).  Periods of up to 32 words are undone in
 //   registers by strided warp scans carrying the previous group, then stretches are joined by a
@@ -204,20 +205,33 @@ static_assert((uint32_t)kRuns == IBP_GPU_RUNS && kRunsHalf == IBP_GPU_RUNS_HALF,
 //           part 2 vmask.
 // Runs are masks within the word (a half for W == 8), unused ones 0; byte r of shifts is run r's
 // shift (within its half for W == 8); meta is kMeta* (and kMetaLoShift for W == 8).
-template <int W> struct Table {
+//
+// The predictor kernel keeps the table of a plan of many entries (2- and 4-byte words) sliced by
+// words instead: word k of every entry side by side, so that a quarter warp's 4-byte loads meet
+// in no bank for up to 32 entries, where 16-byte parts meet for entries 8 apart.  It costs seven
+// loads a word where parts cost two; plans of few entries, whose parts rarely meet, keep parts.
+enum class Layout { parts, sliced };
+template <int W, Layout L> struct Table {
     static constexpr uint32_t kParts = W == 8 ? 3 : 2;
     uint4 part[kParts][kTableEntries];
+};
+template <int W> struct Table<W, Layout::sliced> {
+    static_assert(W <= 4, "8-byte words keep their table in parts");
+    uint32_t word[8][kTableEntries]; // word 4 q + k of entry i: word k of its part q
 };
 
 // Entry i of a table, its fields read where they are used (a copy of a whole entry in registers
 // cost the kernel of several columns of 4-byte words a spill).
-template <int W> struct EntryAt {
+template <int W, Layout L> struct EntryAt {
     using U = typename WordT<W>::U;
-    const Table<W> &t;
+    const Table<W, L> &t;
     uint32_t i;
     __device__ __forceinline__ uint32_t word(uint32_t q, uint32_t k) const
     {
-        return ((const uint32_t *)&t.part[q][i])[k];
+        if constexpr (L == Layout::sliced)
+            return t.word[4 * q + k][i];
+        else
+            return ((const uint32_t *)&t.part[q][i])[k];
     }
     __device__ __forceinline__ uint32_t run(uint32_t r) const
     {
@@ -247,21 +261,22 @@ template <int W> struct EntryAt {
     }
 };
 
-// Splits the set bits of v into runs: the first `max` go to run[0 .. max) (the others zeroed),
-// the shift that takes each from its place in the field to its place in v into byte `at` + r of
+// Splits the set bits of v into runs: the first `max` go to run[0], run[stride], ... (the others
+// zeroed), the shift that takes each from its place in the field to its place in v into byte `at` + r of
 // shifts.  Returns whether v has more than `max` runs.
 template <typename U>
-__device__ __forceinline__ bool split_runs(U v, U *run, uint32_t max, uint32_t &shifts, uint32_t at)
+__device__ __forceinline__ bool split_runs(U v, U *run, uint32_t stride, uint32_t max, uint32_t &shifts,
+                                           uint32_t at)
 {
     for (uint32_t r = 0; r < max; r++)
-        run[r] = 0;
+        run[r * stride] = 0;
     uint32_t src_bit = 0, nr = 0;
     while (v && nr <= max) {
         uint32_t pos, len;
         lowest_run<U>(v, pos, len);
         const U bits = low_bits<U>(len) << pos;
         if (nr < max) {
-            run[nr] = bits;
+            run[nr * stride] = bits;
             shifts |= (pos - src_bit) << (8 * (at + nr));
         }
         nr++;
@@ -274,8 +289,8 @@ __device__ __forceinline__ bool split_runs(U v, U *run, uint32_t max, uint32_t &
 // Fills entry i for variant bits vmask and invariant values value; returns whether its variant
 // bits are more runs than the runs deposit takes (the entry then deposits bit run by bit run).
 // The runs go straight to the table: split_runs indexes them by how many it has found.
-template <int W>
-__device__ __forceinline__ bool entry_fill(Table<W> &t, uint32_t i, typename WordT<W>::U vmask,
+template <int W, Layout L>
+__device__ __forceinline__ bool entry_fill(Table<W, L> &t, uint32_t i, typename WordT<W>::U vmask,
                                            typename WordT<W>::U value, uint32_t meta)
 {
     uint32_t shifts = 0;
@@ -283,7 +298,7 @@ __device__ __forceinline__ bool entry_fill(Table<W> &t, uint32_t i, typename Wor
     if constexpr (W == 8) {
         for (uint32_t half = 0; half < 2; half++) // runs 0-1 in part 0 after the value, 2-3 in part 1
             loop |= split_runs<uint32_t>((uint32_t)(vmask >> (32 * half)),
-                                         half ? (uint32_t *)&t.part[1][i] : (uint32_t *)&t.part[0][i] + 2,
+                                         half ? (uint32_t *)&t.part[1][i] : (uint32_t *)&t.part[0][i] + 2, 1,
                                          kRunsHalf, shifts, kRunsHalf * half);
         meta |= (uint32_t)__popc((uint32_t)vmask) << kMetaLoShift;
         meta |= (uint32_t)popc(vmask) | (loop ? kMetaLoop : 0);
@@ -292,9 +307,14 @@ __device__ __forceinline__ bool entry_fill(Table<W> &t, uint32_t i, typename Wor
         t.part[1][i].z = shifts;
         t.part[1][i].w = meta;
         t.part[2][i] = make_uint4((uint32_t)vmask, (uint32_t)(vmask >> 32), 0, 0);
+    } else if constexpr (L == Layout::sliced) {
+        loop = split_runs<uint32_t>(vmask, &t.word[0][i], kTableEntries, kRuns, shifts, 0);
+        t.word[4][i] = value;
+        t.word[5][i] = shifts;
+        t.word[6][i] = meta | (uint32_t)popc(vmask) | (loop ? kMetaLoop : 0);
+        t.word[7][i] = vmask;
     } else {
-        loop =
-            split_runs<typename WordT<W>::U>(vmask, (typename WordT<W>::U *)&t.part[0][i], kRuns, shifts, 0);
+        loop = split_runs<uint32_t>(vmask, (uint32_t *)&t.part[0][i], 1, kRuns, shifts, 0);
         t.part[1][i] =
             make_uint4(value, shifts, meta | (uint32_t)popc(vmask) | (loop ? kMetaLoop : 0), vmask);
     }
@@ -302,9 +322,11 @@ __device__ __forceinline__ bool entry_fill(Table<W> &t, uint32_t i, typename Wor
 }
 
 union TableAny {
-    Table<2> t2;
-    Table<4> t4;
-    Table<8> t8;
+    Table<2, Layout::parts> t2;
+    Table<4, Layout::parts> t4;
+    Table<8, Layout::parts> t8;
+    Table<2, Layout::sliced> s2;
+    Table<4, Layout::sliced> s4;
 };
 
 struct Shared {
@@ -320,7 +342,7 @@ enum class TableKind { none, loop, runs };
 // Fills the entry table when the plan's (K + 1) * C entries fit, then waits for the CTA's
 // threads: none when they do not fit, runs when every entry's variant bits are at most kRuns
 // runs, else loop.
-template <int W> __device__ TableKind table_build(const Plan &p, Table<W> &t)
+template <int W, Layout L> __device__ TableKind table_build(const Plan &p, Table<W, L> &t)
 {
     using U = typename WordT<W>::U;
     const uint32_t n = (p.k + 1) * p.c;
@@ -339,7 +361,8 @@ template <int W> __device__ TableKind table_build(const Plan &p, Table<W> &t)
     return __syncthreads_or(loop) ? TableKind::loop : TableKind::runs;
 }
 
-template <int W> __device__ __forceinline__ const Table<W> *table_if(TableKind k, const Table<W> &t)
+template <int W, Layout L>
+__device__ __forceinline__ const Table<W, L> *table_if(TableKind k, const Table<W, L> &t)
 {
     return k == TableKind::none ? nullptr : &t;
 }
@@ -353,8 +376,8 @@ template <typename U> __device__ __forceinline__ U shift_left(U f, uint32_t n)
 }
 
 // The word of an entry of at most kRuns runs rebuilt from its field f (zigzag not undone).
-template <int W>
-__device__ __forceinline__ typename WordT<W>::U runs_deposit(const EntryAt<W> &e, typename WordT<W>::U f)
+template <int W, Layout L>
+__device__ __forceinline__ typename WordT<W>::U runs_deposit(const EntryAt<W, L> &e, typename WordT<W>::U f)
 {
     using U = typename WordT<W>::U;
     const uint32_t shifts = e.shifts();
@@ -378,8 +401,8 @@ __device__ __forceinline__ typename WordT<W>::U runs_deposit(const EntryAt<W> &e
 }
 
 // The word of entry e rebuilt from its field f (zigzag not undone).
-template <int W>
-__device__ __forceinline__ typename WordT<W>::U table_deposit(const EntryAt<W> &e, typename WordT<W>::U f)
+template <int W, Layout L>
+__device__ __forceinline__ typename WordT<W>::U table_deposit(const EntryAt<W, L> &e, typename WordT<W>::U f)
 {
     using U = typename WordT<W>::U;
     if (e.meta() & kMetaLoop)
@@ -486,20 +509,21 @@ template <int W> __device__ __forceinline__ const uint8_t *mask_entry(const Plan
 }
 
 // Bits stored for a word that matched mask set s (> 0) of column col.
-template <int W>
-__device__ __forceinline__ uint32_t matched_bits(const Plan &p, const Table<W> *t, uint32_t s, uint32_t col)
+template <int W, Layout L>
+__device__ __forceinline__ uint32_t matched_bits(const Plan &p, const Table<W, L> *t, uint32_t s,
+                                                 uint32_t col)
 {
-    return t ? EntryAt<W>{*t, min(s, p.k) * p.c + col}.meta() & kMetaBits
+    return t ? EntryAt<W, L>{*t, min(s, p.k) * p.c + col}.meta() & kMetaBits
              : 8 * W - popc(ld_word<W>(mask_entry<W>(p, s, col)));
 }
 
 // The word that matched mask set s (> 0) of column col, from its variant bits f.
-template <int W>
-__device__ __forceinline__ typename WordT<W>::U matched_word(const Plan &p, const Table<W> *t, uint32_t s,
+template <int W, Layout L>
+__device__ __forceinline__ typename WordT<W>::U matched_word(const Plan &p, const Table<W, L> *t, uint32_t s,
                                                              uint32_t col, typename WordT<W>::U f)
 {
     if (t)
-        return table_deposit<W>(EntryAt<W>{*t, min(s, p.k) * p.c + col}, f);
+        return table_deposit<W>(EntryAt<W, L>{*t, min(s, p.k) * p.c + col}, f);
     const uint8_t *e = mask_entry<W>(p, s, col);
     return ld_word<W>(e + W) | deposit<typename WordT<W>::U>(~ld_word<W>(e) & word_mask<W>(), f);
 }
@@ -564,8 +588,8 @@ __device__ uint32_t range_packed(const Plan &p, const Block &b, uint32_t j0, uin
 }
 
 // Payload bits of words [j0, j1) (j0 a multiple of 32) whose first selector is selbase.
-template <int W>
-__device__ uint32_t range_bits(const Plan &p, const Table<W> *t, const Block &b, const IbpBlockHeader &h,
+template <int W, Layout L>
+__device__ uint32_t range_bits(const Plan &p, const Table<W, L> *t, const Block &b, const IbpBlockHeader &h,
                                uint32_t j0, uint32_t j1, uint32_t selbase)
 {
     const uint32_t lane = threadIdx.x & 31;
@@ -602,8 +626,8 @@ template <int W> struct Pred {
 
 // Decodes words [j0, j1) (j0 a multiple of 32) whose first selector and payload bit are selbase
 // and bitbase.  With PRED, predictor columns (period <= 32) are undone relative to j0.
-template <int W, bool PRED>
-__device__ void decode_range(const Plan &p, const Table<W> *t, const Block &b, const IbpBlockHeader &h,
+template <int W, bool PRED, Layout L>
+__device__ void decode_range(const Plan &p, const Table<W, L> *t, const Block &b, const IbpBlockHeader &h,
                              uint32_t j0, uint32_t j1, uint32_t selbase, uint32_t bitbase, const Out &out,
                              Pred<W> *pr)
 {
@@ -722,8 +746,8 @@ __device__ __forceinline__ bool plan_has_xform(const Plan &p, uint32_t mask)
 }
 
 // One CTA decodes a whole block: warps take contiguous segments of 32-word groups.
-template <int W>
-__device__ void decode_block_cta(const Plan &p, const Table<W> *t, bool any_pred, const IbpBlockHeader &h,
+template <int W, Layout L>
+__device__ void decode_block_cta(const Plan &p, const Table<W, L> *t, bool any_pred, const IbpBlockHeader &h,
                                  const Block &b, const Out &out, Shared &sh)
 {
     using U = typename WordT<W>::U;
@@ -891,9 +915,10 @@ __device__ __forceinline__ Out out_for(const IbpDecodeArgs &a, uint32_t bi, cons
     return out;
 }
 
-template <int W> __device__ void decode_blocks_cta(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, Shared &sh)
+template <int W, Layout L>
+__device__ void decode_blocks_cta(const IbpDecodeArgs &a, const Plan &p, Table<W, L> &tbl, Shared &sh)
 {
-    const Table<W> *t = table_if<W>(table_build<W>(p, tbl), tbl);
+    const Table<W, L> *t = table_if<W>(table_build<W>(p, tbl), tbl);
     const bool any_pred = plan_has_xform(p, IBP_XF_PRED_MASK);
     for (uint32_t bi = blockIdx.x; bi < a.nblocks; bi += gridDim.x) {
         IbpBlockHeader h;
@@ -1050,7 +1075,8 @@ struct SelSavings {
     uint32_t s1, s2, s3;
 };
 
-template <int W> __device__ __forceinline__ SelSavings sel_savings(const Plan &p, const Table<W> *t)
+template <int W, Layout L>
+__device__ __forceinline__ SelSavings sel_savings(const Plan &p, const Table<W, L> *t)
 {
     return SelSavings{8 * W - matched_bits<W>(p, t, 1, 0), 8 * W - matched_bits<W>(p, t, 2, 0),
                       8 * W - matched_bits<W>(p, t, 3, 0)};
@@ -1069,8 +1095,8 @@ __device__ __forceinline__ uint32_t word_savings(const Plan &p, const SelSavings
 
 // The next word of a lane's run: its selector (taken from win when the word is packed, else 0)
 // and its field bits.
-template <int W>
-__device__ __forceinline__ uint32_t run_word(const Plan &p, const Table<W> *t, bool packed, uint32_t &win,
+template <int W, Layout L>
+__device__ __forceinline__ uint32_t run_word(const Plan &p, const Table<W, L> *t, bool packed, uint32_t &win,
                                              uint32_t col, uint32_t &s)
 {
     s = 0;
@@ -1082,8 +1108,8 @@ __device__ __forceinline__ uint32_t run_word(const Plan &p, const Table<W> *t, b
 }
 
 // Field bits of the lane's run, its selectors read from win.
-template <int W>
-__device__ __forceinline__ uint32_t run_bits(const Plan &p, const Table<W> *t, const LaneRun &lr,
+template <int W, Layout L>
+__device__ __forceinline__ uint32_t run_bits(const Plan &p, const Table<W, L> *t, const LaneRun &lr,
                                              uint32_t win)
 {
     if (p.c == 1) {
@@ -1104,8 +1130,8 @@ __device__ __forceinline__ uint32_t run_bits(const Plan &p, const Table<W> *t, c
 }
 
 // The lane's run of the staged segment, its selector window and its field bits.
-template <int W>
-__device__ __forceinline__ uint32_t lane_fields(const Plan &p, const Table<W> *t, const IbpBlockHeader &h,
+template <int W, Layout L>
+__device__ __forceinline__ uint32_t lane_fields(const Plan &p, const Table<W, L> *t, const IbpBlockHeader &h,
                                                 const SegStage &st, const SegPos &sp, LaneRun &lr,
                                                 uint32_t &win)
 {
@@ -1245,8 +1271,8 @@ struct LaneStart {
     uint32_t cursor;
 };
 
-template <int W>
-__device__ __forceinline__ LaneStart lane_start(const Plan &p, const Table<W> *t, const IbpBlockHeader &h,
+template <int W, Layout L>
+__device__ __forceinline__ LaneStart lane_start(const Plan &p, const Table<W, L> *t, const IbpBlockHeader &h,
                                                 const SegStage &st, const SegPos &sp)
 {
     LaneStart ls;
@@ -1266,9 +1292,9 @@ __device__ __forceinline__ void lane_place(LaneStart &ls, uint32_t pay_bit)
 // most kRuns runs, each lane its run of words: a word is one entry lookup by selector (0 for
 // words stored whole) and column, its field, and a deposit of four runs.  C1: one column; ZZ:
 // some column is zigzag-coded.
-template <int W, bool C1, bool ZZ, typename Sink>
-__device__ void decode_staged_runs(const Plan &p, const Table<W> &t, const SegStage &st, const LaneStart &ls,
-                                   const Sink &sink)
+template <int W, bool C1, bool ZZ, typename Sink, Layout L>
+__device__ void decode_staged_runs(const Plan &p, const Table<W, L> &t, const SegStage &st,
+                                   const LaneStart &ls, const Sink &sink)
 {
     using U = typename WordT<W>::U;
     const LaneRun &lr = ls.lr;
@@ -1292,10 +1318,10 @@ __device__ void decode_staged_runs(const Plan &p, const Table<W> &t, const SegSt
     uint32_t sizes = 0;
     if constexpr (kSizes)
         for (uint32_t s = 0; s < 4; s++)
-            sizes |= (EntryAt<W>{t, min(s, p.k)}.meta() & kMetaBits) << (8 * s);
+            sizes |= (EntryAt<W, L>{t, min(s, p.k)}.meta() & kMetaBits) << (8 * s);
     sink(lr, [&](uint32_t i) {
         const uint32_t s = min((win >> (p.sb * i)) & smask, p.k);
-        const EntryAt<W> e{t, C1 ? s : s * p.c + col};
+        const EntryAt<W, L> e{t, C1 ? s : s * p.c + col};
         const uint32_t meta = e.meta(); // once, before the field (read twice, sm_80 spilled)
         const U field = staged_field<W>(st, cursor);
         // past the run's end the cursor is not used
@@ -1311,9 +1337,9 @@ __device__ void decode_staged_runs(const Plan &p, const Table<W> &t, const SegSt
 
 // Decodes the staged segment of any plan without predictor columns, each lane its run of words,
 // the masks from the table t (where it fits) or from the plan; zz: some column is zigzag-coded.
-template <int W, typename Sink>
-__device__ void decode_staged_any(const Plan &p, const Table<W> *t, const SegStage &st, const LaneStart &ls,
-                                  const Sink &sink, bool zz)
+template <int W, typename Sink, Layout L>
+__device__ void decode_staged_any(const Plan &p, const Table<W, L> *t, const SegStage &st,
+                                  const LaneStart &ls, const Sink &sink, bool zz)
 {
     using U = typename WordT<W>::U;
     const LaneRun &lr = ls.lr;
@@ -1334,8 +1360,8 @@ __device__ void decode_staged_any(const Plan &p, const Table<W> *t, const SegSta
 }
 
 // Decodes the staged segment, each lane from its placed start.
-template <int W, bool C1, typename Sink>
-__device__ __forceinline__ void decode_lanes(const Plan &p, const Table<W> *t, TableKind kind, bool zz,
+template <int W, bool C1, typename Sink, Layout L>
+__device__ __forceinline__ void decode_lanes(const Plan &p, const Table<W, L> *t, TableKind kind, bool zz,
                                              const SegStage &st, const LaneStart &ls, const Sink &sink)
 {
     if (kind != TableKind::runs)
@@ -1364,8 +1390,8 @@ __device__ __forceinline__ void copy_raw_segment(const IbpBlockHeader &h, const 
 // words (a selector above K reads as K).  Each thread loads kBatch of its words before it sums
 // them, so that a long range (a block's earlier segments) waits for one round trip a batch, not
 // one a word.
-template <int W, uint32_t kBatch = 1>
-__device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<W> *t, const Block &b,
+template <int W, uint32_t kBatch = 1, Layout L>
+__device__ __forceinline__ uint32_t selector_savings(const Plan &p, const Table<W, L> *t, const Block &b,
                                                      uint32_t first, uint32_t n, uint32_t tid,
                                                      uint32_t nthreads)
 {
@@ -1419,8 +1445,8 @@ __device__ __forceinline__ void packed_before2(const Plan &p, const Block &b, ui
 // A warp's segment [j0, j1) of a packed block whose first selector is sel: its payload bits,
 // summed over the warp.  For one column by popcounts over its selectors; for more, each lane
 // sums its run's field sizes over the staged flags and selectors, kept in ls for the decode.
-template <int W, bool C1>
-__device__ __forceinline__ uint32_t count_segment(const Plan &p, const Table<W> *t, const Block &b,
+template <int W, bool C1, Layout L>
+__device__ __forceinline__ uint32_t count_segment(const Plan &p, const Table<W, L> *t, const Block &b,
                                                   const IbpBlockHeader &h, uint32_t j0, uint32_t j1,
                                                   uint32_t sel, uint32_t sel_end, SegStage &st, LaneStart &ls)
 {
@@ -1435,8 +1461,8 @@ __device__ __forceinline__ uint32_t count_segment(const Plan &p, const Table<W> 
 }
 
 // Decodes the counted segment, its payload of `bits` bits starting at bit0.
-template <int W, bool C1, typename Sink>
-__device__ __forceinline__ void decode_counted(const Plan &p, const Table<W> *t, TableKind kind, bool zz,
+template <int W, bool C1, typename Sink, Layout L>
+__device__ __forceinline__ void decode_counted(const Plan &p, const Table<W, L> *t, TableKind kind, bool zz,
                                                const Block &b, const IbpBlockHeader &h, uint32_t j0,
                                                uint32_t j1, uint32_t sel, uint32_t bit0, uint32_t bits,
                                                SegStage &st, LaneStart &ls, const Sink &sink)
@@ -1470,8 +1496,8 @@ __device__ __forceinline__ uint32_t cta_sum(uint32_t part, uint32_t *red)
 
 // Payload bits of segments [sa, sb) of a packed block of a plan of several columns, summed by the
 // CTA, its warps taking the segments in turn.
-template <int W>
-__device__ uint32_t block_bits_range(const Plan &p, const Table<W> *t, const Block &b,
+template <int W, Layout L>
+__device__ uint32_t block_bits_range(const Plan &p, const Table<W, L> *t, const Block &b,
                                      const IbpBlockHeader &h, uint32_t sa, uint32_t sb, SegStage &st,
                                      uint32_t *red)
 {
@@ -1488,8 +1514,8 @@ __device__ uint32_t block_bits_range(const Plan &p, const Table<W> *t, const Blo
 
 // Payload bits of the first s0 segments of a packed block, summed by the CTA: for one column its
 // threads split the selectors, for more its warps the segments.
-template <int W, bool C1>
-__device__ uint32_t block_bits_before(const Plan &p, const Table<W> *t, const Block &b,
+template <int W, bool C1, Layout L>
+__device__ uint32_t block_bits_before(const Plan &p, const Table<W, L> *t, const Block &b,
                                       const IbpBlockHeader &h, uint32_t s0, SegStage &st, uint32_t *red)
 {
     if constexpr (C1) {
@@ -1540,8 +1566,8 @@ static_assert(kWarps * IBP_DECODE_SEG_WORDS % IBP_INDEX_WORDS == 0,
 // Payload bits of the first s0 segments (s0 > 0, a whole number of groups) of the CTA's first
 // block, which the CTAs before it decode: from the block's group index where it has one (every
 // block the codec writes), else from the records ibp_k_decode_count left, else counted here.
-template <int W, bool C1>
-__device__ uint32_t share_bits_before(const IbpDecodeArgs &a, const Plan &p, const Table<W> *t,
+template <int W, bool C1, Layout L>
+__device__ uint32_t share_bits_before(const IbpDecodeArgs &a, const Plan &p, const Table<W, L> *t,
                                       const Block &b, const IbpBlockHeader &h, uint32_t s0, SegStage &st,
                                       uint32_t *red)
 {
@@ -1569,10 +1595,10 @@ struct Placed {
     uint32_t before; // payload bits before it
 };
 
-template <int W, bool C1>
-__device__ __forceinline__ Placed place_segment(const Plan &p, const Table<W> *t, const Block &b,
-                                                const IbpBlockHeader &h, uint32_t s, SegStage &st, LaneStart &ls,
-                                                uint32_t *seg_bits, uint32_t &carry)
+template <int W, bool C1, Layout L>
+__device__ __forceinline__ Placed place_segment(const Plan &p, const Table<W, L> *t, const Block &b,
+                                                const IbpBlockHeader &h, uint32_t s, SegStage &st,
+                                                LaneStart &ls, uint32_t *seg_bits, uint32_t &carry)
 {
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     Placed pl;
@@ -1613,12 +1639,12 @@ constexpr bool kViaSegments = ((W == 8 ? (C1 ? IBP_DECODE_SEG1W8_VIA_WORDS : IBP
 // segments' payload bits and the bits of the block's earlier groups (carried from group to group,
 // counted by the whole CTA for its first group in a block) place every segment's first field.
 // C1: the plan has one column; INL: the launch carries the block offsets.
-template <int W, bool C1, bool INL>
-__device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages,
+template <int W, bool C1, bool INL, Layout L>
+__device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W, L> &tbl, SegStage *stages,
                                 uint32_t *seg_bits, uint32_t *red, uint4 *via)
 {
     const TableKind kind = table_build<W>(p, tbl);
-    const Table<W> *t = table_if<W>(kind, tbl);
+    const Table<W, L> *t = table_if<W>(kind, tbl);
     // Whether some column is zigzag-coded, read from shared memory where it is used: held in a
     // register across the loop it cost the kernel of 4-byte words a spill, and answered again by
     // each group it cost a round trip to the plan.
@@ -1776,8 +1802,12 @@ __device__ __forceinline__ void seg_store(const uint8_t *seg, uint32_t j0, uint3
     const int64_t at0 = out.origin + (int64_t)j0 * W;
     const uint32_t n = j1 - j0;
     if (out.fast && n == IBP_DECODE_SEG_WORDS && ((uintptr_t)(out.dst + at0) & 15) == 0) {
-        for (uint32_t i = lane; i < IBP_DECODE_SEG_WORDS * W / 16; i += 32)
-            *(uint4 *)(out.dst + at0 + 16 * i) = *(const uint4 *)(seg + seg_at<W>(16 * i));
+        // The lane's pieces are 512 bytes apart, whole padded stretches: one address and constant
+        // offsets (the compiler kept each piece's address live in a register of its own).
+        const uint8_t *from = seg + seg_at<W>(16 * lane);
+#pragma unroll
+        for (uint32_t k = 0; k < IBP_DECODE_SEG_WORDS * W / 16 / 32; k++)
+            *(uint4 *)(out.dst + at0 + 16 * (lane + 32 * k)) = *(const uint4 *)(from + seg_at<W>(512 * k));
         return;
     }
     for (uint32_t i = lane; i < n; i += 32) {
@@ -1820,13 +1850,14 @@ struct PredShared {
     uint64_t carry[IBP_DECODE_PRED_MAX_COLUMNS];       // per residue, before the group
 };
 
-template <int W>
-__device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages,
-                                     uint8_t *segbuf, uint32_t *seg_bits, uint32_t *red, PredShared &ps)
+template <int W, Layout L>
+__device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Table<W, L> &tbl,
+                                     SegStage *stages, uint8_t *segbuf, uint32_t *seg_bits, uint32_t *red,
+                                     PredShared &ps)
 {
     using U = typename WordT<W>::U;
     const TableKind kind = table_build<W>(p, tbl);
-    const Table<W> *t = table_if<W>(kind, tbl);
+    const Table<W, L> *t = table_if<W>(kind, tbl);
     const bool zz = plan_has_xform(p, IBP_XF_ZIGZAG);
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     SegStage &st = stages[warp];
@@ -2012,11 +2043,11 @@ template <int W> __device__ void fix_share(const IbpDecodeArgs &a, const Plan &p
 // The payload bits of the CTA's share's part of its last block (the part the next CTAs' shares
 // continue), for ibp_k_decode_seg and ibp_k_decode_segp to place their first segments without
 // counting the block's earlier segments themselves.
-template <int W>
-__device__ void count_share(const IbpDecodeArgs &a, const Plan &p, Table<W> &tbl, SegStage *stages,
+template <int W, Layout L>
+__device__ void count_share(const IbpDecodeArgs &a, const Plan &p, Table<W, L> &tbl, SegStage *stages,
                             uint32_t *red)
 {
-    const Table<W> *t = table_if<W>(table_build<W>(p, tbl), tbl);
+    const Table<W, L> *t = table_if<W>(table_build<W>(p, tbl), tbl);
     const Share sh = cta_share(a, W);
     const uint32_t bl = (uint32_t)((sh.g1 - 1) / sh.per_block);
     const uint64_t gs = max(sh.g0, (uint64_t)bl * sh.per_block);
@@ -2420,11 +2451,29 @@ extern "C" __global__ void __launch_bounds__(kThreads, 2) ibp_k_decode(IbpDecode
     }
 }
 
+// The shared table of W-byte words in layout L.
+template <int W, Layout L> __device__ __forceinline__ Table<W, L> &table_of(TableAny &u)
+{
+    if constexpr (L == Layout::sliced) {
+        if constexpr (W == 2)
+            return u.s2;
+        else
+            return u.s4;
+    } else if constexpr (W == 2) {
+        return u.t2;
+    } else if constexpr (W == 4) {
+        return u.t4;
+    } else {
+        return u.t8;
+    }
+}
+
 // The segmented decode of plans of one column (C1) or more; INL: the launch carries the block
-// offsets; WORDS: the word sizes it decodes, each size's bit set.  Each case is a kernel of its
-// own: with the choice made inside one, registers ran short of the four CTAs a multiprocessor,
-// and one column of 8-byte words, compiled apart from narrower words, decodes 35-40% faster.
-template <bool C1, bool INL, unsigned WORDS>
+// offsets; WORDS: the word sizes it decodes, each size's bit set; L: its table's layout.  Each
+// case is a kernel of its own: with the choice made inside one, registers ran short of the four
+// CTAs a multiprocessor, and one column of 8-byte words, compiled apart from narrower words,
+// decodes 35-40% faster.
+template <bool C1, bool INL, unsigned WORDS, Layout L>
 __device__ __forceinline__ void decode_segments_any(const IbpDecodeArgs &a)
 {
     __shared__ TableAny tbl;
@@ -2434,43 +2483,49 @@ __device__ __forceinline__ void decode_segments_any(const IbpDecodeArgs &a)
     uint32_t dynamic;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic));
     const Plan p = load_plan(a.plan);
-    if ((WORDS & 2u) && p.w == 2)
-        decode_segments<2, C1, INL>(a, p, tbl.t2, stages, seg_bits, red,
-                                    dynamic >= IBP_DECODE_VIA_BYTES(2) ? via : nullptr);
-    else if ((WORDS & 4u) && p.w == 4)
-        decode_segments<4, C1, INL>(a, p, tbl.t4, stages, seg_bits, red,
-                                    dynamic >= IBP_DECODE_VIA_BYTES(4) ? via : nullptr);
-    else if ((WORDS & 8u) && p.w == 8)
-        decode_segments<8, C1, INL>(a, p, tbl.t8, stages, seg_bits, red,
-                                    dynamic >= IBP_DECODE_VIA_BYTES(8) ? via : nullptr);
+    if constexpr ((WORDS & 2u) != 0)
+        if (p.w == 2)
+            return decode_segments<2, C1, INL>(a, p, table_of<2, L>(tbl), stages, seg_bits, red,
+                                               dynamic >= IBP_DECODE_VIA_BYTES(2) ? via : nullptr);
+    if constexpr ((WORDS & 4u) != 0)
+        if (p.w == 4)
+            return decode_segments<4, C1, INL>(a, p, table_of<4, L>(tbl), stages, seg_bits, red,
+                                               dynamic >= IBP_DECODE_VIA_BYTES(4) ? via : nullptr);
+    if constexpr ((WORDS & 8u) != 0)
+        if (p.w == 8)
+            return decode_segments<8, C1, INL>(a, p, table_of<8, L>(tbl), stages, seg_bits, red,
+                                               dynamic >= IBP_DECODE_VIA_BYTES(8) ? via : nullptr);
 }
 
 // A segmented kernel's two entry points: block offsets read from the offsets buffer, and carried
 // in the launch's arguments (_inl).
-#define IBP_SEG_KERNELS(NAME, PER_SM, C1, WORDS)                                                             \
+#define IBP_SEG_KERNELS(NAME, PER_SM, C1, WORDS, L)                                                          \
     extern "C" __global__ void __launch_bounds__(kThreads, PER_SM) NAME(IbpDecodeArgs a)                     \
     {                                                                                                        \
-        decode_segments_any<C1, false, WORDS>(a);                                                            \
+        decode_segments_any<C1, false, WORDS, L>(a);                                                         \
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(kThreads, PER_SM) NAME##_inl(IbpDecodeArgs a)               \
     {                                                                                                        \
-        decode_segments_any<C1, true, WORDS>(a);                                                             \
+        decode_segments_any<C1, true, WORDS, L>(a);                                                          \
     }
 
-IBP_SEG_KERNELS(ibp_k_decode_seg1, IBP_DECODE_SEG1_CTAS_PER_SM, true, 2u | 4u)
+IBP_SEG_KERNELS(ibp_k_decode_seg1, IBP_DECODE_SEG1_CTAS_PER_SM, true, 2u | 4u, Layout::parts)
 // One column of 8-byte words: fewer CTAs a multiprocessor leave the unrolled stores the registers
 // they need.
-IBP_SEG_KERNELS(ibp_k_decode_seg1w8, IBP_DECODE_SEG1W8_CTAS_PER_SM, true, 8u)
+IBP_SEG_KERNELS(ibp_k_decode_seg1w8, IBP_DECODE_SEG1W8_CTAS_PER_SM, true, 8u, Layout::parts)
 // More columns keep more state (a column per lane, the field sizes of a lane's run): each word
 // size's kernel fits three CTAs a multiprocessor only with 8-byte words in a kernel of their own.
-IBP_SEG_KERNELS(ibp_k_decode_seg, IBP_DECODE_SEG_CTAS_PER_SM, false, 2u | 4u)
-IBP_SEG_KERNELS(ibp_k_decode_segw8, IBP_DECODE_SEGW8_CTAS_PER_SM, false, 8u)
+// Plans of many table entries (IBP_DECODE_PARTS_ENTRIES_MAX) take the sliced table's kernel.
+IBP_SEG_KERNELS(ibp_k_decode_seg, IBP_DECODE_SEG_CTAS_PER_SM, false, 2u | 4u, Layout::parts)
+IBP_SEG_KERNELS(ibp_k_decode_segs, IBP_DECODE_SEG_CTAS_PER_SM, false, 2u | 4u, Layout::sliced)
+IBP_SEG_KERNELS(ibp_k_decode_segw8, IBP_DECODE_SEGW8_CTAS_PER_SM, false, 8u, Layout::parts)
 #undef IBP_SEG_KERNELS
 
 // Plans with predictor columns of a period of at most 32 words; the segments' decoded words are
-// kept in dynamic shared memory (IBP_DECODE_SEGP_BYTES(W)).
-extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEGP_CTAS_PER_SM)
-    ibp_k_decode_segp(IbpDecodeArgs a)
+// kept in dynamic shared memory (IBP_DECODE_SEGP_BYTES(W)).  ibp_k_decode_segp keeps the plan's
+// table in parts, ibp_k_decode_segps (2- and 4-byte words) sliced: a kernel each, as the two in
+// one ran short of registers.
+template <Layout L> __device__ __forceinline__ void decode_pred_any(const IbpDecodeArgs &a)
 {
     __shared__ TableAny tbl;
     __shared__ SegStage stages[kWarps];
@@ -2480,15 +2535,28 @@ extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEGP_CTAS_PER_
     const Plan p = load_plan(a.plan);
     switch (p.w) {
     case 2:
-        decode_segments_pred<2>(a, p, tbl.t2, stages, (uint8_t *)segbuf, seg_bits, red, ps);
+        decode_segments_pred<2>(a, p, table_of<2, L>(tbl), stages, (uint8_t *)segbuf, seg_bits, red, ps);
         break;
     case 4:
-        decode_segments_pred<4>(a, p, tbl.t4, stages, (uint8_t *)segbuf, seg_bits, red, ps);
+        decode_segments_pred<4>(a, p, table_of<4, L>(tbl), stages, (uint8_t *)segbuf, seg_bits, red, ps);
         break;
     default:
-        decode_segments_pred<8>(a, p, tbl.t8, stages, (uint8_t *)segbuf, seg_bits, red, ps);
+        if constexpr (L == Layout::parts)
+            decode_segments_pred<8>(a, p, tbl.t8, stages, (uint8_t *)segbuf, seg_bits, red, ps);
         break;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEGP_CTAS_PER_SM)
+    ibp_k_decode_segp(IbpDecodeArgs a)
+{
+    decode_pred_any<Layout::parts>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEGP_CTAS_PER_SM)
+    ibp_k_decode_segps(IbpDecodeArgs a)
+{
+    decode_pred_any<Layout::sliced>(a);
 }
 
 // Run after ibp_k_decode_segp on the same stream with the same grid.

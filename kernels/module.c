@@ -73,11 +73,15 @@ typedef struct IbpSegKernel {
             K##_INL, PER_SM, VIA                                                                             \
         }                                                                                                    \
     }
-static const IbpSegKernel seg_kernels[2][2][2] = {
+/* [several columns, one column, several columns of many table entries][8-byte words][offsets in
+ * the arguments]: the sliced table's kernel takes 2- and 4-byte words only. */
+static const IbpSegKernel seg_kernels[3][2][2] = {
     {SEG_KERNEL(IBP_KERNEL_DECODE_SEG, IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS),
      SEG_KERNEL(IBP_KERNEL_DECODE_SEGW8, IBP_DECODE_SEGW8_CTAS_PER_SM, IBP_DECODE_SEGW8_VIA_WORDS)},
     {SEG_KERNEL(IBP_KERNEL_DECODE_SEG1, IBP_DECODE_SEG1_CTAS_PER_SM, IBP_DECODE_SEG1_VIA_WORDS),
-     SEG_KERNEL(IBP_KERNEL_DECODE_SEG1W8, IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS)}};
+     SEG_KERNEL(IBP_KERNEL_DECODE_SEG1W8, IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS)},
+    {SEG_KERNEL(IBP_KERNEL_DECODE_SEGS, IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS),
+     SEG_KERNEL(IBP_KERNEL_DECODE_SEGW8, IBP_DECODE_SEGW8_CTAS_PER_SM, IBP_DECODE_SEGW8_VIA_WORDS)}};
 #undef SEG_KERNEL
 
 static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
@@ -118,6 +122,14 @@ static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
                                     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)segp_shared_bytes(w)) == CUDA_SUCCESS)
             mod->segp_max_dynamic = segp_shared_bytes(w);
+    /* Its sliced-table twin decodes 2- and 4-byte words. */
+    mod->segps_max_dynamic = 0;
+    for (unsigned w = 4; w >= 2 && !mod->segps_max_dynamic; w /= 2)
+        if (segp_shared_bytes(w) <= mod->segp_max_dynamic &&
+            drv->cuFuncSetAttribute(mod->fn[IBP_KERNEL_DECODE_SEGPS],
+                                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    (int)segp_shared_bytes(w)) == CUDA_SUCCESS)
+            mod->segps_max_dynamic = segp_shared_bytes(w);
     if (mod->segp_max_dynamic < segp_shared_bytes(8))
         IBP_DEBUG(
             "device %d allows the predictor decode %u bytes of dynamic shared memory: wider plans decode "
@@ -127,7 +139,7 @@ static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
      * word size, where the device holds as many CTAs a multiprocessor with it as their launch
      * bounds ask (sm_90 has 228 KiB a multiprocessor: one column of 4-byte words at four CTAs does
      * not fit; 8.x devices have 100-164 KiB); elsewhere they store from the lanes' runs. */
-    for (unsigned i = 0; i < 8; i++) {
+    for (unsigned i = 0; i < 12; i++) {
         const IbpSegKernel *sk = &seg_kernels[i / 4][i / 2 % 2][i % 2];
         const unsigned widest = sk->via_words & 8u ? 8u : sk->via_words & 4u ? 4u : 2u;
         mod->via_words[sk->k] = 0;
@@ -225,7 +237,7 @@ size_t ibp_decode_scratch_bytes(const IbpModule *mod)
 }
 
 int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned word_size, unsigned columns,
-                      unsigned flags, unsigned max_ctas, CUstream stream)
+                      unsigned nsets, unsigned flags, unsigned max_ctas, CUstream stream)
 {
     IbpDecodeArgs args = *a;
     void *params[] = {&args};
@@ -262,8 +274,10 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
     const unsigned warps = IBP_DECODE_THREADS / 32;
     const uint64_t per_block = (ibp_decode_segments(word_size, args.block_size) + warps - 1) / warps;
     const uint64_t groups = (uint64_t)args.nblocks * per_block;
-    /* 8-byte words have kernels of their own */
-    const IbpSegKernel *const sk = &seg_kernels[columns == 1][word_size == 8][args.inline_offsets != 0];
+    /* 8-byte words have kernels of their own; plans of many entries keep their table sliced */
+    const int sliced = word_size < 8 && (uint64_t)(nsets + 1u) * columns > IBP_DECODE_PARTS_ENTRIES_MAX;
+    const unsigned shape = columns == 1 ? 1u : sliced ? 2u : 0u;
+    const IbpSegKernel *const sk = &seg_kernels[shape][word_size == 8][args.inline_offsets != 0];
     const unsigned per_sm = segp ? IBP_DECODE_SEGP_CTAS_PER_SM : sk->per_sm;
     const unsigned resident = resident_cap(mod, per_sm, max_ctas);
     /* The kernels of several columns and the predictor kernel take their groups in as few rounds
@@ -284,8 +298,9 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
     }
     if (!err && segp) {
         /* Blocks with the group index and its carries decode exactly from any group: no fix-up. */
-        err = ibp_kernel_launch(mod, IBP_KERNEL_DECODE_SEGP, grid, IBP_DECODE_THREADS,
-                                segp_shared_bytes(word_size), stream, params);
+        const int segps = sliced && segp_shared_bytes(word_size) <= mod->segps_max_dynamic;
+        err = ibp_kernel_launch(mod, segps ? IBP_KERNEL_DECODE_SEGPS : IBP_KERNEL_DECODE_SEGP, grid,
+                                IBP_DECODE_THREADS, segp_shared_bytes(word_size), stream, params);
         return err || (flags & IBP_DECODE_INDEXED) ? err
                                                    : ibp_kernel_launch(mod, IBP_KERNEL_DECODE_FIX, grid,
                                                                        IBP_DECODE_THREADS, 0, stream, params);

@@ -15,12 +15,15 @@
     X(IBP_KERNEL_DECODE_SEG, "ibp_k_decode_seg", "decode")                                                   \
     X(IBP_KERNEL_DECODE_SEG1, "ibp_k_decode_seg1", "decode")                                                 \
     X(IBP_KERNEL_DECODE_SEG_INL, "ibp_k_decode_seg_inl", "decode")                                           \
+    X(IBP_KERNEL_DECODE_SEGS, "ibp_k_decode_segs", "decode")                                                 \
+    X(IBP_KERNEL_DECODE_SEGS_INL, "ibp_k_decode_segs_inl", "decode")                                         \
     X(IBP_KERNEL_DECODE_SEG1_INL, "ibp_k_decode_seg1_inl", "decode")                                         \
     X(IBP_KERNEL_DECODE_SEG1W8, "ibp_k_decode_seg1w8", "decode")                                             \
     X(IBP_KERNEL_DECODE_SEG1W8_INL, "ibp_k_decode_seg1w8_inl", "decode")                                     \
     X(IBP_KERNEL_DECODE_SEGW8, "ibp_k_decode_segw8", "decode")                                               \
     X(IBP_KERNEL_DECODE_SEGW8_INL, "ibp_k_decode_segw8_inl", "decode")                                       \
     X(IBP_KERNEL_DECODE_SEGP, "ibp_k_decode_segp", "decode")                                                 \
+    X(IBP_KERNEL_DECODE_SEGPS, "ibp_k_decode_segps", "decode")                                               \
     X(IBP_KERNEL_DECODE_FIX, "ibp_k_decode_fix", "decode")                                                   \
     X(IBP_KERNEL_DECODE_COUNT, "ibp_k_decode_count", "decode")                                               \
     X(IBP_KERNEL_DECODE_UNFLAG, "ibp_k_decode_unflag", "decode")
@@ -37,7 +40,8 @@ typedef struct IbpModule {
     CUdevice device;
     int sm_count;
     int max_threads_per_block;
-    unsigned segp_max_dynamic; /* dynamic shared bytes ibp_k_decode_segp may take here (0: none) */
+    unsigned segp_max_dynamic;  /* dynamic shared bytes ibp_k_decode_segp may take here (0: none) */
+    unsigned segps_max_dynamic; /* the same for ibp_k_decode_segps */
     CUfunction fn[IBP_KERNEL_COUNT];
     /* word sizes (each size's bit) a segmented kernel stores its segments through shared memory
      * for here: launched with IBP_DECODE_VIA_BYTES(w) of it */
@@ -82,7 +86,9 @@ struct IbpDecodeArgs;
  * every SM: ibp_k_decode_seg1 (one column; ibp_k_decode_seg1w8 for 8-byte words) and
  * ibp_k_decode_seg (more; ibp_k_decode_segw8 for 8-byte words) for plans without predictor
  * columns, ibp_k_decode_segp (then ibp_k_decode_fix, unless IBP_DECODE_INDEXED) for plans with
- * predictors of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words.  Those need a->scratch:
+ * predictors of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words (ibp_k_decode_segps for
+ * those of 2- and 4-byte words whose `nsets` mask sets make more than IBP_DECODE_PARTS_ENTRIES_MAX
+ * table entries).  Those need a->scratch:
  * ibp_decode_scratch_bytes() of device memory that no other launch still in flight uses; given
  * it, runs of plans of several columns that are short against the grid and lack
  * IBP_DECODE_INDEXED are counted first by ibp_k_decode_count, so that no CTA counts the segments
@@ -93,7 +99,7 @@ struct IbpDecodeArgs;
  * -EINVAL (a misaligned run, a word size other than 2, 4 or 8, IBP_DECODE_SELFLAGS without
  * a->selx) or -EIO. */
 int ibp_decode_launch(const IbpModule *mod, const struct IbpDecodeArgs *a, unsigned word_size,
-                      unsigned columns, unsigned flags, unsigned max_ctas, CUstream stream);
+                      unsigned columns, unsigned nsets, unsigned flags, unsigned max_ctas, CUstream stream);
 
 /* Device bytes (8-byte aligned) of a launch's scratch. */
 size_t ibp_decode_scratch_bytes(const IbpModule *mod);

@@ -236,10 +236,10 @@ static CUresult k_unflag(const FakecudaGrid *grid, void *const *params)
     return each_block(params, unflag_block, NULL);
 }
 
-/* ibp_k_decode, ibp_k_decode_seg, ibp_k_decode_seg1(w8) and ibp_k_decode_segp (IbpDecodeArgs a): the
+/* ibp_k_decode, ibp_k_decode_seg(s), ibp_k_decode_seg1(w8) and ibp_k_decode_segp(s) (IbpDecodeArgs a): the
  * CPU codec decodes each block of the run (into ctx, a block's room) and the bytes
  * [a.skip, a.skip + a.len) of the run land at a.dst, exactly what the CUDA kernels write
- * (ibp_k_decode_segp with ibp_k_decode_fix after it). */
+ * (ibp_k_decode_segp(s) with ibp_k_decode_fix after it). */
 static CUresult decode_block(const Run *r, const IbpCodecPlan *plan, uint32_t b, const uint8_t *blk,
                              size_t comp_len, const IbpBlockHeader *h, void *ctx)
 {
@@ -298,12 +298,15 @@ const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_decode_seg, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg1, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg_inl, k_decode, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_segs, k_decode, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_segs_inl, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg1_inl, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg1w8, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_seg1w8_inl, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_segw8, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_segw8_inl, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_segp, k_decode, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_segps, k_decode, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_fix, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_count, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_unflag, k_unflag, sizeof(IbpDecodeArgs)),

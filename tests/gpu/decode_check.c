@@ -42,7 +42,7 @@ typedef struct Encoded {
     uint32_t nblocks;
     size_t block_size;
     int has_pred;
-    unsigned columns;
+    unsigned columns, nsets;
     unsigned word_size;
     int legacy; /* launched without IBP_DECODE_INDEXED (the blocks may lack the index or carries) */
     int flagged; /* the plan may write flagged selectors: launched with IBP_DECODE_SELFLAGS */
@@ -126,6 +126,7 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPl
     }
     e->has_pred = info.xf_delta + info.xf_xor > 0;
     e->columns = info.columns;
+    e->nsets = info.nsets;
     e->word_size = info.word_size;
     return 0;
 }
@@ -217,7 +218,7 @@ static void check_range_from(const char *name, const uint8_t *data, const Encode
         ibp_decode_inline_offsets(&a, e->offsets + first);
     const unsigned flags = (e->has_pred ? IBP_DECODE_PRED : 0u) | (cta ? IBP_DECODE_BLOCK : 0u) |
                            (e->legacy ? 0u : IBP_DECODE_INDEXED) | (e->flagged ? IBP_DECODE_SELFLAGS : 0u);
-    const int launched = ibp_decode_launch(mod, &a, e->word_size, e->columns, flags, grid, NULL);
+    const int launched = ibp_decode_launch(mod, &a, e->word_size, e->columns, e->nsets, flags, grid, NULL);
     CHECK_CU(drv->cuCtxSynchronize());
     if (d_selx)
         drv->cuMemFree(d_selx);
@@ -424,6 +425,12 @@ static uint8_t xf_none(unsigned col)
     return 0;
 }
 
+/* Every other column zigzag-coded, none predicted. */
+static uint8_t xf_zigzag(unsigned col)
+{
+    return col % 2 ? IBP_XF_ZIGZAG : 0;
+}
+
 /* Tables whose columns grow slowly row by row (what delta and xor predict), with noise so that
  * some words match no mask set and some rows go raw. */
 static void synthetic_cases(void)
@@ -440,6 +447,9 @@ static void synthetic_cases(void)
         {4, 1, 1024, 2, 262144, xf_mixed, (7u << 20) + 2}, /* one delta column, two rounds of CTAs */
         {2, 32, 33, 1, 4096, xf_mixed, 100003},            /* period exactly a warp */
         {4, 1000, 64, 2, 65536, xf_none, (2u << 20) + 2},  /* long period, no predictor */
+        /* no predictor, more table entries than IBP_DECODE_PARTS_ENTRIES_MAX: the sliced table */
+        {4, 7, 1792, 3, 262144, xf_zigzag, (3u << 20) + 5}, /* uint8-images-like */
+        {2, 12, 96, 2, 65536, xf_none, (1u << 20) + 7},
         /* rows whole periods of the columns, some raw: flagged blocks rewritten in shares */
         {4, 8, 1024, 3, 262144, xf_mixed, (4u << 20) + 12},
         {2, 4, 64, 1, 65536, xf_mixed, (1u << 20) + 3}, /* the same, one mask set */

@@ -134,6 +134,7 @@ class DecodeLaunch : public ::testing::Test
         IbpCodecPlanInfo info;
         ibp_codec_plan_info(plan, &info);
         columns_ = info.columns;
+        nsets_ = info.nsets;
         word_size_ = info.word_size;
         data_.resize((size_t)nblocks * bs_);
         uint32_t x = 2463534242u;
@@ -183,7 +184,7 @@ class DecodeLaunch : public ::testing::Test
         IbpDecodeArgs a = args_;
         a.scratch = with_scratch ? scratch_ : 0;
         stats_(&before);
-        EXPECT_EQ(ibp_decode_launch(mod_, &a, word_size_, columns_, flags, max_ctas, nullptr), 0);
+        EXPECT_EQ(ibp_decode_launch(mod_, &a, word_size_, columns_, nsets_, flags, max_ctas, nullptr), 0);
         EXPECT_EQ(drv_->cuCtxSynchronize(), CUDA_SUCCESS);
         stats_(&after);
         std::vector<uint8_t> out(data_.size());
@@ -226,6 +227,7 @@ class DecodeLaunch : public ::testing::Test
     IbpCodecPlan *plan_ = nullptr;
     size_t bs_ = 0;
     uint32_t columns_ = 0;
+    uint32_t nsets_ = 0;
     uint32_t word_size_ = 4;
     std::vector<uint8_t> data_;
     uint32_t flagged_ = 0; // blocks of flagged selectors encode() wrote
@@ -265,6 +267,33 @@ TEST_F(DecodeLaunch, PredictorGridsTakeTheFewestRoundsWithTheFewestCtas)
             expect_grid("ibp_k_decode_segp", nblocks, 4, IBP_DECODE_SEGP_CTAS_PER_SM, true,
                         IBP_DECODE_SEGP_BYTES(4));
         }
+        ibp_codec_plan_destroy(&plan);
+    }
+}
+
+// Predictor plans of 2- and 4-byte words with more table entries than IBP_DECODE_PARTS_ENTRIES_MAX
+// (one mask set: two entries a column) take the kernel whose table is sliced, with the same grid
+// and shared memory; 8-byte words keep the parts.
+TEST_F(DecodeLaunch, PredictorPlansOfManyEntriesTakeTheSlicedTable)
+{
+    ASSERT_NE(last_launch_, nullptr);
+    if (refused_smem())
+        GTEST_SKIP() << "the device refused the predictor decode its shared memory";
+    static_assert(IBP_DECODE_PARTS_ENTRIES_MAX % 2 == 0, "one mask set: two entries a column");
+    const struct {
+        uint32_t columns, w;
+        const char *kernel;
+    } cases[] = {{IBP_DECODE_PARTS_ENTRIES_MAX / 2, 4, "ibp_k_decode_segp"},
+                 {IBP_DECODE_PARTS_ENTRIES_MAX / 2 + 1, 4, "ibp_k_decode_segps"},
+                 {IBP_DECODE_PRED_MAX_COLUMNS, 4, "ibp_k_decode_segps"},
+                 {IBP_DECODE_PARTS_ENTRIES_MAX / 2 + 1, 8, "ibp_k_decode_segp"}};
+    for (const auto &c : cases) {
+        IbpCodecPlan *plan = make_plan(c.columns, true, 262144, c.w);
+        ASSERT_NE(plan, nullptr);
+        encode(plan, 4);
+        EXPECT_EQ(nsets_, 1u);
+        EXPECT_EQ(decode(IBP_DECODE_PRED | IBP_DECODE_INDEXED, true), 1u) << c.columns << " columns";
+        expect_grid(c.kernel, 4, c.w, IBP_DECODE_SEGP_CTAS_PER_SM, true, IBP_DECODE_SEGP_BYTES(c.w));
         ibp_codec_plan_destroy(&plan);
     }
 }
@@ -319,9 +348,11 @@ TEST_F(DecodeLaunch, FlaggedSelectorsAreRewrittenFirst)
         }
         IbpDecodeArgs a = args_;
         a.selx = 0;
-        EXPECT_EQ(ibp_decode_launch(mod_, &a, word_size_, columns_, f, 0, nullptr), -EINVAL) << "no selx";
+        EXPECT_EQ(ibp_decode_launch(mod_, &a, word_size_, columns_, nsets_, f, 0, nullptr), -EINVAL)
+            << "no selx";
         a.selx = args_.selx + 8;
-        EXPECT_EQ(ibp_decode_launch(mod_, &a, word_size_, columns_, f, 0, nullptr), -EINVAL) << "misaligned";
+        EXPECT_EQ(ibp_decode_launch(mod_, &a, word_size_, columns_, nsets_, f, 0, nullptr), -EINVAL)
+            << "misaligned";
         ibp_codec_plan_destroy(&plan);
     }
 }
@@ -380,6 +411,11 @@ TEST_F(DecodeLaunch, EightByteWordsHaveKernelsOfTheirOwn)
     } cases[] = {{1, 4, "ibp_k_decode_seg1", IBP_DECODE_SEG1_CTAS_PER_SM, IBP_DECODE_SEG1_VIA_WORDS},
                  {1, 8, "ibp_k_decode_seg1w8", IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS},
                  {5, 4, "ibp_k_decode_seg", IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS},
+                 // one mask set: two table entries a column, more than IBP_DECODE_PARTS_ENTRIES_MAX
+                 {IBP_DECODE_PARTS_ENTRIES_MAX / 2 + 1, 4, "ibp_k_decode_segs", IBP_DECODE_SEG_CTAS_PER_SM,
+                  IBP_DECODE_SEG_VIA_WORDS},
+                 {IBP_DECODE_PARTS_ENTRIES_MAX / 2 + 1, 8, "ibp_k_decode_segw8", IBP_DECODE_SEGW8_CTAS_PER_SM,
+                  IBP_DECODE_SEGW8_VIA_WORDS},
                  {5, 8, "ibp_k_decode_segw8", IBP_DECODE_SEGW8_CTAS_PER_SM, IBP_DECODE_SEGW8_VIA_WORDS}};
     for (const auto &c : cases) {
         IbpCodecPlan *plan = make_plan(c.columns, false, 262144, c.w);
@@ -396,7 +432,7 @@ TEST_F(DecodeLaunch, EightByteWordsHaveKernelsOfTheirOwn)
     FakecudaStats before, after;
     stats_(&before);
     for (const unsigned bad : {0u, 1u, 3u, 16u})
-        EXPECT_EQ(ibp_decode_launch(mod_, &args_, bad, 1, 0, 0, nullptr), -EINVAL) << bad;
+        EXPECT_EQ(ibp_decode_launch(mod_, &args_, bad, 1, 1, 0, 0, nullptr), -EINVAL) << bad;
     stats_(&after);
     EXPECT_EQ(after.kernel_launches, before.kernel_launches);
 }
