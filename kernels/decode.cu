@@ -206,10 +206,10 @@ static_assert((uint32_t)kRuns == IBP_GPU_RUNS && kRunsHalf == IBP_GPU_RUNS_HALF,
 // Runs are masks within the word (a half for W == 8), unused ones 0; byte r of shifts is run r's
 // shift (within its half for W == 8); meta is kMeta* (and kMetaLoShift for W == 8).
 //
-// The predictor kernel keeps the table of a plan of many entries (2- and 4-byte words) sliced by
-// words instead: word k of every entry side by side, so that a quarter warp's 4-byte loads meet
-// in no bank for up to 32 entries, where 16-byte parts meet for entries 8 apart.  It costs seven
-// loads a word where parts cost two; plans of few entries, whose parts rarely meet, keep parts.
+// Kernels of their own keep the table of a plan of several columns of 2- and 4-byte words and more
+// than IBP_DECODE_PARTS_ENTRIES_MAX entries sliced by words instead: word k of every entry side
+// by side, so that a quarter warp's 4-byte loads meet in no bank for up to 32 entries, where
+// 16-byte parts meet for entries 8 apart.  It costs seven loads a word where parts cost two.
 enum class Layout { parts, sliced };
 template <int W, Layout L> struct Table {
     static constexpr uint32_t kParts = W == 8 ? 3 : 2;

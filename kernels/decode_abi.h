@@ -150,12 +150,13 @@ static inline uint32_t ibp_decode_unflag_words(uint32_t word_size, uint32_t bloc
  * left a decode of 4-5 MiB two rounds of CTAs for one and a few groups. */
 #define IBP_DECODE_SEGP_CTAS_PER_SM 3u
 #define IBP_DECODE_PRED_MAX_COLUMNS 32u
-/* Predictor plans of 2- and 4-byte words with more mask table entries ((sets + 1) * columns)
- * than this take ibp_k_decode_segps, whose table is sliced by words: its loads meet in no bank,
- * where the 16-byte parts of ibp_k_decode_segp meet for entries 8 apart, but it loads a word's
- * entry in seven pieces where parts take two.  uint8 images (28 entries) decode faster sliced,
- * int32 triples (12) slower. */
-#define IBP_DECODE_PARTS_ENTRIES_MAX 16u
+/* Plans of several columns of 2- and 4-byte words with more mask table entries ((sets + 1) *
+ * columns) than this take ibp_k_decode_segs or ibp_k_decode_segps, whose table is sliced by
+ * words: a quarter warp's loads of it meet in no bank for up to 32 entries, where the 16-byte
+ * parts of the other kernels' table meet for entries 8 apart.  Up to 8 entries parts cannot meet
+ * and take two loads a word where slices take seven.  Sliced, uint8 images (28 entries) decode
+ * 15-20% faster and int32 triples (12) as fast (H200, docs/BENCHMARKS.md). */
+#define IBP_DECODE_PARTS_ENTRIES_MAX 8u
 
 /* The segmented kernels' scratch: the decoded words straddling the ends of dst, then a record per
  * CTA: the predictor state at the end of its share of the run (a carry per column residue, read

@@ -450,6 +450,7 @@ static void synthetic_cases(void)
         /* no predictor, more table entries than IBP_DECODE_PARTS_ENTRIES_MAX: the sliced table */
         {4, 7, 1792, 3, 262144, xf_zigzag, (3u << 20) + 5}, /* uint8-images-like */
         {2, 12, 96, 2, 65536, xf_none, (1u << 20) + 7},
+        {4, 2, 1024, 3, 262144, xf_zigzag, (2u << 20) + 9}, /* 8 entries: the table in parts */
         /* rows whole periods of the columns, some raw: flagged blocks rewritten in shares */
         {4, 8, 1024, 3, 262144, xf_mixed, (4u << 20) + 12},
         {2, 4, 64, 1, 65536, xf_mixed, (1u << 20) + 3}, /* the same, one mask set */

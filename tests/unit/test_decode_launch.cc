@@ -410,8 +410,9 @@ TEST_F(DecodeLaunch, EightByteWordsHaveKernelsOfTheirOwn)
         unsigned per_sm, via_words;
     } cases[] = {{1, 4, "ibp_k_decode_seg1", IBP_DECODE_SEG1_CTAS_PER_SM, IBP_DECODE_SEG1_VIA_WORDS},
                  {1, 8, "ibp_k_decode_seg1w8", IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS},
-                 {5, 4, "ibp_k_decode_seg", IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS},
-                 // one mask set: two table entries a column, more than IBP_DECODE_PARTS_ENTRIES_MAX
+                 // one mask set: two table entries a column, up to and past IBP_DECODE_PARTS_ENTRIES_MAX
+                 {IBP_DECODE_PARTS_ENTRIES_MAX / 2, 4, "ibp_k_decode_seg", IBP_DECODE_SEG_CTAS_PER_SM,
+                  IBP_DECODE_SEG_VIA_WORDS},
                  {IBP_DECODE_PARTS_ENTRIES_MAX / 2 + 1, 4, "ibp_k_decode_segs", IBP_DECODE_SEG_CTAS_PER_SM,
                   IBP_DECODE_SEG_VIA_WORDS},
                  {IBP_DECODE_PARTS_ENTRIES_MAX / 2 + 1, 8, "ibp_k_decode_segw8", IBP_DECODE_SEGW8_CTAS_PER_SM,
