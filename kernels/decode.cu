@@ -2,7 +2,8 @@
 // ibpshim: decodes runs of IBP blocks on the GPU, bit-exact with codec/.
 //
 // Kernels picked per launch by ibp_decode_launch() (kernels/module.c):
-// - ibp_k_decode_seg1 (one column) and ibp_k_decode_seg: plans without predictor columns.  A
+// - ibp_k_decode_seg1 (one column) and ibp_k_decode_seg (or ibp_k_decode_segs, its table sliced
+//   for plans of many entries): plans without predictor columns.  A
 //   block's 512-word segments form groups of 8, each CTA takes a contiguous share of the groups
 //   and its warps a segment each.  Each segment's payload bits (popcounts over its selectors for
 //   one-column plans, else its lanes' field sizes, kept for the decode) and a CTA scan place the
@@ -262,8 +263,8 @@ template <int W, Layout L> struct EntryAt {
 };
 
 // Splits the set bits of v into runs: the first `max` go to run[0], run[stride], ... (the others
-// zeroed), the shift that takes each from its place in the field to its place in v into byte `at` + r of
-// shifts.  Returns whether v has more than `max` runs.
+// zeroed), the shift that takes each from its place in the field to its place in v into byte
+// `at` + r of shifts.  Returns whether v has more than `max` runs.
 template <typename U>
 __device__ __forceinline__ bool split_runs(U v, U *run, uint32_t stride, uint32_t max, uint32_t &shifts,
                                            uint32_t at)
@@ -2541,8 +2542,8 @@ template <Layout L> __device__ __forceinline__ void decode_pred_any(const IbpDec
         decode_segments_pred<4>(a, p, table_of<4, L>(tbl), stages, (uint8_t *)segbuf, seg_bits, red, ps);
         break;
     default:
-        if constexpr (L == Layout::parts)
-            decode_segments_pred<8>(a, p, tbl.t8, stages, (uint8_t *)segbuf, seg_bits, red, ps);
+        if constexpr (L == Layout::parts) // the launcher sends 8-byte words to parts only
+            decode_segments_pred<8>(a, p, table_of<8, L>(tbl), stages, (uint8_t *)segbuf, seg_bits, red, ps);
         break;
     }
 }

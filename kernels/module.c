@@ -73,15 +73,15 @@ typedef struct IbpSegKernel {
             K##_INL, PER_SM, VIA                                                                             \
         }                                                                                                    \
     }
-/* [several columns, one column, several columns of many table entries][8-byte words][offsets in
- * the arguments]: the sliced table's kernel takes 2- and 4-byte words only. */
-static const IbpSegKernel seg_kernels[3][2][2] = {
+static const IbpSegKernel seg_kernels[2][2][2] = {
     {SEG_KERNEL(IBP_KERNEL_DECODE_SEG, IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS),
      SEG_KERNEL(IBP_KERNEL_DECODE_SEGW8, IBP_DECODE_SEGW8_CTAS_PER_SM, IBP_DECODE_SEGW8_VIA_WORDS)},
     {SEG_KERNEL(IBP_KERNEL_DECODE_SEG1, IBP_DECODE_SEG1_CTAS_PER_SM, IBP_DECODE_SEG1_VIA_WORDS),
-     SEG_KERNEL(IBP_KERNEL_DECODE_SEG1W8, IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS)},
-    {SEG_KERNEL(IBP_KERNEL_DECODE_SEGS, IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS),
-     SEG_KERNEL(IBP_KERNEL_DECODE_SEGW8, IBP_DECODE_SEGW8_CTAS_PER_SM, IBP_DECODE_SEGW8_VIA_WORDS)}};
+     SEG_KERNEL(IBP_KERNEL_DECODE_SEG1W8, IBP_DECODE_SEG1W8_CTAS_PER_SM, IBP_DECODE_SEG1W8_VIA_WORDS)}};
+/* Several columns of 2- and 4-byte words and more than IBP_DECODE_PARTS_ENTRIES_MAX table entries:
+ * the kernel whose table is sliced, [offsets carried in the launch]. */
+static const IbpSegKernel segs_kernels[2] =
+    SEG_KERNEL(IBP_KERNEL_DECODE_SEGS, IBP_DECODE_SEG_CTAS_PER_SM, IBP_DECODE_SEG_VIA_WORDS);
 #undef SEG_KERNEL
 
 static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
@@ -139,8 +139,8 @@ static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
      * word size, where the device holds as many CTAs a multiprocessor with it as their launch
      * bounds ask (sm_90 has 228 KiB a multiprocessor: one column of 4-byte words at four CTAs does
      * not fit; 8.x devices have 100-164 KiB); elsewhere they store from the lanes' runs. */
-    for (unsigned i = 0; i < 12; i++) {
-        const IbpSegKernel *sk = &seg_kernels[i / 4][i / 2 % 2][i % 2];
+    for (unsigned i = 0; i < 10; i++) {
+        const IbpSegKernel *sk = i < 8 ? &seg_kernels[i / 4][i / 2 % 2][i % 2] : &segs_kernels[i - 8];
         const unsigned widest = sk->via_words & 8u ? 8u : sk->via_words & 4u ? 4u : 2u;
         mod->via_words[sk->k] = 0;
         if (!sk->via_words ||
@@ -276,8 +276,9 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
     const uint64_t groups = (uint64_t)args.nblocks * per_block;
     /* 8-byte words have kernels of their own; plans of many entries keep their table sliced */
     const int sliced = word_size < 8 && (uint64_t)(nsets + 1u) * columns > IBP_DECODE_PARTS_ENTRIES_MAX;
-    const unsigned shape = columns == 1 ? 1u : sliced ? 2u : 0u;
-    const IbpSegKernel *const sk = &seg_kernels[shape][word_size == 8][args.inline_offsets != 0];
+    const int inl = args.inline_offsets != 0;
+    const IbpSegKernel *const sk =
+        columns > 1 && sliced ? &segs_kernels[inl] : &seg_kernels[columns == 1][word_size == 8][inl];
     const unsigned per_sm = segp ? IBP_DECODE_SEGP_CTAS_PER_SM : sk->per_sm;
     const unsigned resident = resident_cap(mod, per_sm, max_ctas);
     /* The kernels of several columns and the predictor kernel take their groups in as few rounds

@@ -86,9 +86,9 @@ struct IbpDecodeArgs;
  * every SM: ibp_k_decode_seg1 (one column; ibp_k_decode_seg1w8 for 8-byte words) and
  * ibp_k_decode_seg (more; ibp_k_decode_segw8 for 8-byte words) for plans without predictor
  * columns, ibp_k_decode_segp (then ibp_k_decode_fix, unless IBP_DECODE_INDEXED) for plans with
- * predictors of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words (ibp_k_decode_segps for
- * those of 2- and 4-byte words whose `nsets` mask sets make more than IBP_DECODE_PARTS_ENTRIES_MAX
- * table entries).  Those need a->scratch:
+ * predictors of a period of at most IBP_DECODE_PRED_MAX_COLUMNS words; plans of several columns of
+ * 2- and 4-byte words whose `nsets` mask sets make more than IBP_DECODE_PARTS_ENTRIES_MAX table
+ * entries take ibp_k_decode_segs and ibp_k_decode_segps instead.  Those need a->scratch:
  * ibp_decode_scratch_bytes() of device memory that no other launch still in flight uses; given
  * it, runs of plans of several columns that are short against the grid and lack
  * IBP_DECODE_INDEXED are counted first by ibp_k_decode_count, so that no CTA counts the segments
