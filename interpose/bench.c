@@ -126,14 +126,16 @@ static int send_offsets(const Bench *b, CUstream s)
 }
 
 /* The pipelined path over blocks [0, end) of the run, its clock on s_copy. */
-static int run_pipelined(const Bench *b, CUdeviceptr d_run, CUdeviceptr d_out, uint32_t end)
+static int run_pipelined(const Bench *b, CUdeviceptr d_run, CUdeviceptr d_out, uint32_t end, int raw_rest)
 {
     const IbpDriver *drv = b->drv;
     /* Chunks of about b->chunk compressed bytes: each chunk's DMA on s_copy (or alternating
      * over s_copy and s_copy2), its decode once its DMA is done on a decode stream (chunk k on
      * s_dec[k % decode_streams], so with more than one a decode need not wait for the chunk
      * before's), the last one's with last_on_copy on its DMA's stream right after it; paired:
-     * each chunk's DMA and then its decode on one stream, s_copy and s_copy2 alternating. */
+     * each chunk's DMA and then its decode on one stream, s_copy and s_copy2 alternating.  With
+     * raw_rest, blocks [end, nblocks) follow as they are, a DMA of their original bytes on s_copy
+     * after the last chunk's, which the last decode then overlaps. */
     const int ndec = b->paired ? 0 : b->decode_streams;
     CUevent start = b->ev[BENCH_EVENTS];
     if (drv->cuEventRecord(start, b->s_copy) != CUDA_SUCCESS ||
@@ -166,6 +168,10 @@ static int run_pipelined(const Bench *b, CUdeviceptr d_run, CUdeviceptr d_out, u
         s = e;
         k++;
     }
+    if (!err && raw_rest && end < b->nblocks &&
+        drv->cuMemcpyHtoDAsync(d_out + (CUdeviceptr)end * b->block_size, b->src + (size_t)end * b->block_size,
+                               span(b, end, b->nblocks), b->s_copy) != CUDA_SUCCESS)
+        err = -EIO;
     /* s_copy, which carries the clock, waits for the other streams' last work. */
     CUstream others[1 + BENCH_DECODE_STREAMS];
     int nothers = 0;
@@ -184,8 +190,8 @@ static int run_pipelined(const Bench *b, CUdeviceptr d_run, CUdeviceptr d_out, u
 }
 
 /* One run of `path`: 0 raw, 1 DMA + decode, 2 pipelined, 3 zero-copy, 4 decode only, 5 split at
- * b->split, 6 the DMA of the run alone; into copy
- * `slot` of the rotation. */
+ * b->split, 6 the DMA of the run alone, 7 blocks [0, b->split) pipelined and the rest raw; into
+ * copy `slot` of the rotation. */
 static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
 {
     const IbpDriver *drv = b->drv;
@@ -200,7 +206,7 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
             return -EIO;
         return decode(b, d_run, b->d_offsets, d_out, 0, b->nblocks, b->total, b->s_copy);
     case 2:
-        return run_pipelined(b, d_run, d_out, b->nblocks);
+        return run_pipelined(b, d_run, d_out, b->nblocks, 0);
     case 5: {
         /* Split: blocks [split, nblocks) decoded zero-copy on s_zc, launched first, the rest
          * pipelined; s_copy waits for both. */
@@ -212,7 +218,7 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
                     b->nblocks - b->split, span(b, b->split, b->nblocks), b->s_zc) ||
              drv->cuEventRecord(zc_done, b->s_zc) != CUDA_SUCCESS))
             return -EIO;
-        if (b->split && run_pipelined(b, d_run, d_out, b->split))
+        if (b->split && run_pipelined(b, d_run, d_out, b->split, 0))
             return -EIO;
         return b->split < b->nblocks && drv->cuStreamWaitEvent(b->s_copy, zc_done, 0) != CUDA_SUCCESS ? -EIO
                                                                                                       : 0;
@@ -221,6 +227,8 @@ static int run_path(const Bench *b, int path, CUdeviceptr zc_run, int slot)
         return decode(b, zc_run, b->d_offsets_mapped, d_out, 0, b->nblocks, b->total, b->s_copy);
     case 6:
         return drv->cuMemcpyHtoDAsync(d_run, b->run, b->run_len, b->s_copy) == CUDA_SUCCESS ? 0 : -EIO;
+    case 7:
+        return run_pipelined(b, d_run, d_out, b->split, 1);
     default:
         return decode(b, d_run, b->d_offsets, d_out, 0, b->nblocks, b->total, b->s_copy);
     }
@@ -480,7 +488,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
                           : ibp_pipe_alone_worth(b.run_len, b.total, shim_chunk, b.tail) ? 2
                                                                                          : 0;
     out->rotation = b.rotation;
-    BenchJob jobs[6 + IBPSHIM_BENCH_SPLITS_MAX] = {
+    BenchJob jobs[6 + IBPSHIM_BENCH_SPLITS_MAX + IBPSHIM_BENCH_RAW_TAILS_MAX] = {
         {0, 0, &out->raw_gbps},       {6, 0, &out->dma_only_gbps}, {1, 0, &out->dma_decode_gbps},
         {2, 0, &out->pipelined_gbps}, {3, 0, &out->zerocopy_gbps}, {4, 0, &out->decode_gbps}};
     int njobs = 6;
@@ -495,8 +503,20 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
         sp->zc_bytes = split < b.nblocks ? span(&b, split, b.nblocks) : 0;
         jobs[njobs++] = (BenchJob){5, split, &sp->gbps};
     }
+    out->nraw_tails = opts->nraw_tails < 0                             ? 0
+                      : opts->nraw_tails > IBPSHIM_BENCH_RAW_TAILS_MAX ? IBPSHIM_BENCH_RAW_TAILS_MAX
+                                                                       : opts->nraw_tails;
+    for (int i = 0; i < out->nraw_tails; i++) {
+        IbpshimBenchRawTail *rt = &out->raw_tail[i];
+        rt->asked = opts->raw_tails[i];
+        const uint64_t want = (rt->asked + b.block_size - 1) / b.block_size;
+        const uint32_t from = want >= b.nblocks ? 0 : b.nblocks - (uint32_t)(want ? want : 1);
+        rt->bytes = span(&b, from, b.nblocks);
+        rt->compressed = b.run_len - b.offsets[from];
+        jobs[njobs++] = (BenchJob){7, from, &rt->gbps};
+    }
     /* Verify once each path that decodes the run into the output (DMA then decode, pipelined,
-     * zero-copy, each split), the output poisoned before each. */
+     * zero-copy, each split and raw tail), the output poisoned before each. */
     uint8_t *check = malloc(b.total);
     if (!check) {
         err = -ENOMEM;

@@ -14,7 +14,8 @@ static void usage(FILE *f)
                "         [--copy-streams 1|2] [--decode-streams 1-4] [--last-decode-on-copy]\n"
                "         [--paired] [--tail BYTES]\n"
                "         [--trace] [--max-sms N] [--offsets device|mapped] [--word-size 2|4|8]\n"
-               "         [--selector-flags] [--split PERMILLE[,PERMILLE...]] [--json]\n"
+               "         [--selector-flags] [--split PERMILLE[,PERMILLE...]]\n"
+               "         [--raw-tail BYTES[,BYTES...]] [--json]\n"
                "Plans and compresses FILE as the shim would (tiled up to --size bytes, default 1 GiB),\n"
                "then times on the GPU, original bytes per second: a plain pinned copy, the DMA of the\n"
                "compressed run alone (no decode: the bound of every path through the copy engine), DMA\n"
@@ -40,7 +41,10 @@ static void usage(FILE *f)
                "each decode rewriting them first (as ibp-pack compress --selector-flags).\n"
                "--split times split runs too, one for each share given (up to 8, permille of the\n"
                "compressed run, whole blocks from its end): that end decoded zero-copy on a stream of\n"
-               "its own while the rest goes the pipelined way, both started together.\n");
+               "its own while the rest goes the pipelined way, both started together.\n"
+               "--raw-tail times the pipelined path with a raw tail too, one for each size given (up\n"
+               "to 8, original bytes, whole blocks from the run's end): that end copied as it is, a\n"
+               "DMA after the last chunk's, which the last chunk's decode overlaps.\n");
 }
 
 int main(int argc, char **argv)
@@ -75,6 +79,21 @@ int main(int argc, char **argv)
                     return 2;
                 }
                 opts.splits[opts.nsplits++] = (unsigned)share;
+            }
+        } else if (!strcmp(argv[i], "--raw-tail") && i + 1 < argc) {
+            for (const char *v = argv[++i]; *v;) {
+                char one[32] = "";
+                const size_t n = strcspn(v, ",");
+                if (n < sizeof(one))
+                    memcpy(one, v, n);
+                const size_t bytes = ibp_size_arg(one);
+                if (!bytes || opts.nraw_tails == IBPSHIM_BENCH_RAW_TAILS_MAX) {
+                    fprintf(stderr, "ibp-bench: --raw-tail takes up to %d sizes above 0, not '%s'\n",
+                            IBPSHIM_BENCH_RAW_TAILS_MAX, argv[i]);
+                    return 2;
+                }
+                opts.raw_tails[opts.nraw_tails++] = bytes;
+                v += n + (v[n] == ',');
             }
         } else if (!strcmp(argv[i], "--trace")) {
             opts.trace = 1;
@@ -171,6 +190,14 @@ int main(int argc, char **argv)
                        r.split[k].gbps);
             printf("]");
         }
+        if (r.nraw_tails) {
+            printf(", \"raw_tails\": [");
+            for (int k = 0; k < r.nraw_tails; k++)
+                printf("%s{\"asked\": %zu, \"bytes\": %zu, \"compressed\": %zu, \"gbps\": %.2f}",
+                       k ? ", " : "", r.raw_tail[k].asked, r.raw_tail[k].bytes, r.raw_tail[k].compressed,
+                       r.raw_tail[k].gbps);
+            printf("]");
+        }
         if (opts.trace) {
             printf(", \"trace_us\": %.1f, \"trace\": [", r.trace_us);
             for (unsigned k = 0; k < r.trace_chunks && k < IBPSHIM_BENCH_TRACE_MAX; k++)
@@ -207,6 +234,12 @@ int main(int argc, char **argv)
             printf("  %-26s %10.1f %8.3f  (%.2f of %.2f MB zero-copy)\n", name, r.split[k].gbps,
                    r.split[k].gbps / r.raw_gbps, (double)r.split[k].zc_compressed / 1e6,
                    (double)(r.compressed) / 1e6);
+        }
+        for (int k = 0; k < r.nraw_tails; k++) {
+            char name[48];
+            snprintf(name, sizeof(name), "pipelined, %.2f MiB raw", (double)r.raw_tail[k].bytes / 1048576.0);
+            printf("  %-26s %10.1f %8.3f  (%.2f MB of the run not sent)\n", name, r.raw_tail[k].gbps,
+                   r.raw_tail[k].gbps / r.raw_gbps, (double)r.raw_tail[k].compressed / 1e6);
         }
         printf("  %-26s %10.1f\n", "decode only (D2D)", r.decode_gbps);
         printf("  ideal speedup 1/ratio: %.3f\n", 1.0 / r.ratio);

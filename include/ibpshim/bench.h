@@ -10,6 +10,7 @@ extern "C" {
 #endif
 
 #define IBPSHIM_BENCH_SPLITS_MAX 8
+#define IBPSHIM_BENCH_RAW_TAILS_MAX 8
 
 typedef struct IbpshimBenchOptions {
     size_t size;  /* tile the data up to at least this many bytes (0: the data as it is) */
@@ -47,6 +48,12 @@ typedef struct IbpshimBenchOptions {
      * after the last DMA has less to do.  IbpshimBenchResult.split has the times. */
     unsigned splits[IBPSHIM_BENCH_SPLITS_MAX];
     int nsplits;
+    /* Raw tails: for each of the first nraw_tails sizes, the pipelined path with about that many
+     * original bytes of the run's end (whole blocks, at least one) sent as they are, a DMA on the
+     * copy stream after the last chunk's, so that the last chunk's decode overlaps a DMA instead
+     * of following them all.  IbpshimBenchResult.raw_tail has the times. */
+    size_t raw_tails[IBPSHIM_BENCH_RAW_TAILS_MAX];
+    int nraw_tails;
 } IbpshimBenchOptions;
 
 #define IBPSHIM_BENCH_TRACE_MAX 64
@@ -65,6 +72,14 @@ typedef struct IbpshimBenchSplit {
     size_t zc_bytes;      /* original bytes it wrote */
     double gbps;
 } IbpshimBenchSplit;
+
+/* One raw tail (IbpshimBenchOptions.raw_tails). */
+typedef struct IbpshimBenchRawTail {
+    size_t asked;      /* original bytes, as asked */
+    size_t bytes;      /* original bytes sent raw: the run's last blocks */
+    size_t compressed; /* those blocks' compressed bytes, which were not sent */
+    double gbps;
+} IbpshimBenchRawTail;
 
 /* GB/s are original bytes per second. */
 typedef struct IbpshimBenchResult {
@@ -94,6 +109,8 @@ typedef struct IbpshimBenchResult {
     unsigned word_size, columns; /* the plan's word size (bytes) and columns */
     int nsplits;
     IbpshimBenchSplit split[IBPSHIM_BENCH_SPLITS_MAX];
+    int nraw_tails;
+    IbpshimBenchRawTail raw_tail[IBPSHIM_BENCH_RAW_TAILS_MAX];
 } IbpshimBenchResult;
 
 /* Plans and encodes data (shape-blind, as the shim would), then times each path on `device`.
