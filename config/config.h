@@ -91,6 +91,7 @@ typedef struct IbpConfig {
         IbpStagingExhausted staging_exhausted;
         uint64_t pipeline_chunk; /* 0 = no pipelining */
         uint64_t pipeline_tail;  /* 0 = chunks of equal size */
+        uint64_t pipeline_raw_tail; /* 0 = none */
         bool priority_decode;    /* decode on an internal stream of the highest priority */
     } transfer;
     struct {
@@ -136,7 +137,7 @@ typedef struct IbpConfigOption {
     const char *help;
 } IbpConfigOption;
 
-#define IBP_CONFIG_OPTION_COUNT 30
+#define IBP_CONFIG_OPTION_COUNT 31
 
 /* The table, IBP_CONFIG_OPTION_COUNT rows grouped by section in file order. */
 const IbpConfigOption *ibp_config_options(void);

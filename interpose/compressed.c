@@ -367,6 +367,23 @@ static void piece_geom(const IbpPiece *p, size_t bs, int has_pred, IbpGeom *g)
                       (p->off + p->len) % bs != 0;
 }
 
+/* A piece's raw tail (ibp_pipe_raw_from()): the compressed rest's geometry (blocks g->first to
+ * comp->last) and the raw part, bytes [*off, *off + *len) of the piece; 0 where it keeps none. */
+static int raw_tail_split(const IbpGeom *g, size_t bs, size_t want, IbpGeom *comp, uint64_t *off,
+                          uint64_t *len)
+{
+    const uint32_t from = ibp_pipe_raw_from(g->first, g->last + 1, bs, want);
+    if (from == g->last + 1)
+        return 0;
+    *comp = *g;
+    comp->last = from - 1;
+    comp->len = (uint64_t)from * bs - g->start;
+    comp->tail_clipped = 0;
+    *off = comp->len;
+    *len = g->len - comp->len;
+    return 1;
+}
+
 /* Enqueues on l->stream the decodes that write what the piece wants of blocks [b, e) into dst (the
  * piece's destination); the compressed bytes of block run_first are at run_base.  scr: 2 blocks of
  * scratch when the piece has clipped edges. */
@@ -549,11 +566,13 @@ static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream cal
  * earlier work and the caller's stream then waits for it, also when something failed half-way,
  * so a raw copy of the piece enqueued after a failure is never overwritten by a late decode.  When
  * no join can be enqueued, the internal streams are synchronised on the host before returning.
- * The last chunks shrink down to `tail` (ibp_pipe_tail()).  Returns 0, -EBUSY (no staging) or
- * -EIO. */
+ * The last chunks shrink down to `tail` (ibp_pipe_tail()).  g covers the compressed blocks; with
+ * raw_len, bytes [raw_off, raw_off + raw_len) of the piece follow as they are from raw_src, on the
+ * copy stream after the caller's earlier work and the last chunk's DMA.  Returns 0, -EBUSY (no
+ * staging) or -EIO. */
 static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ctx, const IbpPiece *p,
                           const IbpGeom *g, const void *blob, size_t blob_len, CUdeviceptr dst, size_t tail,
-                          int timed, size_t *sent)
+                          const uint8_t *raw_src, uint64_t raw_off, uint64_t raw_len, int timed, size_t *sent)
 {
     const IbpDriver *drv = base->drv;
     const uint64_t *offs = base->host_offsets;
@@ -644,10 +663,18 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     }
     for (unsigned s = 0; s < IBP_PIPE_SLOTS; s++)
         ibp_devmem_fence_release(decoded[s]);
-    /* The caller's stream waits for the decodes; after a failure also for the copies, which may
-     * still read the shadow or write the staging buffer. */
+    /* The raw tail writes dst: it waits for the caller's earlier work (a timed run's copy stream
+     * already does). */
+    if (!err && raw_len &&
+        ((!timed && ibp_devmem_stream_join(ctx, base->stream, pp->copy)) ||
+         drv->cuMemcpyHtoDAsync(dst + raw_off, raw_src, raw_len, pp->copy) != CUDA_SUCCESS))
+        err = -EIO;
+    if (!err && raw_len)
+        IBP_DEBUG("pipelined run: %u chunks, then a raw tail of %llu bytes", k, (unsigned long long)raw_len);
+    /* The caller's stream waits for the decodes and the raw tail; after a failure also for the
+     * copies, which may still read the shadow or write the staging buffer. */
     if (ibp_devmem_stream_join(ctx, pp->decode, base->stream) ||
-        (err && ibp_devmem_stream_join(ctx, pp->copy, base->stream))) {
+        ((err || raw_len) && ibp_devmem_stream_join(ctx, pp->copy, base->stream))) {
         ibp_driver_stream_sync(drv, pp->decode);
         ibp_driver_stream_sync(drv, pp->copy);
         err = -EIO;
@@ -661,7 +688,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
             speed_unreserve(drv, ctx, 1);
     }
     ibp_staging_release(stage, base->stream);
-    *sent = plan_wire + p->run_len;
+    *sent = plan_wire + (offs[end] - offs[g->first]) + raw_len;
     return err;
 }
 
@@ -689,7 +716,7 @@ static int decode_on_priority(const IbpLaunch *l, const IbpGeom *g, CUdeviceptr 
 /* One compressed piece: stage the plan blob and the run, then decode; runs longer than a chunk
  * go pipelined where internal streams are available. */
 static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p, uint8_t *dst_piece,
-                    CUcontext ctx, size_t *sent)
+                    const uint8_t *src_piece, CUcontext ctx, size_t *sent)
 {
     const IbpDriver *drv = base->drv;
     size_t blob_len = 0;
@@ -734,13 +761,18 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
             *sent += p->run_len;
         return err;
     }
-    /* Runs of two chunks are pipelined; shorter ones that hold a chunk of original bytes too, as
-     * long as no other compressed copy's decode is pending (back to back, serial runs overlap). */
+    /* Runs of two chunks are pipelined; shorter ones that hold a chunk of original bytes, or that
+     * keep a raw tail, too, as long as no other compressed copy's decode is pending (back to back,
+     * serial runs overlap, and a raw tail's bytes would only add to the DMAs). */
     const uint64_t run_orig = (uint64_t)(g.last + 1 - g.first) * bs;
     const size_t tail = ibp_pipe_tail(base->opts.pipeline_tail, p->run_len, run_orig);
+    IbpGeom comp = g;
+    uint64_t raw_off = 0, raw_len = 0;
+    const int tailed = raw_tail_split(&g, bs, base->opts.pipeline_raw_tail, &comp, &raw_off, &raw_len);
     const int whole = ibp_pipe_worth(p->run_len, base->opts.pipeline_chunk);
-    const int alone = !whole && ibp_pipe_alone_worth(p->run_len, run_orig, base->opts.pipeline_chunk, tail) &&
-                      !speed_pending(drv, ctx);
+    const int alone =
+        !whole && (tailed || ibp_pipe_alone_worth(p->run_len, run_orig, base->opts.pipeline_chunk, tail)) &&
+        !speed_pending(drv, ctx);
     const IbpPipe *pp = whole || alone ? pipe_for(drv, ctx, base->stream, base->opts.priority_decode) : NULL;
     int timed = 0;
     if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, whole && pp, base->opts.force, base->probe,
@@ -752,7 +784,8 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         pp = NULL;
     if (pp) {
         size_t moved = 0;
-        const int err = send_pipelined(&l, pp, ctx, p, &g, blob, blob_len, dst, tail, timed, &moved);
+        const int err = send_pipelined(&l, pp, ctx, p, &comp, blob, blob_len, dst, tail, src_piece + raw_off,
+                                       raw_off, raw_len, timed, &moved);
         if (!err)
             *sent += moved;
         return err;
@@ -866,7 +899,7 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
         if (p->kind == IBP_PIECE_COMPRESSED && gpu_ok) {
             l.host_offsets = p->offsets - p->first_block;
             size_t sent = 0;
-            const int err = send_run(&l, plan->shadow, p, dst_piece, ctx, &sent);
+            const int err = send_run(&l, plan->shadow, p, dst_piece, src_piece, ctx, &sent);
             /* Work that reads the shadow may be queued, also when it failed half-way. */
             shadow_read |= err != -ETIME;
             if (!err) {

@@ -12,7 +12,7 @@
 
 typedef struct IbpSendStats {
     size_t compressed_orig;   /* original bytes that went compressed */
-    size_t compressed_sent;   /* bytes that crossed PCIe for them (runs and plan blobs) */
+    size_t compressed_sent;   /* bytes that crossed PCIe for them (runs, plan blobs, raw tails) */
     size_t raw;               /* bytes copied as they are */
     size_t slower;            /* of those, compressed runs the measured speeds sent raw */
     uint64_t enqueue_ns;      /* host time enqueueing (a synchronous copy's final wait not included) */
@@ -27,6 +27,9 @@ typedef struct IbpSendOptions {
      * overlapping the decode of the last ([transfer] pipeline_chunk); 0 = DMA, then decode. */
     size_t pipeline_chunk;
     size_t pipeline_tail; /* the last chunks shrink down to about this ([transfer] pipeline_tail) */
+    /* A pipelined run's last blocks, about this many original bytes, go as they are after its
+     * chunks ([transfer] pipeline_raw_tail); 0 = none. */
+    size_t pipeline_raw_tail;
     int priority_decode; /* decode on the internal decode stream, of the highest priority */
 } IbpSendOptions;
 

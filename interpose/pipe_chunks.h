@@ -50,6 +50,16 @@ static inline size_t ibp_pipe_tail(size_t tail, uint64_t run_len, uint64_t orig_
     return run_len * 10 < orig_len * 7 ? tail / 2 : tail;
 }
 
+/* The first block of the raw tail of blocks [first, end) of block_size bytes ([transfer]
+ * pipeline_raw_tail): their last blocks, enough for `want` original bytes, sent as they are after
+ * the rest's DMA, so that the decode of the rest's end overlaps a DMA instead of following every
+ * one.  `end` (no tail) where none is asked or its blocks would outnumber the rest's. */
+static inline uint32_t ibp_pipe_raw_from(uint32_t first, uint32_t end, size_t block_size, size_t want)
+{
+    const uint64_t n = want && block_size ? (want + block_size - 1) / block_size : 0;
+    return n && 2 * n <= (uint64_t)end - first ? end - (uint32_t)n : end;
+}
+
 /* The end of the chunk that starts at block b of blocks [b, end), block i's compressed bytes
  * starting at offs[i]: about `chunk` compressed bytes, at least one block.  With tail > 0 the
  * chunks shrink towards the end of the run: once less than two chunks are left each takes half

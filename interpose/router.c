@@ -126,6 +126,7 @@ void ibp_router_start(const IbpConfig *cfg)
     send_opts.max_grid = cfg->transfer.max_sms > 0 ? (unsigned)cfg->transfer.max_sms : 0u;
     send_opts.pipeline_chunk = (size_t)cfg->transfer.pipeline_chunk;
     send_opts.pipeline_tail = (size_t)cfg->transfer.pipeline_tail;
+    send_opts.pipeline_raw_tail = (size_t)cfg->transfer.pipeline_raw_tail;
     send_opts.priority_decode = cfg->transfer.priority_decode;
     ibp_staging_configure(cfg->transfer.staging_bytes,
                           cfg->transfer.staging_exhausted == IBP_STAGING_EXHAUSTED_WAIT);

@@ -151,4 +151,21 @@ TEST(PipeChunks, WellCompressedRunsEndInHalfTheTail)
     EXPECT_EQ(ibp_pipe_tail(2 * mib, 0, 0), 2 * mib); // nothing to go by: as asked
 }
 
+// A raw tail: the last blocks that hold the bytes asked for (a part of a block takes it whole),
+// kept only where the rest has at least as many blocks.
+TEST(PipeChunks, RawTailTakesWholeBlocksFromTheEnd)
+{
+    const size_t kib = 1024;
+    EXPECT_EQ(ibp_pipe_raw_from(0, 100, 256 * kib, 1024 * kib), 96u);
+    EXPECT_EQ(ibp_pipe_raw_from(10, 110, 256 * kib, 1024 * kib + 1), 105u);
+    EXPECT_EQ(ibp_pipe_raw_from(10, 110, 256 * kib, 1), 109u);
+    EXPECT_EQ(ibp_pipe_raw_from(0, 8, 256 * kib, 1024 * kib), 4u); // as many as the rest
+    EXPECT_EQ(ibp_pipe_raw_from(0, 7, 256 * kib, 1024 * kib), 7u); // more than the rest: none
+    EXPECT_EQ(ibp_pipe_raw_from(0, 100, 256 * kib, 0), 100u);      // none asked
+    EXPECT_EQ(ibp_pipe_raw_from(0, 1, 256 * kib, 1), 1u);          // a run of one block: none
+    EXPECT_EQ(ibp_pipe_raw_from(5, 5, 256 * kib, 1), 5u);          // no blocks
+    EXPECT_EQ(ibp_pipe_raw_from(0, 100, 0, 1), 100u);              // no block size
+    EXPECT_EQ(ibp_pipe_raw_from(0, 4000000000u, 256 * kib, (size_t)1 << 40), 0u + 4000000000u - 4194304u);
+}
+
 } // namespace
