@@ -175,7 +175,7 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "DMA after the run's, so that the decode of the run's end overlaps it instead of following "
              "every DMA; it costs what those blocks would have saved. Kept where the rest has more blocks: "
              "on pipelined runs, and on shorter ones while no other compressed copy's decode is pending "
-             "(these then go as one or two chunks and the tail). 0 = none."),
+             "(these then go as one or two chunks and the tail). 0 = none, as with pipeline_chunk = 0."),
     OPT_BOOL("transfer", "priority_decode", transfer.priority_decode, "false",
              "dma path: decode on an internal stream of the device's highest priority, joined to the copy's "
              "stream by events, so the GPU schedules the decode's thread blocks ahead of kernels of other "

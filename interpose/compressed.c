@@ -768,7 +768,8 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     const size_t tail = ibp_pipe_tail(base->opts.pipeline_tail, p->run_len, run_orig);
     IbpGeom comp = g;
     uint64_t raw_off = 0, raw_len = 0;
-    const int tailed = raw_tail_split(&g, bs, base->opts.pipeline_raw_tail, &comp, &raw_off, &raw_len);
+    const int tailed = base->opts.pipeline_chunk &&
+                       raw_tail_split(&g, bs, base->opts.pipeline_raw_tail, &comp, &raw_off, &raw_len);
     const int whole = ibp_pipe_worth(p->run_len, base->opts.pipeline_chunk);
     const int alone =
         !whole && (tailed || ibp_pipe_alone_worth(p->run_len, run_orig, base->opts.pipeline_chunk, tail)) &&
