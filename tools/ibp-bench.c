@@ -47,6 +47,32 @@ static void usage(FILE *f)
                "DMA after the last chunk's, which the last chunk's decode overlaps.\n");
 }
 
+static void json_split(const IbpshimBenchResult *r, int k)
+{
+    printf("{\"share\": %u, \"zc_compressed\": %zu, \"zc_bytes\": %zu, \"gbps\": %.2f}", r->split[k].share,
+           r->split[k].zc_compressed, r->split[k].zc_bytes, r->split[k].gbps);
+}
+
+static void json_raw_tail(const IbpshimBenchResult *r, int k)
+{
+    printf("{\"asked\": %zu, \"bytes\": %zu, \"compressed\": %zu, \"gbps\": %.2f}", r->raw_tail[k].asked,
+           r->raw_tail[k].bytes, r->raw_tail[k].compressed, r->raw_tail[k].gbps);
+}
+
+/* A JSON member "key": [...] of n entries, each printed by one (none when n is 0). */
+static void json_array(const char *key, int n, void (*one)(const IbpshimBenchResult *, int),
+                       const IbpshimBenchResult *r)
+{
+    if (!n)
+        return;
+    printf(", \"%s\": [", key);
+    for (int k = 0; k < n; k++) {
+        fputs(k ? ", " : "", stdout);
+        one(r, k);
+    }
+    printf("]");
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL;
@@ -182,22 +208,8 @@ int main(int argc, char **argv)
                r.shim_pipelined == 1   ? "pipelined"
                : r.shim_pipelined == 2 ? "pipelined_alone"
                                        : "dma_then_decode");
-        if (r.nsplits) {
-            printf(", \"splits\": [");
-            for (int k = 0; k < r.nsplits; k++)
-                printf("%s{\"share\": %u, \"zc_compressed\": %zu, \"zc_bytes\": %zu, \"gbps\": %.2f}",
-                       k ? ", " : "", r.split[k].share, r.split[k].zc_compressed, r.split[k].zc_bytes,
-                       r.split[k].gbps);
-            printf("]");
-        }
-        if (r.nraw_tails) {
-            printf(", \"raw_tails\": [");
-            for (int k = 0; k < r.nraw_tails; k++)
-                printf("%s{\"asked\": %zu, \"bytes\": %zu, \"compressed\": %zu, \"gbps\": %.2f}",
-                       k ? ", " : "", r.raw_tail[k].asked, r.raw_tail[k].bytes, r.raw_tail[k].compressed,
-                       r.raw_tail[k].gbps);
-            printf("]");
-        }
+        json_array("splits", r.nsplits, json_split, &r);
+        json_array("raw_tails", r.nraw_tails, json_raw_tail, &r);
         if (opts.trace) {
             printf(", \"trace_us\": %.1f, \"trace\": [", r.trace_us);
             for (unsigned k = 0; k < r.trace_chunks && k < IBPSHIM_BENCH_TRACE_MAX; k++)
