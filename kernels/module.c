@@ -3,6 +3,7 @@
 #include "kernels/module.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -56,6 +57,18 @@ static const IbpModule *module_find(CUcontext ctx)
 static unsigned segp_shared_bytes(unsigned word_size)
 {
     return IBP_DECODE_SEGP_BYTES(word_size);
+}
+
+/* The predictor kernel fn's dynamic shared memory here: the most, for words from `widest` bytes
+ * down to 2, of at most `cap` bytes that the device lets it take (set on fn); 0 for none. */
+static unsigned segp_dynamic(const IbpDriver *drv, CUfunction fn, unsigned widest, unsigned cap)
+{
+    for (unsigned w = widest; w >= 2; w /= 2)
+        if (segp_shared_bytes(w) <= cap &&
+            drv->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    (int)segp_shared_bytes(w)) == CUDA_SUCCESS)
+            return segp_shared_bytes(w);
+    return 0;
 }
 
 /* The segmented kernels of plans without predictors, [one column][8-byte words][offsets carried in
@@ -116,20 +129,9 @@ static int module_load(const IbpDriver *drv, CUcontext ctx, IbpModule *mod)
     /* The predictor decode keeps its segments' words in dynamic shared memory beyond the 48 KiB a
      * kernel gets without asking: for 8-byte words where the device allows, else for narrower
      * ones; plans it cannot take decode a CTA per block. */
-    mod->segp_max_dynamic = 0;
-    for (unsigned w = 8; w >= 2 && !mod->segp_max_dynamic; w /= 2)
-        if (drv->cuFuncSetAttribute(mod->fn[IBP_KERNEL_DECODE_SEGP],
-                                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    (int)segp_shared_bytes(w)) == CUDA_SUCCESS)
-            mod->segp_max_dynamic = segp_shared_bytes(w);
+    mod->segp_max_dynamic = segp_dynamic(drv, mod->fn[IBP_KERNEL_DECODE_SEGP], 8, UINT_MAX);
     /* Its sliced-table twin decodes 2- and 4-byte words. */
-    mod->segps_max_dynamic = 0;
-    for (unsigned w = 4; w >= 2 && !mod->segps_max_dynamic; w /= 2)
-        if (segp_shared_bytes(w) <= mod->segp_max_dynamic &&
-            drv->cuFuncSetAttribute(mod->fn[IBP_KERNEL_DECODE_SEGPS],
-                                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    (int)segp_shared_bytes(w)) == CUDA_SUCCESS)
-            mod->segps_max_dynamic = segp_shared_bytes(w);
+    mod->segps_max_dynamic = segp_dynamic(drv, mod->fn[IBP_KERNEL_DECODE_SEGPS], 4, mod->segp_max_dynamic);
     if (mod->segp_max_dynamic < segp_shared_bytes(8))
         IBP_DEBUG(
             "device %d allows the predictor decode %u bytes of dynamic shared memory: wider plans decode "
