@@ -171,12 +171,13 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "less than 0.7 of their size, whose chunks hold more to decode), since the last chunk's decode "
              "is the part no DMA hides; each chunk more costs a copy start-up. 0 = chunks of equal size."),
     OPT_SIZE(
-        "transfer", "pipeline_raw_tail", transfer.pipeline_raw_tail, "0", 0, GIB,
+        "transfer", "pipeline_raw_tail", transfer.pipeline_raw_tail, "1MiB", 0, GIB,
         "dma path: a compressed run's last blocks, about this many original bytes, go as they are, a "
         "DMA after the run's, so that the decode of the run's end overlaps it instead of following "
         "every DMA; it costs what those blocks would have saved. Kept where the rest has as many blocks: "
-        "on pipelined runs, and on shorter ones while no other compressed copy's decode is pending "
-        "(these then go as one or two chunks and the tail). 0 = none, as with pipeline_chunk = 0."),
+        "on pipelined runs, and on shorter ones compressed to at least a quarter of their size while no "
+        "other compressed copy's decode is pending (these then go as one or two chunks and the tail). "
+        "0 = none, as with pipeline_chunk = 0."),
     OPT_BOOL("transfer", "priority_decode", transfer.priority_decode, "false",
              "dma path: decode on an internal stream of the device's highest priority, joined to the copy's "
              "stream by events, so the GPU schedules the decode's thread blocks ahead of kernels of other "

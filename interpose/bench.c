@@ -484,9 +484,14 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     out->chunk = b.chunk;
     out->tail = b.tail;
     const size_t shim_chunk = opts->chunk ? opts->chunk : IBP_PIPE_CHUNK_DEFAULT;
-    out->shim_pipelined = ibp_pipe_worth(b.run_len, shim_chunk)                          ? 1
-                          : ibp_pipe_alone_worth(b.run_len, b.total, shim_chunk, b.tail) ? 2
-                                                                                         : 0;
+    const int shim_whole = ibp_pipe_worth(b.run_len, shim_chunk);
+    const int shim_alone = ibp_pipe_alone_worth(b.run_len, b.total, shim_chunk, b.tail);
+    const uint32_t shim_raw_from =
+        shim_whole || shim_alone || ibp_pipe_raw_worth(b.run_len, b.total)
+            ? ibp_pipe_raw_from(0, b.nblocks, b.block_size, IBP_PIPE_RAW_TAIL_DEFAULT)
+            : b.nblocks;
+    out->shim_raw_tail = shim_raw_from < b.nblocks ? span(&b, shim_raw_from, b.nblocks) : 0;
+    out->shim_pipelined = shim_whole ? 1 : shim_alone || out->shim_raw_tail ? 2 : 0;
     out->rotation = b.rotation;
     BenchJob jobs[6 + IBPSHIM_BENCH_SPLITS_MAX + IBPSHIM_BENCH_RAW_TAILS_MAX] = {
         {0, 0, &out->raw_gbps},       {6, 0, &out->dma_only_gbps}, {1, 0, &out->dma_decode_gbps},

@@ -762,18 +762,19 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         return err;
     }
     /* Runs of two chunks are pipelined; shorter ones that hold a chunk of original bytes, or that
-     * keep a raw tail, too, as long as no other compressed copy's decode is pending (back to back,
-     * serial runs overlap, and a raw tail's bytes would only add to the DMAs). */
+     * keep a raw tail (and compress to no less than a quarter), too, as long as no other compressed
+     * copy's decode is pending (back to back, serial runs overlap, and a raw tail's bytes would only
+     * add to the DMAs). */
     const uint64_t run_orig = (uint64_t)(g.last + 1 - g.first) * bs;
     const size_t tail = ibp_pipe_tail(base->opts.pipeline_tail, p->run_len, run_orig);
+    const int whole = ibp_pipe_worth(p->run_len, base->opts.pipeline_chunk);
+    const int alone_worth = ibp_pipe_alone_worth(p->run_len, run_orig, base->opts.pipeline_chunk, tail);
     IbpGeom comp = g;
     uint64_t raw_off = 0, raw_len = 0;
     const int tailed = base->opts.pipeline_chunk &&
+                       (whole || alone_worth || ibp_pipe_raw_worth(p->run_len, run_orig)) &&
                        raw_tail_split(&g, bs, base->opts.pipeline_raw_tail, &comp, &raw_off, &raw_len);
-    const int whole = ibp_pipe_worth(p->run_len, base->opts.pipeline_chunk);
-    const int alone =
-        !whole && (tailed || ibp_pipe_alone_worth(p->run_len, run_orig, base->opts.pipeline_chunk, tail)) &&
-        !speed_pending(drv, ctx);
+    const int alone = !whole && (tailed || alone_worth) && !speed_pending(drv, ctx);
     const IbpPipe *pp = whole || alone ? pipe_for(drv, ctx, base->stream, base->opts.priority_decode) : NULL;
     int timed = 0;
     if (!speed_allows(drv, ctx, blob_len + p->run_len, p->len, whole && pp, base->opts.force, base->probe,

@@ -11,6 +11,13 @@
  * chunk's copy start-up costs some microseconds. */
 #define IBP_PIPE_CHUNK_DEFAULT ((size_t)16 << 20)
 
+/* [transfer] pipeline_raw_tail's default (ibp-bench's shim_raw_tail too).  On the H100, in three
+ * runs, 1 MiB of raw tail took single 64 MiB copies of the weights from 0.94-0.99 of the ideal to
+ * 0.96-0.99, of int32 triples from 0.89-0.94 to 0.90-0.95, and copies of 4-6 MiB of weights, sent
+ * as DMA then decode without it, from 0.81-0.88 to 0.89-0.93; 1 GiB copies (one run) moved by
+ * -0.024 to +0.008.  512 KiB to 4 MiB did no better overall (docs/BENCHMARKS.md). */
+#define IBP_PIPE_RAW_TAIL_DEFAULT ((size_t)1 << 20)
+
 /* Whether a compressed run of run_len bytes is pipelined with chunks of at least `base` bytes
  * ([transfer] pipeline_chunk; 0: never): when it makes two of them. */
 static inline int ibp_pipe_worth(size_t run_len, size_t base)
@@ -29,6 +36,17 @@ static inline int ibp_pipe_worth(size_t run_len, size_t base)
 static inline int ibp_pipe_alone_worth(uint64_t run_len, uint64_t orig_len, size_t base, size_t tail)
 {
     return base && tail && orig_len >= base && run_len >= 2 * (uint64_t)tail;
+}
+
+/* Whether a run that is pipelined only for its raw tail (shorter than ibp_pipe_alone_worth() takes)
+ * keeps one: where it is at least a quarter of its orig_len original bytes.  Such a run otherwise
+ * goes as DMA then decode; with the tail, the decode overlaps the tail's DMA, and the tail costs
+ * (1 - ratio) of its DMA time and a copy start-up.  On the H100, 4-7 MiB copies with 1 MiB of raw
+ * tail: int32 triples (ratio 0.36) 0.57-0.58 of the ideal as DMA then decode, 0.63-0.64 with it;
+ * float64 features (ratio 0.10) 0.32 and 0.28. */
+static inline int ibp_pipe_raw_worth(uint64_t run_len, uint64_t orig_len)
+{
+    return run_len >= orig_len / 4;
 }
 
 /* The chunk size a pipelined run aims at: an eighth of the run, at least base (fewer copy
@@ -51,7 +69,8 @@ static inline size_t ibp_pipe_tail(size_t tail, uint64_t run_len, uint64_t orig_
 }
 
 /* The first block of the raw tail of blocks [first, end) of block_size bytes ([transfer]
- * pipeline_raw_tail): their last blocks, enough for `want` original bytes, sent as they are after
+ * pipeline_raw_tail): their last blocks, enough for `want` original bytes (fewer where the last
+ * block is short), sent as they are after
  * the rest's DMA, so that the decode of the rest's end overlaps a DMA instead of following every
  * one.  `end` (no tail) where none is asked or its blocks would outnumber the rest's. */
 static inline uint32_t ibp_pipe_raw_from(uint32_t first, uint32_t end, size_t block_size, size_t want)

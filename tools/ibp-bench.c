@@ -198,7 +198,7 @@ int main(int argc, char **argv)
                "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
                "\"tail\": %zu, \"paired\": %s, \"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d, "
                "\"word_size\": %u, \"columns\": %u, \"decode_streams\": %d, \"last_decode_on_copy\": %s, "
-               "\"selector_flags\": %s, \"shim_path\": \"%s\"",
+               "\"selector_flags\": %s, \"shim_path\": \"%s\", \"shim_raw_tail\": %zu",
                path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
                r.dma_only_gbps, r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps,
                1.0 / r.ratio, r.chunk, r.tail, opts.paired ? "true" : "false", opts.max_sms,
@@ -207,7 +207,8 @@ int main(int argc, char **argv)
                opts.selector_flags ? "true" : "false",
                r.shim_pipelined == 1   ? "pipelined"
                : r.shim_pipelined == 2 ? "pipelined_alone"
-                                       : "dma_then_decode");
+                                       : "dma_then_decode",
+               r.shim_raw_tail);
         json_array("splits", r.nsplits, json_split, &r);
         json_array("raw_tails", r.nraw_tails, json_raw_tail, &r);
         if (opts.trace) {
@@ -255,10 +256,13 @@ int main(int argc, char **argv)
         }
         printf("  %-26s %10.1f\n", "decode only (D2D)", r.decode_gbps);
         printf("  ideal speedup 1/ratio: %.3f\n", 1.0 / r.ratio);
-        printf("  the shim's dma path for this run: %s\n",
+        printf("  the shim's dma path for this run: %s",
                r.shim_pipelined == 1   ? "pipelined"
                : r.shim_pipelined == 2 ? "pipelined while no other compressed copy is in flight"
                                        : "DMA, then decode");
+        if (r.shim_raw_tail)
+            printf(", the last %.2f MiB raw", (double)r.shim_raw_tail / 1048576.0);
+        printf("\n");
         if (opts.max_sms)
             printf("  decode grids of at most %u CTAs\n", opts.max_sms);
         printf("  block offsets read from %s memory; %d copies of the device buffers\n",

@@ -100,7 +100,10 @@ typedef struct IbpshimBenchResult {
     int shim_pipelined;      /* how the shim's dma path copies this run (pipeline_chunk as options
                                 chunk, default 16 MiB, pipeline_tail as options tail): 1 pipelined (a
                                 run of two chunks), 2 pipelined while no other compressed copy is in
-                                flight (a chunk of original bytes and two tails), 0 DMA, then decode */
+                                flight (a chunk of original bytes and two tails, or a raw tail), 0
+                                DMA, then decode */
+    size_t shim_raw_tail;    /* original bytes of the run's end that the shim's dma path, with the
+                                default pipeline_raw_tail, sends as they are (0: none) */
     int rotation;            /* device buffers cycled through, so that together they exceed twice the L2 */
     unsigned trace_chunks;   /* chunks of the traced run (the first IBPSHIM_BENCH_TRACE_MAX are in trace) */
     double trace_us;         /* the traced run's time, start to the caller's join */

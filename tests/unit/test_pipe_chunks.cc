@@ -168,4 +168,15 @@ TEST(PipeChunks, RawTailTakesWholeBlocksFromTheEnd)
     EXPECT_EQ(ibp_pipe_raw_from(0, 4000000000u, 256 * kib, (size_t)1 << 40), 0u + 4000000000u - 4194304u);
 }
 
+// A run pipelined only for its raw tail keeps one where it is at least a quarter of its original
+// bytes: int32 triples (0.36) do, float64 features (0.10) do not.
+TEST(PipeChunks, RawTailOnShortRunsWantsAQuarter)
+{
+    const uint64_t mib = 1 << 20;
+    EXPECT_TRUE(ibp_pipe_raw_worth(1700000, 4800192));  // int32 triples, 4.6 MiB
+    EXPECT_FALSE(ibp_pipe_raw_worth(460000, 4601856));  // float64 features, 4.4 MiB
+    EXPECT_TRUE(ibp_pipe_raw_worth(mib, 4 * mib));      // a quarter exactly
+    EXPECT_FALSE(ibp_pipe_raw_worth(mib - 1, 4 * mib)); // just below
+}
+
 } // namespace
