@@ -487,7 +487,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     const int shim_whole = ibp_pipe_worth(b.run_len, shim_chunk);
     const int shim_alone = ibp_pipe_alone_worth(b.run_len, b.total, shim_chunk, b.tail);
     const uint32_t shim_raw_from =
-        shim_whole || shim_alone || ibp_pipe_raw_worth(b.run_len, b.total)
+        ibp_pipe_raw_worth(b.run_len, b.total, shim_chunk, b.tail)
             ? ibp_pipe_raw_from(0, b.nblocks, b.block_size, IBP_PIPE_RAW_TAIL_DEFAULT)
             : b.nblocks;
     out->shim_raw_tail = shim_raw_from < b.nblocks ? span(&b, shim_raw_from, b.nblocks) : 0;

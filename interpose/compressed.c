@@ -771,8 +771,7 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     const int alone_worth = ibp_pipe_alone_worth(p->run_len, run_orig, base->opts.pipeline_chunk, tail);
     IbpGeom comp = g;
     uint64_t raw_off = 0, raw_len = 0;
-    const int tailed = base->opts.pipeline_chunk &&
-                       (whole || alone_worth || ibp_pipe_raw_worth(p->run_len, run_orig)) &&
+    const int tailed = ibp_pipe_raw_worth(p->run_len, run_orig, base->opts.pipeline_chunk, tail) &&
                        raw_tail_split(&g, bs, base->opts.pipeline_raw_tail, &comp, &raw_off, &raw_len);
     const int alone = !whole && (tailed || alone_worth) && !speed_pending(drv, ctx);
     const IbpPipe *pp = whole || alone ? pipe_for(drv, ctx, base->stream, base->opts.priority_decode) : NULL;

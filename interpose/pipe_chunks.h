@@ -38,15 +38,18 @@ static inline int ibp_pipe_alone_worth(uint64_t run_len, uint64_t orig_len, size
     return base && tail && orig_len >= base && run_len >= 2 * (uint64_t)tail;
 }
 
-/* Whether a run that is pipelined only for its raw tail (shorter than ibp_pipe_alone_worth() takes)
- * keeps one: where it is at least a quarter of its orig_len original bytes.  Such a run otherwise
- * goes as DMA then decode; with the tail, the decode overlaps the tail's DMA, and the tail costs
- * (1 - ratio) of its DMA time and a copy start-up.  On the H100, 4-7 MiB copies with 1 MiB of raw
- * tail: int32 triples (ratio 0.36) 0.57-0.58 of the ideal as DMA then decode, 0.63-0.64 with it;
- * float64 features (ratio 0.10) 0.32 and 0.28. */
-static inline int ibp_pipe_raw_worth(uint64_t run_len, uint64_t orig_len)
+/* Whether a compressed run of run_len bytes for orig_len original bytes may keep a raw tail
+ * (ibp_pipe_raw_from() says how much), with pipeline_chunk `base` (0: no pipelining, no tail) and
+ * the run's pipeline tail: a pipelined run always (ibp_pipe_worth(), ibp_pipe_alone_worth()); one
+ * that only its tail would pipeline where it is at least a quarter of its original bytes.  Such a
+ * run otherwise goes as DMA then decode; with the tail, the decode overlaps the tail's DMA, and the
+ * tail costs (1 - ratio) of its DMA time and a copy start-up.  On the H100, 4-7 MiB copies with
+ * 1 MiB of raw tail: int32 triples (ratio 0.36) 0.57-0.58 of the ideal as DMA then decode,
+ * 0.63-0.64 with it; float64 features (ratio 0.10) 0.32 and 0.28. */
+static inline int ibp_pipe_raw_worth(uint64_t run_len, uint64_t orig_len, size_t base, size_t tail)
 {
-    return run_len >= orig_len / 4;
+    return base && (ibp_pipe_worth(run_len, base) || ibp_pipe_alone_worth(run_len, orig_len, base, tail) ||
+                    run_len >= orig_len / 4);
 }
 
 /* The chunk size a pipelined run aims at: an eighth of the run, at least base (fewer copy

@@ -169,14 +169,19 @@ TEST(PipeChunks, RawTailTakesWholeBlocksFromTheEnd)
 }
 
 // A run pipelined only for its raw tail keeps one where it is at least a quarter of its original
-// bytes: int32 triples (0.36) do, float64 features (0.10) do not.
+// bytes: int32 triples (0.36) do, float64 features (0.10) do not.  Pipelined runs keep one whatever
+// their ratio; without pipelining there is none.
 TEST(PipeChunks, RawTailOnShortRunsWantsAQuarter)
 {
     const uint64_t mib = 1 << 20;
-    EXPECT_TRUE(ibp_pipe_raw_worth(1700000, 4800192));  // int32 triples, 4.6 MiB
-    EXPECT_FALSE(ibp_pipe_raw_worth(460000, 4601856));  // float64 features, 4.4 MiB
-    EXPECT_TRUE(ibp_pipe_raw_worth(mib, 4 * mib));      // a quarter exactly
-    EXPECT_FALSE(ibp_pipe_raw_worth(mib - 1, 4 * mib)); // just below
+    const size_t chunk = IBP_PIPE_CHUNK_DEFAULT;
+    EXPECT_TRUE(ibp_pipe_raw_worth(1700000, 4800192, chunk, mib));    // int32 triples, 4.6 MiB
+    EXPECT_FALSE(ibp_pipe_raw_worth(460000, 4601856, chunk, mib));    // float64 features, 4.4 MiB
+    EXPECT_TRUE(ibp_pipe_raw_worth(mib, 4 * mib, chunk, mib));        // a quarter exactly
+    EXPECT_FALSE(ibp_pipe_raw_worth(mib - 1, 4 * mib, chunk, mib));   // just below
+    EXPECT_TRUE(ibp_pipe_raw_worth(6700000, 67200000, chunk, mib));   // float64 features, 64 MiB: alone
+    EXPECT_TRUE(ibp_pipe_raw_worth(40 * mib, 400 * mib, chunk, mib)); // two chunks: pipelined
+    EXPECT_FALSE(ibp_pipe_raw_worth(1700000, 4800192, 0, mib));       // pipeline_chunk = 0
 }
 
 } // namespace
