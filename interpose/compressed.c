@@ -40,8 +40,14 @@
  * stream before the last chunk's decode, ev[3] on the caller's stream after the join. */
 enum { PROBE_IDLE = 0, PROBE_RESERVED, PROBE_RECORDED };
 
+/* A timed run's events: serial, [0] DMA start, [1] DMA end, [2] decode end; pipelined, [0] first
+ * chunk's DMA start, [1] the DMA end of the chunks the slots hold, [2] last chunk's decode start,
+ * [3] the caller's join (the run's end, the raw tail's DMA included), [4] last chunk's decode end
+ * on the decode stream. */
+#define IBP_PROBE_EVENTS 5
+
 typedef struct IbpProbe {
-    CUevent ev[4];
+    CUevent ev[IBP_PROBE_EVENTS];
     int state;
     size_t dma_bytes; /* bytes moved between ev[0] and ev[1] */
     size_t dec_bytes; /* original bytes decoded in the decode interval */
@@ -72,7 +78,7 @@ static IbpSpeed speeds[IBP_SPEED_CONTEXTS];
 
 static int probe_init(const IbpDriver *drv, IbpProbe *pr)
 {
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < IBP_PROBE_EVENTS; k++)
         if (!pr->ev[k] && drv->cuEventCreate(&pr->ev[k], CU_EVENT_DEFAULT) != CUDA_SUCCESS)
             return -EIO;
     return 0;
@@ -113,7 +119,10 @@ static void speed_collect(const IbpDriver *drv, IbpSpeed *sp, IbpProbe *pr, int 
     if (pr->state != PROBE_RECORDED || ibp_driver_event_query(drv, pr->ev[last]) != CUDA_SUCCESS)
         return;
     const double dma_ms = elapsed_ms(drv, pr->ev[0], pr->ev[1]);
-    const double dec_ms = elapsed_ms(drv, pr->ev[last - 1], pr->ev[last]);
+    /* A pipelined run's last decode ends on the decode stream: the caller's join after it also
+     * waits for the raw tail's DMA, which would count as decode time. */
+    const double dec_ms =
+        pipelined ? elapsed_ms(drv, pr->ev[2], pr->ev[4]) : elapsed_ms(drv, pr->ev[1], pr->ev[2]);
     const double all_ms = pipelined ? elapsed_ms(drv, pr->ev[0], pr->ev[3]) : 0.0;
     if (dma_ms >= 0 && dec_ms >= 0 && all_ms >= 0 && pr->dma_bytes && pr->dec_bytes) {
         sp->dma_ns_per_byte = ewma(sp->dma_ns_per_byte, dma_ms * 1e6 / (double)pr->dma_bytes);
@@ -127,8 +136,8 @@ static void speed_collect(const IbpDriver *drv, IbpSpeed *sp, IbpProbe *pr, int 
                       1.0 / sp->dma_ns_per_byte, 1.0 / sp->dec_ns_per_byte);
         }
         ibp_ledger_dma(pr->tag, pr->dma_bytes, (uint64_t)(dma_ms * 1e6));
-        /* A pipelined run's decode sample ends at the caller's join, which may wait for the
-         * caller's own work: good enough to judge the run as a whole, not to report a speed. */
+        /* A pipelined run's last decode may have waited for the caller's own work (the decode
+         * stream joins it first): good enough to judge the run, not to report a speed. */
         if (!pipelined)
             ibp_ledger_decoded(pr->tag, pr->dec_bytes, (uint64_t)(dec_ms * 1e6));
     }
@@ -607,7 +616,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     const CUdeviceptr slots = scr + scratch;
     void *decoded[IBP_PIPE_SLOTS] = {NULL};
     size_t plan_wire = 0, dma_sample = 0, dec_sample = 0;
-    int marked = 0; /* probe events recorded so far */
+    int marked = 0; /* probe events recorded so far (the fourth is ev[4]) */
     /* The copies write only staging slots: like a serial run's DMA (send_run), they run ahead of
      * the caller's earlier work, except in a timed run, whose first event must mark when the
      * caller's stream got there. */
@@ -657,6 +666,8 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
             marked = 3;
         }
         err = decode_blocks(&l, g, slot, b, b, e, dst, scr);
+        if (!err && marked == 3 && e == end && !speed_mark(drv, ctx, 1, 4, pp->decode))
+            marked = 4;
         if (!err && k + IBP_PIPE_SLOTS < nchunks && !(decoded[s] = ibp_devmem_fence_record(ctx, pp->decode)))
             err = -EIO;
         b = e;
@@ -682,7 +693,7 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     if (!err)
         speed_busy(drv, ctx, base->stream);
     if (timed) {
-        if (!err && marked == 3 && !speed_mark(drv, ctx, 1, 3, base->stream))
+        if (!err && marked == 4 && !speed_mark(drv, ctx, 1, 3, base->stream))
             speed_recorded(drv, ctx, 1, dma_sample, dec_sample, p->len, base->tag);
         else
             speed_unreserve(drv, ctx, 1);
