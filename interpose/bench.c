@@ -134,8 +134,8 @@ static int run_pipelined(const Bench *b, CUdeviceptr d_run, CUdeviceptr d_out, u
      * s_dec[k % decode_streams], so with more than one a decode need not wait for the chunk
      * before's), the last one's with last_on_copy on its DMA's stream right after it; paired:
      * each chunk's DMA and then its decode on one stream, s_copy and s_copy2 alternating.  With
-     * raw_rest, blocks [end, nblocks) follow as they are, a DMA of their original bytes on s_copy
-     * after the last chunk's, which the last decode then overlaps. */
+     * raw_rest, blocks [end, nblocks) follow as they are, a DMA of their original bytes after the
+     * last chunk's, which the last decode then overlaps. */
     const int ndec = b->paired ? 0 : b->decode_streams;
     CUevent start = b->ev[BENCH_EVENTS];
     if (drv->cuEventRecord(start, b->s_copy) != CUDA_SUCCESS ||
@@ -147,9 +147,11 @@ static int run_pipelined(const Bench *b, CUdeviceptr d_run, CUdeviceptr d_out, u
             return -EIO;
     int err = 0;
     uint32_t s = 0, k = 0;
+    CUstream last_cs = b->s_copy;
     while (!err && s < end) {
         const uint32_t e = ibp_pipe_chunk_end(b->offsets, s, end, b->chunk, b->tail);
         const CUstream cs = (k & 1) && (b->copy_streams > 1 || b->paired) ? b->s_copy2 : b->s_copy;
+        last_cs = cs;
         const int on_copy = b->paired || (b->last_on_copy && e == end);
         const CUstream ds = on_copy ? cs : b->s_dec[k % (uint32_t)ndec];
         const CUevent ev = b->ev[k % BENCH_EVENTS];
@@ -168,9 +170,17 @@ static int run_pipelined(const Bench *b, CUdeviceptr d_run, CUdeviceptr d_out, u
         s = e;
         k++;
     }
+    /* As in the shim, the raw rest goes on a stream of its own (s_zc, idle in this path) after the
+     * last chunk's DMA, and s_copy waits for it. */
+    const CUevent chunks_done = b->ev[BENCH_EV_COUNT - 2], rest_done = b->ev[BENCH_EV_COUNT - 1];
     if (!err && raw_rest && end < b->nblocks &&
-        drv->cuMemcpyHtoDAsync(d_out + (CUdeviceptr)end * b->block_size, b->src + (size_t)end * b->block_size,
-                               span(b, end, b->nblocks), b->s_copy) != CUDA_SUCCESS)
+        (drv->cuEventRecord(chunks_done, last_cs) != CUDA_SUCCESS ||
+         drv->cuStreamWaitEvent(b->s_zc, chunks_done, 0) != CUDA_SUCCESS ||
+         drv->cuMemcpyHtoDAsync(d_out + (CUdeviceptr)end * b->block_size,
+                                b->src + (size_t)end * b->block_size, span(b, end, b->nblocks),
+                                b->s_zc) != CUDA_SUCCESS ||
+         drv->cuEventRecord(rest_done, b->s_zc) != CUDA_SUCCESS ||
+         drv->cuStreamWaitEvent(b->s_copy, rest_done, 0) != CUDA_SUCCESS))
         err = -EIO;
     /* s_copy, which carries the clock, waits for the other streams' last work. */
     CUstream others[1 + BENCH_DECODE_STREAMS];
