@@ -174,9 +174,10 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
         "transfer", "pipeline_raw_tail", transfer.pipeline_raw_tail, "1MiB", 0, GIB,
         "dma path: a compressed run's last blocks, about this many original bytes, go as they are, a "
         "DMA after the run's, so that the decode of the run's end overlaps it instead of following "
-        "every DMA; it costs what those blocks would have saved. Kept where the rest has as many blocks: "
-        "on pipelined runs, and on shorter ones compressed to at least a quarter of their size while no "
-        "other compressed copy's decode is pending (these then go as one or two chunks and the tail). "
+        "every DMA; it costs what those blocks would have saved. Kept only while no other compressed "
+        "copy's decode is pending (back to back, a copy's DMAs already overlap the decode before them), "
+        "where the rest has as many blocks: on pipelined runs, and on shorter ones compressed to at "
+        "least a quarter of their size (these then go as one or two chunks and the tail). "
         "0 = none, as with pipeline_chunk = 0."),
     OPT_BOOL("transfer", "priority_decode", transfer.priority_decode, "false",
              "dma path: decode on an internal stream of the device's highest priority, joined to the copy's "
