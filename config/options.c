@@ -170,15 +170,15 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "(each half of what is left once less than two chunks are; half this for runs compressed to "
              "less than 0.7 of their size, whose chunks hold more to decode), since the last chunk's decode "
              "is the part no DMA hides; each chunk more costs a copy start-up. 0 = chunks of equal size."),
-    OPT_SIZE(
-        "transfer", "pipeline_raw_tail", transfer.pipeline_raw_tail, "1MiB", 0, GIB,
-        "dma path: a compressed run's last blocks, about this many original bytes, go as they are, a "
-        "DMA after the run's, so that the decode of the run's end overlaps it instead of following "
-        "every DMA; it costs what those blocks would have saved. Kept only while no other compressed "
-        "copy's decode is pending (back to back, a copy's DMAs already overlap the decode before them), "
-        "where the rest has as many blocks: on pipelined runs, and on shorter ones compressed to at "
-        "least a quarter of their size (these then go as one or two chunks and the tail). "
-        "0 = none, as with pipeline_chunk = 0."),
+    OPT_SIZE("transfer", "pipeline_raw_tail", transfer.pipeline_raw_tail, "0", 0, GIB,
+             "dma path: a compressed run's last blocks, about this many original bytes, go as they are, a "
+             "DMA after the run's, so that the decode of the run's end overlaps it instead of following "
+             "every DMA; it costs what those blocks would have saved. Kept only while no other compressed "
+             "copy's decode is pending (back to back, a copy's DMAs already overlap the decode before them), "
+             "where the rest has as many blocks: on pipelined runs, and on shorter ones compressed to at "
+             "least a quarter of their size (these then go as one or two chunks and the tail). A copy alone "
+             "gains (1 MiB: 0.5-4 points of the ideal on weights), copies in bursts lose (a table streamed "
+             "in 64 MiB slices, 1-7%). 0 = none, as with pipeline_chunk = 0."),
     OPT_BOOL("transfer", "priority_decode", transfer.priority_decode, "false",
              "dma path: decode on an internal stream of the device's highest priority, joined to the copy's "
              "stream by events, so the GPU schedules the decode's thread blocks ahead of kernels of other "

@@ -503,10 +503,9 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     const size_t shim_chunk = opts->chunk ? opts->chunk : IBP_PIPE_CHUNK_DEFAULT;
     const int shim_whole = ibp_pipe_worth(b.run_len, shim_chunk);
     const int shim_alone = ibp_pipe_alone_worth(b.run_len, b.total, shim_chunk, b.tail);
-    const uint32_t shim_raw_from =
-        ibp_pipe_raw_worth(b.run_len, b.total, shim_chunk, b.tail)
-            ? ibp_pipe_raw_from(0, b.nblocks, b.block_size, IBP_PIPE_RAW_TAIL_DEFAULT)
-            : b.nblocks;
+    const uint32_t shim_raw_from = ibp_pipe_raw_worth(b.run_len, b.total, shim_chunk, b.tail)
+                                       ? ibp_pipe_raw_from(0, b.nblocks, b.block_size, opts->shim_raw_tail)
+                                       : b.nblocks;
     out->shim_raw_tail = shim_raw_from < b.nblocks ? span(&b, shim_raw_from, b.nblocks) : 0;
     out->shim_pipelined = shim_whole ? 1 : shim_alone || out->shim_raw_tail ? 2 : 0;
     out->rotation = b.rotation;

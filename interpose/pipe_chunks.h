@@ -11,12 +11,13 @@
  * chunk's copy start-up costs some microseconds. */
 #define IBP_PIPE_CHUNK_DEFAULT ((size_t)16 << 20)
 
-/* [transfer] pipeline_raw_tail's default (ibp-bench's shim_raw_tail too).  On the H100, in three
- * runs, 1 MiB of raw tail took single 64 MiB copies of the weights from 0.94-0.99 of the ideal to
- * 0.96-0.99, of int32 triples from 0.89-0.94 to 0.90-0.95, and copies of 4-6 MiB of weights, sent
- * as DMA then decode without it, from 0.81-0.88 to 0.89-0.93; 1 GiB copies (one run) moved by
- * -0.024 to +0.008.  512 KiB to 4 MiB did no better overall (docs/BENCHMARKS.md). */
-#define IBP_PIPE_RAW_TAIL_DEFAULT ((size_t)1 << 20)
+/* [transfer] pipeline_raw_tail's default (ibp-bench's --shim-raw-tail too): none.  A copy alone
+ * gains from 1 MiB of raw tail (H100, three runs: 64 MiB copies of the weights from 0.94-0.99 of
+ * the ideal to 0.96-0.99, 4-6 MiB ones from 0.81-0.88 to 0.89-0.93; H200, one run: 0.5-2 points),
+ * but a table streamed in 64 MiB slices, two copies an epoch back to back, copied 1-7% slower with
+ * it (H200, on every run) and 1-6% slower with it on the first copy of each epoch only (H100),
+ * and which copy has none after it is not known when it is enqueued (docs/BENCHMARKS.md). */
+#define IBP_PIPE_RAW_TAIL_DEFAULT ((size_t)0)
 
 /* Whether a compressed run of run_len bytes is pipelined with chunks of at least `base` bytes
  * ([transfer] pipeline_chunk; 0: never): when it makes two of them. */

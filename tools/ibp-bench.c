@@ -15,7 +15,8 @@ static void usage(FILE *f)
                "         [--paired] [--tail BYTES]\n"
                "         [--trace] [--max-sms N] [--offsets device|mapped] [--word-size 2|4|8]\n"
                "         [--selector-flags] [--split PERMILLE[,PERMILLE...]]\n"
-               "         [--raw-tail BYTES[,BYTES...]] [--raw-tail-on-copy] [--json]\n"
+               "         [--raw-tail BYTES[,BYTES...]] [--raw-tail-on-copy] [--shim-raw-tail BYTES]\n"
+               "         [--json]\n"
                "Plans and compresses FILE as the shim would (tiled up to --size bytes, default 1 GiB),\n"
                "then times on the GPU, original bytes per second: a plain pinned copy, the DMA of the\n"
                "compressed run alone (no decode: the bound of every path through the copy engine), DMA\n"
@@ -45,7 +46,9 @@ static void usage(FILE *f)
                "--raw-tail times the pipelined path with a raw tail too, one for each size given (up\n"
                "to 8, original bytes, whole blocks from the run's end): that end copied as it is, a\n"
                "DMA after the last chunk's, which the last chunk's decode overlaps; on a stream of its\n"
-               "own as in the shim, or with --raw-tail-on-copy on the last chunk's, right after it.\n");
+               "own as in the shim, or with --raw-tail-on-copy on the last chunk's, right after it.\n"
+               "--shim-raw-tail judges the path the shim would take with that [transfer]\n"
+               "pipeline_raw_tail (default 0, the shim's).\n");
 }
 
 static void json_split(const IbpshimBenchResult *r, int k)
@@ -94,6 +97,8 @@ int main(int argc, char **argv)
             opts.last_decode_on_copy = 1;
         } else if (!strcmp(argv[i], "--raw-tail-on-copy")) {
             opts.raw_tail_on_copy = 1;
+        } else if (!strcmp(argv[i], "--shim-raw-tail") && i + 1 < argc) {
+            opts.shim_raw_tail = ibp_size_arg(argv[++i]);
         } else if (!strcmp(argv[i], "--selector-flags")) {
             opts.selector_flags = 1;
         } else if (!strcmp(argv[i], "--split") && i + 1 < argc) {

@@ -56,6 +56,8 @@ typedef struct IbpshimBenchOptions {
     size_t raw_tails[IBPSHIM_BENCH_RAW_TAILS_MAX];
     int nraw_tails;
     int raw_tail_on_copy;
+    size_t shim_raw_tail; /* the shim's [transfer] pipeline_raw_tail to judge its path by
+                             (IbpshimBenchResult.shim_raw_tail); 0: none, its default */
 } IbpshimBenchOptions;
 
 #define IBPSHIM_BENCH_TRACE_MAX 64

@@ -113,8 +113,8 @@ TEST(ConfigTable, DefaultsParseAndMatchTheIssue)
     EXPECT_EQ(cfg.transfer.pipeline_chunk, 16u << 20);
     EXPECT_EQ(cfg.transfer.pipeline_chunk, IBP_PIPE_CHUNK_DEFAULT); // ibp-bench's default too
     EXPECT_EQ(cfg.transfer.pipeline_tail, 2u << 20);
-    EXPECT_EQ(cfg.transfer.pipeline_raw_tail, 1u << 20);
-    EXPECT_EQ(cfg.transfer.pipeline_raw_tail, IBP_PIPE_RAW_TAIL_DEFAULT); // ibp-bench's shim_raw_tail too
+    EXPECT_EQ(cfg.transfer.pipeline_raw_tail, 0u);
+    EXPECT_EQ(cfg.transfer.pipeline_raw_tail, IBP_PIPE_RAW_TAIL_DEFAULT); // ibp-bench's --shim-raw-tail too
     EXPECT_FALSE(cfg.transfer.priority_decode);
     EXPECT_STREQ(cfg.report.path, "");
     EXPECT_EQ(cfg.report.format, IBP_REPORT_FORMAT_TEXT);
