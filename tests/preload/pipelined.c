@@ -101,6 +101,20 @@ static void copy_with_failure(PreloadTotalsFn totals, const uint8_t *host, size_
           "%s: the next copy did not go compressed", entry);
 }
 
+/* Two whole copies back to back, slowed so that the first one's decode is pending at the second;
+ * every byte checked. */
+static void back_to_back(const uint8_t *host, size_t n, cudaStream_t s)
+{
+    fake_delay(2000);
+    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
+    CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
+    CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
+    CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, n, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    fake_delay(0);
+    CHECK(memcmp(back, host, n) == 0, "back to back: bytes differ");
+}
+
 /* A run of less than two chunks: pipelined when the copy is alone, DMA, then decode behind another
  * compressed copy whose decode is still pending. */
 static void check_alone(PreloadTotalsFn totals, const uint8_t *host, size_t n, cudaStream_t s, size_t chunk)
@@ -120,18 +134,10 @@ static void check_alone(PreloadTotalsFn totals, const uint8_t *host, size_t n, c
         piped = st.kernel_launches;
     }
     CHECK(piped >= 2, "a copy alone went as %llu decode launch: not pipelined", piped);
-    /* Two copies back to back, slowed so that the first one's decode is pending at the second: at
-     * most one of them pipelined. */
-    fake_delay(2000);
+    /* Back to back: at most one of the two pipelined. */
     fake_reset();
-    CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
-    CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
-    CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
-    CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, n, cudaMemcpyDeviceToHost, s));
-    CHECK_CUDA(cudaStreamSynchronize(s));
-    fake_delay(0);
+    back_to_back(host, n, s);
     fake_stats(&st);
-    CHECK(memcmp(back, host, n) == 0, "back to back: bytes differ");
     CHECK(st.kernel_launches < 2 * piped, "back to back: %llu decode launches, %llu for one pipelined copy",
           (unsigned long long)st.kernel_launches, piped);
 }
@@ -230,18 +236,9 @@ int main(int argc, char **argv)
         const size_t len = (4u << 20) + next() % (n - off - (4u << 20));
         round_trip(host, off, len, k % 2 ? nb : s, "partial copy");
     }
-    if (fake) {
-        /* Two whole copies back to back, slowed so that the first one's decode is pending at the
-         * second: that one keeps no raw tail (the debug log says which runs did). */
-        fake_delay(2000);
-        CHECK_CUDA(cudaMemsetAsync(dev_buf, 0x5c, n, s));
-        CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
-        CHECK_CUDA(cudaMemcpyAsync(dev_buf, host, n, cudaMemcpyHostToDevice, s));
-        CHECK_CUDA(cudaMemcpyAsync(back, dev_buf, n, cudaMemcpyDeviceToHost, s));
-        CHECK_CUDA(cudaStreamSynchronize(s));
-        fake_delay(0);
-        CHECK(memcmp(back, host, n) == 0, "back to back: bytes differ");
-    }
+    /* Back to back, the second copy keeps no raw tail (the debug log says which runs did). */
+    if (fake)
+        back_to_back(host, n, s);
     memset(back, 0, n);
     CHECK_CUDA(cudaMemcpy(dev_buf, host, n, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(back, dev_buf, n, cudaMemcpyDeviceToHost));
