@@ -175,18 +175,15 @@ static int run_pipelined(const Bench *b, CUdeviceptr d_run, CUdeviceptr d_out, u
      * last chunk's DMA, and s_copy waits for it; or with tail_on_copy right after that DMA on its
      * stream. */
     const CUevent chunks_done = b->ev[BENCH_EV_COUNT - 2], rest_done = b->ev[BENCH_EV_COUNT - 1];
-    if (!err && raw_rest && end < b->nblocks && b->tail_on_copy &&
-        drv->cuMemcpyHtoDAsync(d_out + (CUdeviceptr)end * b->block_size, b->src + (size_t)end * b->block_size,
-                               span(b, end, b->nblocks), last_cs) != CUDA_SUCCESS)
-        err = -EIO;
-    if (!err && raw_rest && end < b->nblocks && !b->tail_on_copy &&
-        (drv->cuEventRecord(chunks_done, last_cs) != CUDA_SUCCESS ||
-         drv->cuStreamWaitEvent(b->s_zc, chunks_done, 0) != CUDA_SUCCESS ||
+    const CUstream rs = b->tail_on_copy ? last_cs : b->s_zc;
+    if (!err && raw_rest && end < b->nblocks &&
+        ((rs != last_cs && (drv->cuEventRecord(chunks_done, last_cs) != CUDA_SUCCESS ||
+                            drv->cuStreamWaitEvent(rs, chunks_done, 0) != CUDA_SUCCESS)) ||
          drv->cuMemcpyHtoDAsync(d_out + (CUdeviceptr)end * b->block_size,
                                 b->src + (size_t)end * b->block_size, span(b, end, b->nblocks),
-                                b->s_zc) != CUDA_SUCCESS ||
-         drv->cuEventRecord(rest_done, b->s_zc) != CUDA_SUCCESS ||
-         drv->cuStreamWaitEvent(b->s_copy, rest_done, 0) != CUDA_SUCCESS))
+                                rs) != CUDA_SUCCESS ||
+         (rs != last_cs && (drv->cuEventRecord(rest_done, rs) != CUDA_SUCCESS ||
+                            drv->cuStreamWaitEvent(b->s_copy, rest_done, 0) != CUDA_SUCCESS))))
         err = -EIO;
     /* s_copy, which carries the clock, waits for the other streams' last work. */
     CUstream others[1 + BENCH_DECODE_STREAMS];
