@@ -98,7 +98,12 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--raw-tail-on-copy")) {
             opts.raw_tail_on_copy = 1;
         } else if (!strcmp(argv[i], "--shim-raw-tail") && i + 1 < argc) {
-            opts.shim_raw_tail = ibp_size_arg(argv[++i]);
+            const char *v = argv[++i];
+            opts.shim_raw_tail = ibp_size_arg(v);
+            if (!opts.shim_raw_tail && strspn(v, "0") != strlen(v)) {
+                fprintf(stderr, "ibp-bench: --shim-raw-tail takes a size, 0 for none, not '%s'\n", v);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--selector-flags")) {
             opts.selector_flags = 1;
         } else if (!strcmp(argv[i], "--split") && i + 1 < argc) {
