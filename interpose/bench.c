@@ -56,7 +56,7 @@ typedef struct Bench {
     int decode_streams; /* pipelined chunks' decodes go round these streams */
     int paired;        /* a chunk's decode follows its DMA on the same stream, two streams alternating */
     int last_on_copy;  /* the last chunk's decode follows its DMA on the same stream */
-    int tail_on_copy;  /* a raw rest follows the last chunk's DMA on the same stream */
+    int tail_own_stream; /* a raw rest goes on a stream of its own after the last chunk's DMA */
     int chunks_inline; /* every pipelined chunk's launch carries its offsets: no table sent */
     /* A traced pipelined run: per chunk, timing events after its DMA, before and after its decode. */
     CUevent tr[IBPSHIM_BENCH_TRACE_MAX][3];
@@ -171,11 +171,11 @@ static int run_pipelined(const Bench *b, CUdeviceptr d_run, CUdeviceptr d_out, u
         s = e;
         k++;
     }
-    /* As in the shim, the raw rest goes on a stream of its own (s_zc, idle in this path) after the
-     * last chunk's DMA, and s_copy waits for it; or with tail_on_copy right after that DMA on its
-     * stream. */
+    /* As in the shim, the raw rest goes right after the last chunk's DMA on its stream; or with
+     * tail_own_stream on a stream of its own (s_zc, idle in this path) after that DMA, and s_copy
+     * waits for it. */
     const CUevent chunks_done = b->ev[BENCH_EV_COUNT - 2], rest_done = b->ev[BENCH_EV_COUNT - 1];
-    const CUstream rs = b->tail_on_copy ? last_cs : b->s_zc;
+    const CUstream rs = b->tail_own_stream ? b->s_zc : last_cs;
     if (!err && raw_rest && end < b->nblocks &&
         ((rs != last_cs && (drv->cuEventRecord(chunks_done, last_cs) != CUDA_SUCCESS ||
                             drv->cuStreamWaitEvent(rs, chunks_done, 0) != CUDA_SUCCESS)) ||
@@ -483,7 +483,7 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     b.copy_streams = opts->copy_streams == 2 ? 2 : 1;
     b.paired = opts->paired;
     b.last_on_copy = opts->last_decode_on_copy;
-    b.tail_on_copy = opts->raw_tail_on_copy;
+    b.tail_own_stream = opts->raw_tail_own_stream;
     b.decode_streams = opts->decode_streams < 1                      ? 1
                        : opts->decode_streams > BENCH_DECODE_STREAMS ? BENCH_DECODE_STREAMS
                                                                      : opts->decode_streams;

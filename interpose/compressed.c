@@ -577,7 +577,7 @@ static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream cal
  * no join can be enqueued, the internal streams are synchronised on the host before returning.
  * The last chunks shrink down to `tail` (ibp_pipe_tail()).  g covers the compressed blocks; with
  * raw_len, bytes [raw_off, raw_off + raw_len) of the piece follow as they are from raw_src, on the
- * pair's raw stream after the caller's earlier work and the last chunk's DMA.  Returns 0, -EBUSY (no
+ * copy stream after the caller's earlier work and the last chunk's DMA.  Returns 0, -EBUSY (no
  * staging) or -EIO. */
 static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ctx, const IbpPiece *p,
                           const IbpGeom *g, const void *blob, size_t blob_len, CUdeviceptr dst, size_t tail,
@@ -674,14 +674,15 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     }
     for (unsigned s = 0; s < IBP_PIPE_SLOTS; s++)
         ibp_devmem_fence_release(decoded[s]);
-    /* The raw tail writes dst, so it waits for the caller's earlier work, and it follows the last
-     * chunk's DMA, which the copy engine should not share.  It goes on the pair's raw stream: on
-     * the copy stream, that wait would hold back the next runs' chunks too, which otherwise run
-     * ahead of the caller's work. */
+    /* The raw tail writes dst, so it waits for the caller's earlier work (a timed run's copy
+     * stream already does), and it follows the last chunk's DMA on the copy stream.  That wait
+     * holds back the next runs' chunks, yet on a stream of its own the tail cost copies streamed
+     * back to back 2-5% more than on the copy stream, where it ran about as fast as without a
+     * tail; a copy alone measured the same either way (docs/BENCHMARKS.md, "The raw tail on the
+     * copy stream"). */
     const int tailed = !err && raw_len;
-    if (tailed && (ibp_devmem_stream_join(ctx, base->stream, pp->raw) ||
-                   ibp_devmem_stream_join(ctx, pp->copy, pp->raw) ||
-                   drv->cuMemcpyHtoDAsync(dst + raw_off, raw_src, raw_len, pp->raw) != CUDA_SUCCESS))
+    if (tailed && ((!timed && ibp_devmem_stream_join(ctx, base->stream, pp->copy)) ||
+                   drv->cuMemcpyHtoDAsync(dst + raw_off, raw_src, raw_len, pp->copy) != CUDA_SUCCESS))
         err = -EIO;
     if (!err && raw_len)
         IBP_DEBUG("pipelined run: %u chunks, then a raw tail of %llu bytes", k, (unsigned long long)raw_len);
@@ -690,12 +691,9 @@ static int send_pipelined(const IbpLaunch *base, const IbpPipe *pp, CUcontext ct
     /* The caller's stream waits for the decodes and the raw tail; after a failure also for the
      * copies, which may still read the shadow or write the staging buffer. */
     if (ibp_devmem_stream_join(ctx, pp->decode, base->stream) ||
-        (err && ibp_devmem_stream_join(ctx, pp->copy, base->stream)) ||
-        (tailed && ibp_devmem_stream_join(ctx, pp->raw, base->stream))) {
+        ((err || tailed) && ibp_devmem_stream_join(ctx, pp->copy, base->stream))) {
         ibp_driver_stream_sync(drv, pp->decode);
         ibp_driver_stream_sync(drv, pp->copy);
-        if (tailed)
-            ibp_driver_stream_sync(drv, pp->raw);
         err = -EIO;
     }
     if (!err)

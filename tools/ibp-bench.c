@@ -15,7 +15,7 @@ static void usage(FILE *f)
                "         [--paired] [--tail BYTES]\n"
                "         [--trace] [--max-sms N] [--offsets device|mapped] [--word-size 2|4|8]\n"
                "         [--selector-flags] [--split PERMILLE[,PERMILLE...]]\n"
-               "         [--raw-tail BYTES[,BYTES...]] [--raw-tail-on-copy] [--shim-raw-tail BYTES]\n"
+               "         [--raw-tail BYTES[,BYTES...]] [--raw-tail-own-stream] [--shim-raw-tail BYTES]\n"
                "         [--json]\n"
                "Plans and compresses FILE as the shim would (tiled up to --size bytes, default 1 GiB),\n"
                "then times on the GPU, original bytes per second: a plain pinned copy, the DMA of the\n"
@@ -45,8 +45,8 @@ static void usage(FILE *f)
                "its own while the rest goes the pipelined way, both started together.\n"
                "--raw-tail times the pipelined path with a raw tail too, one for each size given (up\n"
                "to 8, original bytes, whole blocks from the run's end): that end copied as it is, a\n"
-               "DMA after the last chunk's, which the last chunk's decode overlaps; on a stream of its\n"
-               "own as in the shim, or with --raw-tail-on-copy on the last chunk's, right after it.\n"
+               "DMA after the last chunk's, which the last chunk's decode overlaps; on the last\n"
+               "chunk's stream as in the shim, or with --raw-tail-own-stream on a stream of its own.\n"
                "--shim-raw-tail judges the path the shim would take with that [transfer]\n"
                "pipeline_raw_tail (default 0, the shim's).\n");
 }
@@ -95,8 +95,8 @@ int main(int argc, char **argv)
             opts.paired = 1;
         } else if (!strcmp(argv[i], "--last-decode-on-copy")) {
             opts.last_decode_on_copy = 1;
-        } else if (!strcmp(argv[i], "--raw-tail-on-copy")) {
-            opts.raw_tail_on_copy = 1;
+        } else if (!strcmp(argv[i], "--raw-tail-own-stream")) {
+            opts.raw_tail_own_stream = 1;
         } else if (!strcmp(argv[i], "--shim-raw-tail") && i + 1 < argc) {
             const char *v = argv[++i];
             opts.shim_raw_tail = ibp_size_arg(v);
@@ -205,24 +205,24 @@ int main(int argc, char **argv)
         return 1;
     }
     if (json) {
-        printf(
-            "{\"file\": \"%s\", \"device\": \"%s\", \"bytes\": %zu, \"compressed\": %zu, \"ratio\": %.4f, "
-            "\"verified\": %s, \"raw_gbps\": %.2f, \"dma_only_gbps\": %.2f, \"dma_decode_gbps\": %.2f, "
-            "\"pipelined_gbps\": %.2f, "
-            "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
-            "\"tail\": %zu, \"paired\": %s, \"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d, "
-            "\"word_size\": %u, \"columns\": %u, \"decode_streams\": %d, \"last_decode_on_copy\": %s, "
-            "\"selector_flags\": %s, \"shim_path\": \"%s\", \"shim_raw_tail\": %zu, \"raw_tail_on_copy\": %s",
-            path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
-            r.dma_only_gbps, r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps,
-            1.0 / r.ratio, r.chunk, r.tail, opts.paired ? "true" : "false", opts.max_sms,
-            opts.offsets_mapped ? "mapped" : "device", r.rotation, r.word_size, r.columns,
-            opts.decode_streams ? opts.decode_streams : 1, opts.last_decode_on_copy ? "true" : "false",
-            opts.selector_flags ? "true" : "false",
-            r.shim_pipelined == 1   ? "pipelined"
-            : r.shim_pipelined == 2 ? "pipelined_alone"
-                                    : "dma_then_decode",
-            r.shim_raw_tail, opts.raw_tail_on_copy ? "true" : "false");
+        printf("{\"file\": \"%s\", \"device\": \"%s\", \"bytes\": %zu, \"compressed\": %zu, \"ratio\": %.4f, "
+               "\"verified\": %s, \"raw_gbps\": %.2f, \"dma_only_gbps\": %.2f, \"dma_decode_gbps\": %.2f, "
+               "\"pipelined_gbps\": %.2f, "
+               "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
+               "\"tail\": %zu, \"paired\": %s, \"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d, "
+               "\"word_size\": %u, \"columns\": %u, \"decode_streams\": %d, \"last_decode_on_copy\": %s, "
+               "\"selector_flags\": %s, \"shim_path\": \"%s\", \"shim_raw_tail\": %zu, "
+               "\"raw_tail_own_stream\": %s",
+               path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
+               r.dma_only_gbps, r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps,
+               1.0 / r.ratio, r.chunk, r.tail, opts.paired ? "true" : "false", opts.max_sms,
+               opts.offsets_mapped ? "mapped" : "device", r.rotation, r.word_size, r.columns,
+               opts.decode_streams ? opts.decode_streams : 1, opts.last_decode_on_copy ? "true" : "false",
+               opts.selector_flags ? "true" : "false",
+               r.shim_pipelined == 1   ? "pipelined"
+               : r.shim_pipelined == 2 ? "pipelined_alone"
+                                       : "dma_then_decode",
+               r.shim_raw_tail, opts.raw_tail_own_stream ? "true" : "false");
         json_array("splits", r.nsplits, json_split, &r);
         json_array("raw_tails", r.nraw_tails, json_raw_tail, &r);
         if (opts.trace) {

@@ -49,13 +49,13 @@ typedef struct IbpshimBenchOptions {
     unsigned splits[IBPSHIM_BENCH_SPLITS_MAX];
     int nsplits;
     /* Raw tails: for each of the first nraw_tails sizes, the pipelined path with about that many
-     * original bytes of the run's end (whole blocks, at least one) sent as they are, a DMA on a
-     * stream of its own after the last chunk's (as the shim sends it; raw_tail_on_copy: on the last
-     * chunk's stream, right after it), so that the last chunk's decode overlaps a DMA instead of
-     * following them all.  IbpshimBenchResult.raw_tail has the times. */
+     * original bytes of the run's end (whole blocks, at least one) sent as they are, a DMA on the
+     * last chunk's stream right after it (as the shim sends it; raw_tail_own_stream: on a stream of
+     * its own after it), so that the last chunk's decode overlaps a DMA instead of following them
+     * all.  IbpshimBenchResult.raw_tail has the times. */
     size_t raw_tails[IBPSHIM_BENCH_RAW_TAILS_MAX];
     int nraw_tails;
-    int raw_tail_on_copy;
+    int raw_tail_own_stream;
     size_t shim_raw_tail; /* the shim's [transfer] pipeline_raw_tail to judge its path by
                              (IbpshimBenchResult.shim_raw_tail); 0: none, its default */
 } IbpshimBenchOptions;
