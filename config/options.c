@@ -177,8 +177,8 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "copy's decode is pending (back to back, a copy's DMAs already overlap the decode before them), "
              "where the rest has as many blocks: on pipelined runs, and on shorter ones compressed to at "
              "least a quarter of their size (these then go as one or two chunks and the tail). A copy alone "
-             "gains (1 MiB: 0.5-4 points of the ideal on weights), copies in bursts lose (a table streamed "
-             "in 64 MiB slices, 1-7%). 0 = none, as with pipeline_chunk = 0."),
+             "gains (1 MiB: 5-16 points of the ideal at 4-7 MiB, 1-2 at 64 MiB), copies in bursts lose (a "
+             "table streamed in 4-64 MiB slices, 0-4%). 0 = none, as with pipeline_chunk = 0."),
     OPT_BOOL("transfer", "priority_decode", transfer.priority_decode, "false",
              "dma path: decode on an internal stream of the device's highest priority, joined to the copy's "
              "stream by events, so the GPU schedules the decode's thread blocks ahead of kernels of other "
