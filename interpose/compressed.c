@@ -782,8 +782,8 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
      * keep a raw tail (and compress to no less than a quarter), too, as long as no other compressed
      * copy's decode is pending.  A raw tail is kept only then, pipelined or not: back to back, one
      * copy's DMAs overlap the decode before them, and a tail only adds bytes and a DMA that waits
-     * for the caller's earlier work (on the H200, 64 MiB slices streamed two an epoch copied 1-7%
-     * slower with a 1 MiB tail on every run). */
+     * for the caller's earlier work (64 MiB slices streamed two an epoch copied 1-7% slower with a
+     * 1 MiB tail on every run, on the H200, the tail then on a stream of its own). */
     const uint64_t run_orig = (uint64_t)(g.last + 1 - g.first) * bs;
     const size_t tail = ibp_pipe_tail(base->opts.pipeline_tail, p->run_len, run_orig);
     const int whole = ibp_pipe_worth(p->run_len, base->opts.pipeline_chunk);

@@ -12,11 +12,10 @@
 #define IBP_PIPE_CHUNK_DEFAULT ((size_t)16 << 20)
 
 /* [transfer] pipeline_raw_tail's default (ibp-bench's --shim-raw-tail too): none.  A copy alone
- * gains from 1 MiB of raw tail (H100, three runs: 64 MiB copies of the weights from 0.94-0.99 of
- * the ideal to 0.96-0.99, 4-6 MiB ones from 0.81-0.88 to 0.89-0.93; H200, one run: 0.5-2 points),
- * but a table streamed in 64 MiB slices, two copies an epoch back to back, copied 1-7% slower with
- * it (H200, on every run) and 1-6% slower with it on the first copy of each epoch only (H100),
- * and which copy has none after it is not known when it is enqueued (docs/BENCHMARKS.md). */
+ * gains from 1 MiB of raw tail (H100, tail on the copy stream: 4-7 MiB copies of the weights and
+ * uint8 images 5-16 points of the ideal, 64 MiB ones 1-2), but a table streamed in 4-64 MiB slices
+ * copied 0-4% slower with it (1-7% while the tail had a stream of its own), and which copy has
+ * none after it is not known when it is enqueued (docs/BENCHMARKS.md). */
 #define IBP_PIPE_RAW_TAIL_DEFAULT ((size_t)0)
 
 /* Whether a compressed run of run_len bytes is pipelined with chunks of at least `base` bytes
