@@ -154,9 +154,9 @@ template <int W> __device__ __forceinline__ bool word_inside(const uint8_t *dst,
 }
 
 // Store of the bytes of a word that fall inside [0, len) of dst: one store where the word lies
-// wholly inside, aligned (most words of a block that only its first or last bytes clip: byte by
-// byte, they made the decode of a copy that starts inside a block three times slower), else byte
-// by byte.
+// wholly inside, aligned (most words of a block that only its first or last bytes clip; stored
+// byte by byte, they are a likely reason why copies that start inside a block decoded three times
+// slower than whole blocks), else byte by byte.
 template <int W>
 __device__ __forceinline__ void store_clipped(uint8_t *dst, int64_t at, typename WordT<W>::U x, uint64_t len)
 {
