@@ -93,6 +93,7 @@ typedef struct IbpConfig {
         uint64_t pipeline_tail;  /* 0 = chunks of equal size */
         uint64_t pipeline_raw_tail; /* 0 = none */
         bool priority_decode;    /* decode on an internal stream of the highest priority */
+        bool raw_in_order;       /* copies that go as they are follow compressed copies' DMAs */
     } transfer;
     struct {
         char path[IBP_CONFIG_STRING_MAX]; /* "" = no JSON file */
@@ -137,7 +138,7 @@ typedef struct IbpConfigOption {
     const char *help;
 } IbpConfigOption;
 
-#define IBP_CONFIG_OPTION_COUNT 31
+#define IBP_CONFIG_OPTION_COUNT 32
 
 /* The table, IBP_CONFIG_OPTION_COUNT rows grouped by section in file order. */
 const IbpConfigOption *ibp_config_options(void);

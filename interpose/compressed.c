@@ -537,10 +537,14 @@ static IbpPipeSet pipes[IBP_PIPE_CONTEXTS];
 /* The pair of internal streams that runs copied on `caller` use in `ctx` (current), created on
  * first use as non-blocking streams (no implicit ordering with the legacy stream); NULL when they
  * cannot be created, and the run goes DMA, then decode.  Never called for a capturing stream. */
+static unsigned pipe_slot(CUstream caller)
+{
+    return (unsigned)(((uint64_t)(uintptr_t)caller * 0x9e3779b97f4a7c15ull) >> 32) % IBP_PIPE_PAIRS;
+}
+
 static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream caller, int priority)
 {
-    const unsigned k =
-        (unsigned)(((uint64_t)(uintptr_t)caller * 0x9e3779b97f4a7c15ull) >> 32) % IBP_PIPE_PAIRS;
+    const unsigned k = pipe_slot(caller);
     const IbpPipe *found = NULL;
     pthread_mutex_lock(&pipe_lock);
     for (int i = 0; i < IBP_PIPE_CONTEXTS; i++) {
@@ -566,6 +570,38 @@ static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream cal
     }
     pthread_mutex_unlock(&pipe_lock);
     return found;
+}
+
+/* The copy stream that compressed copies on `caller` in `ctx` sent their DMAs on ahead of the
+ * caller's stream, or NULL where none has been created yet. */
+static CUstream copy_stream_of(CUcontext ctx, CUstream caller)
+{
+    CUstream found = NULL;
+    pthread_mutex_lock(&pipe_lock);
+    for (int i = 0; i < IBP_PIPE_CONTEXTS && pipes[i].ctx; i++) {
+        if (pipes[i].ctx == ctx) {
+            found = pipes[i].pair[pipe_slot(caller)].copy;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&pipe_lock);
+    return found;
+}
+
+int ibp_send_raw_in_order(IbpStreamApi api, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                          CUcontext ctx, CUstream cu_stream, cudaError_t *ret)
+{
+    const IbpReal_cudaMemcpyAsync real =
+        api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaMemcpyAsync_ptsz) : IBP_REAL(cudaMemcpyAsync);
+    const CUstream copy = n >= IBP_RAW_IN_ORDER_MIN ? copy_stream_of(ctx, cu_stream) : NULL;
+    if (!real || !copy || ibp_devmem_stream_join(ctx, cu_stream, copy))
+        return 0;
+    /* The copy stream's handle is the runtime's too; the real call answers as it would on the
+     * caller's stream (an invalid argument enqueues nothing). */
+    *ret = real(dst, src, n, kind, (cudaStream_t)copy);
+    if (*ret == cudaSuccess && ibp_devmem_stream_join(ctx, copy, cu_stream))
+        ibp_driver_stream_sync(ibp_driver_get(), copy); /* later work must see the bytes */
+    return 1;
 }
 
 /* Copies the piece's run in chunks on the pair's copy stream into IBP_PIPE_SLOTS staging slots
@@ -940,7 +976,9 @@ cudaError_t ibp_send_plan(IbpStreamApi api, IbpCopyPlan *plan, void *dst, const 
         }
         /* A compressed piece that failed goes raw on the caller's stream, behind anything of it
          * already enqueued there. */
-        ret = raw_copy(api, dst_piece, src_piece, p->len, stream);
+        if (!opts->raw_in_order || !ibp_send_raw_in_order(api, dst_piece, src_piece, p->len,
+                                                          cudaMemcpyHostToDevice, ctx, cu_stream, &ret))
+            ret = raw_copy(api, dst_piece, src_piece, p->len, stream);
         stats->raw += p->len;
     }
     if (side_used && ibp_devmem_stream_join(ctx, side->raw, cu_stream))

@@ -31,7 +31,23 @@ typedef struct IbpSendOptions {
      * chunks ([transfer] pipeline_raw_tail); 0 = none. */
     size_t pipeline_raw_tail;
     int priority_decode; /* decode on the internal decode stream, of the highest priority */
+    int raw_in_order;    /* ibp_send_raw_in_order() for what goes as it is ([transfer] raw_in_order) */
 } IbpSendOptions;
+
+/* Shorter copies that go as they are stay on the caller's stream: they hold the copy engine for
+ * about as long as the two joins would take the host. */
+#define IBP_RAW_IN_ORDER_MIN ((size_t)64 << 10)
+
+/* A host-to-device copy of n >= IBP_RAW_IN_ORDER_MIN bytes that goes as it is (the real
+ * cudaMemcpyAsync), on `cu_stream` (current context ctx, not capturing), which compressed copies
+ * have sent DMAs ahead of on an internal copy stream: it goes on that copy stream too, after the
+ * caller's earlier work, and the caller's stream waits for it.  On the caller's own stream the
+ * copy engine served it only after every DMA queued ahead, and the decodes behind it in the
+ * caller's stream with it (docs/BENCHMARKS.md, "Copies that go as they are, in order").  Returns
+ * 1 with the real call's result in *ret, or 0 where the stream has no copy stream or cannot be
+ * joined to it: the caller makes the real call itself. */
+int ibp_send_raw_in_order(IbpStreamApi api, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                          CUcontext ctx, CUstream cu_stream, cudaError_t *ret);
 
 /* Enqueues every piece of `plan` for the copy [src, src + n) -> dst on `stream` (the
  * application's handle) and ends the plan.  A compressed piece goes raw when it cannot be

@@ -128,6 +128,7 @@ void ibp_router_start(const IbpConfig *cfg)
     send_opts.pipeline_tail = (size_t)cfg->transfer.pipeline_tail;
     send_opts.pipeline_raw_tail = (size_t)cfg->transfer.pipeline_raw_tail;
     send_opts.priority_decode = cfg->transfer.priority_decode;
+    send_opts.raw_in_order = cfg->transfer.raw_in_order;
     ibp_staging_configure(cfg->transfer.staging_bytes,
                           cfg->transfer.staging_exhausted == IBP_STAGING_EXHAUSTED_WAIT);
     if (ibp_policy_start(&p) == 0) {
@@ -399,6 +400,26 @@ static int may_compress(const void *src, size_t n, enum cudaMemcpyKind kind)
            atomic_load_explicit(&copies_on, memory_order_relaxed);
 }
 
+/* A copy from the host that goes as it is, on a stream whose compressed copies send their DMAs
+ * ahead on an internal copy stream: sent there too (ibp_send_raw_in_order). */
+static int raw_in_order(IbpStreamApi api, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                        cudaStream_t stream, cudaError_t *ret)
+{
+    /* Not while the application switched the shim's copies off (ibpshim_set_enabled): its copies
+     * then go exactly as without the shim. */
+    if (count < IBP_RAW_IN_ORDER_MIN || !send_opts.raw_in_order ||
+        (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDefault) ||
+        !atomic_load_explicit(&compress_on, memory_order_relaxed) ||
+        !atomic_load_explicit(&copies_on, memory_order_relaxed))
+        return 0;
+    const IbpDriver *drv = ibp_driver_get();
+    CUcontext ctx = NULL;
+    if (!drv || drv->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx ||
+        ibp_router_stream_capturing(api, stream) != 0)
+        return 0;
+    return ibp_send_raw_in_order(api, dst, src, count, kind, ctx, driver_stream(api, stream), ret);
+}
+
 __attribute__((visibility("default"))) int ibpshim_set_enabled(int on)
 {
     return atomic_exchange(&copies_on, on ? 1 : 0);
@@ -433,7 +454,8 @@ cudaError_t ibp_route_memcpy_async(IbpStreamApi api, void *dst, const void *src,
     cudaError_t ret;
     if (may_compress(src, count, kind) && route_h2d(api, dst, src, count, kind, stream, 0, &ret))
         return ret;
-    ret = real(dst, src, count, kind, stream);
+    if (!raw_in_order(api, dst, src, count, kind, stream, &ret))
+        ret = real(dst, src, count, kind, stream);
     if (ret == cudaSuccess)
         ibp_router_enqueued_write(api, dst, count, kind, stream);
     return ret;

@@ -2,6 +2,7 @@
  * ibpshim: fake CUDA driver: memcpy and memset entry points with CUDA's host synchronization rules. */
 #include "tests/fakecuda/internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,24 @@ static bool classify(uintptr_t p, size_t n, bool *device, bool *pinned)
     return true;
 }
 
+/* The last asynchronous copy from the host to the device: the stream handle it was enqueued on. */
+static pthread_mutex_t last_h2d_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUstream last_h2d_stream;
+static size_t last_h2d_bytes;
+static bool last_h2d_any;
+
+FAKECUDA_EXPORT int fakecuda_last_h2d(void **stream, size_t *bytes)
+{
+    pthread_mutex_lock(&last_h2d_mu);
+    const int any = last_h2d_any;
+    if (stream)
+        *stream = (void *)last_h2d_stream;
+    if (bytes)
+        *bytes = last_h2d_bytes;
+    pthread_mutex_unlock(&last_h2d_mu);
+    return any;
+}
+
 static CUresult copy(uintptr_t dst, uintptr_t src, size_t n, CUstream handle, bool per_thread,
                      CopyMode mode, CopyShape shape)
 {
@@ -55,6 +74,13 @@ static CUresult copy(uintptr_t dst, uintptr_t src, size_t n, CUstream handle, bo
         (shape == SHAPE_D2D && (!dst_dev || !src_dev))) {
         r = CUDA_ERROR_INVALID_VALUE;
         goto done;
+    }
+    if (mode == MODE_ASYNC && dst_dev && !src_dev) {
+        pthread_mutex_lock(&last_h2d_mu);
+        last_h2d_stream = handle;
+        last_h2d_bytes = n;
+        last_h2d_any = true;
+        pthread_mutex_unlock(&last_h2d_mu);
     }
     const bool src_pageable = !src_dev && !src_pinned;
     const bool dst_pageable = !dst_dev && !dst_pinned;

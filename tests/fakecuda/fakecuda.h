@@ -37,6 +37,11 @@ int fakecuda_last_launch(char *name, size_t len, unsigned *grid_x, unsigned *sha
  * returns 0 when it was never launched. */
 int fakecuda_kernel_grid(const char *name, unsigned *grid_x);
 
+/* The stream handle the last asynchronous copy from the host to the device was enqueued on (any
+ * thread, the handle as passed, NULL for the legacy stream) and its size (either pointer may be
+ * NULL); returns 0 when none was. */
+int fakecuda_last_h2d(void **stream, size_t *bytes);
+
 /* Sleeps this long before each asynchronous copy a stream executes (FAKECUDA_COPY_DELAY_US sets the
  * start value), so a program that reads a destination before synchronizing sees stale data. */
 void fakecuda_set_copy_delay_us(unsigned us);
