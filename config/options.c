@@ -189,7 +189,9 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "[policy] min_bytes, cold, judged slower) on a stream whose compressed copies sent their DMAs "
              "ahead on the shim's copy stream goes on that copy stream too, after the stream's earlier "
              "work, so that the copy engine takes it in the stream's order; on the stream itself it was "
-             "served only after every DMA queued ahead, and the decodes behind it waited with it."),
+             "served only after every DMA queued ahead, and the decodes behind it waited with it (a table "
+             "streamed in 4 MiB slices: 3-11 points of speedup with it; at 16-64 MiB no effect separated "
+             "from the spread of single runs yet)."),
 
     OPT_STRING("report", "path", report.path, "",
                "Write the transfer report as JSON to this file as well; empty means no file."),

@@ -43,7 +43,7 @@ typedef struct IbpSendOptions {
  * have sent DMAs ahead of on an internal copy stream: it goes on that copy stream too, after the
  * caller's earlier work, and the caller's stream waits for it.  On the caller's own stream the
  * copy engine served it only after every DMA queued ahead, and the decodes behind it in the
- * caller's stream with it (docs/BENCHMARKS.md, "Copies that go as they are, in order").  Returns
+ * caller's stream with it (docs/BENCHMARKS.md, "copies that go as they are, in order").  Returns
  * 1 with the real call's result in *ret, or 0 where the stream has no copy stream or cannot be
  * joined to it: the caller makes the real call itself. */
 int ibp_send_raw_in_order(IbpStreamApi api, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
