@@ -106,6 +106,44 @@ static inline void preload_round_trip(const PreloadWaiting *w, void *dev, uint8_
     CHECK(memcmp(back, w->host, w->n) == 0, "a copy of the compressed region differs");
 }
 
+/* A region's round trip as a PreloadCopyFn (preload_trip): w's region through dev into back. */
+typedef struct PreloadTrip {
+    PreloadWaiting w;
+    void *dev;
+    uint8_t *back;
+} PreloadTrip;
+
+static inline void preload_trip(void *arg)
+{
+    const PreloadTrip *t = arg;
+    preload_round_trip(&t->w, t->dev, t->back);
+}
+
+/* Sets t up for preload_trip: a pinned region of n bytes of float weights (cudaHostAlloc), a
+ * stream, a device buffer and a host buffer for the way back; returns the region. */
+static inline uint8_t *preload_trip_open(PreloadTrip *t, size_t n)
+{
+    uint8_t *host = NULL;
+    *t = (PreloadTrip){.w = {.n = n}};
+    CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
+    preload_fill_weights(host, n);
+    t->w.host = host;
+    CHECK_CUDA(cudaStreamCreate(&t->w.s));
+    CHECK_CUDA(cudaMalloc(&t->dev, n));
+    t->back = malloc(n);
+    CHECK(t->back != NULL, "malloc");
+    return host;
+}
+
+/* Frees what preload_trip_open() made. */
+static inline void preload_trip_close(PreloadTrip *t)
+{
+    CHECK_CUDA(cudaFree(t->dev));
+    CHECK_CUDA(cudaStreamDestroy(t->w.s));
+    CHECK_CUDA(cudaFreeHost((void *)t->w.host));
+    free(t->back);
+}
+
 /* k round trips of w's region through dev into back (each checked byte for byte); returns the
  * original bytes they sent through the compressed path. */
 static inline uint64_t preload_round_trips(PreloadTotalsFn totals, const PreloadWaiting *w, void *dev,

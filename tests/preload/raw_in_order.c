@@ -16,18 +16,6 @@
 
 typedef int (*LastH2dFn)(void **stream, size_t *bytes);
 
-typedef struct Trip {
-    PreloadWaiting w;
-    void *dev;
-    uint8_t *back;
-} Trip;
-
-static void trip(void *arg)
-{
-    const Trip *t = arg;
-    preload_round_trip(&t->w, t->dev, t->back);
-}
-
 /* Fills n bytes with a pattern of round r that no other round or buffer shares. */
 static void fill_round(uint8_t *p, size_t n, unsigned r, unsigned salt)
 {
@@ -42,19 +30,14 @@ int main(int argc, char **argv)
     const PreloadTotalsFn totals = preload_compression_or_skip("raw_in_order", 1);
     const LastH2dFn last_h2d = (LastH2dFn)dlsym(RTLD_DEFAULT, "fakecuda_last_h2d");
     const size_t n = 4u << 20, m = 512u << 10, small = 4u << 10;
-    uint8_t *host = NULL, *plain = NULL, *tiny = NULL;
-    Trip t = {.w = {.n = n}};
-    CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
+    PreloadTrip t;
+    const uint8_t *host = preload_trip_open(&t, n);
+    uint8_t *plain = NULL, *tiny = NULL;
     CHECK_CUDA(cudaHostAlloc((void **)&plain, m, cudaHostAllocDefault));
     CHECK_CUDA(cudaHostAlloc((void **)&tiny, small, cudaHostAllocDefault));
-    preload_fill_weights(host, n);
-    t.w.host = host;
-    CHECK_CUDA(cudaStreamCreate(&t.w.s));
-    CHECK_CUDA(cudaMalloc(&t.dev, n));
-    t.back = malloc(n);
     uint8_t *want = malloc(n);
-    CHECK(t.back != NULL && want != NULL, "malloc");
-    preload_wait_compressed("raw_in_order", "the region", totals, trip, &t);
+    CHECK(want != NULL, "malloc");
+    preload_wait_compressed("raw_in_order", "the region", totals, preload_trip, &t);
     IbpshimTransferTotals a, b;
     CHECK(totals(&a) == 0, "totals");
     const unsigned rounds = 12;
@@ -93,12 +76,9 @@ int main(int argc, char **argv)
     }
     CHECK(totals(&b) == 0, "totals");
     CHECK(b.compressed_in > a.compressed_in, "no copy of the region went compressed during the rounds");
-    CHECK_CUDA(cudaFree(t.dev));
-    CHECK_CUDA(cudaFreeHost(host));
+    preload_trip_close(&t);
     CHECK_CUDA(cudaFreeHost(plain));
     CHECK_CUDA(cudaFreeHost(tiny));
-    CHECK_CUDA(cudaStreamDestroy(t.w.s));
-    free(t.back);
     free(want);
     printf("raw_in_order: ok (%s: %u of %u plain copies on the shim's copy stream%s)\n", argv[1], moved, rounds,
            last_h2d ? "" : "; streams not observable here");

@@ -10,33 +10,14 @@
 
 #include "tests/preload/preload_check.h"
 
-typedef struct Trip {
-    PreloadWaiting w;
-    void *dev;
-    uint8_t *back;
-} Trip;
-
-static void trip(void *arg)
-{
-    const Trip *t = arg;
-    preload_round_trip(&t->w, t->dev, t->back);
-}
-
 int main(void)
 {
     const PreloadTotalsFn totals = preload_compression_or_skip("slower_skip", 1);
     const size_t n = 4u << 20;
-    uint8_t *host = NULL;
-    Trip t = {.w = {.n = n}};
-    CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
-    preload_fill_weights(host, n);
-    t.w.host = host;
-    CHECK_CUDA(cudaStreamCreate(&t.w.s));
-    CHECK_CUDA(cudaMalloc(&t.dev, n));
-    t.back = malloc(n);
-    CHECK(t.back != NULL, "malloc");
+    PreloadTrip t;
+    uint8_t *host = preload_trip_open(&t, n);
     /* The first compressed copy is timed, whatever the speeds: the compressed path is measured. */
-    preload_wait_compressed("slower_skip", "the first compressed copy", totals, trip, &t);
+    preload_wait_compressed("slower_skip", "the first compressed copy", totals, preload_trip, &t);
     IbpshimTransferTotals a, b;
     CHECK(totals(&a) == 0, "totals");
     const int copies = 48;
@@ -52,15 +33,12 @@ int main(void)
             }
             writes++;
         }
-        trip(&t);
+        preload_trip(&t);
     }
     CHECK(totals(&b) == 0, "totals");
     const uint64_t raw = (b.requested - a.requested) - (b.compressed_in - a.compressed_in);
     CHECK(raw > 0, "no copy went raw: the compressed path was judged faster than a plain copy");
-    CHECK_CUDA(cudaFree(t.dev));
-    CHECK_CUDA(cudaStreamDestroy(t.w.s));
-    CHECK_CUDA(cudaFreeHost(host));
-    free(t.back);
+    preload_trip_close(&t);
     printf(
         "slower_skip: ok (%d copies, %d writes between, every byte checked; %llu of %llu bytes compressed)\n",
         copies, writes, (unsigned long long)(b.compressed_in - a.compressed_in),
