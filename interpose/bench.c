@@ -15,7 +15,7 @@
 #include "kernels/module.h"
 
 #define BENCH_EVENTS 64
-#define BENCH_MAX_ITERS 64
+#define BENCH_MAX_ITERS IBPSHIM_BENCH_ITERS_MAX
 #define BENCH_MAX_ROTATION 64
 #define BENCH_DECODE_STREAMS 4
 /* Stream-bound buffers: s_copy, s_copy2, s_dec[], s_zc. */

@@ -29,7 +29,7 @@ static void usage(FILE *f)
                "the last chunks shrink down to about --tail BYTES, default 2 MiB as the shim's\n"
                "pipeline_tail, halving what is left once less than two chunks are, and half that\n"
                "for runs compressed below 0.7; 0 = equal chunks), the kernel reading the pinned run\n"
-               "directly (zero-copy), and decode alone, the paths taking turns in each of --iters\n"
+               "directly (zero-copy), and decode alone, the paths taking turns in each of --iters (1-64)\n"
                "rounds (medians).  Each timed run uses the next of several copies\n"
                "of the device buffers, together more than twice the GPU's L2.  --max-sms bounds every\n"
                "decode's grid to N CTAs (as [transfer] max_sms).  As in the shim, a decode of up to\n"
@@ -77,20 +77,50 @@ static void json_array(const char *key, int n, void (*one)(const IbpshimBenchRes
     printf("]");
 }
 
+/* --NAME's size argument v into *out: above 0, or with zero (what 0 means) also 0; else a
+ * message and -1. */
+static int size_opt(const char *name, const char *v, const char *zero, size_t *out)
+{
+    size_t b = 0;
+    if (ibp_size_parse(v, &b) || (!b && !zero)) {
+        fprintf(stderr, "ibp-bench: --%s takes a size (4096, 512K, 64M, 1.5G)%s%s, not '%s'\n", name,
+                zero ? ", 0 for " : " above 0", zero ? zero : "", v);
+        return -1;
+    }
+    *out = b;
+    return 0;
+}
+
+/* --NAME's whole number v in [lo, hi] into *out; else a message and -1. */
+static int count_opt(const char *name, const char *v, long lo, long hi, long *out)
+{
+    if (ibp_count_parse(v, lo, hi, out)) {
+        fprintf(stderr, "ibp-bench: --%s takes %ld to %ld, not '%s'\n", name, lo, hi, v);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL;
     IbpshimBenchOptions opts = {.size = (size_t)1 << 30, .iters = 9, .device = 0, .tail = (size_t)2 << 20};
     int json = 0;
     for (int i = 1; i < argc; i++) {
+        long num = 0;
         if (!strcmp(argv[i], "--size") && i + 1 < argc) {
-            opts.size = ibp_size_arg(argv[++i]);
+            if (size_opt("size", argv[++i], NULL, &opts.size))
+                return 2;
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
-            opts.iters = atoi(argv[++i]);
+            if (count_opt("iters", argv[++i], 1, IBPSHIM_BENCH_ITERS_MAX, &num))
+                return 2;
+            opts.iters = (int)num;
         } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
-            opts.chunk = ibp_size_arg(argv[++i]);
+            if (size_opt("chunk", argv[++i], "the shim's default", &opts.chunk))
+                return 2;
         } else if (!strcmp(argv[i], "--tail") && i + 1 < argc) {
-            opts.tail = ibp_size_arg(argv[++i]);
+            if (size_opt("tail", argv[++i], "equal chunks", &opts.tail))
+                return 2;
         } else if (!strcmp(argv[i], "--paired")) {
             opts.paired = 1;
         } else if (!strcmp(argv[i], "--last-decode-on-copy")) {
@@ -98,12 +128,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--raw-tail-own-stream")) {
             opts.raw_tail_own_stream = 1;
         } else if (!strcmp(argv[i], "--shim-raw-tail") && i + 1 < argc) {
-            const char *v = argv[++i];
-            opts.shim_raw_tail = ibp_size_arg(v);
-            if (!opts.shim_raw_tail && strspn(v, "0") != strlen(v)) {
-                fprintf(stderr, "ibp-bench: --shim-raw-tail takes a size, 0 for none, not '%s'\n", v);
+            if (size_opt("shim-raw-tail", argv[++i], "none", &opts.shim_raw_tail))
                 return 2;
-            }
         } else if (!strcmp(argv[i], "--selector-flags")) {
             opts.selector_flags = 1;
         } else if (!strcmp(argv[i], "--split") && i + 1 < argc) {
@@ -137,16 +163,17 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--trace")) {
             opts.trace = 1;
         } else if (!strcmp(argv[i], "--copy-streams") && i + 1 < argc) {
-            opts.copy_streams = atoi(argv[++i]);
-        } else if (!strcmp(argv[i], "--decode-streams") && i + 1 < argc) {
-            const char *v = argv[++i];
-            opts.decode_streams = atoi(v);
-            if (opts.decode_streams < 1 || opts.decode_streams > 4) {
-                fprintf(stderr, "ibp-bench: --decode-streams takes 1 to 4, not '%s'\n", v);
+            if (count_opt("copy-streams", argv[++i], 1, 2, &num))
                 return 2;
-            }
+            opts.copy_streams = (int)num;
+        } else if (!strcmp(argv[i], "--decode-streams") && i + 1 < argc) {
+            if (count_opt("decode-streams", argv[++i], 1, 4, &num))
+                return 2;
+            opts.decode_streams = (int)num;
         } else if (!strcmp(argv[i], "--max-sms") && i + 1 < argc) {
-            opts.max_sms = (unsigned)strtoul(argv[++i], NULL, 10);
+            if (count_opt("max-sms", argv[++i], 0, 65535, &num))
+                return 2;
+            opts.max_sms = (unsigned)num;
         } else if (!strcmp(argv[i], "--offsets") && i + 1 < argc && !strcmp(argv[i + 1], "mapped")) {
             opts.offsets_mapped = 1;
             i++;
@@ -160,7 +187,9 @@ int main(int argc, char **argv)
             }
             opts.word_size = (unsigned)atoi(v);
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
-            opts.device = atoi(argv[++i]);
+            if (count_opt("device", argv[++i], 0, 1023, &num))
+                return 2;
+            opts.device = (int)num;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

@@ -118,8 +118,13 @@ int main(int argc, char **argv)
                 return 2;
             }
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
-            iters = atoi(argv[++i]);
-            iters = iters < 1 ? 1 : iters > MAX_ITERS ? MAX_ITERS : iters;
+            const char *v = argv[++i];
+            long n = 0;
+            if (ibp_count_parse(v, 1, MAX_ITERS, &n)) {
+                fprintf(stderr, "ibp-dmabench: --iters takes 1 to %d, not '%s'\n", MAX_ITERS, v);
+                return 2;
+            }
+            iters = (int)n;
         } else if (!strcmp(argv[i], "--driver") && i + 1 < argc) {
             driver = argv[++i];
         } else if (!strcmp(argv[i], "--json")) {

@@ -10,6 +10,8 @@ extern "C" {
 #endif
 
 #define IBPSHIM_BENCH_SPLITS_MAX 8
+/* Timed rounds at most (IbpshimBenchOptions.iters). */
+#define IBPSHIM_BENCH_ITERS_MAX 64
 #define IBPSHIM_BENCH_RAW_TAILS_MAX 8
 
 typedef struct IbpshimBenchOptions {
