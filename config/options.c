@@ -184,14 +184,16 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
              "stream by events, so the GPU schedules the decode's thread blocks ahead of kernels of other "
              "streams that wait for free multiprocessors (a training step's compute while the next layer's "
              "weights arrive)."),
-    OPT_BOOL("transfer", "raw_in_order", transfer.raw_in_order, "true",
-             "dma and auto paths: a copy of 64 KiB or more from the host that goes as it is (shorter than "
-             "[policy] min_bytes, cold, judged slower) on a stream whose compressed copies sent their DMAs "
-             "ahead on the shim's copy stream goes on that copy stream too, after the stream's earlier "
-             "work, so that the copy engine takes it in the stream's order; on the stream itself it was "
-             "served only after every DMA queued ahead, and the decodes behind it waited with it (a table "
-             "streamed in 4 MiB slices: 3-11 points of speedup with it; at 16-64 MiB no effect separated "
-             "from the spread of single runs yet)."),
+    OPT_BOOL(
+        "transfer", "raw_in_order", transfer.raw_in_order, "true",
+        "dma and auto paths: a copy of 64 KiB or more from pinned memory to the device that goes as it is "
+        "(shorter than [policy] min_bytes, cold, judged slower) on a stream whose compressed copies "
+        "sent their DMAs ahead on the shim's copy stream (one no other stream's copies share) goes on "
+        "that copy stream too, after the stream's earlier work, so that the copy engine takes it in "
+        "the stream's order; on the stream itself it was "
+        "served only after every DMA queued ahead, and the decodes behind it waited with it (a table "
+        "streamed in 4 MiB slices: 3-11 points of speedup with it; at 16-64 MiB no effect separated "
+        "from the spread of single runs yet)."),
 
     OPT_STRING("report", "path", report.path, "",
                "Write the transfer report as JSON to this file as well; empty means no file."),

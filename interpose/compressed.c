@@ -524,6 +524,11 @@ typedef struct IbpPipe {
     CUstream copy, decode;
     /* The raw pieces of a copy that also has compressed runs, beside its decodes. */
     CUstream raw;
+    /* The application's stream whose copies made the pair, and whether another's copies used it
+     * since (streams share the IBP_PIPE_PAIRS pairs of a context): only an owner's own copies that
+     * go as they are follow its DMAs on the copy stream (ibp_send_raw_in_order). */
+    CUstream owner;
+    int shared;
 } IbpPipe;
 
 typedef struct IbpPipeSet {
@@ -562,9 +567,13 @@ static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream cal
             pp->decode = NULL;
         if (pp->copy && pp->decode && !pp->raw && drv->cuStreamCreate(&pp->raw, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
             pp->raw = NULL;
-        if (pp->copy && pp->decode && pp->raw)
+        if (pp->copy && pp->decode && pp->raw) {
             found = pp;
-        else
+            if (!pp->owner)
+                pp->owner = caller;
+            else if (pp->owner != caller)
+                pp->shared = 1;
+        } else
             IBP_DEBUG("internal streams for pipelined copies could not be created: DMA, then decode");
         break;
     }
@@ -572,15 +581,17 @@ static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream cal
     return found;
 }
 
-/* The copy stream that compressed copies on `caller` in `ctx` sent their DMAs on ahead of the
- * caller's stream, or NULL where none has been created yet. */
+/* The copy stream that compressed copies on `caller` in `ctx`, and on no other stream, sent their
+ * DMAs on ahead of the caller's stream; NULL where there is none (a shared one: making it wait
+ * for the caller's earlier work would hold back other streams' DMAs behind it). */
 static CUstream copy_stream_of(CUcontext ctx, CUstream caller)
 {
     CUstream found = NULL;
     pthread_mutex_lock(&pipe_lock);
     for (int i = 0; i < IBP_PIPE_CONTEXTS && pipes[i].ctx; i++) {
         if (pipes[i].ctx == ctx) {
-            found = pipes[i].pair[pipe_slot(caller)].copy;
+            const IbpPipe *pp = &pipes[i].pair[pipe_slot(caller)];
+            found = pp->owner == caller && !pp->shared ? pp->copy : NULL;
             break;
         }
     }
@@ -588,19 +599,40 @@ static CUstream copy_stream_of(CUcontext ctx, CUstream caller)
     return found;
 }
 
+/* Whether the copy goes from pinned host memory to device memory: a pageable source would make
+ * the real call wait for the copy stream to drain first, and a copy in another direction has no
+ * place among the copy stream's host-to-device DMAs. */
+static int pinned_to_device(const IbpDriver *drv, const void *dst, const void *src)
+{
+    unsigned int dst_type = 0, src_type = 0;
+    return drv->cuPointerGetAttribute(&dst_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                      (CUdeviceptr)(uintptr_t)dst) == CUDA_SUCCESS &&
+           dst_type == CU_MEMORYTYPE_DEVICE &&
+           drv->cuPointerGetAttribute(&src_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                      (CUdeviceptr)(uintptr_t)src) == CUDA_SUCCESS &&
+           src_type == CU_MEMORYTYPE_HOST;
+}
+
 int ibp_send_raw_in_order(IbpStreamApi api, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                           CUcontext ctx, CUstream cu_stream, cudaError_t *ret)
 {
     const IbpReal_cudaMemcpyAsync real =
         api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaMemcpyAsync_ptsz) : IBP_REAL(cudaMemcpyAsync);
-    const CUstream copy = n >= IBP_RAW_IN_ORDER_MIN ? copy_stream_of(ctx, cu_stream) : NULL;
-    if (!real || !copy || ibp_devmem_stream_join(ctx, cu_stream, copy))
+    const IbpDriver *drv = ibp_driver_get();
+    /* Each thread's per-thread default stream has the same handle: whose it is cannot be told. */
+    const CUstream copy = n >= IBP_RAW_IN_ORDER_MIN && cu_stream != CU_STREAM_PER_THREAD
+                              ? copy_stream_of(ctx, cu_stream)
+                              : NULL;
+    if (!real || !drv || !copy || !pinned_to_device(drv, dst, src) ||
+        ibp_devmem_stream_join(ctx, cu_stream, copy))
         return 0;
     /* The copy stream's handle is the runtime's too; the real call answers as it would on the
-     * caller's stream (an invalid argument enqueues nothing). */
+     * caller's stream (an invalid argument enqueues nothing).  The caller's stream waits for the
+     * copy stream whatever it answered (an error of earlier work may come with a copy enqueued). */
     *ret = real(dst, src, n, kind, (cudaStream_t)copy);
-    if (*ret == cudaSuccess && ibp_devmem_stream_join(ctx, copy, cu_stream))
-        ibp_driver_stream_sync(ibp_driver_get(), copy); /* later work must see the bytes */
+    if (ibp_devmem_stream_join(ctx, copy, cu_stream) && ibp_driver_stream_sync(drv, copy) != CUDA_SUCCESS &&
+        *ret == cudaSuccess)
+        *ret = cudaErrorUnknown; /* the bytes may land after the caller's later work */
     return 1;
 }
 

@@ -38,10 +38,11 @@ typedef struct IbpSendOptions {
  * about as long as the two joins would take the host. */
 #define IBP_RAW_IN_ORDER_MIN ((size_t)64 << 10)
 
-/* A host-to-device copy of n >= IBP_RAW_IN_ORDER_MIN bytes that goes as it is (the real
- * cudaMemcpyAsync), on `cu_stream` (current context ctx, not capturing), which compressed copies
- * have sent DMAs ahead of on an internal copy stream: it goes on that copy stream too, after the
- * caller's earlier work, and the caller's stream waits for it.  On the caller's own stream the
+/* A copy of n >= IBP_RAW_IN_ORDER_MIN bytes from pinned host memory to device memory that goes
+ * as it is (the real cudaMemcpyAsync), on `cu_stream` (current context ctx, not capturing, not a
+ * per-thread default stream), whose compressed copies, and no other stream's, have sent DMAs
+ * ahead on an internal copy stream: it goes on that copy stream too, after the caller's earlier
+ * work, and the caller's stream waits for it.  On the caller's own stream the
  * copy engine served it only after every DMA queued ahead, and the decodes behind it in the
  * caller's stream with it (docs/BENCHMARKS.md, "copies that go as they are, in order").  Returns
  * 1 with the real call's result in *ret, or 0 where the stream has no copy stream or cannot be

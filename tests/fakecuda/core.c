@@ -38,6 +38,9 @@ static void read_env(void)
     const char *delay = getenv("FAKECUDA_COPY_DELAY_US");
     if (delay && *delay)
         atomic_store(&fakecuda_g.copy_delay_us, (unsigned)strtoul(delay, NULL, 10));
+    const char *per_mib = getenv("FAKECUDA_COPY_US_PER_MIB");
+    if (per_mib && *per_mib)
+        fakecuda_g.copy_us_per_mib = (unsigned)strtoul(per_mib, NULL, 10);
     const char *kdelay = getenv("FAKECUDA_KERNEL_DELAY_US");
     if (kdelay && *kdelay)
         fakecuda_g.kernel_delay_us = (unsigned)strtoul(kdelay, NULL, 10);

@@ -59,6 +59,7 @@ typedef struct FakecudaGlobals {
     bool log;              /* FAKECUDA_LOG=1 */
     atomic_uint copy_delay_us;
     unsigned kernel_delay_us; /* FAKECUDA_KERNEL_DELAY_US */
+    unsigned copy_us_per_mib; /* FAKECUDA_COPY_US_PER_MIB: asynchronous copies take time by size too */
     atomic_bool initialised; /* cuInit succeeded */
     struct CUctx_st ctx[FAKECUDA_MAX_DEVICES];
 } FakecudaGlobals;

@@ -225,10 +225,11 @@ static void dma_fill(void *dst, unsigned char value, size_t n)
 
 static CUresult exec_copy(const FakecudaOp *op)
 {
-    const unsigned delay = atomic_load(&fakecuda_g.copy_delay_us);
-    if (op->u.copy.delay && delay)
-        usleep(delay);
     const size_t n = op->u.copy.n;
+    const uint64_t delay = atomic_load(&fakecuda_g.copy_delay_us) +
+                           (uint64_t)fakecuda_g.copy_us_per_mib * n / ((uint64_t)1 << 20);
+    if (op->u.copy.delay && delay)
+        usleep((useconds_t)delay);
     void *const dst = fakecuda_mem_access(op->u.copy.dst, n, true);
     const void *const src = op->u.copy.staging ? op->u.copy.staging
                                                : fakecuda_mem_access(op->u.copy.src, n, true);

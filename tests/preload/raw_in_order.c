@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT
  * ibpshim: copies that go as they are, on a stream whose compressed copies sent their DMAs ahead
  * on the shim's copy stream.  With [transfer] raw_in_order (the default) a plain copy of 64 KiB or
- * more goes on that copy stream too, after the stream's earlier work, and the stream waits for it;
- * shorter ones, and every one with the option off, stay on the application's stream.  Either way
- * the last writer in stream order must win: each round copies a compressed region into dev, then
- * a buffer below [policy] min_bytes over its first bytes, then (the option on) a short buffer over
- * those, then reads dev back, with every decode and copy of the fake delayed so that a copy that
- * did not wait for the work before it would be overwritten by it.  Argument: "on" or "off", what
- * IBPSHIM_TRANSFER_RAW_IN_ORDER says. */
+ * more from pinned memory goes on that copy stream too, after the stream's earlier work, and the
+ * stream waits for it; shorter ones, those from pageable memory, and every one with the option
+ * off, stay on the application's stream.  Either way the last writer in stream order must win:
+ * each round copies a compressed region into dev, then a pinned buffer below [policy] min_bytes
+ * over its first bytes, then (every other round) a short buffer over those, then reads dev back.
+ * The fake delays every decode and copy, copies by their size too, so that a copy that did not
+ * wait for the decode before it is overwritten by it, and a stream that did not wait for the
+ * moved copy reads dev back (or takes the short copy) before the moved copy lands.  Argument:
+ * "on" or "off", what IBPSHIM_TRANSFER_RAW_IN_ORDER says. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
@@ -76,11 +78,53 @@ int main(int argc, char **argv)
     }
     CHECK(totals(&b) == 0, "totals");
     CHECK(b.compressed_in > a.compressed_in, "no copy of the region went compressed during the rounds");
+    /* Five more streams copy the region compressed, then a plain buffer: the shim's four pairs of
+     * internal streams a context are shared by some of them, and a stream that shares its pair
+     * keeps its plain copies (the shared copy stream must not wait for its earlier work), so at
+     * most three of the five move theirs; every byte still lands in stream order. */
+    enum { kStreams = 5 };
+    cudaStream_t more[kStreams];
+    unsigned more_moved = 0;
+    for (int k = 0; k < kStreams; k++) {
+        CHECK_CUDA(cudaStreamCreate(&more[k]));
+        CHECK_CUDA(cudaMemcpyAsync(t.dev, host, n, cudaMemcpyHostToDevice, more[k]));
+        CHECK_CUDA(cudaStreamSynchronize(more[k]));
+    }
+    for (int k = 0; k < kStreams; k++) {
+        fill_round(plain, m, rounds + 1 + (unsigned)k, 4);
+        CHECK_CUDA(cudaMemcpyAsync(t.dev, host, n, cudaMemcpyHostToDevice, more[k]));
+        CHECK_CUDA(cudaMemcpyAsync(t.dev, plain, m, cudaMemcpyHostToDevice, more[k]));
+        void *seen = NULL;
+        if (last_h2d && last_h2d(&seen, NULL))
+            more_moved += seen != (void *)more[k];
+        CHECK_CUDA(cudaMemcpyAsync(t.back, t.dev, n, cudaMemcpyDeviceToHost, more[k]));
+        CHECK_CUDA(cudaStreamSynchronize(more[k]));
+        CHECK(memcmp(t.back, plain, m) == 0 && memcmp(t.back + m, host + m, n - m) == 0,
+              "stream %d of %d: the device does not hold the last writer's bytes", k + 1, kStreams);
+    }
+    CHECK(more_moved <= kStreams - 2, "%u of %d streams moved plain copies, though some share a copy stream",
+          more_moved, kStreams);
+    for (int k = 0; k < kStreams; k++)
+        CHECK_CUDA(cudaStreamDestroy(more[k]));
+    /* From pageable memory the real call would first wait for the copy stream to drain: it stays. */
+    uint8_t *pageable = malloc(m);
+    CHECK(pageable != NULL, "malloc");
+    fill_round(pageable, m, rounds, 3);
+    CHECK_CUDA(cudaMemcpyAsync(t.dev, pageable, m, cudaMemcpyHostToDevice, t.w.s));
+    void *seen = NULL;
+    size_t bytes = 0;
+    if (last_h2d && last_h2d(&seen, &bytes))
+        CHECK(bytes == m && seen == (void *)t.w.s, "the copy from pageable memory left the stream");
+    CHECK_CUDA(cudaMemcpyAsync(t.back, t.dev, m, cudaMemcpyDeviceToHost, t.w.s));
+    CHECK_CUDA(cudaStreamSynchronize(t.w.s));
+    CHECK(memcmp(t.back, pageable, m) == 0, "the copy from pageable memory differs");
+    free(pageable);
     preload_trip_close(&t);
     CHECK_CUDA(cudaFreeHost(plain));
     CHECK_CUDA(cudaFreeHost(tiny));
     free(want);
-    printf("raw_in_order: ok (%s: %u of %u plain copies on the shim's copy stream%s)\n", argv[1], moved, rounds,
-           last_h2d ? "" : "; streams not observable here");
+    printf("raw_in_order: ok (%s: %u of %u plain copies on the shim's copy stream, %u of %d streams that may "
+           "share it%s)\n",
+           argv[1], moved, rounds, more_moved, kStreams, last_h2d ? "" : "; streams not observable here");
     return 0;
 }
