@@ -8,7 +8,9 @@
  * cuThreadExchangeStreamCaptureMode calls (relaxed, then back) against cuEventQuery alone.  And
  * kernel launches, cudaLaunchKernel and cuLaunchKernel of a three-argument kernel writing device
  * memory (the hooks read the arguments of every launch while a region is registered: --region
- * registers one through the hooked cudaHostAlloc first). */
+ * registers one through the hooked cudaHostAlloc first).  And a plain copy of pinned bytes on a
+ * stream whose copies of a region went compressed (h2d-after-region): what [transfer] raw_in_order
+ * costs the host to send it on the shim's copy stream, joined to the stream both ways. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,6 +58,7 @@ enum {
     CALL_DRV_MEMSET,
     CALL_DRV_LAUNCH,
     CALL_RELAXED_QUERY,
+    CALL_H2D_AFTER_REGION,
     NCALLS
 };
 
@@ -83,6 +86,10 @@ static const struct {
      "launches of a kernel writing B device bytes (cuLaunchKernel)",
      {"hooked", "direct"}},
     {"relaxed-query", "cuEventQuery", "queries of a completed event (cuEventQuery)", {"relaxed", "plain"}},
+    {"h2d-after-region",
+     "cudaMemcpyAsync",
+     "pinned bytes to the device on a stream whose region copies went compressed (cudaMemcpyAsync)",
+     {"hooked", "direct"}},
 };
 
 /* The query of a completed event as the shim makes its own: between a switch of the thread's
@@ -162,6 +169,7 @@ static int one_call(int kind, void *fn, int path, const RelaxedQuery *rq, void *
     void *params[] = {&dev, &value, &words};
     switch (kind) {
     case CALL_H2D_REGION:
+    case CALL_H2D_AFTER_REGION:
         return ((MemcpyAsyncFn)fn)(dev, host, bytes, cudaMemcpyHostToDevice, stream) != cudaSuccess;
     case CALL_LAUNCH:
         return ((LaunchFn)fn)(kernel, (dim3){1, 1, 1}, (dim3){128, 1, 1}, params, 0, stream) != cudaSuccess;
@@ -225,7 +233,9 @@ int main(int argc, char **argv)
                 "events, against cuEventQuery alone; launch and drv-launch: cudaLaunchKernel and\n"
                 "cuLaunchKernel of a kernel writing B device bytes.  --region R first pins R bytes\n"
                 "through the hooked cudaHostAlloc (a registered region: the launch hooks then read\n"
-                "every launch's arguments).\n",
+                "every launch's arguments).  h2d-after-region: h2d of B bytes (256 KiB by default)\n"
+                "on a stream whose copies of a region of R bytes (default 32 MiB) went compressed,\n"
+                "each call on an idle stream.\n",
                 argv[0]);
             return 2;
         }
@@ -237,7 +247,7 @@ int main(int argc, char **argv)
     if (kind < 0) {
         fprintf(stderr,
                 "ibp-hookbench: --call takes h2d, d2h, memset, launch, h2d-region, drv-d2h, drv-memset, "
-                "drv-launch or relaxed-query, not %s\n",
+                "drv-launch, relaxed-query or h2d-after-region, not %s\n",
                 call);
         return 2;
     }
@@ -248,7 +258,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ibp-hookbench: cannot load %s: %s\n", cudart, dlerror());
         return 2;
     }
-    const int driver = kind >= CALL_DRV_D2H;
+    const int driver = kind >= CALL_DRV_D2H && kind != CALL_H2D_AFTER_REGION;
     /* Global, so that without the shim the default lookup finds libcuda's own symbols (noise). */
     void *cuda = driver ? dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) : NULL;
     if (driver && !cuda) {
@@ -264,12 +274,15 @@ int main(int argc, char **argv)
         printf("ibp-hookbench: no CUDA device, skipped\n");
         return 77;
     }
-    const int whole_region = kind == CALL_H2D_REGION;
-    if (whole_region) {
+    const int whole_region = kind == CALL_H2D_REGION, after_region = kind == CALL_H2D_AFTER_REGION;
+    if (whole_region || after_region) {
         region = region ? region : (size_t)32 << 20;
-        bytes = region;
         batch = batch < 50 ? batch : 50;
     }
+    if (whole_region)
+        bytes = region;
+    if (after_region && bytes == 64)
+        bytes = (size_t)256 << 10;
     void *host = NULL, *dev = NULL;
     cudaStream_t stream;
     if (((MallocHostFn)need(lib, "cudaMallocHost"))(&host, bytes) != cudaSuccess ||
@@ -330,9 +343,17 @@ int main(int argc, char **argv)
         }
         if (wait_compressed(fns[0], host, dev, bytes, stream, sync) && shim_version)
             fprintf(stderr, "ibp-hookbench: the shim sent no copy of the region compressed in 30 s\n");
+    } else if (after_region) {
+        void *region_dev = NULL;
+        if (((MallocFn)need(lib, "cudaMalloc"))(&region_dev, region) != cudaSuccess) {
+            fprintf(stderr, "ibp-hookbench: cudaMalloc of %zu bytes failed\n", region);
+            return 1;
+        }
+        if (wait_compressed(fns[0], region_host, region_dev, region, stream, sync) && shim_version)
+            fprintf(stderr, "ibp-hookbench: the shim sent no copy of the region compressed in 30 s\n");
     }
     /* Warm-up: first calls pay for lazy module and context set-up. */
-    for (int i = 0; i < (whole_region ? 20 : 1000); i++)
+    for (int i = 0; i < (whole_region || after_region ? 20 : 1000); i++)
         for (int path = 0; path < 2; path++)
             one_call(kind, fns[path], path, &rq, kernel, host, dev, bytes, stream);
     sync(stream);
@@ -345,7 +366,7 @@ int main(int argc, char **argv)
                 const double t0 = now_ns();
                 const int failed = one_call(kind, fns[path], path, &rq, kernel, host, dev, bytes, stream);
                 out[i] = now_ns() - t0;
-                if (whole_region)
+                if (whole_region || after_region)
                     sync(stream); /* each copy starts on an idle stream */
                 if (failed) {
                     fprintf(stderr, "ibp-hookbench: %s failed\n", symbol);
