@@ -247,10 +247,15 @@ static size_t align_up(size_t n)
     return (n + IBP_STAGE_ALIGN - 1) & ~(size_t)(IBP_STAGE_ALIGN - 1);
 }
 
+/* The real cudaMemcpyAsync of the application's default-stream semantics. */
+static IbpReal_cudaMemcpyAsync real_memcpy_async(IbpStreamApi api)
+{
+    return api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaMemcpyAsync_ptsz) : IBP_REAL(cudaMemcpyAsync);
+}
+
 static cudaError_t raw_copy(IbpStreamApi api, void *dst, const void *src, size_t n, cudaStream_t stream)
 {
-    const IbpReal_cudaMemcpyAsync real = api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaMemcpyAsync_ptsz)
-                                                                          : IBP_REAL(cudaMemcpyAsync);
+    const IbpReal_cudaMemcpyAsync real = real_memcpy_async(api);
     if (!real)
         return IBP_REAL_MISSING_ERROR;
     return real(dst, src, n, cudaMemcpyHostToDevice, stream);
@@ -539,14 +544,15 @@ typedef struct IbpPipeSet {
 static pthread_mutex_t pipe_lock = PTHREAD_MUTEX_INITIALIZER;
 static IbpPipeSet pipes[IBP_PIPE_CONTEXTS];
 
-/* The pair of internal streams that runs copied on `caller` use in `ctx` (current), created on
- * first use as non-blocking streams (no implicit ordering with the legacy stream); NULL when they
- * cannot be created, and the run goes DMA, then decode.  Never called for a capturing stream. */
+/* Which of a context's IBP_PIPE_PAIRS pairs copies on `caller` use. */
 static unsigned pipe_slot(CUstream caller)
 {
     return (unsigned)(((uint64_t)(uintptr_t)caller * 0x9e3779b97f4a7c15ull) >> 32) % IBP_PIPE_PAIRS;
 }
 
+/* The pair of internal streams that runs copied on `caller` use in `ctx` (current), created on
+ * first use as non-blocking streams (no implicit ordering with the legacy stream); NULL when they
+ * cannot be created, and the run goes DMA, then decode.  Never called for a capturing stream. */
 static const IbpPipe *pipe_for(const IbpDriver *drv, CUcontext ctx, CUstream caller, int priority)
 {
     const unsigned k = pipe_slot(caller);
@@ -616,14 +622,16 @@ static int pinned_to_device(const IbpDriver *drv, const void *dst, const void *s
 int ibp_send_raw_in_order(IbpStreamApi api, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                           CUcontext ctx, CUstream cu_stream, cudaError_t *ret)
 {
-    const IbpReal_cudaMemcpyAsync real =
-        api == IBP_STREAM_API_PER_THREAD ? IBP_REAL(cudaMemcpyAsync_ptsz) : IBP_REAL(cudaMemcpyAsync);
+    const IbpReal_cudaMemcpyAsync real = real_memcpy_async(api);
     const IbpDriver *drv = ibp_driver_get();
-    /* Each thread's per-thread default stream has the same handle: whose it is cannot be told. */
+    /* Each thread's per-thread default stream has the same handle: whose it is cannot be told.
+     * The pair is looked up first: most streams have none, and pay no driver call more. */
     const CUstream copy = n >= IBP_RAW_IN_ORDER_MIN && cu_stream != CU_STREAM_PER_THREAD
                               ? copy_stream_of(ctx, cu_stream)
                               : NULL;
-    if (!real || !drv || !copy || !pinned_to_device(drv, dst, src) ||
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!real || !drv || !copy || drv->cuStreamIsCapturing(cu_stream, &capture) != CUDA_SUCCESS ||
+        capture != CU_STREAM_CAPTURE_STATUS_NONE || !pinned_to_device(drv, dst, src) ||
         ibp_devmem_stream_join(ctx, cu_stream, copy))
         return 0;
     /* The copy stream's handle is the runtime's too; the real call answers as it would on the

@@ -39,8 +39,8 @@ typedef struct IbpSendOptions {
 #define IBP_RAW_IN_ORDER_MIN ((size_t)64 << 10)
 
 /* A copy of n >= IBP_RAW_IN_ORDER_MIN bytes from pinned host memory to device memory that goes
- * as it is (the real cudaMemcpyAsync), on `cu_stream` (current context ctx, not capturing, not a
- * per-thread default stream), whose compressed copies, and no other stream's, have sent DMAs
+ * as it is (the real cudaMemcpyAsync), on `cu_stream` (current context ctx; not while it captures,
+ * nor a per-thread default stream), whose compressed copies, and no other stream's, have sent DMAs
  * ahead on an internal copy stream: it goes on that copy stream too, after the caller's earlier
  * work, and the caller's stream waits for it.  On the caller's own stream the
  * copy engine served it only after every DMA queued ahead, and the decodes behind it in the

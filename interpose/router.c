@@ -414,8 +414,7 @@ static int raw_in_order(IbpStreamApi api, void *dst, const void *src, size_t cou
         return 0;
     const IbpDriver *drv = ibp_driver_get();
     CUcontext ctx = NULL;
-    if (!drv || drv->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx ||
-        ibp_router_stream_capturing(api, stream) != 0)
+    if (!drv || drv->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
         return 0;
     return ibp_send_raw_in_order(api, dst, src, count, kind, ctx, driver_stream(api, stream), ret);
 }
