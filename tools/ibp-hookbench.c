@@ -54,11 +54,11 @@ enum {
     CALL_MEMSET,
     CALL_LAUNCH,
     CALL_H2D_REGION,
+    CALL_H2D_AFTER_REGION,
     CALL_DRV_D2H,
     CALL_DRV_MEMSET,
     CALL_DRV_LAUNCH,
     CALL_RELAXED_QUERY,
-    CALL_H2D_AFTER_REGION,
     NCALLS
 };
 
@@ -76,6 +76,10 @@ static const struct {
      "cudaMemcpyAsync",
      "copies of a whole compressed region to the device (cudaMemcpyAsync)",
      {"hooked", "direct"}},
+    {"h2d-after-region",
+     "cudaMemcpyAsync",
+     "pinned bytes to the device on a stream whose region copies went compressed (cudaMemcpyAsync)",
+     {"hooked", "direct"}},
     {"drv-d2h",
      "cuMemcpyDtoHAsync_v2",
      "device bytes to pinned memory (cuMemcpyDtoHAsync)",
@@ -86,10 +90,6 @@ static const struct {
      "launches of a kernel writing B device bytes (cuLaunchKernel)",
      {"hooked", "direct"}},
     {"relaxed-query", "cuEventQuery", "queries of a completed event (cuEventQuery)", {"relaxed", "plain"}},
-    {"h2d-after-region",
-     "cudaMemcpyAsync",
-     "pinned bytes to the device on a stream whose region copies went compressed (cudaMemcpyAsync)",
-     {"hooked", "direct"}},
 };
 
 /* The query of a completed event as the shim makes its own: between a switch of the thread's
@@ -258,7 +258,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ibp-hookbench: cannot load %s: %s\n", cudart, dlerror());
         return 2;
     }
-    const int driver = kind >= CALL_DRV_D2H && kind != CALL_H2D_AFTER_REGION;
+    const int driver = kind >= CALL_DRV_D2H;
     /* Global, so that without the shim the default lookup finds libcuda's own symbols (noise). */
     void *cuda = driver ? dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) : NULL;
     if (driver && !cuda) {
