@@ -2,7 +2,9 @@
  * ibpshim: what splitting one host-to-device copy into several costs: back-to-back
  * cuMemcpyAsync calls of the parts of a pinned buffer on one stream, plain, with an event after
  * each part (as a pipelined copy records for its decodes), with a second stream waiting on those
- * events, and with a stream memory operation after each instead of an event. */
+ * events, and with a stream memory operation after each instead of an event; and, as the bound
+ * of any path whose kernels read the compressed bytes across the link themselves, a kernel that
+ * copies the same pinned bytes by their unified address (tools/fill_kernel.h). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 
 #include <cuda.h>
 
+#include "fill_kernel.h"
 #include "size_arg.h"
 
 #define MAX_PARTS 16
@@ -32,6 +35,11 @@ typedef CUresult (*ElapsedFn)(float *, CUevent, CUevent);
 typedef CUresult (*CopyFn)(CUdeviceptr, const void *, size_t, CUstream);
 typedef CUresult (*WriteValueFn)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
 typedef CUresult (*WaitValueFn)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+typedef CUresult (*ModuleLoadFn)(CUmodule *, const void *);
+typedef CUresult (*ModuleFunctionFn)(CUfunction *, CUmodule, const char *);
+typedef CUresult (*LaunchFn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void **, void **);
+typedef CUresult (*DtoHFn)(void *, CUdeviceptr, size_t);
 
 static struct {
     EventRecordFn record;
@@ -41,6 +49,8 @@ static struct {
     CopyFn copy;
     WriteValueFn write_value; /* NULL where the driver has no stream memory operations */
     WaitValueFn wait_value;
+    LaunchFn launch;
+    CUfunction copy16; /* ibp_test_copy16 */
 } cu;
 
 enum { MODE_PLAIN, MODE_EVENT, MODE_EVENT_WAIT, MODE_MEMOP, MODES };
@@ -69,6 +79,13 @@ static int cmp_float(const void *a, const void *b)
 {
     const float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
+}
+
+/* The median of n times in ms, in us. */
+static double median_us(float *ms, int n)
+{
+    qsort(ms, (size_t)n, sizeof(ms[0]), cmp_float);
+    return ms[n / 2] * 1e3;
 }
 
 /* The median time (us) of copying the parts sz[0..n) back to back in `mode`, or a negative value
@@ -101,8 +118,28 @@ static double run(Bench *b, const size_t *sz, int n, int mode)
         if (it >= 0)
             ms[it] = t;
     }
-    qsort(ms, (size_t)b->iters, sizeof(ms[0]), cmp_float);
-    return ms[b->iters / 2] * 1e3;
+    return median_us(ms, b->iters);
+}
+
+/* The median time (us) of ibp_test_copy16 copying the first `vecs` 16-byte vectors of the pinned
+ * buffer to the device on the copy stream, or a negative value when a launch failed. */
+static double run_kernel_copy(Bench *b, uint64_t vecs)
+{
+    float ms[MAX_ITERS];
+    CUdeviceptr src = (CUdeviceptr)(uintptr_t)b->host;
+    void *params[] = {&src, &b->dev, &vecs};
+    const uint64_t ctas = (vecs + 255) / 256;
+    for (int it = -3; it < b->iters; it++) {
+        float t = 0;
+        if (cu.record(b->t0, b->copy) ||
+            cu.launch(cu.copy16, ctas < 65535 ? (unsigned)ctas : 65535u, 1, 1, 256, 1, 1, 0, b->copy, params,
+                      NULL) ||
+            cu.record(b->t1, b->copy) || cu.sync(b->t1) || cu.elapsed(&t, b->t0, b->t1))
+            return -1;
+        if (it >= 0)
+            ms[it] = t;
+    }
+    return median_us(ms, b->iters);
 }
 
 int main(int argc, char **argv)
@@ -136,7 +173,9 @@ int main(int argc, char **argv)
                     "cuMemcpyHtoDAsync and as 2, 5, 8 and 16 equal parts and 5 halving parts back to back\n"
                     "on one stream: plain, with an event after each part, with a second stream waiting on\n"
                     "each event, and with cuStreamWriteValue32 / cuStreamWaitValue32 instead of events;\n"
-                    "prints the median of N timed runs (default 25, after 3 warm-ups) in microseconds.\n",
+                    "then a kernel copying the same bytes in 16-byte loads from the pinned buffer's\n"
+                    "unified address (what the multiprocessors alone read across the link); prints the\n"
+                    "median of N timed runs (default 25, after 3 warm-ups) in microseconds.\n",
                     argv[0]);
             return 2;
         }
@@ -185,11 +224,19 @@ int main(int argc, char **argv)
               event_create(&b.t1, CU_EVENT_DEFAULT);
     for (int k = 0; k <= MAX_PARTS && !bad; k++)
         bad = event_create(&b.ev[k], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS;
+    CUmodule mod = NULL;
+    cu.launch = (LaunchFn)need(lib, "cuLaunchKernel");
+    if (!bad && (((ModuleLoadFn)need(lib, "cuModuleLoadData"))(&mod, ibp_fill_ptx) ||
+                 ((ModuleFunctionFn)need(lib, "cuModuleGetFunction"))(&cu.copy16, mod, "ibp_test_copy16"))) {
+        fprintf(stderr, "ibp-dmabench: the copy kernel did not load\n");
+        bad = 1;
+    }
     if (bad) {
         fprintf(stderr, "ibp-dmabench: CUDA set-up failed\n");
         return 1;
     }
-    memset(host, 0x5a, cap);
+    for (size_t i = 0; i < cap; i++) /* varied, so that a misplaced vector shows */
+        ((unsigned char *)host)[i] = (unsigned char)(i * 131u ^ i >> 9);
     b.host = host;
     /* A stream memory operation refused here is left out, not counted as a failure. */
     const size_t probe[1] = {256};
@@ -237,6 +284,24 @@ int main(int argc, char **argv)
             if (!json)
                 printf("\n");
         }
+        /* The kernel's copy, checked: the device buffer cleared, copied, and read back. */
+        const uint64_t vecs = total / 16;
+        const double us =
+            ((MemsetFn)need(lib, "cuMemsetD8_v2"))(b.dev, 0, total) ? -1 : run_kernel_copy(&b, vecs);
+        unsigned char *back = us < 0 ? NULL : malloc(total);
+        const int same = back && !((DtoHFn)need(lib, "cuMemcpyDtoH_v2"))(back, b.dev, total) &&
+                         !memcmp(back, host, vecs * 16);
+        free(back);
+        if (!same) {
+            fprintf(stderr, "ibp-dmabench: the copy kernel %s\n", us < 0 ? "failed" : "copied wrong bytes");
+            return 1;
+        }
+        if (json)
+            printf(", {\"bytes\": %zu, \"parts\": 1, \"halving\": false, \"mode\": \"kernel_copy\", \"us\": "
+                   "%.1f}",
+                   (size_t)(vecs * 16), us);
+        else
+            printf("  kernel copy    %.1f (%.1f)\n", us, (double)(vecs * 16) / us / 1e3);
     }
     if (json)
         printf("]}\n");

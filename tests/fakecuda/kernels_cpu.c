@@ -76,6 +76,28 @@ static CUresult k_test_fill_struct(const FakecudaGrid *grid, void *const *params
     return fill(dst, value, words);
 }
 
+/* ibp_test_copy16(const void *src, void *dst, uint64_t vecs): 16-byte vectors from src (device or, by its
+ * unified address, pinned host memory) to dst. */
+static CUresult k_test_copy16(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    uint64_t src, dst, vecs;
+    memcpy(&src, params[0], sizeof(src));
+    memcpy(&dst, params[1], sizeof(dst));
+    memcpy(&vecs, params[2], sizeof(vecs));
+    if (!vecs)
+        return CUDA_SUCCESS;
+    if (vecs > SIZE_MAX / 16 || (src | dst) % 16)
+        return CUDA_ERROR_MISALIGNED_ADDRESS;
+    const size_t n = (size_t)vecs * 16;
+    const void *const from = fakecuda_mem_access((uintptr_t)src, n, false);
+    void *const to = fakecuda_mem_access((uintptr_t)dst, n, false);
+    if (!from || !to)
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    fakecuda_dma_write(to, from, n);
+    return CUDA_SUCCESS;
+}
+
 typedef struct Run {
     IbpDecodeArgs a;
     const IbpPlanHeader *ph;
@@ -312,6 +334,7 @@ const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_decode_unflag, k_unflag, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_test_fill, k_test_fill, sizeof(uint64_t), sizeof(uint32_t), sizeof(uint64_t)),
     FAKECUDA_KERNEL(ibp_test_fill_struct, k_test_fill_struct, 24),
+    FAKECUDA_KERNEL(ibp_test_copy16, k_test_copy16, sizeof(uint64_t), sizeof(uint64_t), sizeof(uint64_t)),
 };
 
 const size_t fakecuda_kernel_count = sizeof(fakecuda_kernels) / sizeof(fakecuda_kernels[0]);
