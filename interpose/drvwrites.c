@@ -11,7 +11,7 @@
  * functions and stream callbacks, which may rewrite a region before a later copy of it in stream
  * order, run wrapped as the runtime's do (copies that would go compressed go raw while one is
  * pending), and its executable graphs are read and their launches followed as the runtime's are
- * (graphs.c). */
+ * (graphs.c).  A reset of a primary context stops the compressed path first (router.c). */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -58,6 +58,7 @@
 #undef cuStreamAddCallback
 #undef cuGraphInstantiate
 #undef cuGraphInstantiateWithFlags
+#undef cuDevicePrimaryCtxReset
 #undef cuGraphInstantiateWithParams
 #undef cuGraphExecUpdate
 #undef cuGraphExecDestroy
@@ -233,7 +234,9 @@ static IbpPitched copy3d_peer(const CUDA_MEMCPY3D_PEER *p)
     X(cuLaunchCooperativeKernel)                                                                             \
     X(cuLaunchCooperativeKernel_ptsz)                                                                        \
     X(cuModuleUnload)                                                                                        \
-    X(cuLibraryUnload)
+    X(cuLibraryUnload)                                                                                       \
+    X(cuDevicePrimaryCtxReset)                                                                               \
+    X(cuDevicePrimaryCtxReset_v2)
 
 /* Each hook's real function, resolved at its first call. */
 enum {
@@ -760,6 +763,31 @@ CUresult cuModuleUnload(CUmodule m)
 CUresult cuLibraryUnload(CUlibrary l)
 {
     return unload(ID_cuLibraryUnload, (void *)l);
+}
+
+/* A reset of a device's primary context destroys what the shim keeps in it: the compressed path
+ * stops first (router.c). */
+static CUresult primary_reset(int id, CUdevice dev)
+{
+    typedef CUresult (*Fn)(CUdevice);
+    const Fn real = (Fn)real_fn(id);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    ibp_router_device_state_lost("cuDevicePrimaryCtxReset");
+    return real(dev);
+}
+
+IBP_HOOK CUresult cuDevicePrimaryCtxReset(CUdevice dev);
+IBP_HOOK CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    return primary_reset(ID_cuDevicePrimaryCtxReset, dev);
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    return primary_reset(ID_cuDevicePrimaryCtxReset_v2, dev);
 }
 
 /* ---- cuGetProcAddress ---- */

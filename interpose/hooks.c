@@ -51,6 +51,11 @@ IBP_HOOK cudaError_t cudaFreeHost(void *ptr)
     return ibp_route_free_host(ptr);
 }
 
+IBP_HOOK cudaError_t cudaDeviceReset(void)
+{
+    return ibp_route_device_reset();
+}
+
 IBP_HOOK cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 {
     return ibp_route_host_register(ptr, size, flags);

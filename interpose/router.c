@@ -143,6 +143,25 @@ void ibp_router_stop(void)
         ibp_policy_stop();
 }
 
+void ibp_router_device_state_lost(const char *call)
+{
+    if (!atomic_exchange(&compress_on, 0))
+        return;
+    IBP_WARN("%s destroys the context the shim keeps its compressed copies in: every copy goes as it is "
+             "from now on",
+             call);
+    ibp_policy_stop();
+}
+
+cudaError_t ibp_route_device_reset(void)
+{
+    const IbpReal_cudaDeviceReset real = IBP_REAL(cudaDeviceReset);
+    if (!real)
+        return IBP_REAL_MISSING_ERROR;
+    ibp_router_device_state_lost("cudaDeviceReset");
+    return real();
+}
+
 static IbpRawReason raw_reason(IbpCopyWhy why)
 {
     switch (why) {

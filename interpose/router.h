@@ -24,6 +24,11 @@ typedef enum IbpStreamApi {
 void ibp_router_start(const IbpConfig *cfg);
 /* Stops the compressor at exit; copies are forwarded unchanged afterwards. */
 void ibp_router_stop(void);
+/* Before `call` destroys a context the shim may hold state in (cudaDeviceReset,
+ * cuDevicePrimaryCtxReset): the shadows, staging, streams and kernels the compressed path keeps go
+ * with it, and a later allocation may reuse their addresses and handles, so the compressed path
+ * stops for the rest of the process (with a warning) while they are still valid. */
+void ibp_router_device_state_lost(const char *call);
 
 /* Each returns exactly what the real runtime call returns (or
  * cudaErrorSharedObjectSymbolNotFound when no runtime is loaded); the shim's
@@ -31,6 +36,7 @@ void ibp_router_stop(void);
 cudaError_t ibp_route_malloc_host(void **ptr, size_t size);
 cudaError_t ibp_route_host_alloc(void **ptr, size_t size, unsigned int flags);
 cudaError_t ibp_route_free_host(void *ptr);
+cudaError_t ibp_route_device_reset(void);
 cudaError_t ibp_route_host_register(void *ptr, size_t size, unsigned int flags);
 cudaError_t ibp_route_host_unregister(void *ptr);
 cudaError_t ibp_route_memcpy(IbpStreamApi api, void *dst, const void *src, size_t count,

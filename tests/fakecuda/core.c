@@ -280,6 +280,28 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* Destroys every allocation of the device's primary context (fakecuda_mem_reset).  Streams, events
+ * and modules stay usable here, where a real driver invalidates them too. */
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!device_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    fakecuda_mem_reset((int)dev);
+    FAKECUDA_TRACE("cuDevicePrimaryCtxReset(%d)", (int)dev);
+    return CUDA_SUCCESS;
+}
+
+/* The CUDA 10 name, which the header maps to the _v2 form. */
+#undef cuDevicePrimaryCtxReset
+FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev);
+CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    return cuDevicePrimaryCtxReset_v2(dev);
+}
+
 FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
     const CUresult r = fakecuda_check_init();

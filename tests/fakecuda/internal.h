@@ -232,6 +232,9 @@ CUresult fakecuda_stream_submit_sync(CUstream s, FakecudaOp *op);
 /* Waits for every stream of device (all devices when device < 0); returns a sticky error if any. */
 CUresult fakecuda_device_sync(int device);
 
+/* Frees every allocation of device dev after draining its work (mem.c; cuDevicePrimaryCtxReset). */
+void fakecuda_mem_reset(int dev);
+
 /* True if s is capturing (status active or invalidated). */
 bool fakecuda_stream_capturing(CUstream s);
 

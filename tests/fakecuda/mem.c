@@ -288,6 +288,29 @@ FAKECUDA_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psi
     return CUDA_SUCCESS;
 }
 
+/* cuDevicePrimaryCtxReset: once the device's queued work has drained, every allocation made on
+ * device dev goes, as the context that owned it does: pinned host memory unmapped (so that a later
+ * read of it faults, as it may with a real driver), registrations dropped (the memory itself
+ * stays the application's), device memory freed. */
+void fakecuda_mem_reset(int dev)
+{
+    (void)fakecuda_device_sync(dev);
+    pthread_rwlock_wrlock(&mem_lock);
+    size_t kept = 0;
+    for (size_t i = 0; i < entry_count; i++) {
+        const Entry e = entries[i];
+        if (e.device != dev) {
+            entries[kept++] = e;
+        } else if (e.kind == FAKECUDA_MEM_HOST_ALLOC) {
+            munmap((void *)e.base, e.span);
+        } else if (e.kind == FAKECUDA_MEM_DEVICE) {
+            munmap(e.backing, page_round(e.span));
+        }
+    }
+    entry_count = kept;
+    pthread_rwlock_unlock(&mem_lock);
+}
+
 /* ---- pinned host memory ---- */
 
 static CUresult host_alloc(void **pp, size_t n, unsigned flags)

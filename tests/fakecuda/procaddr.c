@@ -30,6 +30,7 @@ static const ProcEntry table[] = {
     ENTRY("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
     ENTRY("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
     ENTRY("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
+    ENTRY("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2),
     ENTRY("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
     ENTRY("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
     ENTRY("cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2),

@@ -395,6 +395,16 @@ RT_EXPORT cudaError_t cudaDeviceSynchronize(void)
     return ret_cu(cuCtxSynchronize());
 }
 
+RT_EXPORT cudaError_t cudaDeviceReset(void)
+{
+    ENTER();
+    int dev = 0;
+    const cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    return ret_cu(cuDevicePrimaryCtxReset_v2(dev));
+}
+
 RT_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
 {
     ENTER();
