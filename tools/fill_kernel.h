@@ -8,7 +8,8 @@
 #ifndef IBP_TOOLS_FILL_KERNEL_H
 #define IBP_TOOLS_FILL_KERNEL_H
 
-#define IBP_FILL_LOOP(n)                                                                                     \
+/* A grid-stride loop's start: rd3 the thread's index in the grid, rd4 the grid's threads. */
+#define IBP_PTX_GRID_STRIDE                                                                                  \
     "    mov.u32 r2, %ctaid.x;\n"                                                                            \
     "    mov.u32 r3, %ntid.x;\n"                                                                             \
     "    mov.u32 r4, %tid.x;\n"                                                                              \
@@ -16,7 +17,10 @@
     "    cvt.u64.u32 rd3, r5;\n"                                                                             \
     "    mov.u32 r2, %nctaid.x;\n"                                                                           \
     "    mul.lo.u32 r3, r2, r3;\n"                                                                           \
-    "    cvt.u64.u32 rd4, r3;\n"                                                                             \
+    "    cvt.u64.u32 rd4, r3;\n"
+
+#define IBP_FILL_LOOP(n)                                                                                     \
+    IBP_PTX_GRID_STRIDE                                                                                      \
     "LOOP" n ":\n"                                                                                           \
     "    setp.ge.u64 p, rd3, rd2;\n"                                                                         \
     "    @p bra DONE" n ";\n"                                                                                \
@@ -39,16 +43,7 @@
     "    .reg .b64 rd<9>;\n"                                                                                 \
     "    ld.param.u64 rd1, [src];\n"                                                                         \
     "    ld.param.u64 rd7, [dst];\n"                                                                         \
-    "    ld.param.u64 rd2, [vecs];\n"                                                                        \
-    "    mov.u32 r2, %ctaid.x;\n"                                                                            \
-    "    mov.u32 r3, %ntid.x;\n"                                                                             \
-    "    mov.u32 r4, %tid.x;\n"                                                                              \
-    "    mad.lo.u32 r5, r2, r3, r4;\n"                                                                       \
-    "    cvt.u64.u32 rd3, r5;\n"                                                                             \
-    "    mov.u32 r2, %nctaid.x;\n"                                                                           \
-    "    mul.lo.u32 r3, r2, r3;\n"                                                                           \
-    "    cvt.u64.u32 rd4, r3;\n"                                                                             \
-    "LOOPC:\n"                                                                                               \
+    "    ld.param.u64 rd2, [vecs];\n" IBP_PTX_GRID_STRIDE "LOOPC:\n"                                         \
     "    setp.ge.u64 p, rd3, rd2;\n"                                                                         \
     "    @p bra DONEC;\n"                                                                                    \
     "    shl.b64 rd5, rd3, 4;\n"                                                                             \
