@@ -147,7 +147,8 @@ void ibp_router_device_state_lost(const char *call)
 {
     if (!atomic_exchange(&compress_on, 0))
         return;
-    IBP_WARN("%s destroys the context the shim keeps its compressed copies in: every copy goes as it is "
+    /* Information, not a warning: many programs reset the device just before they exit. */
+    IBP_INFO("%s destroys the context the shim keeps its compressed copies in: every copy goes as it is "
              "from now on",
              call);
     ibp_policy_stop();

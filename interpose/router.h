@@ -27,7 +27,7 @@ void ibp_router_stop(void);
 /* Before `call` destroys a context the shim may hold state in (cudaDeviceReset,
  * cuDevicePrimaryCtxReset): the shadows, staging, streams and kernels the compressed path keeps go
  * with it, and a later allocation may reuse their addresses and handles, so the compressed path
- * stops for the rest of the process (with a warning) while they are still valid. */
+ * stops for the rest of the process (logged at level info) while they are still valid. */
 void ibp_router_device_state_lost(const char *call);
 
 /* Each returns exactly what the real runtime call returns (or
