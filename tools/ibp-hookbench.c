@@ -335,15 +335,9 @@ int main(int argc, char **argv)
     double *t_direct = malloc(sizeof(double) * (size_t)calls);
     if (!t_hooked || !t_direct)
         return 1;
-    if (whole_region) {
-        host = region_host;
-        if (((MallocFn)need(lib, "cudaMalloc"))(&dev, bytes) != cudaSuccess) {
-            fprintf(stderr, "ibp-hookbench: cudaMalloc of %zu bytes failed\n", bytes);
-            return 1;
-        }
-        if (wait_compressed(fns[0], host, dev, bytes, stream, sync) && shim_version)
-            fprintf(stderr, "ibp-hookbench: the shim sent no copy of the region compressed in 30 s\n");
-    } else if (after_region) {
+    if (whole_region || after_region) {
+        /* Copies of the region until the shim sends one compressed; a whole-region call then
+         * copies the region itself. */
         void *region_dev = NULL;
         if (((MallocFn)need(lib, "cudaMalloc"))(&region_dev, region) != cudaSuccess) {
             fprintf(stderr, "ibp-hookbench: cudaMalloc of %zu bytes failed\n", region);
@@ -351,6 +345,10 @@ int main(int argc, char **argv)
         }
         if (wait_compressed(fns[0], region_host, region_dev, region, stream, sync) && shim_version)
             fprintf(stderr, "ibp-hookbench: the shim sent no copy of the region compressed in 30 s\n");
+        if (whole_region) {
+            host = region_host;
+            dev = region_dev;
+        }
     }
     /* Warm-up: first calls pay for lazy module and context set-up. */
     for (int i = 0; i < (whole_region || after_region ? 20 : 1000); i++)
