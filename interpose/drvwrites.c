@@ -59,6 +59,7 @@
 #undef cuGraphInstantiate
 #undef cuGraphInstantiateWithFlags
 #undef cuDevicePrimaryCtxReset
+#undef cuCtxDestroy
 #undef cuGraphInstantiateWithParams
 #undef cuGraphExecUpdate
 #undef cuGraphExecDestroy
@@ -236,7 +237,9 @@ static IbpPitched copy3d_peer(const CUDA_MEMCPY3D_PEER *p)
     X(cuModuleUnload)                                                                                        \
     X(cuLibraryUnload)                                                                                       \
     X(cuDevicePrimaryCtxReset)                                                                               \
-    X(cuDevicePrimaryCtxReset_v2)
+    X(cuDevicePrimaryCtxReset_v2)                                                                            \
+    X(cuCtxDestroy)                                                                                          \
+    X(cuCtxDestroy_v2)
 
 /* Each hook's real function, resolved at its first call. */
 enum {
@@ -788,6 +791,31 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     return primary_reset(ID_cuDevicePrimaryCtxReset_v2, dev);
+}
+
+/* Destroying a context the shim copied in, or whose pinned memory it tracks, takes what the shim
+ * keeps there with it: the compressed path stops first (router.c). */
+static CUresult ctx_destroy(int id, CUcontext ctx)
+{
+    typedef CUresult (*Fn)(CUcontext);
+    const Fn real = (Fn)real_fn(id);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    ibp_router_context_destroyed(ctx, "cuCtxDestroy");
+    return real(ctx);
+}
+
+IBP_HOOK CUresult cuCtxDestroy(CUcontext ctx);
+IBP_HOOK CUresult cuCtxDestroy_v2(CUcontext ctx);
+
+CUresult cuCtxDestroy(CUcontext ctx)
+{
+    return ctx_destroy(ID_cuCtxDestroy, ctx);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    return ctx_destroy(ID_cuCtxDestroy_v2, ctx);
 }
 
 /* ---- cuGetProcAddress ---- */

@@ -2,6 +2,7 @@
  * ibpshim: the copy and allocation router behind the exported hooks. */
 #include "interpose/router.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -37,6 +38,56 @@ static IbpSendOptions send_opts; /* from [transfer] */
  * write does). */
 static atomic_ulong hostfn_pending;
 static atomic_flag hostfn_unseen;
+
+/* The contexts the shim copied in, recorded fences in or tracked pinned memory of (current when
+ * it was allocated or registered), filled from the front; past that many, every destroyed context
+ * counts as one of them. */
+#define IBP_ROUTER_CONTEXTS 32
+static _Atomic(CUcontext) seen_ctx[IBP_ROUTER_CONTEXTS];
+static atomic_int seen_overflow;
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int context_seen(CUcontext ctx)
+{
+    for (int i = 0; i < IBP_ROUTER_CONTEXTS; i++) {
+        const CUcontext c = atomic_load_explicit(&seen_ctx[i], memory_order_acquire);
+        if (!c)
+            return 0;
+        if (c == ctx)
+            return 1;
+    }
+    return 0;
+}
+
+static void note_context(CUcontext ctx)
+{
+    static _Thread_local CUcontext last;
+    if (!ctx || ctx == last)
+        return;
+    if (!context_seen(ctx)) {
+        pthread_mutex_lock(&seen_lock);
+        int i = 0;
+        while (i < IBP_ROUTER_CONTEXTS && atomic_load_explicit(&seen_ctx[i], memory_order_relaxed) &&
+               atomic_load_explicit(&seen_ctx[i], memory_order_relaxed) != ctx)
+            i++;
+        if (i == IBP_ROUTER_CONTEXTS)
+            atomic_store(&seen_overflow, 1);
+        else
+            atomic_store_explicit(&seen_ctx[i], ctx, memory_order_release);
+        pthread_mutex_unlock(&seen_lock);
+    }
+    last = ctx;
+}
+
+/* The calling thread's current context, recorded among those seen; NULL when none. */
+static CUcontext current_context(const IbpDriver *drv)
+{
+    CUcontext ctx = NULL;
+    if (!drv || drv->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS)
+        return NULL;
+    note_context(ctx);
+    return ctx;
+}
 
 static IbpshimCallKind memcpy_kind(enum cudaMemcpyKind kind, int async)
 {
@@ -154,6 +205,12 @@ void ibp_router_device_state_lost(const char *call)
     ibp_policy_stop();
 }
 
+void ibp_router_context_destroyed(CUcontext ctx, const char *call)
+{
+    if (ctx && atomic_load(&compress_on) && (context_seen(ctx) || atomic_load(&seen_overflow)))
+        ibp_router_device_state_lost(call);
+}
+
 cudaError_t ibp_route_device_reset(void)
 {
     const IbpReal_cudaDeviceReset real = IBP_REAL(cudaDeviceReset);
@@ -228,6 +285,7 @@ __attribute__((noinline)) static void track_allocation(void *ptr, size_t size, u
     if (!atomic_load_explicit(&compress_on, memory_order_relaxed) || size < min_bytes)
         return;
     const uint32_t site = ibp_site_capture(2);
+    (void)current_context(ibp_driver_get());
     IbpLedgerRegion *entry = ibp_ledger_region_open(ptr, size, flags, site);
     if (ibp_policy_on_alloc(ptr, size, flags, site, entry) != 1)
         ibp_ledger_region_close(&entry);
@@ -341,7 +399,7 @@ static int route_h2d(IbpStreamApi api, void *dst, const void *src, size_t n, enu
         why = IBP_RAW_STALE;
         goto raw;
     }
-    if (!drv || drv->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+    if (!(ctx = current_context(drv)))
         goto raw;
     if (ibp_router_stream_capturing(api, stream) != 0) {
         why = IBP_RAW_CAPTURING;
@@ -398,8 +456,8 @@ static void note_device_write(IbpStreamApi api, void *dst, size_t n, cudaStream_
 {
     void *fence = NULL;
     const IbpDriver *drv = ibp_driver_get();
-    CUcontext ctx = NULL;
-    if (drv && drv->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
+    const CUcontext ctx = current_context(drv);
+    if (ctx)
         fence = ibp_devmem_fence_record(ctx, driver_stream(api, stream));
     if (!fence && drv)
         ibp_driver_stream_sync(drv, driver_stream(api, stream));
@@ -432,9 +490,8 @@ static int raw_in_order(IbpStreamApi api, void *dst, const void *src, size_t cou
         !atomic_load_explicit(&compress_on, memory_order_relaxed) ||
         !atomic_load_explicit(&copies_on, memory_order_relaxed))
         return 0;
-    const IbpDriver *drv = ibp_driver_get();
-    CUcontext ctx = NULL;
-    if (!drv || drv->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+    const CUcontext ctx = current_context(ibp_driver_get());
+    if (!ctx)
         return 0;
     return ibp_send_raw_in_order(api, dst, src, count, kind, ctx, driver_stream(api, stream), ret);
 }

@@ -29,6 +29,12 @@ void ibp_router_stop(void);
  * with it, and a later allocation may reuse their addresses and handles, so the compressed path
  * stops for the rest of the process (logged at level info) while they are still valid. */
 void ibp_router_device_state_lost(const char *call);
+/* Before `call` (cuCtxDestroy) destroys ctx: where the shim copied in it or tracked pinned memory
+ * made or registered while it was current (or saw more contexts than it keeps), what it keeps
+ * there goes with it, the memory may be unmapped under the compressor, and a context made later
+ * may get the same handle: ibp_router_device_state_lost().  A context the shim never saw is
+ * destroyed without it. */
+void ibp_router_context_destroyed(CUcontext ctx, const char *call);
 
 /* Each returns exactly what the real runtime call returns (or
  * cudaErrorSharedObjectSymbolNotFound when no runtime is loaded); the shim's

@@ -96,6 +96,9 @@ bool fakecuda_ctx_valid(CUcontext ctx)
     for (int i = 0; i < fakecuda_g.device_count; i++)
         if (ctx == &fakecuda_g.ctx[i])
             return true;
+    for (int i = 0; i < FAKECUDA_MAX_MADE_CONTEXTS; i++)
+        if (ctx == &fakecuda_g.made[i])
+            return atomic_load(&ctx->live);
     return false;
 }
 
@@ -280,8 +283,8 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     return CUDA_SUCCESS;
 }
 
-/* Destroys every allocation of the device's primary context (fakecuda_mem_reset).  Streams, events
- * and modules stay usable here, where a real driver invalidates them too. */
+/* Destroys every allocation of the device's primary context (fakecuda_mem_drop_context).  Streams,
+ * events and modules stay usable here, where a real driver invalidates them too. */
 FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     const CUresult r = fakecuda_check_init();
@@ -289,7 +292,7 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
         return r;
     if (!device_valid(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    fakecuda_mem_reset((int)dev);
+    fakecuda_mem_drop_context(&fakecuda_g.ctx[dev]);
     FAKECUDA_TRACE("cuDevicePrimaryCtxReset(%d)", (int)dev);
     return CUDA_SUCCESS;
 }
@@ -300,6 +303,85 @@ FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {
     return cuDevicePrimaryCtxReset_v2(dev);
+}
+
+/* ---- contexts made and destroyed by the application ---- */
+
+static pthread_mutex_t made_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!device_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (flags & ~(unsigned)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ctx_depth == FAKECUDA_CTX_STACK_MAX)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUcontext made = NULL;
+    pthread_mutex_lock(&made_lock);
+    for (int i = 0; i < FAKECUDA_MAX_MADE_CONTEXTS && !made; i++) {
+        if (!atomic_load(&fakecuda_g.made[i].live)) {
+            made = &fakecuda_g.made[i];
+            made->device = (int)dev;
+            atomic_store(&made->live, true);
+        }
+    }
+    pthread_mutex_unlock(&made_lock);
+    if (!made)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ctx_stack[ctx_depth++] = made; /* current on the calling thread, as cuCtxCreate makes it */
+    *pctx = made;
+    FAKECUDA_TRACE("cuCtxCreate(dev %d) -> %p", (int)dev, (void *)made);
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    return ctx_create(pctx, flags, dev);
+}
+
+/* CUDA 13's form: no execution affinity or shared-memory carve-out is modelled. */
+FAKECUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
+                                        CUdevice dev)
+{
+    if (params && (params->execAffinityParams || params->numExecAffinityParams || params->cigParams))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return ctx_create(pctx, flags, dev);
+}
+
+/* Frees every allocation made in the context (pinned memory unmapped) after its device's work, and
+ * takes it off the calling thread's stack; a primary context is not destroyed so.  Streams, events
+ * and modules made in it stay usable here, where a real driver invalidates them. */
+FAKECUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!ctx || ctx < &fakecuda_g.made[0] || ctx >= &fakecuda_g.made[FAKECUDA_MAX_MADE_CONTEXTS] ||
+        !atomic_load(&ctx->live))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    fakecuda_mem_drop_context(ctx);
+    int kept = 0;
+    for (int i = 0; i < ctx_depth; i++)
+        if (ctx_stack[i] != ctx)
+            ctx_stack[kept++] = ctx_stack[i];
+    ctx_depth = kept;
+    atomic_store(&ctx->live, false);
+    FAKECUDA_TRACE("cuCtxDestroy(%p)", (void *)ctx);
+    return CUDA_SUCCESS;
+}
+
+/* The CUDA 3.x name, which the header maps to the _v2 form. */
+#undef cuCtxDestroy
+FAKECUDA_EXPORT CUresult cuCtxDestroy(CUcontext ctx);
+CUresult cuCtxDestroy(CUcontext ctx)
+{
+    return cuCtxDestroy_v2(ctx);
 }
 
 FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)

@@ -43,6 +43,8 @@ CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned count, CUstreamBatchMem
 
 #define FAKECUDA_MAX_DEVICES 16
 #define FAKECUDA_CTX_STACK_MAX 16
+/* Contexts made with cuCtxCreate that may exist at once. */
+#define FAKECUDA_MAX_MADE_CONTEXTS 8
 #define FAKECUDA_DRIVER_VERSION 13000
 /* Size of the reserved device address range, shared by all fake devices. */
 #define FAKECUDA_DEVICE_BYTES (16ull << 30)
@@ -51,7 +53,8 @@ CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned count, CUstreamBatchMem
 
 struct CUctx_st {
     int device;
-    atomic_int retains;
+    atomic_int retains; /* primary contexts */
+    atomic_bool live;   /* made contexts: between cuCtxCreate and cuCtxDestroy */
 };
 
 typedef struct FakecudaGlobals {
@@ -61,7 +64,10 @@ typedef struct FakecudaGlobals {
     unsigned kernel_delay_us; /* FAKECUDA_KERNEL_DELAY_US */
     unsigned copy_us_per_mib; /* FAKECUDA_COPY_US_PER_MIB: asynchronous copies take time by size too */
     atomic_bool initialised; /* cuInit succeeded */
-    struct CUctx_st ctx[FAKECUDA_MAX_DEVICES];
+    struct CUctx_st ctx[FAKECUDA_MAX_DEVICES]; /* the primary contexts */
+    /* Contexts of cuCtxCreate: the lowest free slot is taken, so a context made after another was
+     * destroyed has its handle, as a driver reusing the memory of the one before may give it. */
+    struct CUctx_st made[FAKECUDA_MAX_MADE_CONTEXTS];
 } FakecudaGlobals;
 
 extern FakecudaGlobals fakecuda_g;
@@ -232,8 +238,9 @@ CUresult fakecuda_stream_submit_sync(CUstream s, FakecudaOp *op);
 /* Waits for every stream of device (all devices when device < 0); returns a sticky error if any. */
 CUresult fakecuda_device_sync(int device);
 
-/* Frees every allocation of device dev after draining its work (mem.c; cuDevicePrimaryCtxReset). */
-void fakecuda_mem_reset(int dev);
+/* Frees every allocation made while ctx was current, registrations included, after draining its
+ * device's work (mem.c; cuDevicePrimaryCtxReset, cuCtxDestroy): pinned memory is unmapped. */
+void fakecuda_mem_drop_context(CUcontext ctx);
 
 /* True if s is capturing (status active or invalidated). */
 bool fakecuda_stream_capturing(CUstream s);

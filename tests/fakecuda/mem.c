@@ -23,6 +23,7 @@ typedef struct Entry {
     FakecudaMemKind kind;
     unsigned flags;
     int device;
+    CUcontext ctx;   /* current when it was made: destroyed with it */
     void *backing;   /* device: where the bytes live */
 } Entry;
 
@@ -171,8 +172,13 @@ static CUresult device_alloc(int device, size_t n, uintptr_t *out)
     }
     if (cursor + span <= range_base + range_size) {
         const Entry e = {
-            .base = cursor, .size = n, .span = span, .kind = FAKECUDA_MEM_DEVICE,
-            .device = device, .backing = backing,
+            .base = cursor,
+            .size = n,
+            .span = span,
+            .kind = FAKECUDA_MEM_DEVICE,
+            .device = device,
+            .ctx = fakecuda_ctx_current(),
+            .backing = backing,
         };
         if (insert_entry(&e) == 0) {
             *out = cursor;
@@ -288,18 +294,18 @@ FAKECUDA_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psi
     return CUDA_SUCCESS;
 }
 
-/* cuDevicePrimaryCtxReset: once the device's queued work has drained, every allocation made on
- * device dev goes, as the context that owned it does: pinned host memory unmapped (so that a later
- * read of it faults, as it may with a real driver), registrations dropped (the memory itself
- * stays the application's), device memory freed. */
-void fakecuda_mem_reset(int dev)
+/* cuDevicePrimaryCtxReset, cuCtxDestroy: once the device's queued work has drained, every
+ * allocation made while the context was current goes with it: pinned host memory unmapped (so that
+ * a later read of it faults, as it may with a real driver), registrations dropped (the memory
+ * itself stays the application's), device memory freed. */
+void fakecuda_mem_drop_context(CUcontext ctx)
 {
-    (void)fakecuda_device_sync(dev);
+    (void)fakecuda_device_sync(ctx->device);
     pthread_rwlock_wrlock(&mem_lock);
     size_t kept = 0;
     for (size_t i = 0; i < entry_count; i++) {
         const Entry e = entries[i];
-        if (e.device != dev) {
+        if (e.ctx != ctx) {
             entries[kept++] = e;
         } else if (e.kind == FAKECUDA_MEM_HOST_ALLOC) {
             munmap((void *)e.base, e.span);
@@ -330,8 +336,13 @@ static CUresult host_alloc(void **pp, size_t n, unsigned flags)
     if (p == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
     const Entry e = {
-        .base = (uintptr_t)p, .size = n, .span = span, .kind = FAKECUDA_MEM_HOST_ALLOC,
-        .flags = flags, .device = dev,
+        .base = (uintptr_t)p,
+        .size = n,
+        .span = span,
+        .kind = FAKECUDA_MEM_HOST_ALLOC,
+        .flags = flags,
+        .device = dev,
+        .ctx = fakecuda_ctx_current(),
     };
     pthread_rwlock_wrlock(&mem_lock);
     const int err = insert_entry(&e);
@@ -397,8 +408,13 @@ FAKECUDA_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned
     if (r != CUDA_SUCCESS)
         return r;
     const Entry e = {
-        .base = base, .size = bytesize, .span = bytesize, .kind = FAKECUDA_MEM_REGISTERED,
-        .flags = flags, .device = dev,
+        .base = base,
+        .size = bytesize,
+        .span = bytesize,
+        .kind = FAKECUDA_MEM_REGISTERED,
+        .flags = flags,
+        .device = dev,
+        .ctx = fakecuda_ctx_current(),
     };
     pthread_rwlock_wrlock(&mem_lock);
     /* Overlap: the entry at or below base reaches past it, or the next one starts before the end. */

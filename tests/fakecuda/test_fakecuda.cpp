@@ -932,6 +932,50 @@ TEST_F(Fake, DriverContextsAndSelftestKernel)
     }).join();
 }
 
+TEST_F(Fake, MadeContextsAreDestroyedWithTheirMemory)
+{
+    std::thread([] {
+        ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+        CUcontext primary = nullptr, a = nullptr, b = nullptr, cur = nullptr;
+        ASSERT_EQ(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+        CUctxCreateParams affinity = {};
+        affinity.numExecAffinityParams = 1;
+        EXPECT_EQ(cuCtxCreate_v4(&a, &affinity, 0, 0), CUDA_ERROR_NOT_SUPPORTED);
+        EXPECT_EQ(cuCtxCreate_v4(&a, nullptr, 0, 99), CUDA_ERROR_INVALID_DEVICE);
+        ASSERT_EQ(cuCtxCreate_v4(&a, nullptr, 0, 0), CUDA_SUCCESS);
+        ASSERT_EQ(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+        EXPECT_EQ(cur, a); // made current
+        EXPECT_NE(a, primary);
+        CUdeviceptr d = 0;
+        void *pinned = nullptr;
+        ASSERT_EQ(cuMemAlloc_v2(&d, 4096), CUDA_SUCCESS);
+        ASSERT_EQ(cuMemHostAlloc(&pinned, 4096, 0), CUDA_SUCCESS);
+        std::vector<uint8_t> reg(8192);
+        ASSERT_EQ(cuMemHostRegister_v2(reg.data(), reg.size(), 0), CUDA_SUCCESS);
+        EXPECT_EQ(cuCtxDestroy_v2(primary), CUDA_ERROR_INVALID_CONTEXT);
+        ASSERT_EQ(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+        EXPECT_EQ(cuCtxDestroy_v2(a), CUDA_ERROR_INVALID_CONTEXT);
+        ASSERT_EQ(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+        EXPECT_EQ(cur, nullptr); // off the thread's stack
+        EXPECT_EQ(cuCtxSetCurrent(a), CUDA_ERROR_INVALID_CONTEXT);
+
+        // The next one gets the destroyed one's handle; the memory made in the old one is gone.
+        ASSERT_EQ(cuCtxCreate_v2(&b, 0, 0), CUDA_SUCCESS);
+        EXPECT_EQ(b, a);
+        size_t size = 0;
+        CUdeviceptr base = 0;
+        EXPECT_EQ(cuMemGetAddressRange_v2(&base, &size, d), CUDA_ERROR_NOT_FOUND);
+        EXPECT_EQ(cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE);
+        EXPECT_EQ(cuMemHostUnregister(reg.data()), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+        CUdeviceptr again = 0;
+        ASSERT_EQ(cuMemAlloc_v2(&again, 4096), CUDA_SUCCESS);
+        EXPECT_EQ(again, d); // first fit: the freed addresses come back
+        EXPECT_EQ(cuMemFree_v2(again), CUDA_SUCCESS);
+        ASSERT_EQ(cuCtxDestroy(b), CUDA_SUCCESS);
+        EXPECT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+    }).join();
+}
+
 TEST_F(Fake, ManyThreadsManyStreams)
 {
     const int threads = 4, rounds = 8;

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT
+ * ibpshim: an application's own context destroyed in the middle of a run.  "used": the application
+ * makes a context (cuCtxCreate), the runtime copies in it, a region registered there goes
+ * compressed; then the application destroys the context, which takes the registration, its device
+ * buffers and everything the shim made in it (staging, streams, kernels), and makes another one,
+ * which may get the same handle and the same device addresses.  There it allocates a bystander
+ * buffer first (over the addresses freed), writes other bytes into the region and registers it
+ * again: every copy must deliver them, none compressed, and the bystander's bytes must stay as
+ * written.  "unused": a context the shim never saw is made and destroyed before the runtime
+ * starts; the region's copies in the primary context must still go compressed. */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <cuda.h>
+
+#include "tests/preload/preload_check.h"
+
+typedef CUresult (*InitFn)(unsigned int flags);
+typedef CUresult (*CreateFn)(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev);
+typedef CUresult (*DestroyFn)(CUcontext ctx);
+
+typedef struct Driver {
+    CreateFn create;
+    DestroyFn destroy;
+} Driver;
+
+/* The driver's calls; cuCtxDestroy as the application would reach it (the shim's hook, when
+ * preloaded). */
+static Driver driver_open(void)
+{
+    void *const cuda = dlopen("libcuda.so.1", RTLD_NOW);
+    CHECK(cuda != NULL, "dlopen libcuda.so.1: %s", dlerror());
+    const InitFn init = (InitFn)dlsym(cuda, "cuInit");
+    Driver d = {.create = (CreateFn)dlsym(cuda, "cuCtxCreate_v4"),
+                .destroy = (DestroyFn)dlsym(RTLD_DEFAULT, "cuCtxDestroy_v2")};
+    if (!d.destroy)
+        d.destroy = (DestroyFn)dlsym(cuda, "cuCtxDestroy_v2");
+    CHECK(init && d.create && d.destroy, "cuInit, cuCtxCreate_v4 or cuCtxDestroy_v2 not found");
+    CHECK(init(0) == CUDA_SUCCESS, "cuInit failed");
+    return d;
+}
+
+static CUcontext make_context(const Driver *d)
+{
+    CUcontext ctx = NULL;
+    CHECK(d->create(&ctx, NULL, 0, 0) == CUDA_SUCCESS && ctx, "cuCtxCreate failed");
+    return ctx;
+}
+
+/* A stream, a device buffer and a buffer for the way back around the registered region. */
+static void trip_open(PreloadTrip *t, uint8_t *host, size_t n)
+{
+    *t = (PreloadTrip){.w = {.host = host, .n = n}};
+    CHECK_CUDA(cudaHostRegister(host, n, cudaHostRegisterDefault));
+    CHECK_CUDA(cudaStreamCreate(&t->w.s));
+    CHECK_CUDA(cudaMalloc(&t->dev, n));
+    t->back = malloc(n);
+    CHECK(t->back != NULL, "malloc");
+}
+
+static void trip_close(PreloadTrip *t)
+{
+    CHECK_CUDA(cudaFree(t->dev));
+    CHECK_CUDA(cudaStreamDestroy(t->w.s));
+    CHECK_CUDA(cudaHostUnregister((void *)t->w.host));
+    free(t->back);
+}
+
+/* The application's part when the shim never saw the context it destroys. */
+static int unused_context(const Driver *d, PreloadTotalsFn totals, uint8_t *host, size_t n)
+{
+    CHECK(d->destroy(make_context(d)) == CUDA_SUCCESS, "cuCtxDestroy failed");
+    PreloadTrip t;
+    trip_open(&t, host, n);
+    preload_wait_compressed("ctx_destroy", "the region", totals, preload_trip, &t);
+    trip_close(&t);
+    printf("ctx_destroy: ok (unused: the region went compressed after another context was destroyed)\n");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    CHECK(argc == 2 && (!strcmp(argv[1], "used") || !strcmp(argv[1], "unused")),
+          "usage: ctx_destroy used|unused");
+    const PreloadTotalsFn totals = preload_compression_or_skip("ctx_destroy", 1);
+    const Driver d = driver_open();
+    const size_t n = (size_t)4 << 20;
+    uint8_t *const host = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(host != MAP_FAILED, "mmap");
+    preload_fill_weights(host, n);
+    if (!strcmp(argv[1], "unused"))
+        return unused_context(&d, totals, host, n);
+
+    const CUcontext first = make_context(&d);
+    PreloadTrip t;
+    trip_open(&t, host, n);
+    preload_wait_compressed("ctx_destroy", "the region", totals, preload_trip, &t);
+    free(t.back);
+    IbpshimTransferTotals a, b;
+    CHECK(totals(&a) == 0, "totals");
+    CHECK(d.destroy(first) == CUDA_SUCCESS, "cuCtxDestroy failed");
+
+    const CUcontext second = make_context(&d);
+    /* Over the device addresses the first context's buffers had: nothing but the application may
+     * write it. */
+    const size_t by_n = (size_t)64 << 20;
+    void *bystander = NULL;
+    CHECK_CUDA(cudaMalloc(&bystander, by_n));
+    CHECK_CUDA(cudaMemset(bystander, 0x5a, by_n));
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        float v;
+        memcpy(&v, host + i, 4);
+        v *= 2.0f;
+        memcpy(host + i, &v, 4);
+    }
+    trip_open(&t, host, n);
+    /* More copies, and more time, than the compressor took to take the region up before. */
+    const double until = preload_now() + 1.0;
+    int copies = 0;
+    while (copies < 20 || preload_now() < until) {
+        preload_trip(&t);
+        copies++;
+        usleep(10000);
+    }
+    CHECK(totals(&b) == 0, "totals");
+    CHECK(b.compressed_in == a.compressed_in, "%llu bytes went compressed after the context was destroyed",
+          (unsigned long long)(b.compressed_in - a.compressed_in));
+    uint8_t *const by_back = malloc(by_n);
+    CHECK(by_back != NULL, "malloc");
+    CHECK_CUDA(cudaMemcpy(by_back, bystander, by_n, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < by_n; i++)
+        CHECK(by_back[i] == 0x5a, "bystander byte %zu is %#x, not 0x5a: something else wrote it", i,
+              by_back[i]);
+    free(by_back);
+    CHECK_CUDA(cudaFree(bystander));
+    trip_close(&t);
+    CHECK(d.destroy(second) == CUDA_SUCCESS, "cuCtxDestroy failed");
+    munmap(host, n);
+    printf(
+        "ctx_destroy: ok (used: %d copies after the context was destroyed checked; the next context %s its "
+        "handle)\n",
+        copies, second == first ? "had" : "did not have");
+    return 0;
+}
