@@ -163,6 +163,17 @@ static bool device_valid(CUdevice dev)
     return dev >= 0 && dev < fakecuda_g.device_count;
 }
 
+/* The checks of a call that fills *out for device dev: initialised, out given, dev valid. */
+static CUresult check_out_device(const void *out, CUdevice dev)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    return device_valid(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
 FAKECUDA_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
     const CUresult r = fakecuda_check_init();
@@ -178,13 +189,9 @@ FAKECUDA_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 
 FAKECUDA_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
-    const CUresult r = fakecuda_check_init();
+    const CUresult r = check_out_device(bytes, dev);
     if (r != CUDA_SUCCESS)
         return r;
-    if (!bytes)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!device_valid(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
     *bytes = (size_t)FAKECUDA_DEVICE_BYTES;
     return CUDA_SUCCESS;
 }
@@ -256,13 +263,9 @@ FAKECUDA_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute att
 
 FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-    const CUresult r = fakecuda_check_init();
+    const CUresult r = check_out_device(pctx, dev);
     if (r != CUDA_SUCCESS)
         return r;
-    if (!pctx)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!device_valid(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
     atomic_fetch_add(&fakecuda_g.ctx[dev].retains, 1);
     *pctx = &fakecuda_g.ctx[dev];
     return CUDA_SUCCESS;
@@ -311,13 +314,9 @@ static pthread_mutex_t made_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-    const CUresult r = fakecuda_check_init();
+    const CUresult r = check_out_device(pctx, dev);
     if (r != CUDA_SUCCESS)
         return r;
-    if (!pctx)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!device_valid(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
     if (flags & ~(unsigned)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX))
         return CUDA_ERROR_INVALID_VALUE;
     if (ctx_depth == FAKECUDA_CTX_STACK_MAX)

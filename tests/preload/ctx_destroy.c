@@ -49,33 +49,14 @@ static CUcontext make_context(const Driver *d)
     return ctx;
 }
 
-/* A stream, a device buffer and a buffer for the way back around the registered region. */
-static void trip_open(PreloadTrip *t, uint8_t *host, size_t n)
-{
-    *t = (PreloadTrip){.w = {.host = host, .n = n}};
-    CHECK_CUDA(cudaHostRegister(host, n, cudaHostRegisterDefault));
-    CHECK_CUDA(cudaStreamCreate(&t->w.s));
-    CHECK_CUDA(cudaMalloc(&t->dev, n));
-    t->back = malloc(n);
-    CHECK(t->back != NULL, "malloc");
-}
-
-static void trip_close(PreloadTrip *t)
-{
-    CHECK_CUDA(cudaFree(t->dev));
-    CHECK_CUDA(cudaStreamDestroy(t->w.s));
-    CHECK_CUDA(cudaHostUnregister((void *)t->w.host));
-    free(t->back);
-}
-
 /* The application's part when the shim never saw the context it destroys. */
 static int unused_context(const Driver *d, PreloadTotalsFn totals, uint8_t *host, size_t n)
 {
     CHECK(d->destroy(make_context(d)) == CUDA_SUCCESS, "cuCtxDestroy failed");
     PreloadTrip t;
-    trip_open(&t, host, n);
+    preload_trip_register(&t, host, n);
     preload_wait_compressed("ctx_destroy", "the region", totals, preload_trip, &t);
-    trip_close(&t);
+    preload_trip_unregister(&t);
     printf("ctx_destroy: ok (unused: the region went compressed after another context was destroyed)\n");
     return 0;
 }
@@ -95,10 +76,10 @@ int main(int argc, char **argv)
 
     const CUcontext first = make_context(&d);
     PreloadTrip t;
-    trip_open(&t, host, n);
+    preload_trip_register(&t, host, n);
     preload_wait_compressed("ctx_destroy", "the region", totals, preload_trip, &t);
     free(t.back);
-    IbpshimTransferTotals a, b;
+    IbpshimTransferTotals a;
     CHECK(totals(&a) == 0, "totals");
     CHECK(d.destroy(first) == CUDA_SUCCESS, "cuCtxDestroy failed");
 
@@ -109,24 +90,7 @@ int main(int argc, char **argv)
     void *bystander = NULL;
     CHECK_CUDA(cudaMalloc(&bystander, by_n));
     CHECK_CUDA(cudaMemset(bystander, 0x5a, by_n));
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        float v;
-        memcpy(&v, host + i, 4);
-        v *= 2.0f;
-        memcpy(host + i, &v, 4);
-    }
-    trip_open(&t, host, n);
-    /* More copies, and more time, than the compressor took to take the region up before. */
-    const double until = preload_now() + 1.0;
-    int copies = 0;
-    while (copies < 20 || preload_now() < until) {
-        preload_trip(&t);
-        copies++;
-        usleep(10000);
-    }
-    CHECK(totals(&b) == 0, "totals");
-    CHECK(b.compressed_in == a.compressed_in, "%llu bytes went compressed after the context was destroyed",
-          (unsigned long long)(b.compressed_in - a.compressed_in));
+    const int copies = preload_trips_after_loss(totals, &a, &t, host, n, "the context was destroyed");
     uint8_t *const by_back = malloc(by_n);
     CHECK(by_back != NULL, "malloc");
     CHECK_CUDA(cudaMemcpy(by_back, bystander, by_n, cudaMemcpyDeviceToHost));
@@ -135,7 +99,7 @@ int main(int argc, char **argv)
               by_back[i]);
     free(by_back);
     CHECK_CUDA(cudaFree(bystander));
-    trip_close(&t);
+    preload_trip_unregister(&t);
     CHECK(d.destroy(second) == CUDA_SUCCESS, "cuCtxDestroy failed");
     munmap(host, n);
     printf(

@@ -17,17 +17,6 @@
 
 typedef CUresult (*PrimaryResetFn)(CUdevice dev);
 
-/* A stream, a device buffer and a buffer for the way back around the registered region. */
-static void trip_open(PreloadTrip *t, uint8_t *host, size_t n)
-{
-    *t = (PreloadTrip){.w = {.host = host, .n = n}};
-    CHECK_CUDA(cudaHostRegister(host, n, cudaHostRegisterDefault));
-    CHECK_CUDA(cudaStreamCreate(&t->w.s));
-    CHECK_CUDA(cudaMalloc(&t->dev, n));
-    t->back = malloc(n);
-    CHECK(t->back != NULL, "malloc");
-}
-
 int main(int argc, char **argv)
 {
     CHECK(argc == 2 && (!strcmp(argv[1], "runtime") || !strcmp(argv[1], "driver")),
@@ -38,7 +27,7 @@ int main(int argc, char **argv)
     CHECK(host != MAP_FAILED, "mmap");
     preload_fill_weights(host, n);
     PreloadTrip t;
-    trip_open(&t, host, n);
+    preload_trip_register(&t, host, n);
     preload_wait_compressed("device_reset", "the region", totals, preload_trip, &t);
     free(t.back);
     if (!strcmp(argv[1], "runtime")) {
@@ -50,32 +39,12 @@ int main(int argc, char **argv)
         CHECK(reset != NULL, "cuDevicePrimaryCtxReset_v2 not found");
         CHECK(reset((CUdevice)dev) == CUDA_SUCCESS, "cuDevicePrimaryCtxReset_v2 failed");
     }
-    IbpshimTransferTotals a, b;
+    IbpshimTransferTotals a;
     CHECK(totals(&a) == 0, "totals");
     /* The registration, stream and buffers are gone with the context; the memory is the
-     * application's still.  It takes other weights (twice the old ones) and is registered again. */
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        float v;
-        memcpy(&v, host + i, 4);
-        v *= 2.0f;
-        memcpy(host + i, &v, 4);
-    }
-    trip_open(&t, host, n);
-    /* More copies, and more time, than the compressor took to take the region up before. */
-    const double until = preload_now() + 1.0;
-    int copies = 0;
-    while (copies < 20 || preload_now() < until) {
-        preload_trip(&t);
-        copies++;
-        usleep(10000);
-    }
-    CHECK(totals(&b) == 0, "totals");
-    CHECK(b.compressed_in == a.compressed_in, "%llu bytes went compressed after the reset",
-          (unsigned long long)(b.compressed_in - a.compressed_in));
-    CHECK_CUDA(cudaFree(t.dev));
-    CHECK_CUDA(cudaStreamDestroy(t.w.s));
-    CHECK_CUDA(cudaHostUnregister(host));
-    free(t.back);
+     * application's still. */
+    const int copies = preload_trips_after_loss(totals, &a, &t, host, n, "the reset");
+    preload_trip_unregister(&t);
     munmap(host, n);
     printf("device_reset: ok (%s: %d copies after the reset checked)\n", argv[1], copies);
     return 0;

@@ -135,6 +135,18 @@ static inline uint8_t *preload_trip_open(PreloadTrip *t, size_t n)
     return host;
 }
 
+/* Sets t up for preload_trip around memory the application already has: host registered
+ * (cudaHostRegister), a stream, a device buffer and a host buffer for the way back. */
+static inline void preload_trip_register(PreloadTrip *t, uint8_t *host, size_t n)
+{
+    *t = (PreloadTrip){.w = {.host = host, .n = n}};
+    CHECK_CUDA(cudaHostRegister(host, n, cudaHostRegisterDefault));
+    CHECK_CUDA(cudaStreamCreate(&t->w.s));
+    CHECK_CUDA(cudaMalloc(&t->dev, n));
+    t->back = malloc(n);
+    CHECK(t->back != NULL, "malloc");
+}
+
 /* Frees what preload_trip_open() made. */
 static inline void preload_trip_close(PreloadTrip *t)
 {
@@ -208,6 +220,43 @@ static inline unsigned preload_wait_compressed(const char *prog, const char *wha
                                                PreloadCopyFn copy, void *arg)
 {
     return preload_wait_compressed_bytes(prog, what, totals, copy, arg, 1);
+}
+
+/* Frees what preload_trip_register() made; the memory stays the caller's. */
+static inline void preload_trip_unregister(PreloadTrip *t)
+{
+    CHECK_CUDA(cudaFree(t->dev));
+    CHECK_CUDA(cudaStreamDestroy(t->w.s));
+    CHECK_CUDA(cudaHostUnregister((void *)t->w.host));
+    free(t->back);
+}
+
+/* After the context that held a compressed region went (a reset, a destroyed context): other
+ * weights (the old ones doubled) in the same memory, registered again, then at least 20 round
+ * trips over at least a second (more copies and more time than the compressor took to take the
+ * region up before), each checked byte for byte; none may go compressed.  Returns the trips. */
+static inline int preload_trips_after_loss(PreloadTotalsFn totals, const IbpshimTransferTotals *before,
+                                           PreloadTrip *t, uint8_t *host, size_t n, const char *what)
+{
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        float v;
+        memcpy(&v, host + i, 4);
+        v *= 2.0f;
+        memcpy(host + i, &v, 4);
+    }
+    preload_trip_register(t, host, n);
+    const double until = preload_now() + 1.0;
+    int copies = 0;
+    while (copies < 20 || preload_now() < until) {
+        preload_trip(t);
+        copies++;
+        usleep(10000);
+    }
+    IbpshimTransferTotals after;
+    CHECK(totals(&after) == 0, "totals");
+    CHECK(after.compressed_in == before->compressed_in, "%llu bytes went compressed after %s",
+          (unsigned long long)(after.compressed_in - before->compressed_in), what);
+    return copies;
 }
 
 #endif /* IBP_TESTS_PRELOAD_PRELOAD_CHECK_H */
