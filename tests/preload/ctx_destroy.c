@@ -6,8 +6,9 @@
  * which may get the same handle and the same device addresses.  There it allocates a bystander
  * buffer first (over the addresses freed), writes other bytes into the region and registers it
  * again: every copy must deliver them, none compressed, and the bystander's bytes must stay as
- * written.  "unused": a context the shim never saw is made and destroyed before the runtime
- * starts; the region's copies in the primary context must still go compressed. */
+ * written; the context is destroyed through cuGetProcAddress.  "unused": a context the shim never saw is made
+ * and destroyed before the runtime starts; the region's copies in the primary context must still go
+ * compressed. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
@@ -20,6 +21,8 @@
 typedef CUresult (*InitFn)(unsigned int flags);
 typedef CUresult (*CreateFn)(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev);
 typedef CUresult (*DestroyFn)(CUcontext ctx);
+typedef CUresult (*ProcFn)(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                           CUdriverProcAddressQueryResult *status);
 
 typedef struct Driver {
     CreateFn create;
@@ -27,18 +30,30 @@ typedef struct Driver {
 } Driver;
 
 /* The driver's calls; cuCtxDestroy as the application would reach it (the shim's hook, when
- * preloaded). */
-static Driver driver_open(void)
+ * preloaded): by symbol, or through cuGetProcAddress as programs that load the driver at run time
+ * do. */
+static Driver driver_open(int by_proc_address)
 {
     void *const cuda = dlopen("libcuda.so.1", RTLD_NOW);
     CHECK(cuda != NULL, "dlopen libcuda.so.1: %s", dlerror());
     const InitFn init = (InitFn)dlsym(cuda, "cuInit");
-    Driver d = {.create = (CreateFn)dlsym(cuda, "cuCtxCreate_v4"),
-                .destroy = (DestroyFn)dlsym(RTLD_DEFAULT, "cuCtxDestroy_v2")};
-    if (!d.destroy)
-        d.destroy = (DestroyFn)dlsym(cuda, "cuCtxDestroy_v2");
-    CHECK(init && d.create && d.destroy, "cuInit, cuCtxCreate_v4 or cuCtxDestroy_v2 not found");
-    CHECK(init(0) == CUDA_SUCCESS, "cuInit failed");
+    CHECK(init && init(0) == CUDA_SUCCESS, "cuInit failed");
+    Driver d = {.create = (CreateFn)dlsym(cuda, "cuCtxCreate_v4")};
+    if (by_proc_address) {
+        ProcFn proc = (ProcFn)dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2");
+        if (!proc)
+            proc = (ProcFn)dlsym(cuda, "cuGetProcAddress_v2");
+        void *fn = NULL;
+        CUdriverProcAddressQueryResult found;
+        CHECK(proc && proc("cuCtxDestroy", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS,
+              "cuGetProcAddress(cuCtxDestroy) failed");
+        d.destroy = (DestroyFn)fn;
+    } else {
+        d.destroy = (DestroyFn)dlsym(RTLD_DEFAULT, "cuCtxDestroy_v2");
+        if (!d.destroy)
+            d.destroy = (DestroyFn)dlsym(cuda, "cuCtxDestroy_v2");
+    }
+    CHECK(d.create && d.destroy, "cuCtxCreate_v4 or cuCtxDestroy not found");
     return d;
 }
 
@@ -66,7 +81,8 @@ int main(int argc, char **argv)
     CHECK(argc == 2 && (!strcmp(argv[1], "used") || !strcmp(argv[1], "unused")),
           "usage: ctx_destroy used|unused");
     const PreloadTotalsFn totals = preload_compression_or_skip("ctx_destroy", 1);
-    const Driver d = driver_open();
+    /* The context the shim copied in is destroyed through cuGetProcAddress, the other by symbol. */
+    const Driver d = driver_open(!strcmp(argv[1], "used"));
     const size_t n = (size_t)4 << 20;
     uint8_t *const host = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(host != MAP_FAILED, "mmap");
