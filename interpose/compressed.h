@@ -32,6 +32,7 @@ typedef struct IbpSendOptions {
     size_t pipeline_raw_tail;
     int priority_decode; /* decode on the internal decode stream, of the highest priority */
     int raw_in_order;    /* ibp_send_raw_in_order() for what goes as it is ([transfer] raw_in_order) */
+    int raw_edges; /* a serial run's clipped edges as they are where fewer bytes ([transfer] raw_edges) */
 } IbpSendOptions;
 
 /* Shorter copies that go as they are stay on the caller's stream: they hold the copy engine for

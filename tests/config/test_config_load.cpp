@@ -174,6 +174,7 @@ const char kEveryOption[] = "[shim]\n"
                             "pipeline_raw_tail = 3MiB\n"
                             "priority_decode = true\n"
                             "raw_in_order = no\n"
+                            "raw_edges = off\n"
                             "[report]\n"
                             "path = /tmp/report.json\n"
                             "format = json\n"
@@ -210,6 +211,7 @@ void expect_every_option_changed(const IbpConfig &cfg)
     EXPECT_EQ(cfg.transfer.pipeline_raw_tail, 3u << 20);
     EXPECT_TRUE(cfg.transfer.priority_decode);
     EXPECT_FALSE(cfg.transfer.raw_in_order);
+    EXPECT_FALSE(cfg.transfer.raw_edges);
     EXPECT_STREQ(cfg.report.path, "/tmp/report.json");
     EXPECT_EQ(cfg.report.format, IBP_REPORT_FORMAT_JSON);
     EXPECT_FALSE(cfg.report.on_exit);
@@ -230,7 +232,7 @@ TEST(ConfigIni, EveryOptionSetsItsField)
     for (size_t i = 0; i < IBP_CONFIG_OPTION_COUNT; i++)
         EXPECT_EQ(l.report.source[i].origin, IBP_CONFIG_ORIGIN_FILE) << ibp_config_options()[i].key;
     EXPECT_EQ(source(l, "shim", "enabled").line, 2u);
-    EXPECT_EQ(source(l, "report", "stack_depth").line, 36u);
+    EXPECT_EQ(source(l, "report", "stack_depth").line, 37u);
 }
 
 TEST(ConfigEnv, EveryOptionThroughItsVariable)
