@@ -37,7 +37,8 @@ static uint64_t copy_range(PreloadTotalsFn totals, Edges *e, size_t off, size_t 
         CHECK(e->t.back[i] == 0x5c && e->t.back[7 + len + (size_t)i] == 0x5c,
               "copy of [%zu, +%zu): a byte outside the destination was written", off, len);
     CHECK(memcmp(e->t.back + 7, e->t.w.host + off, len) == 0, "copy of [%zu, +%zu) differs", off, len);
-    CHECK(b.compressed_in - a.compressed_in == len, "copy of [%zu, +%zu) did not go compressed whole", off, len);
+    CHECK(b.compressed_in - a.compressed_in == len, "copy of [%zu, +%zu) did not go compressed whole", off,
+          len);
     return b.compressed_out - a.compressed_out;
 }
 
@@ -70,13 +71,15 @@ int main(int argc, char **argv)
         CHECK(more <= (32u << 10) + (8u << 10), "16 KiB edges sent %llu bytes more than the whole blocks",
               (unsigned long long)more);
     else
-        CHECK(more >= (96u << 10), "two edge blocks compressed sent only %llu bytes more", (unsigned long long)more);
+        CHECK(more >= (96u << 10), "two edge blocks compressed sent only %llu bytes more",
+              (unsigned long long)more);
     /* Back to back with no wait between: the edges of the second copy must land after the first
      * copy's decode (10 ms on the fake) that writes the same bytes, and a memset after the first
      * copy must land after its edges, which the fake makes slow (30 ms a copy) for that part. */
     const size_t len = 10 * BLOCK + (32u << 10);
     CHECK_CUDA(cudaMemcpyAsync(e.dev + 7, e.t.w.host + BLOCK, len, cudaMemcpyHostToDevice, e.t.w.s));
-    CHECK_CUDA(cudaMemcpyAsync(e.dev + 7, e.t.w.host + BLOCK - (16u << 10), len, cudaMemcpyHostToDevice, e.t.w.s));
+    CHECK_CUDA(
+        cudaMemcpyAsync(e.dev + 7, e.t.w.host + BLOCK - (16u << 10), len, cudaMemcpyHostToDevice, e.t.w.s));
     CHECK_CUDA(cudaMemcpyAsync(e.t.back, e.dev + 7, len, cudaMemcpyDeviceToHost, e.t.w.s));
     CHECK_CUDA(cudaStreamSynchronize(e.t.w.s));
     CHECK(memcmp(e.t.back, e.t.w.host + BLOCK - (16u << 10), len) == 0,
@@ -84,18 +87,20 @@ int main(int argc, char **argv)
     const SetDelayFn set_delay = (SetDelayFn)dlsym(RTLD_DEFAULT, "fakecuda_set_copy_delay_us");
     if (set_delay)
         set_delay(30000);
-    CHECK_CUDA(cudaMemcpyAsync(e.dev + 7, e.t.w.host + BLOCK - (16u << 10), len, cudaMemcpyHostToDevice, e.t.w.s));
+    CHECK_CUDA(
+        cudaMemcpyAsync(e.dev + 7, e.t.w.host + BLOCK - (16u << 10), len, cudaMemcpyHostToDevice, e.t.w.s));
     CHECK_CUDA(cudaMemsetAsync(e.dev, 0x5c, n + 64, e.t.w.s));
     CHECK_CUDA(cudaMemcpyAsync(e.t.back, e.dev, n + 64, cudaMemcpyDeviceToHost, e.t.w.s));
     CHECK_CUDA(cudaStreamSynchronize(e.t.w.s));
     if (set_delay)
         set_delay(1000);
     for (size_t i = 0; i < n + 64; i++)
-        CHECK(e.t.back[i] == 0x5c, "byte %zu of a buffer set after a copy holds %#x: the copy landed after", i,
-              e.t.back[i]);
+        CHECK(e.t.back[i] == 0x5c, "byte %zu of a buffer set after a copy holds %#x: the copy landed after",
+              i, e.t.back[i]);
     CHECK_CUDA(cudaFree(e.dev));
     preload_trip_close(&e.t);
-    printf("raw_edges: ok (%s: 28 copies checked; 16 KiB edges cost %llu bytes beyond their whole blocks' %llu)\n",
+    printf("raw_edges: ok (%s: 28 copies checked; 16 KiB edges cost %llu bytes beyond their whole blocks' "
+           "%llu)\n",
            argv[1], (unsigned long long)more, (unsigned long long)whole);
     return 0;
 }
