@@ -119,19 +119,33 @@ static inline void preload_trip(void *arg)
     preload_round_trip(&t->w, t->dev, t->back);
 }
 
+/* Around t's pinned region host of n bytes: a stream, a device buffer and a host buffer for the
+ * way back. */
+static inline void preload_trip_buffers(PreloadTrip *t, uint8_t *host, size_t n)
+{
+    *t = (PreloadTrip){.w = {.host = host, .n = n}};
+    CHECK_CUDA(cudaStreamCreate(&t->w.s));
+    CHECK_CUDA(cudaMalloc(&t->dev, n));
+    t->back = malloc(n);
+    CHECK(t->back != NULL, "malloc");
+}
+
+/* Frees what preload_trip_buffers() made. */
+static inline void preload_trip_buffers_free(PreloadTrip *t)
+{
+    CHECK_CUDA(cudaFree(t->dev));
+    CHECK_CUDA(cudaStreamDestroy(t->w.s));
+    free(t->back);
+}
+
 /* Sets t up for preload_trip: a pinned region of n bytes of float weights (cudaHostAlloc), a
  * stream, a device buffer and a host buffer for the way back; returns the region. */
 static inline uint8_t *preload_trip_open(PreloadTrip *t, size_t n)
 {
     uint8_t *host = NULL;
-    *t = (PreloadTrip){.w = {.n = n}};
     CHECK_CUDA(cudaHostAlloc((void **)&host, n, cudaHostAllocDefault));
     preload_fill_weights(host, n);
-    t->w.host = host;
-    CHECK_CUDA(cudaStreamCreate(&t->w.s));
-    CHECK_CUDA(cudaMalloc(&t->dev, n));
-    t->back = malloc(n);
-    CHECK(t->back != NULL, "malloc");
+    preload_trip_buffers(t, host, n);
     return host;
 }
 
@@ -139,21 +153,15 @@ static inline uint8_t *preload_trip_open(PreloadTrip *t, size_t n)
  * (cudaHostRegister), a stream, a device buffer and a host buffer for the way back. */
 static inline void preload_trip_register(PreloadTrip *t, uint8_t *host, size_t n)
 {
-    *t = (PreloadTrip){.w = {.host = host, .n = n}};
     CHECK_CUDA(cudaHostRegister(host, n, cudaHostRegisterDefault));
-    CHECK_CUDA(cudaStreamCreate(&t->w.s));
-    CHECK_CUDA(cudaMalloc(&t->dev, n));
-    t->back = malloc(n);
-    CHECK(t->back != NULL, "malloc");
+    preload_trip_buffers(t, host, n);
 }
 
 /* Frees what preload_trip_open() made. */
 static inline void preload_trip_close(PreloadTrip *t)
 {
-    CHECK_CUDA(cudaFree(t->dev));
-    CHECK_CUDA(cudaStreamDestroy(t->w.s));
+    preload_trip_buffers_free(t);
     CHECK_CUDA(cudaFreeHost((void *)t->w.host));
-    free(t->back);
 }
 
 /* k round trips of w's region through dev into back (each checked byte for byte); returns the
@@ -225,10 +233,8 @@ static inline unsigned preload_wait_compressed(const char *prog, const char *wha
 /* Frees what preload_trip_register() made; the memory stays the caller's. */
 static inline void preload_trip_unregister(PreloadTrip *t)
 {
-    CHECK_CUDA(cudaFree(t->dev));
-    CHECK_CUDA(cudaStreamDestroy(t->w.s));
+    preload_trip_buffers_free(t);
     CHECK_CUDA(cudaHostUnregister((void *)t->w.host));
-    free(t->back);
 }
 
 /* After the context that held a compressed region went (a reset, a destroyed context): other
