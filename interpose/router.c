@@ -47,16 +47,20 @@ static _Atomic(CUcontext) seen_ctx[IBP_ROUTER_CONTEXTS];
 static atomic_int seen_overflow;
 static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* ctx's slot, or the first empty one, or IBP_ROUTER_CONTEXTS when neither is left. */
+static int context_slot(CUcontext ctx)
+{
+    int i = 0;
+    for (CUcontext c; i < IBP_ROUTER_CONTEXTS; i++)
+        if (!(c = atomic_load_explicit(&seen_ctx[i], memory_order_acquire)) || c == ctx)
+            break;
+    return i;
+}
+
 static int context_seen(CUcontext ctx)
 {
-    for (int i = 0; i < IBP_ROUTER_CONTEXTS; i++) {
-        const CUcontext c = atomic_load_explicit(&seen_ctx[i], memory_order_acquire);
-        if (!c)
-            return 0;
-        if (c == ctx)
-            return 1;
-    }
-    return 0;
+    const int i = context_slot(ctx);
+    return i < IBP_ROUTER_CONTEXTS && atomic_load_explicit(&seen_ctx[i], memory_order_acquire) == ctx;
 }
 
 static void note_context(CUcontext ctx)
@@ -66,10 +70,7 @@ static void note_context(CUcontext ctx)
         return;
     if (!context_seen(ctx)) {
         pthread_mutex_lock(&seen_lock);
-        int i = 0;
-        while (i < IBP_ROUTER_CONTEXTS && atomic_load_explicit(&seen_ctx[i], memory_order_relaxed) &&
-               atomic_load_explicit(&seen_ctx[i], memory_order_relaxed) != ctx)
-            i++;
+        const int i = context_slot(ctx);
         if (i == IBP_ROUTER_CONTEXTS)
             atomic_store(&seen_overflow, 1);
         else
