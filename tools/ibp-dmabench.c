@@ -40,6 +40,7 @@ typedef CUresult (*ModuleFunctionFn)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*LaunchFn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void **, void **);
 typedef CUresult (*DtoHFn)(void *, CUdeviceptr, size_t);
+typedef CUresult (*CtxSyncFn)(void);
 
 static struct {
     EventRecordFn record;
@@ -214,13 +215,17 @@ int main(int argc, char **argv)
     const StreamCreateFn stream_create = (StreamCreateFn)need(lib, "cuStreamCreate");
     const MemsetFn memset_d8 = (MemsetFn)need(lib, "cuMemsetD8_v2");
     const DtoHFn dtoh = (DtoHFn)need(lib, "cuMemcpyDtoH_v2");
+    /* cuMemsetD8 on device memory runs on the legacy stream, which the non-blocking streams below
+     * do not wait for: each memset is waited for before those streams touch its buffer. */
+    const CtxSyncFn ctx_sync = (CtxSyncFn)need(lib, "cuCtxSynchronize");
     int bad = ((DeviceGetFn)need(lib, "cuDeviceGet"))(&dev, 0) ||
               ((CtxRetainFn)need(lib, "cuDevicePrimaryCtxRetain"))(&ctx, dev) ||
               ((CtxSetFn)need(lib, "cuCtxSetCurrent"))(ctx) ||
               ((HostAllocFn)need(lib, "cuMemHostAlloc"))(&host, cap, CU_MEMHOSTALLOC_PORTABLE) ||
               ((MemAllocFn)need(lib, "cuMemAlloc_v2"))(&b.dev, cap) ||
               ((MemAllocFn)need(lib, "cuMemAlloc_v2"))(&b.flags, 4 * MAX_PARTS) ||
-              memset_d8(b.flags, 0, 4 * MAX_PARTS) || stream_create(&b.copy, CU_STREAM_NON_BLOCKING) ||
+              memset_d8(b.flags, 0, 4 * MAX_PARTS) || ctx_sync() ||
+              stream_create(&b.copy, CU_STREAM_NON_BLOCKING) ||
               stream_create(&b.other, CU_STREAM_NON_BLOCKING) || event_create(&b.t0, CU_EVENT_DEFAULT) ||
               event_create(&b.t1, CU_EVENT_DEFAULT);
     for (int k = 0; k <= MAX_PARTS && !bad; k++)
@@ -287,7 +292,7 @@ int main(int argc, char **argv)
         }
         /* The kernel's copy, checked: the device buffer cleared, copied, and read back. */
         const uint64_t vecs = total / 16;
-        const double us = memset_d8(b.dev, 0, total) ? -1 : run_kernel_copy(&b, vecs);
+        const double us = memset_d8(b.dev, 0, total) || ctx_sync() ? -1 : run_kernel_copy(&b, vecs);
         unsigned char *back = us < 0 ? NULL : malloc(total);
         const int same = back && !dtoh(back, b.dev, total) && !memcmp(back, host, vecs * 16);
         free(back);
