@@ -95,6 +95,7 @@ typedef struct IbpConfig {
         bool priority_decode;    /* decode on an internal stream of the highest priority */
         bool raw_in_order;       /* copies that go as they are follow compressed copies' DMAs */
         bool raw_edges;          /* clipped edges of serial runs as they are where fewer bytes */
+        bool edge_kernel;        /* those edges written by a kernel on the application's stream */
     } transfer;
     struct {
         char path[IBP_CONFIG_STRING_MAX]; /* "" = no JSON file */
@@ -139,7 +140,7 @@ typedef struct IbpConfigOption {
     const char *help;
 } IbpConfigOption;
 
-#define IBP_CONFIG_OPTION_COUNT 33
+#define IBP_CONFIG_OPTION_COUNT 34
 
 /* The table, IBP_CONFIG_OPTION_COUNT rows grouped by section in file order. */
 const IbpConfigOption *ibp_config_options(void);

@@ -435,6 +435,24 @@ static int edge_split(const IbpGeom *g, const uint64_t *offs, size_t bs, IbpGeom
     return 1;
 }
 
+/* Writes the edges [0, head) and [len - tail, len) of a piece of len bytes from src (pinned host
+ * memory) to dst by ibp_k_copy_edges on l->stream, reading src by its device address ([transfer]
+ * edge_kernel): 0, or -1 where src has no device address or the launch failed, leaving them to the
+ * caller's DMAs. */
+static int launch_edges(const IbpLaunch *l, CUdeviceptr dst, const uint8_t *src, uint64_t len, uint64_t head,
+                        uint64_t tail)
+{
+    CUdeviceptr at = 0;
+    if (l->drv->cuMemHostGetDevicePointer(&at, (void *)src, 0) != CUDA_SUCCESS)
+        return -1;
+    IbpEdgeArgs a = {.src = {at, at + (len - tail)}, .dst = {dst, dst + (len - tail)}, .len = {head, tail}};
+    void *params[] = {&a};
+    return ibp_kernel_launch(l->mod, IBP_KERNEL_COPY_EDGES, ibp_edge_grid(head, tail), IBP_EDGE_THREADS, 0,
+                             l->stream, params)
+               ? -1
+               : 0;
+}
+
 /* Enqueues on l->stream the decodes that write what the piece wants of blocks [b, e) into dst (the
  * piece's destination); the compressed bytes of block run_first are at run_base.  scr: 2 blocks of
  * scratch when the piece has clipped edges. */
@@ -978,10 +996,11 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
         ibp_driver_stream_sync(drv, ahead->copy);
         err = -EIO;
     }
-    /* The edges write dst: after the caller's earlier work (on the copy stream, a wait recorded
-     * before this run's decode, so neither waits for the other), and the caller's stream waits
-     * for them after the decode. */
-    const int edged = !err && (head || tail_raw);
+    /* The edges write dst: by a kernel on the caller's stream ([transfer] edge_kernel), else after
+     * the caller's earlier work on the copy stream (a wait recorded before this run's decode, so
+     * neither waits for the other), the caller's stream waiting for them after the decode. */
+    const int edged = !err && (head || tail_raw) &&
+                      !(base->opts.edge_kernel && !launch_edges(&l, dst, src_piece, g.len, head, tail_raw));
     if (edged &&
         ((ahead && ibp_devmem_stream_join(ctx, l.stream, ahead->copy)) ||
          (head && drv->cuMemcpyHtoDAsync(dst, src_piece, head, dma_stream) != CUDA_SUCCESS) ||

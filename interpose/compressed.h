@@ -33,6 +33,7 @@ typedef struct IbpSendOptions {
     int priority_decode; /* decode on the internal decode stream, of the highest priority */
     int raw_in_order;    /* ibp_send_raw_in_order() for what goes as it is ([transfer] raw_in_order) */
     int raw_edges; /* a serial run's clipped edges as they are where fewer bytes ([transfer] raw_edges) */
+    int edge_kernel; /* those edges by ibp_k_copy_edges on the caller's stream ([transfer] edge_kernel) */
 } IbpSendOptions;
 
 /* Shorter copies that go as they are stay on the caller's stream: they hold the copy engine for

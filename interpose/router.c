@@ -182,6 +182,7 @@ void ibp_router_start(const IbpConfig *cfg)
     send_opts.priority_decode = cfg->transfer.priority_decode;
     send_opts.raw_in_order = cfg->transfer.raw_in_order;
     send_opts.raw_edges = cfg->transfer.raw_edges;
+    send_opts.edge_kernel = cfg->transfer.edge_kernel;
     ibp_staging_configure(cfg->transfer.staging_bytes,
                           cfg->transfer.staging_exhausted == IBP_STAGING_EXHAUSTED_WAIT);
     if (ibp_policy_start(&p) == 0) {

@@ -2635,3 +2635,53 @@ extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_S
         break;
     }
 }
+
+// ---- Clipped edges that go as they are ([transfer] edge_kernel) ----
+//
+// CTA i of ibp_k_copy_edges copies part of edge i % 2 of a (IbpEdgeArgs): its bytes read from
+// pinned host memory by their device address, written to the destination, in the widest accesses
+// both ends share an alignment for.  Each CTA's threads take consecutive accesses (a warp's reads
+// are one run of host memory), the edge's CTAs strided over it.
+namespace
+{
+
+template <typename T>
+__device__ __forceinline__ void copy_units(const T *src, T *dst, uint64_t n, uint64_t id, uint64_t stride)
+{
+    for (uint64_t i = id; i < n; i += stride)
+        dst[i] = src[i];
+}
+
+__device__ __forceinline__ void copy_edge(uint64_t src, uint64_t dst, uint64_t len, uint64_t id,
+                                          uint64_t stride)
+{
+    if (!len)
+        return;
+    const unsigned unit = (src - dst) % 16 == 0 ? 16u : (src - dst) % 4 == 0 ? 4u : 1u;
+    // bytes before dst reaches the unit's alignment, and after its last whole unit
+    uint64_t head = (unit - dst % unit) % unit;
+    head = head < len ? head : len;
+    const uint64_t units = (len - head) / unit, tail = len - head - units * unit;
+    if (id < head)
+        ((uint8_t *)dst)[id] = ((const uint8_t *)src)[id];
+    if (id < tail)
+        ((uint8_t *)dst)[len - tail + id] = ((const uint8_t *)src)[len - tail + id];
+    if (unit == 16)
+        copy_units((const uint4 *)(src + head), (uint4 *)(dst + head), units, id, stride);
+    else if (unit == 4)
+        copy_units((const uint32_t *)(src + head), (uint32_t *)(dst + head), units, id, stride);
+    else
+        copy_units((const uint8_t *)src, (uint8_t *)dst, len, id, stride);
+}
+
+} // namespace
+
+// Its grid: ibp_edge_grid(), blocks of IBP_EDGE_THREADS.
+extern "C" __global__ void __launch_bounds__(IBP_EDGE_THREADS) ibp_k_copy_edges(IbpEdgeArgs a)
+{
+    // the edge picked by value, not by an index into the parameter (which would copy it to local memory)
+    const bool e = blockIdx.x & 1u;
+    const uint64_t id = (uint64_t)(blockIdx.x >> 1) * blockDim.x + threadIdx.x;
+    copy_edge(e ? a.src[1] : a.src[0], e ? a.dst[1] : a.dst[0], e ? a.len[1] : a.len[0], id,
+              (uint64_t)(gridDim.x >> 1) * blockDim.x);
+}

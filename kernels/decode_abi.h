@@ -180,4 +180,29 @@ static inline IBP_DECODE_HD uint32_t ibp_decode_segments(uint32_t word_size, uin
     return (block_size / word_size + IBP_DECODE_SEG_WORDS - 1) / IBP_DECODE_SEG_WORDS;
 }
 
+/* The clipped edges of a copy that go as they are ([transfer] edge_kernel): up to two byte ranges
+ * ibp_k_copy_edges copies on the application's stream from its pinned source, read by the
+ * source's device address, to the destination; an edge of length 0 is none.  Passed by value as
+ * the kernel's only parameter.  Each range goes in 16-byte accesses where its source and
+ * destination agree modulo 16, in 4-byte ones where they agree modulo 4, else byte by byte. */
+typedef struct IbpEdgeArgs {
+    uint64_t src[2];
+    uint64_t dst[2];
+    uint64_t len[2];
+} IbpEdgeArgs;
+
+#define IBP_EDGE_THREADS 256u
+/* Bytes a CTA of ibp_k_copy_edges moves of an edge at most: a 16-byte access a thread, four times
+ * over. */
+#define IBP_EDGE_CTA_BYTES (IBP_EDGE_THREADS * 16u * 4u)
+
+/* The grid of ibp_k_copy_edges for edges of len0 and len1 bytes: CTA i copies part of edge i % 2,
+ * the same number of CTAs taking each. */
+static inline uint32_t ibp_edge_grid(uint64_t len0, uint64_t len1)
+{
+    const uint64_t n = len0 > len1 ? len0 : len1;
+    const uint64_t ctas = (n + IBP_EDGE_CTA_BYTES - 1) / IBP_EDGE_CTA_BYTES;
+    return 2u * (ctas > 32768u ? 32768u : ctas ? (uint32_t)ctas : 1u);
+}
+
 #endif /* IBP_KERNELS_DECODE_ABI_H */

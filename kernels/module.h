@@ -26,7 +26,8 @@
     X(IBP_KERNEL_DECODE_SEGPS, "ibp_k_decode_segps", "decode")                                               \
     X(IBP_KERNEL_DECODE_FIX, "ibp_k_decode_fix", "decode")                                                   \
     X(IBP_KERNEL_DECODE_COUNT, "ibp_k_decode_count", "decode")                                               \
-    X(IBP_KERNEL_DECODE_UNFLAG, "ibp_k_decode_unflag", "decode")
+    X(IBP_KERNEL_DECODE_UNFLAG, "ibp_k_decode_unflag", "decode")                                             \
+    X(IBP_KERNEL_COPY_EDGES, "ibp_k_copy_edges", "decode")
 
 typedef enum IbpKernelId {
 #define IBP_KERNEL_ID(id, name, src) id,

@@ -175,6 +175,7 @@ const char kEveryOption[] = "[shim]\n"
                             "priority_decode = true\n"
                             "raw_in_order = no\n"
                             "raw_edges = off\n"
+                            "edge_kernel = yes\n"
                             "[report]\n"
                             "path = /tmp/report.json\n"
                             "format = json\n"
@@ -212,6 +213,7 @@ void expect_every_option_changed(const IbpConfig &cfg)
     EXPECT_TRUE(cfg.transfer.priority_decode);
     EXPECT_FALSE(cfg.transfer.raw_in_order);
     EXPECT_FALSE(cfg.transfer.raw_edges);
+    EXPECT_TRUE(cfg.transfer.edge_kernel);
     EXPECT_STREQ(cfg.report.path, "/tmp/report.json");
     EXPECT_EQ(cfg.report.format, IBP_REPORT_FORMAT_JSON);
     EXPECT_FALSE(cfg.report.on_exit);
@@ -232,7 +234,7 @@ TEST(ConfigIni, EveryOptionSetsItsField)
     for (size_t i = 0; i < IBP_CONFIG_OPTION_COUNT; i++)
         EXPECT_EQ(l.report.source[i].origin, IBP_CONFIG_ORIGIN_FILE) << ibp_config_options()[i].key;
     EXPECT_EQ(source(l, "shim", "enabled").line, 2u);
-    EXPECT_EQ(source(l, "report", "stack_depth").line, 37u);
+    EXPECT_EQ(source(l, "report", "stack_depth").line, 38u);
 }
 
 TEST(ConfigEnv, EveryOptionThroughItsVariable)

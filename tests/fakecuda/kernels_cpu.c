@@ -98,6 +98,28 @@ static CUresult k_test_copy16(const FakecudaGrid *grid, void *const *params)
     return CUDA_SUCCESS;
 }
 
+/* ibp_k_copy_edges(IbpEdgeArgs a): edge e from a.src[e], pinned host memory by its unified address, to
+ * a.dst[e], where the grid has a CTA for it (CTA i takes edge i % 2; any number covers an edge). */
+static CUresult k_copy_edges(const FakecudaGrid *grid, void *const *params)
+{
+    IbpEdgeArgs a;
+    memcpy(&a, params[0], sizeof(a));
+    if (grid->block[0] < 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned e = 0; e < 2 && e < grid->grid[0]; e++) {
+        if (!a.len[e])
+            continue;
+        if (a.len[e] > SIZE_MAX)
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        const void *const from = fakecuda_mem_access((uintptr_t)a.src[e], (size_t)a.len[e], false);
+        void *const to = fakecuda_mem_access((uintptr_t)a.dst[e], (size_t)a.len[e], false);
+        if (!from || !to)
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        fakecuda_dma_write(to, from, (size_t)a.len[e]);
+    }
+    return CUDA_SUCCESS;
+}
+
 typedef struct Run {
     IbpDecodeArgs a;
     const IbpPlanHeader *ph;
@@ -332,6 +354,7 @@ const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_decode_fix, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_count, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_unflag, k_unflag, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_copy_edges, k_copy_edges, sizeof(IbpEdgeArgs)),
     FAKECUDA_KERNEL(ibp_test_fill, k_test_fill, sizeof(uint64_t), sizeof(uint32_t), sizeof(uint64_t)),
     FAKECUDA_KERNEL(ibp_test_fill_struct, k_test_fill_struct, 24),
     FAKECUDA_KERNEL(ibp_test_copy16, k_test_copy16, sizeof(uint64_t), sizeof(uint64_t), sizeof(uint64_t)),

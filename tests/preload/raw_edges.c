@@ -6,16 +6,21 @@
  * into a poisoned device buffer at an odd offset, read back and checked byte for byte, every decode
  * and copy of the fake delayed.  The wire is checked too: a copy whose edges are 16 KiB into their
  * blocks sends, beyond the whole blocks between, about 32 KiB as they are with the option and about
- * two blocks compressed without.  Argument: "on" or "off", what IBPSHIM_TRANSFER_RAW_EDGES says. */
+ * two blocks compressed without.  Argument: "on" or "off", what IBPSHIM_TRANSFER_RAW_EDGES says, or
+ * "kernel": raw_edges and IBPSHIM_TRANSFER_EDGE_KERNEL on, where on the fake an edged copy makes one
+ * kernel launch more than a copy of whole blocks and no more copies to the device (two more with
+ * "on"). */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "tests/fakecuda/fakecuda.h"
 #include "tests/preload/preload_check.h"
 
 #define BLOCK ((size_t)256 << 10)
 
 typedef void (*SetDelayFn)(unsigned us);
+typedef void (*StatsFn)(FakecudaStats *out);
 
 typedef struct Edges {
     PreloadTrip t;
@@ -23,16 +28,30 @@ typedef struct Edges {
 } Edges;
 
 /* Copies bytes [off, off + len) of the region to dev + 7 and checks them; returns the compressed
- * bytes the copy sent (totals before and after). */
-static uint64_t copy_range(PreloadTotalsFn totals, Edges *e, size_t off, size_t len)
+ * bytes the copy sent (totals before and after).  On the fake, *launches and *h2d (either may be
+ * NULL) get the kernels launched and the copies to the device the copy made. */
+static uint64_t copy_range(PreloadTotalsFn totals, Edges *e, size_t off, size_t len, uint64_t *launches,
+                           uint64_t *h2d)
 {
+    const StatsFn stats = (StatsFn)dlsym(RTLD_DEFAULT, "fakecuda_stats");
+    FakecudaStats sa = {0}, sb = {0};
     IbpshimTransferTotals a, b;
     CHECK(totals(&a) == 0, "totals");
     CHECK_CUDA(cudaMemsetAsync(e->dev, 0x5c, e->t.w.n + 64, e->t.w.s));
+    CHECK_CUDA(cudaStreamSynchronize(e->t.w.s));
+    if (stats)
+        stats(&sa);
     CHECK_CUDA(cudaMemcpyAsync(e->dev + 7, e->t.w.host + off, len, cudaMemcpyHostToDevice, e->t.w.s));
+    CHECK_CUDA(cudaStreamSynchronize(e->t.w.s));
+    if (stats)
+        stats(&sb);
     CHECK_CUDA(cudaMemcpyAsync(e->t.back, e->dev, len + 14, cudaMemcpyDeviceToHost, e->t.w.s));
     CHECK_CUDA(cudaStreamSynchronize(e->t.w.s));
     CHECK(totals(&b) == 0, "totals");
+    if (launches)
+        *launches = sb.kernel_launches - sa.kernel_launches;
+    if (h2d)
+        *h2d = sb.h2d_calls - sa.h2d_calls;
     for (int i = 0; i < 7; i++)
         CHECK(e->t.back[i] == 0x5c && e->t.back[7 + len + (size_t)i] == 0x5c,
               "copy of [%zu, +%zu): a byte outside the destination was written", off, len);
@@ -44,8 +63,9 @@ static uint64_t copy_range(PreloadTotalsFn totals, Edges *e, size_t off, size_t 
 
 int main(int argc, char **argv)
 {
-    CHECK(argc == 2 && (!strcmp(argv[1], "on") || !strcmp(argv[1], "off")), "usage: raw_edges on|off");
-    const int on = !strcmp(argv[1], "on");
+    CHECK(argc == 2 && (!strcmp(argv[1], "on") || !strcmp(argv[1], "off") || !strcmp(argv[1], "kernel")),
+          "usage: raw_edges on|off|kernel");
+    const int kernel = !strcmp(argv[1], "kernel"), on = kernel || !strcmp(argv[1], "on");
     const PreloadTotalsFn totals = preload_compression_or_skip("raw_edges", 1);
     const size_t n = 16 * BLOCK;
     Edges e;
@@ -61,12 +81,21 @@ int main(int argc, char **argv)
     const size_t into[] = {1, 4093, 16u << 10, BLOCK / 2, BLOCK - (16u << 10)};
     for (size_t i = 0; i < sizeof(into) / sizeof(into[0]); i++)
         for (size_t j = 0; j < sizeof(into) / sizeof(into[0]); j++)
-            copy_range(totals, &e, BLOCK - into[i], into[i] + 10 * BLOCK + into[j]);
-    copy_range(totals, &e, 5 * BLOCK + 777, n - 5 * BLOCK - 777);
+            copy_range(totals, &e, BLOCK - into[i], into[i] + 10 * BLOCK + into[j], NULL, NULL);
+    copy_range(totals, &e, 5 * BLOCK + 777, n - 5 * BLOCK - 777, NULL, NULL);
     /* The wire: 10 whole blocks against the same 10 with 16 KiB edges on either side. */
-    const uint64_t whole = copy_range(totals, &e, BLOCK, 10 * BLOCK);
-    const uint64_t edged = copy_range(totals, &e, BLOCK - (16u << 10), 10 * BLOCK + (32u << 10));
+    uint64_t whole_launches, whole_h2d, edged_launches, edged_h2d;
+    const uint64_t whole = copy_range(totals, &e, BLOCK, 10 * BLOCK, &whole_launches, &whole_h2d);
+    const uint64_t edged =
+        copy_range(totals, &e, BLOCK - (16u << 10), 10 * BLOCK + (32u << 10), &edged_launches, &edged_h2d);
     const uint64_t more = edged > whole ? edged - whole : 0;
+    if (on && dlsym(RTLD_DEFAULT, "fakecuda_stats"))
+        CHECK(
+            edged_launches == whole_launches + (uint64_t)kernel && edged_h2d == whole_h2d + (kernel ? 0 : 2),
+            "an edged copy made %llu launches and %llu copies to the device against %llu and %llu for "
+            "whole blocks: its edges did not go by %s",
+            (unsigned long long)edged_launches, (unsigned long long)edged_h2d,
+            (unsigned long long)whole_launches, (unsigned long long)whole_h2d, kernel ? "a kernel" : "DMAs");
     if (on)
         CHECK(more <= (32u << 10) + (8u << 10), "16 KiB edges sent %llu bytes more than the whole blocks",
               (unsigned long long)more);
