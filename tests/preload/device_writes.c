@@ -506,6 +506,9 @@ int main(void)
     for (size_t i = 0; i < SLOT; i++)
         src_host[i] = (uint8_t)(i * 7 + (i >> 9));
     CHECK_CUDA(cudaMemcpy(dev_src, src_host, SLOT, cudaMemcpyHostToDevice));
+    /* From pageable memory the blocking copy may return before it lands, queued on the legacy
+     * stream, which the non-blocking streams below do not wait for. */
+    CHECK_CUDA(cudaDeviceSynchronize());
     cudaStream_t s;
     CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 

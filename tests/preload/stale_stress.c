@@ -75,6 +75,9 @@ int main(void)
     for (size_t i = 0; i < n; i++)
         noise[i] = (uint8_t)rnd();
     CHECK_CUDA(cudaMemcpy(dev_noise, noise, n, cudaMemcpyHostToDevice));
+    /* From pageable memory the blocking copy may return before it lands, queued on the legacy
+     * stream, which the non-blocking streams below do not wait for. */
+    CHECK_CUDA(cudaDeviceSynchronize());
     cudaStream_t s, cs;
     CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
