@@ -56,6 +56,17 @@ IBP_HOOK cudaError_t cudaDeviceReset(void)
     return ibp_route_device_reset();
 }
 
+#if CUDART_VERSION >= 13000
+/* Deprecated since CUDA 4.0 and gone from the CUDA 13 headers, still in the CUDA 12 runtime: the
+ * same reset as cudaDeviceReset, which the runtime makes without calling it. */
+cudaError_t cudaThreadExit(void);
+#endif
+
+IBP_HOOK cudaError_t cudaThreadExit(void)
+{
+    return ibp_route_thread_exit();
+}
+
 IBP_HOOK cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 {
     return ibp_route_host_register(ptr, size, flags);

@@ -12,6 +12,7 @@
     X(cudaHostAlloc, cudaError_t, (void **ptr, size_t size, unsigned int flags))                             \
     X(cudaFreeHost, cudaError_t, (void *ptr))                                                                \
     X(cudaDeviceReset, cudaError_t, (void))                                                                  \
+    X(cudaThreadExit, cudaError_t, (void))                                                                   \
     X(cudaHostRegister, cudaError_t, (void *ptr, size_t size, unsigned int flags))                           \
     X(cudaHostUnregister, cudaError_t, (void *ptr))                                                          \
     X(cudaMemcpy, cudaError_t, (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind))         \

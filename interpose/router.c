@@ -214,13 +214,23 @@ void ibp_router_context_destroyed(CUcontext ctx, const char *call)
         ibp_router_device_state_lost(call);
 }
 
-cudaError_t ibp_route_device_reset(void)
+/* A runtime call that resets the device: the compressed path stops before it. */
+static cudaError_t device_reset(cudaError_t (*real)(void), const char *call)
 {
-    const IbpReal_cudaDeviceReset real = IBP_REAL(cudaDeviceReset);
     if (!real)
         return IBP_REAL_MISSING_ERROR;
-    ibp_router_device_state_lost("cudaDeviceReset");
+    ibp_router_device_state_lost(call);
     return real();
+}
+
+cudaError_t ibp_route_device_reset(void)
+{
+    return device_reset(IBP_REAL(cudaDeviceReset), "cudaDeviceReset");
+}
+
+cudaError_t ibp_route_thread_exit(void)
+{
+    return device_reset(IBP_REAL(cudaThreadExit), "cudaThreadExit");
 }
 
 static IbpRawReason raw_reason(IbpCopyWhy why)

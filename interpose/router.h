@@ -43,6 +43,8 @@ cudaError_t ibp_route_malloc_host(void **ptr, size_t size);
 cudaError_t ibp_route_host_alloc(void **ptr, size_t size, unsigned int flags);
 cudaError_t ibp_route_free_host(void *ptr);
 cudaError_t ibp_route_device_reset(void);
+/* cudaThreadExit: the CUDA 12 runtime's older name for cudaDeviceReset (gone from CUDA 13's). */
+cudaError_t ibp_route_thread_exit(void);
 cudaError_t ibp_route_host_register(void *ptr, size_t size, unsigned int flags);
 cudaError_t ibp_route_host_unregister(void *ptr);
 cudaError_t ibp_route_memcpy(IbpStreamApi api, void *dst, const void *src, size_t count,

@@ -38,7 +38,7 @@ REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister
             "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernel_ptsz", "cuGraphExecKernelNodeSetParams",
             "cuGraphExecKernelNodeSetParams_v2", "cudaGraphExecKernelNodeSetParams",
             "cuModuleUnload", "cuLibraryUnload", "cudaLibraryUnload", "__cudaUnregisterFatBinary",
-            "cudaDeviceReset", "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2",
+            "cudaDeviceReset", "cudaThreadExit", "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2",
             "cuCtxDestroy", "cuCtxDestroy_v2"]
 
 

@@ -395,14 +395,32 @@ RT_EXPORT cudaError_t cudaDeviceSynchronize(void)
     return ret_cu(cuCtxSynchronize());
 }
 
-RT_EXPORT cudaError_t cudaDeviceReset(void)
+/* Both resets share this, as in the real runtime, where neither calls the other by its exported
+ * name (so a hook on one does not see the other). */
+static cudaError_t device_reset(void)
 {
-    ENTER();
     int dev = 0;
     const cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess)
         return e;
     return ret_cu(cuDevicePrimaryCtxReset_v2(dev));
+}
+
+RT_EXPORT cudaError_t cudaDeviceReset(void)
+{
+    ENTER();
+    return device_reset();
+}
+
+#if CUDART_VERSION >= 13000
+cudaError_t cudaThreadExit(void); /* gone from the CUDA 13 headers; the CUDA 12 runtime has it */
+#endif
+
+/* The CUDA 12 runtime's older name for cudaDeviceReset. */
+RT_EXPORT cudaError_t cudaThreadExit(void)
+{
+    ENTER();
+    return device_reset();
 }
 
 RT_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
