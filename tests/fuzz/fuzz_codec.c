@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT
  * ibpshim: libFuzzer target: decoding untrusted IBP files must fail cleanly or round-trip. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codec/format.h"
 #include "codec/internal.h"
+#include "codec/topcode.h"
 #include "ibpshim/codec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -49,6 +51,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     free(copy);
+    /* The input as a top-byte coded run, decoded to the length its header gives. */
+    if (size >= 4) {
+        const uint32_t orig =
+            (uint32_t)data[0] | (uint32_t)data[1] << 8 | (uint32_t)data[2] << 16 | (uint32_t)data[3] << 24;
+        if (orig <= (1u << 24)) {
+            uint8_t *out = malloc(orig ? orig : 1u);
+            if (out) {
+                const int r = ibp_top_decode(data, size, out, orig);
+                if (r != 0 && r != -EBADMSG && r != -ENOMEM)
+                    abort();
+                free(out);
+            }
+        }
+    }
+    /* Plain data through the top-byte coded form: words of 2, 4 or 8 bytes and 32 to 1024 lanes
+     * by the first byte; it must decode to the same bytes. */
+    if (size) {
+        const unsigned w = 2u << (data[0] % 3u), lanes = IBP_TOP_LANES_MIN << (data[0] / 3u % 6u);
+        const size_t cap = ibp_top_bound(size, w, lanes);
+        uint8_t *run = malloc(cap), *back = malloc(size);
+        size_t len = 0;
+        if (run && back) {
+            if (ibp_top_encode(data, size, w, lanes, run, cap, &len) != 0 ||
+                ibp_top_decode(run, len, back, size) != 0 || memcmp(back, data, size))
+                abort();
+        }
+        free(run);
+        free(back);
+    }
     /* Plain data: compress it (with fixed-width selectors, or the flagged form where shorter, by
      * the input's first byte) and the result must decode to the same bytes.  4 KiB blocks, so
      * that the flagged form is weighed block by block. */
