@@ -61,6 +61,11 @@ typedef struct IbpPlanHeader {
  * GPU a pass rewrites it in the fixed-width form before the decode (kernels/module.h
  * IBP_DECODE_SELFLAGS). */
 #define IBP_BLOCK_SELFLAGS 0x8u
+/* The block's bytes as a top-byte coded run (FORMAT.md, "Top-byte coded runs") at
+ * IBP_BLOCK_HEADER_SIZE, to comp_len; the flag alone, every other header field 0 but orig_len and
+ * comp_len.  Written only for plans made with IBP_CODEC_PLAN_TOP_CODED, and not yet decoded on
+ * the GPU: the shim's plans never ask for it. */
+#define IBP_BLOCK_TOPCODED 0x10u
 
 /* The group index of a packed block: for g = 1 .. ceil(words / IBP_INDEX_WORDS) - 1, a u32 with
  * the payload bit offset of word g * IBP_INDEX_WORDS, so that a decoder starting there needs no

@@ -67,6 +67,7 @@ struct IbpCodecPlan {
     int any_xform;
     uint32_t carry_words; /* words of an index entry's carries (format.h), 0 when blocks carry none */
     int sel_flags;        /* blocks may take the flagged selector form (IBP_CODEC_PLAN_SELECTOR_FLAGS) */
+    int top_coded;        /* blocks may take the top-byte coded form (IBP_CODEC_PLAN_TOP_CODED) */
     uint8_t *xform;  /* [C] */
     uint64_t *mask;  /* [K*C] invariant bits, set-major: index k * C + c */
     uint64_t *value; /* [K*C] their values (value & ~mask == 0) */
@@ -300,9 +301,21 @@ uint32_t ibp_selflags_encode(const IbpCodecPlan *p, const uint8_t *rowflags, uin
  * *out (*out_len bytes).  0, -EBADMSG for a malformed block or section, -ENOMEM. */
 int ibp_selflags_unflag(const IbpCodecPlan *p, const uint8_t *blk, size_t blk_len, uint32_t orig_len,
                         uint8_t **out, size_t *out_len);
-/* k->decode of the block, through ibp_selflags_unflag when it has the flagged form. */
+/* k->decode of the block, through ibp_selflags_unflag when it has the flagged form, or the
+ * top-byte coded form's decoder. */
 int ibp_block_decode_any(const IbpCodecKernels *k, const IbpCodecPlan *p, const uint8_t *blk, size_t blk_len,
                          uint32_t orig_len, uint8_t *dst, uint32_t limit);
+
+/* ---- Top-byte coded blocks (topcode.c) ---- */
+
+/* k->encode of the block, then, for plans with top_coded, the top-byte coded form in its place
+ * where that is shorter.  Same contract as k->encode. */
+int ibp_block_encode_any(const IbpCodecKernels *k, const IbpCodecPlan *p, const uint8_t *src, uint32_t len,
+                         uint32_t phase, uint8_t *dst, size_t cap, size_t *comp_len);
+/* Bytes [0, limit) of a block with the flag IBP_BLOCK_TOPCODED (header h, read from blk).  0, or
+ * -EBADMSG when the block or its run is malformed, -ENOMEM. */
+int ibp_top_block_decode(const IbpBlockHeader *h, const uint8_t *blk, size_t blk_len, uint32_t orig_len,
+                         uint8_t *dst, uint32_t limit);
 
 /* Every level this CPU can run, the reference first, whether or not dispatch would pick it (so
  * tests compare each with the reference): fills up to cap entries, returns how many there are. */

@@ -436,8 +436,10 @@ fail:
 int ibp_codec_plan_from_blob_flags(const void *blob, size_t len, unsigned flags, IbpCodecPlan **out)
 {
     const int rc = ibp_codec_plan_from_blob(blob, len, out);
-    if (!rc)
+    if (!rc) {
         (*out)->sel_flags = (flags & IBP_CODEC_PLAN_SELECTOR_FLAGS) != 0;
+        (*out)->top_coded = (flags & IBP_CODEC_PLAN_TOP_CODED) != 0;
+    }
     return rc;
 }
 
@@ -447,7 +449,9 @@ int ibp_codec_plan_with_selector_flags(const IbpCodecPlan *plan, int on, IbpCode
         return -EINVAL;
     size_t len = 0;
     const void *blob = ibp_codec_plan_blob(plan, &len);
-    return ibp_codec_plan_from_blob_flags(blob, len, on ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u, out);
+    return ibp_codec_plan_from_blob_flags(
+        blob, len,
+        (on ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u) | (plan->top_coded ? IBP_CODEC_PLAN_TOP_CODED : 0u), out);
 }
 
 const void *ibp_codec_plan_blob(const IbpCodecPlan *plan, size_t *len)
@@ -485,6 +489,7 @@ void ibp_codec_plan_info(const IbpCodecPlan *plan, IbpCodecPlanInfo *info)
     info->sample_bytes = plan->sample_bytes;
     info->blob_len = plan->blob_len;
     info->selector_flags = plan->sel_flags;
+    info->top_coded = plan->top_coded;
 }
 
 int ibp_codec_plan_describe(const IbpCodecPlan *plan, int json, char *buf, size_t cap)
@@ -540,7 +545,7 @@ int ibp_codec_block_encode(const IbpCodecPlan *plan, const void *src, size_t len
     if (cap < ibp_codec_bound_for(plan, len))
         return -ENOSPC;
     const uint32_t phase = (uint32_t)((region_off / plan->word_size) % plan->columns);
-    return ibp_codec_kernels()->encode(plan, src, (uint32_t)len, phase, dst, cap, comp_len);
+    return ibp_block_encode_any(ibp_codec_kernels(), plan, src, (uint32_t)len, phase, dst, cap, comp_len);
 }
 
 int ibp_codec_block_decode(const IbpCodecPlan *plan, const void *blk, size_t blk_len, size_t orig_len,

@@ -2872,6 +2872,7 @@ int ibp_codec_plan_create(const void *region, size_t len, const IbpCodecPlanOpti
     if (rc)
         goto fail;
     best->sel_flags = (opts->flags & IBP_CODEC_PLAN_SELECTOR_FLAGS) != 0;
+    best->top_coded = (opts->flags & IBP_CODEC_PLAN_TOP_CODED) != 0;
     best->sample_bytes = all_s.bytes;
     best->sample_ratio = (double)ibp_exact_bytes(best, &all_s, all_s.bytes) / (double)all_s.bytes;
     *out = best;

@@ -30,8 +30,8 @@ static void *ibp_encode_worker(void *arg)
         const size_t off = i * bs;
         const size_t n = job->len - off < bs ? job->len - off : bs;
         const uint32_t phase = (uint32_t)((off / job->plan->word_size) % job->plan->columns);
-        const int rc = job->kernels->encode(job->plan, job->src + off, (uint32_t)n, phase, job->dst[i],
-                                            job->cap_each, &job->comp_lens[i]);
+        const int rc = ibp_block_encode_any(job->kernels, job->plan, job->src + off, (uint32_t)n, phase,
+                                            job->dst[i], job->cap_each, &job->comp_lens[i]);
         if (rc) {
             int expected = 0;
             __atomic_compare_exchange_n(&job->error, &expected, rc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);

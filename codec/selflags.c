@@ -215,6 +215,8 @@ int ibp_block_decode_any(const IbpCodecKernels *k, const IbpCodecPlan *p, const 
     IbpBlockHeader h;
     if (blk_len >= sizeof(h)) {
         memcpy(&h, blk, sizeof(h));
+        if (h.flags == IBP_BLOCK_TOPCODED)
+            return limit > orig_len ? -EINVAL : ibp_top_block_decode(&h, blk, blk_len, orig_len, dst, limit);
         if (ibp_fmt_selflags(h.flags)) {
             uint8_t *b = NULL;
             size_t b_len = 0;

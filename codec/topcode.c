@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/internal.h"
+
 _Static_assert(sizeof(IbpTopHeader) == 16, "the header is 16 bytes, no padding");
 
 #define SCALE (1u << IBP_TOP_SCALE_BITS)
@@ -302,4 +304,78 @@ int ibp_top_decode(const void *in_, size_t len, void *dst, size_t n)
     }
     memcpy(out + lay.words * w, in + lay.tail_at, lay.tail);
     return 0;
+}
+
+/* ---- Blocks of the form (format.h IBP_BLOCK_TOPCODED) ---- */
+
+/* Lanes for a block of `words` words: about 256 symbols a lane (a lane's state costs 4 bytes,
+ * a thread a lane on the GPU), from 32 to IBP_TOP_LANES_DEFAULT. */
+static unsigned block_lanes(size_t words)
+{
+    unsigned lanes = IBP_TOP_LANES_MIN;
+    while (lanes < IBP_TOP_LANES_DEFAULT && (size_t)lanes * 2u * 256u <= words)
+        lanes *= 2u;
+    return lanes;
+}
+
+int ibp_block_encode_any(const IbpCodecKernels *k, const IbpCodecPlan *p, const uint8_t *src, uint32_t len,
+                         uint32_t phase, uint8_t *dst, size_t cap, size_t *comp_len)
+{
+    int rc = k->encode(p, src, len, phase, dst, cap, comp_len);
+    if (rc || !p->top_coded || len < 2u)
+        return rc;
+    /* each word size in turn, the shortest run kept where it beats the block as it is */
+    size_t bound = 0;
+    for (unsigned w = 2; w <= 8; w *= 2) {
+        const size_t b = ibp_top_bound(len, w, block_lanes(len / w));
+        bound = b > bound ? b : bound;
+    }
+    uint8_t *const run = malloc(2u * bound);
+    if (!run)
+        return 0; /* the block stays as k->encode wrote it */
+    uint8_t *best = NULL, *spare = run;
+    size_t best_len = 0;
+    for (unsigned w = 2; w <= 8; w *= 2) {
+        size_t n = 0;
+        if (ibp_top_encode(src, len, w, block_lanes(len / w), spare, bound, &n) == 0 &&
+            (!best || n < best_len)) {
+            uint8_t *const was = best;
+            best = spare;
+            best_len = n;
+            spare = was ? was : run + bound;
+        }
+    }
+    if (best && IBP_BLOCK_HEADER_SIZE + best_len < *comp_len) {
+        IbpBlockHeader h;
+        memset(&h, 0, sizeof(h));
+        h.orig_len = len;
+        h.comp_len = (uint32_t)(IBP_BLOCK_HEADER_SIZE + best_len);
+        h.flags = IBP_BLOCK_TOPCODED;
+        memcpy(dst, &h, sizeof(h));
+        memcpy(dst + IBP_BLOCK_HEADER_SIZE, best, best_len);
+        *comp_len = h.comp_len;
+    }
+    free(run);
+    return 0;
+}
+
+int ibp_top_block_decode(const IbpBlockHeader *h, const uint8_t *blk, size_t blk_len, uint32_t orig_len,
+                         uint8_t *dst, uint32_t limit)
+{
+    if (h->orig_len != orig_len || h->comp_len > blk_len || h->comp_len < IBP_BLOCK_HEADER_SIZE ||
+        (h->comp_len & (IBP_ALIGN - 1u)) || h->col_phase || h->rowflag_off || h->payload_off || h->sel_off ||
+        h->tail_off)
+        return -EBADMSG;
+    const uint8_t *const run = blk + IBP_BLOCK_HEADER_SIZE;
+    const size_t run_len = h->comp_len - IBP_BLOCK_HEADER_SIZE;
+    if (limit == orig_len)
+        return ibp_top_decode(run, run_len, dst, orig_len);
+    uint8_t *const all = malloc(orig_len ? orig_len : 1u);
+    if (!all)
+        return -ENOMEM;
+    const int rc = ibp_top_decode(run, run_len, all, orig_len);
+    if (!rc)
+        memcpy(dst, all, limit);
+    free(all);
+    return rc;
 }

@@ -171,6 +171,7 @@ typedef struct IbpArgs {
     unsigned threads;
     size_t block_size;
     int selector_flags;
+    int top_coded;
     int json;
     const char *files[64];
     int nfiles;
@@ -194,7 +195,8 @@ static int ibp_cmd_compress(const IbpArgs *a)
     ibp_progress_phase(&pr, "planning and encoding");
     const double t0 = ibp_now();
     const IbpCodecPlanOptions opts = {.block_size = a->block_size,
-                                      .flags = a->selector_flags ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u};
+                                      .flags = (a->selector_flags ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u) |
+                                               (a->top_coded ? IBP_CODEC_PLAN_TOP_CODED : 0u)};
     rc = ibp_codec_file_compress(in, len, &opts, a->threads, &out, &out_len);
     const double secs = ibp_now() - t0;
     ibp_progress_stop(&pr);
@@ -517,12 +519,13 @@ fail:
 
 static void ibp_usage(void)
 {
-    fprintf(stderr,
-            "usage: ibp-pack compress IN OUT [--threads N] [--block-size BYTES] [--selector-flags] [--json]\n"
-            "       ibp-pack decompress IN OUT [--json]\n"
-            "       ibp-pack check FILE... [--threads N] [--json]\n"
-            "       ibp-pack plan FILE [--threads N] [--json]\n"
-            "       ibp-pack bench FILE [--threads N] [--json]\n");
+    fprintf(stderr, "usage: ibp-pack compress IN OUT [--threads N] [--block-size BYTES] [--selector-flags] "
+                    "[--top-coded]\n"
+                    "                         [--json]\n"
+                    "       ibp-pack decompress IN OUT [--json]\n"
+                    "       ibp-pack check FILE... [--threads N] [--json]\n"
+                    "       ibp-pack plan FILE [--threads N] [--json]\n"
+                    "       ibp-pack bench FILE [--threads N] [--json]\n");
 }
 
 int main(int argc, char **argv)
@@ -547,6 +550,8 @@ int main(int argc, char **argv)
             a.threads = (unsigned)t;
         } else if (!strcmp(argv[i], "--selector-flags")) {
             a.selector_flags = 1; /* the flagged selector form where shorter (codec/FORMAT.md) */
+        } else if (!strcmp(argv[i], "--top-coded")) {
+            a.top_coded = 1; /* top-byte coded blocks where shorter (codec/FORMAT.md) */
         } else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) {
             char *end = NULL;
             const unsigned long long b = strtoull(argv[++i], &end, 10);

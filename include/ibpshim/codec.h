@@ -29,6 +29,10 @@ extern "C" {
  * the GPU decodes such blocks after a pass that rewrites their selectors (kernels/module.h
  * IBP_DECODE_SELFLAGS). */
 #define IBP_CODEC_PLAN_SELECTOR_FLAGS 0x2u
+/* Blocks may take the top-byte coded form where it is smaller (codec/FORMAT.md): each word's top
+ * byte coded at its entropy, in words of 2, 4 or 8 bytes, whichever is shortest.  CPU decoders
+ * only: no GPU kernel decodes it yet. */
+#define IBP_CODEC_PLAN_TOP_CODED 0x4u
 
 typedef struct IbpCodecPlan IbpCodecPlan;
 
@@ -57,6 +61,7 @@ typedef struct IbpCodecPlanInfo {
     size_t sample_bytes;
     size_t blob_len;
     int selector_flags; /* its blocks may hold flagged selectors (IBP_CODEC_PLAN_SELECTOR_FLAGS) */
+    int top_coded;      /* its blocks may be top-byte coded (IBP_CODEC_PLAN_TOP_CODED) */
 } IbpCodecPlanInfo;
 
 /* ---- Plans ---- */

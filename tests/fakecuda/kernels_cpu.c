@@ -289,7 +289,9 @@ static CUresult decode_block(const Run *r, const IbpCodecPlan *plan, uint32_t b,
 {
     const IbpDecodeArgs *a = &r->a;
     uint8_t *tmp = ctx;
-    if (h->orig_len > a->block_size)
+    /* no kernel decodes top-byte coded blocks yet (format.h IBP_BLOCK_TOPCODED): a run holding
+     * one fails here as it would on a GPU, where it would decode to wrong bytes */
+    if (h->orig_len > a->block_size || h->flags == IBP_BLOCK_TOPCODED)
         return CUDA_ERROR_INVALID_VALUE;
     const CUresult res = ibp_fmt_selflags(h->flags)
                              ? decode_flagged(r, plan, b, blk, comp_len, h->orig_len, tmp)

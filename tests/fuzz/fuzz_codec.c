@@ -80,14 +80,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(run);
         free(back);
     }
-    /* Plain data: compress it (with fixed-width selectors, or the flagged form where shorter, by
-     * the input's first byte) and the result must decode to the same bytes.  4 KiB blocks, so
-     * that the flagged form is weighed block by block. */
+    /* Plain data: compress it (with fixed-width selectors, or the flagged form where shorter, and
+     * top-byte coded blocks where shorter, by the input's first byte) and the result must decode
+     * to the same bytes.  4 KiB blocks, so that each form is weighed block by block. */
     if (size <= 1024u) {
         void *packed = NULL;
         size_t packed_len = 0;
-        const IbpCodecPlanOptions opts = {
-            .block_size = 4096, .flags = size && (data[0] & 1u) ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u};
+        const IbpCodecPlanOptions opts = {.block_size = 4096,
+                                          .flags =
+                                              (size && (data[0] & 1u) ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u) |
+                                              (size && (data[0] & 2u) ? IBP_CODEC_PLAN_TOP_CODED : 0u)};
         if (ibp_codec_file_compress(data, size, &opts, 1, &packed, &packed_len) == 0) {
             uint8_t *back = malloc(size ? size : 1u);
             if (back) {
