@@ -177,6 +177,13 @@ typedef struct IbpArgs {
     int nfiles;
 } IbpArgs;
 
+/* The plan flags the options ask for (--selector-flags, --top-coded). */
+static unsigned plan_flags(const IbpArgs *a)
+{
+    return (a->selector_flags ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u) |
+           (a->top_coded ? IBP_CODEC_PLAN_TOP_CODED : 0u);
+}
+
 static int ibp_cmd_compress(const IbpArgs *a)
 {
     uint8_t *in = NULL;
@@ -194,9 +201,7 @@ static int ibp_cmd_compress(const IbpArgs *a)
     ibp_progress_start(&pr, a->files[0]);
     ibp_progress_phase(&pr, "planning and encoding");
     const double t0 = ibp_now();
-    const IbpCodecPlanOptions opts = {.block_size = a->block_size,
-                                      .flags = (a->selector_flags ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u) |
-                                               (a->top_coded ? IBP_CODEC_PLAN_TOP_CODED : 0u)};
+    const IbpCodecPlanOptions opts = {.block_size = a->block_size, .flags = plan_flags(a)};
     rc = ibp_codec_file_compress(in, len, &opts, a->threads, &out, &out_len);
     const double secs = ibp_now() - t0;
     ibp_progress_stop(&pr);
@@ -430,7 +435,8 @@ static int ibp_cmd_bench(const IbpArgs *a)
     double plann = 0;
     double judge = 0;
     if (a->nfiles != 1) {
-        fprintf(stderr, "usage: ibp-pack bench FILE [--threads N] [--json]\n");
+        fprintf(stderr, "usage: ibp-pack bench FILE [--threads N] [--block-size BYTES] [--selector-flags] "
+                        "[--top-coded] [--json]\n");
         return 2;
     }
     int rc = ibp_read_file(a->files[0], &in, &len);
@@ -439,8 +445,8 @@ static int ibp_cmd_bench(const IbpArgs *a)
     ibp_progress_start(&pr, a->files[0]);
     const unsigned nt = a->threads ? a->threads : 1u;
     ibp_progress_phase(&pr, "planning");
-    const IbpCodecPlanOptions one = {.threads = 1};
-    const IbpCodecPlanOptions many = {.threads = nt};
+    const IbpCodecPlanOptions one = {.threads = 1, .block_size = a->block_size, .flags = plan_flags(a)};
+    const IbpCodecPlanOptions many = {.threads = nt, .block_size = a->block_size, .flags = plan_flags(a)};
     IBP_BEST_SECONDS(plann, (ibp_codec_plan_destroy(&plan), ibp_codec_plan_create(in, len, &many, &plan)));
     if (!rc)
         IBP_BEST_SECONDS(plan1, (ibp_codec_plan_destroy(&plan), ibp_codec_plan_create(in, len, &one, &plan)));
@@ -519,13 +525,15 @@ fail:
 
 static void ibp_usage(void)
 {
-    fprintf(stderr, "usage: ibp-pack compress IN OUT [--threads N] [--block-size BYTES] [--selector-flags] "
-                    "[--top-coded]\n"
-                    "                         [--json]\n"
-                    "       ibp-pack decompress IN OUT [--json]\n"
-                    "       ibp-pack check FILE... [--threads N] [--json]\n"
-                    "       ibp-pack plan FILE [--threads N] [--json]\n"
-                    "       ibp-pack bench FILE [--threads N] [--json]\n");
+    fprintf(stderr,
+            "usage: ibp-pack compress IN OUT [--threads N] [--block-size BYTES] [--selector-flags] "
+            "[--top-coded]\n"
+            "                         [--json]\n"
+            "       ibp-pack decompress IN OUT [--json]\n"
+            "       ibp-pack check FILE... [--threads N] [--json]\n"
+            "       ibp-pack plan FILE [--threads N] [--json]\n"
+            "       ibp-pack bench FILE [--threads N] [--block-size BYTES] [--selector-flags] [--top-coded]\n"
+            "                      [--json]\n");
 }
 
 int main(int argc, char **argv)
