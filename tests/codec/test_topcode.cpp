@@ -55,6 +55,23 @@ std::vector<uint8_t> weights_like(size_t n, unsigned w, uint32_t seed)
     return v;
 }
 
+// The folder of the real tensors (IBPSHIM_TEST_DATA, with MANIFEST.md), or NULL.
+const char *data_dir()
+{
+    const char *dir = std::getenv("IBPSHIM_TEST_DATA");
+    return dir && std::ifstream(std::string(dir) + "/MANIFEST.md") ? dir : nullptr;
+}
+
+// The bytes of one of them; false where it cannot be opened.
+bool read_tensor(const char *dir, const char *file, std::vector<uint8_t> &data)
+{
+    std::ifstream f(std::string(dir) + "/" + file, std::ios::binary);
+    if (!f)
+        return false;
+    data.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    return true;
+}
+
 double entropy_bits(const std::vector<uint64_t> &count, uint64_t total)
 {
     double h = 0;
@@ -186,8 +203,8 @@ TEST(TopCode, DamageIsRejectedOrHarmless)
 // them (flagged selectors, docs/BENCHMARKS.md: ocr_det 0.8662, linear85 0.8654, bf16 0.7351).
 TEST(TopCode, RealWeightsSmallerThanIbp)
 {
-    const char *dir = std::getenv("IBPSHIM_TEST_DATA");
-    if (!dir || !std::ifstream(std::string(dir) + "/MANIFEST.md"))
+    const char *dir = data_dir();
+    if (!dir)
         GTEST_SKIP() << "real tensors not found (set IBPSHIM_TEST_DATA to the folder with MANIFEST.md)";
     const struct {
         const char *file;
@@ -197,9 +214,8 @@ TEST(TopCode, RealWeightsSmallerThanIbp)
                    {"ocr_rec_linear85_f32_120x6625.bin", 4, 0.8654},
                    {"ocr_rec_all_bf16.bin", 2, 0.7351}};
     for (const auto &t : weights) {
-        std::ifstream f(std::string(dir) + "/" + t.file, std::ios::binary);
-        ASSERT_TRUE(f) << t.file << " missing";
-        const std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        std::vector<uint8_t> data;
+        ASSERT_TRUE(read_tensor(dir, t.file, data)) << t.file << " missing";
         size_t total = 0;
         for (size_t at = 0; at < data.size(); at += 256u << 10) {
             const size_t n = std::min(data.size() - at, (size_t)256 << 10);
@@ -411,8 +427,8 @@ TEST(TopCodedBlocks, DamagedBlocksFailCleanly)
 // 0.693), the others lose nothing.
 TEST(TopCodedBlocks, RealTensorsInTheFileForm)
 {
-    const char *dir = std::getenv("IBPSHIM_TEST_DATA");
-    if (!dir || !std::ifstream(std::string(dir) + "/MANIFEST.md"))
+    const char *dir = data_dir();
+    if (!dir)
         GTEST_SKIP() << "real tensors not found (set IBPSHIM_TEST_DATA to the folder with MANIFEST.md)";
     const struct {
         const char *file;
@@ -421,10 +437,8 @@ TEST(TopCodedBlocks, RealTensorsInTheFileForm)
                  {"movielens_100004x3_i32.bin", 0}, {"ocr_det_all_f32.bin", 0.851},
                  {"ocr_rec_all_bf16.bin", 0.693},   {"ocr_rec_linear85_f32_120x6625.bin", 0.831}};
     for (const auto &t : files) {
-        std::ifstream f(std::string(dir) + "/" + t.file, std::ios::binary);
-        ASSERT_TRUE(f) << t.file << " missing";
-        const std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)),
-                                        std::istreambuf_iterator<char>());
+        std::vector<uint8_t> data;
+        ASSERT_TRUE(read_tensor(dir, t.file, data)) << t.file << " missing";
         double flagged = 0, top = 0;
         const unsigned sel = IBP_CODEC_PLAN_SELECTOR_FLAGS;
         ASSERT_EQ(file_round_trip(data.data(), data.size(), sel, 0, &flagged), data) << t.file;
