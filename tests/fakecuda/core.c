@@ -110,6 +110,10 @@ CUresult fakecuda_current_device(int *device)
     const CUcontext ctx = fakecuda_ctx_current();
     if (!ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
+    /* a context destroyed while current here (another thread's destroy, or one below the top of
+     * this thread's stack) stays current, and every call in it fails, as the real driver says */
+    if (!fakecuda_ctx_valid(ctx))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     *device = ctx->device;
     return CUDA_SUCCESS;
 }
@@ -354,8 +358,10 @@ FAKECUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *para
 }
 
 /* Frees every allocation made in the context (pinned memory unmapped) after its device's work, and
- * takes it off the calling thread's stack; a primary context is not destroyed so.  Streams, events
- * and modules made in it stay usable here, where a real driver invalidates them. */
+ * pops it where it is the calling thread's current context; a primary context is not destroyed
+ * so.  Where it stays current (on other threads, or below the top here) calls there fail with
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED until it is popped or replaced.  Streams, events and modules
+ * made in it stay usable here, where a real driver invalidates them. */
 FAKECUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     const CUresult r = fakecuda_check_init();
@@ -365,11 +371,8 @@ FAKECUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
         !atomic_load(&ctx->live))
         return CUDA_ERROR_INVALID_CONTEXT;
     fakecuda_mem_drop_context(ctx);
-    int kept = 0;
-    for (int i = 0; i < ctx_depth; i++)
-        if (ctx_stack[i] != ctx)
-            ctx_stack[kept++] = ctx_stack[i];
-    ctx_depth = kept;
+    if (ctx_depth > 0 && ctx_stack[ctx_depth - 1] == ctx)
+        ctx_depth--;
     atomic_store(&ctx->live, false);
     FAKECUDA_TRACE("cuCtxDestroy(%p)", (void *)ctx);
     return CUDA_SUCCESS;

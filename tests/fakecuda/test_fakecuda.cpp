@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -973,6 +974,51 @@ TEST_F(Fake, MadeContextsAreDestroyedWithTheirMemory)
         EXPECT_EQ(cuMemFree_v2(again), CUDA_SUCCESS);
         ASSERT_EQ(cuCtxDestroy(b), CUDA_SUCCESS);
         EXPECT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+    }).join();
+}
+
+// A context destroyed while current elsewhere stays current there, and calls in it fail with
+// CUDA_ERROR_CONTEXT_IS_DESTROYED: on another thread, and below the top of the destroying
+// thread's own stack, which only loses its top entry.
+TEST_F(Fake, DestroyedContextsFailWhereTheyStayCurrent)
+{
+    std::thread([] {
+        ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+        CUcontext a = nullptr, b = nullptr, cur = nullptr;
+        ASSERT_EQ(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
+        CUdeviceptr d = 0;
+        // current on another thread, which calls in it before and after it is destroyed here
+        std::promise<void> current, destroyed;
+        std::thread other([a, &current, &destroyed] {
+            ASSERT_EQ(cuCtxSetCurrent(a), CUDA_SUCCESS);
+            CUdeviceptr x = 0;
+            EXPECT_EQ(cuMemAlloc_v2(&x, 256), CUDA_SUCCESS);
+            EXPECT_EQ(cuMemFree_v2(x), CUDA_SUCCESS);
+            current.set_value();
+            destroyed.get_future().wait();
+            EXPECT_EQ(cuMemAlloc_v2(&x, 256), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+            CUcontext still = nullptr;
+            EXPECT_EQ(cuCtxGetCurrent(&still), CUDA_SUCCESS);
+            EXPECT_EQ(still, a);
+        });
+        current.get_future().wait();
+        ASSERT_EQ(cuCtxCreate_v2(&b, 0, 0), CUDA_SUCCESS); // pushed above a
+        ASSERT_EQ(cuCtxDestroy_v2(a), CUDA_SUCCESS);       // below the top: not popped
+        destroyed.set_value();
+        other.join();
+        ASSERT_EQ(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+        EXPECT_EQ(cur, b);
+        EXPECT_EQ(cuMemAlloc_v2(&d, 256), CUDA_SUCCESS); // in b
+        EXPECT_EQ(cuMemFree_v2(d), CUDA_SUCCESS);
+        ASSERT_EQ(cuCtxDestroy_v2(b), CUDA_SUCCESS); // the top: popped, a current again
+        ASSERT_EQ(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+        EXPECT_EQ(cur, a);
+        EXPECT_EQ(cuMemAlloc_v2(&d, 256), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+        std::thread([a] {
+            ASSERT_EQ(cuCtxSetCurrent(a), CUDA_ERROR_INVALID_CONTEXT); // no longer a context
+        }).join();
+        ASSERT_EQ(cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
+        EXPECT_EQ(cur, a);
     }).join();
 }
 
