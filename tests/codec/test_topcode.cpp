@@ -296,9 +296,8 @@ TEST(TopCodedBlocks, FilesRoundTrip)
                     for (auto &b : data)
                         b = (uint8_t)rng();
                 }
-                std::vector<uint8_t> buf(n + 1);
-                if (n)
-                    std::memcpy(buf.data() + 1, data.data(), n);
+                std::vector<uint8_t> buf(1);
+                buf.insert(buf.end(), data.begin(), data.end());
                 const size_t block = n > 100000 ? 65536 : 4096;
                 double plain = 0, top = 0, both = 0;
                 ASSERT_EQ(file_round_trip(buf.data() + 1, n, 0, block, &plain), data);
