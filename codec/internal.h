@@ -548,6 +548,14 @@ static inline uint64_t ibp_peek(const uint8_t *base, uint64_t pos, uint32_t nb, 
     return v & ibp_low_mask(nb);
 }
 
+/* Whether a block header's lengths fit: orig_len the one expected, comp_len within the blk_len
+ * readable bytes, at least a header, a multiple of IBP_ALIGN.  Every form checks this first. */
+static inline int ibp_block_sized(const IbpBlockHeader *h, size_t blk_len, uint32_t orig_len)
+{
+    return h->orig_len == orig_len && h->comp_len <= blk_len && h->comp_len >= IBP_BLOCK_HEADER_SIZE &&
+           !(h->comp_len & (IBP_ALIGN - 1u));
+}
+
 /* Reads and checks a block's header against the block's expected original length and the plan's
  * shape (W, R, C).  Returns -EINVAL for a limit beyond orig_len, -EBADMSG for a corrupt header
  * (FORMAT.md lists what is rejected), else 1 with *h filled: the block is RAW or its sections lie
@@ -561,8 +569,7 @@ static inline int ibp_block_open(const IbpCodecPlan *p, const uint8_t *blk, size
     if (blk_len < IBP_BLOCK_HEADER_SIZE)
         return -EBADMSG;
     memcpy(h, blk, sizeof(*h));
-    if (h->orig_len != orig_len || h->comp_len > blk_len || h->comp_len < IBP_BLOCK_HEADER_SIZE ||
-        (h->comp_len & (IBP_ALIGN - 1u)))
+    if (!ibp_block_sized(h, blk_len, orig_len))
         return -EBADMSG;
     if (h->flags == IBP_BLOCK_RAW)
         return (uint64_t)IBP_BLOCK_HEADER_SIZE + orig_len > h->comp_len ? -EBADMSG : 1;

@@ -174,16 +174,12 @@ int ibp_top_encode(const void *src, size_t n, unsigned w, unsigned lanes, void *
     }
     uint8_t *const o = out;
     memset(o, 0, lay.len);
-    const IbpTopHeader h = {.orig_len = (uint32_t)n,
-                            .stream_bytes = (uint32_t)(2u * at),
-                            .lanes = (uint16_t)lanes,
-                            .word_size = (uint8_t)w,
-                            .symbols = (uint8_t)(nsym - 1u)};
-    put32(o, h.orig_len);
-    put32(o + 4, h.stream_bytes);
-    put16(o + 8, h.lanes);
-    o[10] = h.word_size;
-    o[11] = h.symbols;
+    /* the header (IbpTopHeader, little endian; reserved left 0) */
+    put32(o, (uint32_t)n);
+    put32(o + 4, (uint32_t)(2u * at));
+    put16(o + 8, (uint16_t)lanes);
+    o[10] = (uint8_t)w;
+    o[11] = (uint8_t)(nsym - 1u);
     for (unsigned s = 0, k = 0; s < 256; s++)
         if (freq[s]) {
             o[lay.table + k] = (uint8_t)s;
@@ -377,9 +373,8 @@ int ibp_block_encode_any(const IbpCodecKernels *k, const IbpCodecPlan *p, const 
 int ibp_top_block_decode(const IbpBlockHeader *h, const uint8_t *blk, size_t blk_len, uint32_t orig_len,
                          uint8_t *dst, uint32_t limit)
 {
-    if (h->orig_len != orig_len || h->comp_len > blk_len || h->comp_len < IBP_BLOCK_HEADER_SIZE ||
-        (h->comp_len & (IBP_ALIGN - 1u)) || h->col_phase || h->rowflag_off || h->payload_off || h->sel_off ||
-        h->tail_off)
+    if (!ibp_block_sized(h, blk_len, orig_len) || h->col_phase || h->rowflag_off || h->payload_off ||
+        h->sel_off || h->tail_off)
         return -EBADMSG;
     const uint8_t *const run = blk + IBP_BLOCK_HEADER_SIZE;
     const size_t run_len = h->comp_len - IBP_BLOCK_HEADER_SIZE;

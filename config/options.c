@@ -204,7 +204,7 @@ static const IbpConfigOption options[IBP_CONFIG_OPTION_COUNT] = {
         "average, 7 of 8 pairs ahead; bf16 weights and uint8 images 0-1.2; 16-64 MiB slices -1.1 to +2.1)."),
     OPT_BOOL("transfer", "edge_kernel", transfer.edge_kernel, "false",
              "with raw_edges: the edges that go as they are are written by a small kernel on the "
-             "application's stream after the decode, reading the pinned source by its device address, "
+             "application's stream before the decode, reading the pinned source by its device address, "
              "instead of DMAs on the shim's copy stream that first wait for the application's stream (in a "
              "table streamed in 4 MiB slices the copy engine idled before such DMAs, 0.08-0.09 ms a step "
              "against 0.02); where the source has no device address or the launch fails, the DMAs. Not "
