@@ -63,8 +63,8 @@ typedef struct IbpPlanHeader {
 #define IBP_BLOCK_SELFLAGS 0x8u
 /* The block's bytes as a top-byte coded run (FORMAT.md, "Top-byte coded runs") at
  * IBP_BLOCK_HEADER_SIZE, to comp_len; the flag alone, every other header field 0 but orig_len and
- * comp_len.  Written only for plans made with IBP_CODEC_PLAN_TOP_CODED, and not yet decoded on
- * the GPU: the shim's plans never ask for it. */
+ * comp_len.  Written only for plans made with IBP_CODEC_PLAN_TOP_CODED (the shim's under [policy]
+ * top_coded); on the GPU ibp_k_decode_top decodes it (kernels/module.h IBP_DECODE_TOPCODED). */
 #define IBP_BLOCK_TOPCODED 0x10u
 
 /* The group index of a packed block: for g = 1 .. ceil(words / IBP_INDEX_WORDS) - 1, a u32 with

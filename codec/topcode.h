@@ -4,7 +4,8 @@
  * decodes together, the other bytes stored as they are in byte planes.  Where IBP stores the
  * exponent in whole bits a word and a selector, this codes it at its entropy: fp32 and bf16
  * weights compress 2-6% smaller (docs/BENCHMARKS.md).  Blocks take it for plans made with
- * IBP_CODEC_PLAN_TOP_CODED (topcode.c, ibp_block_encode_any); no GPU kernel decodes it yet. */
+ * IBP_CODEC_PLAN_TOP_CODED (topcode.c, ibp_block_encode_any); the GPU decodes them with
+ * ibp_k_decode_top (kernels/decode.cu). */
 #ifndef IBP_CODEC_TOPCODE_H
 #define IBP_CODEC_TOPCODE_H
 

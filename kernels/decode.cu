@@ -940,7 +940,8 @@ __device__ void decode_blocks_cta(const IbpDecodeArgs &a, const Plan &p, Table<W
         IbpBlockHeader h;
         const uint8_t *blk = block_at(a, bi, h);
         const Out out = out_for(a, bi, h, W);
-        if (h.flags & IBP_BLOCK_RAW) {
+        if (h.flags & IBP_BLOCK_TOPCODED) { // ibp_k_decode_top's
+        } else if (h.flags & IBP_BLOCK_RAW) {
             copy_raw(blk + IBP_BLOCK_HEADER_SIZE, h.orig_len, out.dst, out.origin, out.len, threadIdx.x, kThreads);
         } else {
             decode_block_cta<W>(p, t, any_pred, h, block_view(a, bi, h, blk, W), out, sh);
@@ -1684,8 +1685,9 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W, 
         if (bi != header_block) // a block's groups follow each other: its header is read once
             blk = block_at<INL>(a, bi, h);
         header_block = bi;
-        if (h.flags & IBP_BLOCK_RAW) { // the same block for the whole CTA
-            copy_raw_segment<W>(h, blk, s, out_for(a, bi, h, W));
+        if (h.flags & (IBP_BLOCK_RAW | IBP_BLOCK_TOPCODED)) { // the same block for the whole CTA
+            if (!(h.flags & IBP_BLOCK_TOPCODED))              // a top-coded block is ibp_k_decode_top's
+                copy_raw_segment<W>(h, blk, s, out_for(a, bi, h, W));
             continue;
         }
         const Block b = block_view(a, bi, h, blk, W);
@@ -1897,8 +1899,9 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
         const uint32_t s = s0 + warp;
         IbpBlockHeader h;
         const uint8_t *blk = block_at(a, bi, h);
-        if (h.flags & IBP_BLOCK_RAW) {
-            copy_raw_segment<W>(h, blk, s, out_for(a, bi, h, W));
+        if (h.flags & (IBP_BLOCK_RAW | IBP_BLOCK_TOPCODED)) {
+            if (!(h.flags & IBP_BLOCK_TOPCODED)) // a top-coded block is ibp_k_decode_top's
+                copy_raw_segment<W>(h, blk, s, out_for(a, bi, h, W));
             continue;
         }
         const Block b = block_view(a, bi, h, blk, W);
@@ -1989,7 +1992,8 @@ template <int W> __device__ void fix_share(const IbpDecodeArgs &a, const Plan &p
     const uint32_t g_end = (uint32_t)min(sh.g1 - (uint64_t)bi * sh.per_block, (uint64_t)sh.per_block);
     const uint32_t j_begin = (uint32_t)(sh.g0 % sh.per_block) * kWarps * IBP_DECODE_SEG_WORDS;
     const uint32_t j_end = min(nwords, g_end * kWarps * IBP_DECODE_SEG_WORDS);
-    if ((h.flags & (IBP_BLOCK_RAW | IBP_BLOCK_CARRIES)) || j_begin >= j_end) // decoded exactly
+    if ((h.flags & (IBP_BLOCK_RAW | IBP_BLOCK_CARRIES | IBP_BLOCK_TOPCODED)) ||
+        j_begin >= j_end) // decoded exactly
         return;
     const DecodeRecord *recs = decode_records(a);
     bool any = false;
@@ -2077,7 +2081,7 @@ __device__ void count_share(const IbpDecodeArgs &a, const Plan &p, Table<W, L> &
     IbpBlockHeader h;
     const uint8_t *blk = block_at(a, bl, h);
     uint32_t bits = 0;
-    if (!(h.flags & IBP_BLOCK_RAW))
+    if (!(h.flags & (IBP_BLOCK_RAW | IBP_BLOCK_TOPCODED)))
         bits =
             block_bits_range<W>(p, t, block_view(a, bl, h, blk, W), h, sa, sb, stages[threadIdx.x >> 5], red);
     if (threadIdx.x == 0) {
@@ -2633,6 +2637,226 @@ extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_S
     default:
         count_share<8>(a, p, tbl.t8, stages, red);
         break;
+    }
+}
+
+// ---- Top-byte coded blocks (codec/FORMAT.md "Top-byte coded runs", format.h IBP_BLOCK_TOPCODED) ----
+//
+// ibp_k_decode_top takes a run's top-coded blocks a CTA at a time.  Its threads first turn the
+// block's frequencies into a table of the 4096 slots in shared memory (each slot's symbol, its
+// frequency less one and its cumulative frequency in one word), then each warp decodes a group
+// of 32 lanes.  In round r the group's lanes decode the top bytes of 32 consecutive words
+// (r * lanes + 32 * group + lane), so each lane assembles its word from the byte planes and the
+// warp stores 32 words at once.  The group's stream is read through a window of 128 of its
+// 16-bit words in the warp's registers (four a lane), refilled 64 at a time well before they are
+// needed: a renormalising read, placed by a ballot and a prefix popcount, is a shuffle.  A run's
+// fields are this library's own, but every read stays inside the block whatever they say: a
+// block whose layout does not fit is left alone, and stream reads past a group's end read 0.
+namespace
+{
+
+constexpr uint32_t kTopScale = 1u << 12; // codec/topcode.h: 12-bit frequencies
+constexpr uint32_t kTopLow = 1u << 16;   // states in [2^16, 2^32)
+
+struct TopShared {
+    uint32_t slot[kTopScale]; // symbol | (frequency - 1) << 8 | cumulative frequency << 20
+    uint32_t entry[256];      // the same for the k-th symbol of the table
+    uint32_t warp_sum[kWarps];
+};
+
+template <int W> struct TopWord;
+template <> struct TopWord<2> {
+    using U = uint16_t;
+};
+template <> struct TopWord<4> {
+    using U = uint32_t;
+};
+template <> struct TopWord<8> {
+    using U = unsigned long long;
+};
+
+// Where a run's sections lie (topcode.c's layout), from its header.
+struct TopRun {
+    const uint8_t *run;
+    uint32_t words, tail, lanes, nsym;
+    uint32_t table, freqs, offsets, states, streams, planes, plane_stride, tail_at, len, stream_bytes;
+};
+
+__device__ __forceinline__ uint32_t round16(uint32_t v)
+{
+    return (v + 15u) & ~15u;
+}
+
+// The run of block blk (header h), or false where its header or layout is not one a run of
+// h.comp_len bytes can have.
+__device__ __forceinline__ bool top_run(const uint8_t *blk, const IbpBlockHeader &h, uint32_t &w, TopRun &t)
+{
+    t.run = blk + IBP_BLOCK_HEADER_SIZE;
+    if (h.comp_len < IBP_BLOCK_HEADER_SIZE + 16u)
+        return false;
+    const uint4 hd = __ldg((const uint4 *)t.run);
+    const uint32_t orig_len = hd.x;
+    t.stream_bytes = hd.y;
+    t.lanes = hd.z & 0xffffu;
+    w = (hd.z >> 16) & 0xffu;
+    t.nsym = (hd.z >> 24) + 1u;
+    if (orig_len != h.orig_len || (w != 2 && w != 4 && w != 8) || t.lanes < 32u || t.lanes > 1024u ||
+        (t.lanes & (t.lanes - 1u)) || (t.stream_bytes & 1u) || t.stream_bytes > h.comp_len)
+        return false;
+    t.words = orig_len / w;
+    t.tail = orig_len % w;
+    t.table = 16u;
+    t.freqs = t.table + ((t.nsym + 1u) & ~1u);
+    t.offsets = (t.freqs + 2u * t.nsym + 3u) & ~3u;
+    t.states = t.offsets + 4u * (t.lanes / 32u + 1u);
+    t.streams = t.states + 4u * t.lanes;
+    t.planes = round16(t.streams + t.stream_bytes);
+    t.plane_stride = round16(t.words);
+    const uint64_t tail_at = t.planes + (uint64_t)(w - 1u) * t.plane_stride;
+    t.tail_at = (uint32_t)tail_at;
+    t.len = round16((uint32_t)min(tail_at + t.tail, (uint64_t)UINT32_MAX - 15u));
+    return tail_at + t.tail <= h.comp_len - IBP_BLOCK_HEADER_SIZE &&
+           t.len == h.comp_len - IBP_BLOCK_HEADER_SIZE;
+}
+
+// The slot table of the run's frequencies into sh.slot (every thread of the CTA).  Frequencies
+// that do not sum to 4096 give slots past their sum the last symbol: wrong bytes, no stray read.
+__device__ void top_table(const TopRun &t, TopShared &sh)
+{
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t f = tid < t.nsym ? __ldg((const uint16_t *)(t.run + t.freqs) + tid) : 0u;
+    uint32_t incl = f;
+    for (uint32_t q = 1; q < 32; q <<= 1) {
+        const uint32_t y = __shfl_up_sync(kFull, incl, q);
+        if (lane >= q)
+            incl += y;
+    }
+    if (lane == 31)
+        sh.warp_sum[warp] = incl;
+    __syncthreads();
+    uint32_t cum = incl - f;
+    for (uint32_t q = 0; q < warp; q++)
+        cum += sh.warp_sum[q];
+    if (tid < t.nsym)
+        sh.entry[tid] = t.run[t.table + tid] | ((f - 1u) & 0xfffu) << 8 | (min(cum, kTopScale - 1u) << 20);
+    __syncthreads();
+    for (uint32_t slot = tid; slot < kTopScale; slot += kThreads) {
+        // the last symbol whose cumulative frequency is at most slot
+        uint32_t lo = 0, n = t.nsym;
+        while (n > 1) {
+            const uint32_t half = n / 2;
+            if ((sh.entry[lo + half] >> 20) <= slot)
+                lo += half;
+            n -= half;
+        }
+        sh.slot[slot] = sh.entry[lo];
+    }
+    __syncthreads();
+}
+
+// Warp `warp` of the CTA decodes groups warp, warp + kWarps, ... of the run into out.
+template <int W> __device__ void top_groups(const TopRun &t, const TopShared &sh, const Out &out)
+{
+    using U = typename TopWord<W>::U;
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t groups = t.lanes / 32u, rounds = (t.words + t.lanes - 1u) / t.lanes;
+    const uint32_t *offs = (const uint32_t *)(t.run + t.offsets);
+    const uint16_t *strm = (const uint16_t *)(t.run + t.streams);
+    const uint8_t *planes = t.run + t.planes;
+    const uint32_t lt = (1u << lane) - 1u;
+    for (uint32_t g = warp; g < groups; g += kWarps) {
+        const uint32_t o0 = __ldg(offs + g), o1 = __ldg(offs + g + 1u);
+        const uint32_t end = min(max(o0, o1), t.stream_bytes) / 2u;
+        uint32_t base = min(o0, t.stream_bytes) / 2u; // the stream word at the window's start
+        const auto fetch = [&](uint32_t i) -> uint32_t { return i < end ? (uint32_t)__ldg(strm + i) : 0u; };
+        uint32_t w0 = fetch(base + lane) | fetch(base + 32u + lane) << 16;
+        uint32_t w1 = fetch(base + 64u + lane) | fetch(base + 96u + lane) << 16;
+        uint32_t pos = 0; // the next unread word of the window
+        uint32_t x = __ldg((const uint32_t *)(t.run + t.states) + g * 32u + lane);
+        uint32_t i = g * 32u + lane;
+        for (uint32_t r = 0; r < rounds; r++, i += t.lanes) {
+            const bool valid = i < t.words;
+            U word = 0;
+            if (valid) {
+#pragma unroll
+                for (int p = 0; p < W - 1; p++)
+                    word |= (U)__ldg(planes + (size_t)p * t.plane_stride + i) << (8 * p);
+            }
+            const uint32_t slot = x & (kTopScale - 1u);
+            const uint32_t e = sh.slot[slot];
+            const uint32_t nx = (((e >> 8) & 0xfffu) + 1u) * (x >> 12) + slot - (e >> 20);
+            const bool need = valid && nx < kTopLow;
+            const uint32_t bal = __ballot_sync(kFull, need), cnt = __popc(bal);
+            const uint32_t k = pos + __popc(bal & lt);
+            const uint32_t a0 = __shfl_sync(kFull, w0, k & 31u);
+            uint32_t v = (k & 32u) ? a0 >> 16 : a0 & 0xffffu;
+            if (pos + cnt > 64u) { // the same for the whole warp: reads reach the second half
+                const uint32_t a1 = __shfl_sync(kFull, w1, k & 31u);
+                if (k >= 64u)
+                    v = a1 & 0xffffu;
+            }
+            if (valid)
+                x = need ? nx << 16 | v : nx;
+            pos += cnt;
+            if (pos >= 64u) {
+                pos -= 64u;
+                base += 64u;
+                w0 = w1;
+                w1 = fetch(base + 64u + lane) | fetch(base + 96u + lane) << 16;
+            }
+            if (!valid)
+                continue;
+            word |= (U)(e & 0xffu) << (8 * (W - 1));
+            const int64_t at = out.origin + (int64_t)i * W;
+            if (out.fast) {
+                *(U *)(out.dst + at) = word;
+            } else {
+#pragma unroll
+                for (int b = 0; b < W; b++)
+                    if (at + b >= 0 && at + b < (int64_t)out.len)
+                        out.dst[at + b] = (uint8_t)(word >> (8 * b));
+            }
+        }
+    }
+}
+
+} // namespace
+
+// Decodes the run's top-coded blocks, and with IBP_DECODE_ARG_TOP_RAW its raw blocks too; leaves
+// every other block's bytes to the other decode kernels.  A CTA per block at a time.
+extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_TOP_CTAS_PER_SM)
+    ibp_k_decode_top(IbpDecodeArgs a)
+{
+    __shared__ TopShared sh;
+    for (uint32_t bi = blockIdx.x; bi < a.nblocks; bi += gridDim.x) {
+        IbpBlockHeader h;
+        const uint8_t *blk = block_at(a, bi, h);
+        uint32_t w = 0;
+        TopRun t;
+        if (!(h.flags & IBP_BLOCK_TOPCODED)) { // the same for the whole CTA
+            if ((h.flags & IBP_BLOCK_RAW) && (a.flags & IBP_DECODE_ARG_TOP_RAW)) {
+                const Out out = out_for(a, bi, h, 1);
+                copy_raw(blk + IBP_BLOCK_HEADER_SIZE, min(h.orig_len, a.block_size), out.dst, out.origin,
+                         out.len, threadIdx.x, kThreads);
+            }
+            continue;
+        }
+        if (h.orig_len > a.block_size || !top_run(blk, h, w, t))
+            continue;
+        top_table(t, sh);
+        const Out out = out_for(a, bi, h, w);
+        if (w == 2)
+            top_groups<2>(t, sh, out);
+        else if (w == 4)
+            top_groups<4>(t, sh, out);
+        else
+            top_groups<8>(t, sh, out);
+        for (uint32_t j = threadIdx.x; j < t.tail; j += kThreads) {
+            const int64_t at = out.origin + (int64_t)t.words * w + j;
+            if (at >= 0 && (uint64_t)at < out.len)
+                out.dst[at] = t.run[t.tail_at + j];
+        }
+        __syncthreads(); // the table is the next block's
     }
 }
 

@@ -104,6 +104,13 @@ static inline uint32_t ibp_decode_unflag_words(uint32_t word_size, uint32_t bloc
  * block are in the scratch. */
 #define IBP_DECODE_ARG_COUNTED 1u
 
+/* ibp_k_decode_top copies the run's raw blocks too: no other decode kernel runs on it. */
+#define IBP_DECODE_ARG_TOP_RAW 2u
+
+/* CTAs a multiprocessor of ibp_k_decode_top (its launch bounds and the launcher's grid cap): each
+ * holds a 16 KiB slot table in shared memory. */
+#define IBP_DECODE_TOP_CTAS_PER_SM 4u
+
 /* Threads per CTA of every decode kernel. */
 #define IBP_DECODE_THREADS 256
 

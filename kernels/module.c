@@ -238,17 +238,25 @@ size_t ibp_decode_scratch_bytes(const IbpModule *mod)
     return (size_t)ibp_decode_scratch_size(resident_cap(mod, per_sm, 0));
 }
 
-int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned word_size, unsigned columns,
-                      unsigned nsets, unsigned flags, unsigned max_ctas, CUstream stream)
+/* The run's top-coded blocks (and with IBP_DECODE_TOP_ONLY its raw ones): a CTA per block, no more
+ * than the device holds at once. */
+static int launch_top(const IbpModule *mod, const IbpDecodeArgs *a, unsigned flags, unsigned max_ctas,
+                      CUstream stream)
 {
     IbpDecodeArgs args = *a;
     void *params[] = {&args};
-    if ((word_size != 2 && word_size != 4 && word_size != 8) || /* each kernel decodes only these */
-        (args.comp & 15u) || /* the kernels stage sections with 16-byte copies */
-        (args.inline_offsets && args.nblocks + 1u > IBP_DECODE_INLINE_OFFSETS))
-        return -EINVAL;
-    if ((flags & IBP_DECODE_SELFLAGS) && (!args.selx || (args.selx & 15u)))
-        return -EINVAL;
+    args.flags = flags & IBP_DECODE_TOP_ONLY ? IBP_DECODE_ARG_TOP_RAW : 0u;
+    const unsigned resident = resident_cap(mod, IBP_DECODE_TOP_CTAS_PER_SM, max_ctas);
+    return ibp_kernel_launch(mod, IBP_KERNEL_DECODE_TOP, grid_cap(args.nblocks, resident), IBP_DECODE_THREADS,
+                             0, stream, params);
+}
+
+/* The run's packed and raw blocks (ibp_decode_launch, its arguments checked). */
+static int launch_packed(const IbpModule *mod, const IbpDecodeArgs *a, unsigned word_size, unsigned columns,
+                         unsigned nsets, unsigned flags, unsigned max_ctas, CUstream stream)
+{
+    IbpDecodeArgs args = *a;
+    void *params[] = {&args};
     if (!(flags & IBP_DECODE_SELFLAGS))
         args.selx = 0;
     const int pred = (flags & IBP_DECODE_PRED) != 0;
@@ -310,6 +318,21 @@ int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned wor
     }
     const unsigned via = mod->via_words[sk->k] & word_size ? IBP_DECODE_VIA_BYTES(word_size) : 0;
     return err ? err : ibp_kernel_launch(mod, sk->k, grid, IBP_DECODE_THREADS, via, stream, params);
+}
+
+int ibp_decode_launch(const IbpModule *mod, const IbpDecodeArgs *a, unsigned word_size, unsigned columns,
+                      unsigned nsets, unsigned flags, unsigned max_ctas, CUstream stream)
+{
+    if ((word_size != 2 && word_size != 4 && word_size != 8) || /* each kernel decodes only these */
+        (a->comp & 15u) || /* the kernels stage sections with 16-byte copies */
+        (a->inline_offsets && a->nblocks + 1u > IBP_DECODE_INLINE_OFFSETS))
+        return -EINVAL;
+    if ((flags & IBP_DECODE_SELFLAGS) && (!a->selx || (a->selx & 15u)))
+        return -EINVAL;
+    if (flags & IBP_DECODE_TOP_ONLY)
+        return launch_top(mod, a, flags, max_ctas, stream);
+    const int err = launch_packed(mod, a, word_size, columns, nsets, flags, max_ctas, stream);
+    return err || !(flags & IBP_DECODE_TOPCODED) ? err : launch_top(mod, a, flags, max_ctas, stream);
 }
 
 int ibp_kernels_selftest(int ordinal, uint32_t n, char *why, size_t why_len)

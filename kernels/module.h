@@ -27,6 +27,7 @@
     X(IBP_KERNEL_DECODE_FIX, "ibp_k_decode_fix", "decode")                                                   \
     X(IBP_KERNEL_DECODE_COUNT, "ibp_k_decode_count", "decode")                                               \
     X(IBP_KERNEL_DECODE_UNFLAG, "ibp_k_decode_unflag", "decode")                                             \
+    X(IBP_KERNEL_DECODE_TOP, "ibp_k_decode_top", "decode")                                                   \
     X(IBP_KERNEL_COPY_EDGES, "ibp_k_copy_edges", "decode")
 
 typedef enum IbpKernelId {
@@ -81,6 +82,12 @@ struct IbpDecodeArgs;
  * ibp_decode_selx_bytes() that no launch still in flight uses, and ibp_k_decode_unflag rewrites
  * their selectors there before the decode. */
 #define IBP_DECODE_SELFLAGS 8u
+/* Blocks of the run may be top-byte coded (codec/format.h IBP_BLOCK_TOPCODED, from plans made with
+ * IBP_CODEC_PLAN_TOP_CODED): ibp_k_decode_top decodes them after the kernels above, which leave
+ * them alone. */
+#define IBP_DECODE_TOPCODED 16u
+/* Every block of the run is top-byte coded or raw: ibp_k_decode_top alone decodes the run. */
+#define IBP_DECODE_TOP_ONLY 32u
 
 /* Enqueues on `stream` the decode of a->nblocks blocks of a plan of `word_size`-byte words and
  * `columns` columns.  A warp per 512-word segment of a block, so that a few blocks still occupy

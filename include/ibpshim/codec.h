@@ -31,7 +31,7 @@ extern "C" {
 #define IBP_CODEC_PLAN_SELECTOR_FLAGS 0x2u
 /* Blocks may take the top-byte coded form where it is smaller (codec/FORMAT.md): each word's top
  * byte coded at its entropy, in words of 2, 4 or 8 bytes, whichever the entropy says is shortest.
- * CPU decoders only: no GPU kernel decodes it yet. */
+ * The GPU decodes such blocks with a kernel of their own (kernels/module.h IBP_DECODE_TOPCODED). */
 #define IBP_CODEC_PLAN_TOP_CODED 0x4u
 
 typedef struct IbpCodecPlan IbpCodecPlan;

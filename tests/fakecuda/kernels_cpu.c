@@ -280,6 +280,19 @@ static CUresult k_unflag(const FakecudaGrid *grid, void *const *params)
     return each_block(params, unflag_block, NULL);
 }
 
+/* Lands block b's orig_len decoded bytes (at tmp) where the launch wants them: block b covers run
+ * bytes [b * block_size, b * block_size + orig_len), and bytes [a.skip, a.skip + a.len) of the
+ * run go to a.dst. */
+static void land(const Run *r, uint32_t b, uint32_t orig_len, const uint8_t *tmp)
+{
+    const IbpDecodeArgs *a = &r->a;
+    const uint64_t start = (uint64_t)b * a->block_size;
+    const uint64_t lo = start > a->skip ? start : a->skip;
+    const uint64_t end = start + orig_len < a->skip + a->len ? start + orig_len : a->skip + a->len;
+    if (end > lo)
+        memcpy(r->dst + (lo - a->skip), tmp + (lo - start), end - lo);
+}
+
 /* ibp_k_decode, ibp_k_decode_seg(s), ibp_k_decode_seg1(w8) and ibp_k_decode_segp(s) (IbpDecodeArgs a): the
  * CPU codec decodes each block of the run (into ctx, a block's room) and the bytes
  * [a.skip, a.skip + a.len) of the run land at a.dst, exactly what the CUDA kernels write
@@ -289,37 +302,62 @@ static CUresult decode_block(const Run *r, const IbpCodecPlan *plan, uint32_t b,
 {
     const IbpDecodeArgs *a = &r->a;
     uint8_t *tmp = ctx;
-    /* no kernel decodes top-byte coded blocks yet (format.h IBP_BLOCK_TOPCODED): a run holding
-     * one fails here as it would on a GPU, where it would decode to wrong bytes */
-    if (h->orig_len > a->block_size || h->flags == IBP_BLOCK_TOPCODED)
+    if (h->orig_len > a->block_size)
         return CUDA_ERROR_INVALID_VALUE;
+    if (h->flags & IBP_BLOCK_TOPCODED) /* ibp_k_decode_top's: these kernels leave its bytes alone */
+        return CUDA_SUCCESS;
     const CUresult res = ibp_fmt_selflags(h->flags)
                              ? decode_flagged(r, plan, b, blk, comp_len, h->orig_len, tmp)
                          : ibp_codec_block_decode(plan, blk, comp_len, h->orig_len, tmp, h->orig_len)
                              ? CUDA_ERROR_INVALID_VALUE
                              : CUDA_SUCCESS;
-    if (res != CUDA_SUCCESS)
-        return res;
-    /* Block b covers run bytes [b * block_size, b * block_size + orig_len). */
-    const uint64_t start = (uint64_t)b * a->block_size;
-    const uint64_t lo = start > a->skip ? start : a->skip;
-    const uint64_t end = start + h->orig_len < a->skip + a->len ? start + h->orig_len : a->skip + a->len;
-    if (end > lo)
-        memcpy(r->dst + (lo - a->skip), tmp + (lo - start), end - lo);
+    if (res == CUDA_SUCCESS)
+        land(r, b, h->orig_len, tmp);
+    return res;
+}
+
+/* ibp_k_decode_top (IbpDecodeArgs a): the run's top-coded blocks, and with IBP_DECODE_ARG_TOP_RAW
+ * its raw ones, decoded by the CPU codec and landed as decode_block() lands them.  A packed block
+ * in a run launched with IBP_DECODE_ARG_TOP_RAW fails the launch: no kernel would write its bytes
+ * on a GPU. */
+static CUresult decode_top_block(const Run *r, const IbpCodecPlan *plan, uint32_t b, const uint8_t *blk,
+                                 size_t comp_len, const IbpBlockHeader *h, void *ctx)
+{
+    uint8_t *tmp = ctx;
+    const int top_raw = (r->a.flags & IBP_DECODE_ARG_TOP_RAW) != 0;
+    if (h->orig_len > r->a.block_size || (top_raw && !(h->flags & (IBP_BLOCK_TOPCODED | IBP_BLOCK_RAW))))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(h->flags & IBP_BLOCK_TOPCODED) && !(top_raw && (h->flags & IBP_BLOCK_RAW)))
+        return CUDA_SUCCESS;
+    if (ibp_codec_block_decode(plan, blk, comp_len, h->orig_len, tmp, h->orig_len))
+        return CUDA_ERROR_INVALID_VALUE;
+    land(r, b, h->orig_len, tmp);
     return CUDA_SUCCESS;
 }
 
-static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
+/* Calls fn for each block of the launch's run with a block's room for it to decode into. */
+static CUresult each_block_decoded(void *const *params, BlockFn fn)
 {
-    (void)grid;
     IbpDecodeArgs a;
     memcpy(&a, params[0], sizeof(a));
     uint8_t *tmp = malloc(a.block_size ? a.block_size : 1);
     if (!tmp)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    const CUresult res = each_block(params, decode_block, tmp);
+    const CUresult res = each_block(params, fn, tmp);
     free(tmp);
     return res;
+}
+
+static CUresult k_decode(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    return each_block_decoded(params, decode_block);
+}
+
+static CUresult k_decode_top(const FakecudaGrid *grid, void *const *params)
+{
+    (void)grid;
+    return each_block_decoded(params, decode_top_block);
 }
 
 /* ibp_k_decode_count and ibp_k_decode_fix (IbpDecodeArgs a): on the GPU they leave in a.scratch
@@ -356,6 +394,7 @@ const FakecudaKernel fakecuda_kernels[] = {
     FAKECUDA_KERNEL(ibp_k_decode_fix, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_count, k_decode_scratch_pass, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_decode_unflag, k_unflag, sizeof(IbpDecodeArgs)),
+    FAKECUDA_KERNEL(ibp_k_decode_top, k_decode_top, sizeof(IbpDecodeArgs)),
     FAKECUDA_KERNEL(ibp_k_copy_edges, k_copy_edges, sizeof(IbpEdgeArgs)),
     FAKECUDA_KERNEL(ibp_test_fill, k_test_fill, sizeof(uint64_t), sizeof(uint32_t), sizeof(uint64_t)),
     FAKECUDA_KERNEL(ibp_test_fill_struct, k_test_fill_struct, 24),

@@ -126,7 +126,8 @@ class DecodeLaunch : public ::testing::Test
         return p;
     }
 
-    // Encodes `nblocks` blocks of columns that grow row by row (what delta predicts).
+    // Encodes `nblocks` blocks of columns that grow row by row (what delta predicts), but for
+    // those whose bit is set in float_blocks_: float weights (what top-byte coding takes).
     void encode(IbpCodecPlan *plan, uint32_t nblocks)
     {
         plan_ = plan;
@@ -143,7 +144,11 @@ class DecodeLaunch : public ::testing::Test
             x ^= x >> 17;
             x ^= x << 5;
             const uint32_t v = (uint32_t)(j / columns_) * 3u + (x & 0x3ffu);
-            std::memcpy(&data_[j * 4], &v, 4);
+            const float f = (float)((double)(x & 0xffffffu) / 16777216.0 - 0.5) * 0.1f;
+            if ((float_blocks_ >> (j * 4 / bs_)) & 1u)
+                std::memcpy(&data_[j * 4], &f, 4);
+            else
+                std::memcpy(&data_[j * 4], &v, 4);
         }
         std::vector<uint8_t> run, tmp(ibp_codec_block_bound(plan, bs_));
         std::vector<uint64_t> offs;
@@ -157,6 +162,7 @@ class DecodeLaunch : public ::testing::Test
             IbpBlockHeader h;
             std::memcpy(&h, tmp.data(), sizeof(h));
             flagged_ += (h.flags & IBP_BLOCK_SELFLAGS) != 0;
+            top_ += (h.flags & IBP_BLOCK_TOPCODED) != 0;
         }
         offs.push_back(run.size());
         size_t blob_len = 0;
@@ -231,6 +237,8 @@ class DecodeLaunch : public ::testing::Test
     uint32_t word_size_ = 4;
     std::vector<uint8_t> data_;
     uint32_t flagged_ = 0; // blocks of flagged selectors encode() wrote
+    uint32_t top_ = 0;     // top-byte coded blocks encode() wrote
+    uint32_t float_blocks_ = 0;
     IbpDecodeArgs args_ = {};
 };
 
@@ -355,6 +363,42 @@ TEST_F(DecodeLaunch, FlaggedSelectorsAreRewrittenFirst)
             << "misaligned";
         ibp_codec_plan_destroy(&plan);
     }
+}
+
+// Top-byte coded blocks go to ibp_k_decode_top: alone where the run holds no packed block, else
+// after the packed decode, which leaves them alone, as a CTA a block or segmented.
+TEST_F(DecodeLaunch, TopCodedBlocksTakeTheirOwnKernel)
+{
+    ASSERT_NE(kernel_grid_, nullptr);
+    IbpCodecPlan *base = make_plan(1, true, 262144);
+    ASSERT_NE(base, nullptr);
+    size_t blob_len = 0;
+    const void *blob = ibp_codec_plan_blob(base, &blob_len);
+    IbpCodecPlan *plan = nullptr;
+    ASSERT_EQ(ibp_codec_plan_from_blob_flags(blob, blob_len, IBP_CODEC_PLAN_TOP_CODED, &plan), 0);
+    ibp_codec_plan_destroy(&base);
+    float_blocks_ = 0xf;
+    encode(plan, 4);
+    EXPECT_EQ(top_, 4u) << "float weights take the top-byte form";
+    const unsigned f = IBP_DECODE_INDEXED | IBP_DECODE_PRED;
+    EXPECT_EQ(decode(f | IBP_DECODE_TOP_ONLY, true), 1u) << "the top-byte decode alone";
+    unsigned grid = 0;
+    ASSERT_TRUE(kernel_grid_("ibp_k_decode_top", &grid));
+    EXPECT_EQ(grid, 4u) << "a CTA a block";
+    EXPECT_EQ(decode(f | IBP_DECODE_TOP_ONLY, true, 3), 1u);
+    ASSERT_TRUE(kernel_grid_("ibp_k_decode_top", &grid));
+    EXPECT_EQ(grid, 3u) << "within max_ctas";
+    EXPECT_EQ(decode(f | IBP_DECODE_TOPCODED, true), 2u) << "segmented decode, then the top-byte one";
+    top_ = 0;
+    float_blocks_ = 0x5;
+    encode(plan, 4);
+    EXPECT_EQ(top_, 2u) << "the deltas stay packed";
+    EXPECT_EQ(decode(f | IBP_DECODE_TOPCODED, true), 2u) << "segmented decode, then the top-byte one";
+    EXPECT_EQ(decode(f | IBP_DECODE_TOPCODED | IBP_DECODE_BLOCK, false), 2u) << "a CTA a block, then top";
+    char name[64];
+    ASSERT_TRUE(last_launch_(name, sizeof(name), nullptr, nullptr));
+    EXPECT_STREQ(name, "ibp_k_decode_top");
+    ibp_codec_plan_destroy(&plan);
 }
 
 // The rewrite's share size: the largest power of two from MIN to MAX words whose shares of the
