@@ -82,6 +82,7 @@ typedef struct IbpConfig {
         bool track_write_combined;
         bool track_mapped;
         IbpSelectorFlags selector_flags;
+        bool top_coded;
     } policy;
     struct {
         IbpTransferPath path;
@@ -140,7 +141,7 @@ typedef struct IbpConfigOption {
     const char *help;
 } IbpConfigOption;
 
-#define IBP_CONFIG_OPTION_COUNT 34
+#define IBP_CONFIG_OPTION_COUNT 35
 
 /* The table, IBP_CONFIG_OPTION_COUNT rows grouped by section in file order. */
 const IbpConfigOption *ibp_config_options(void);

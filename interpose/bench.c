@@ -46,6 +46,7 @@ typedef struct Bench {
     CUdeviceptr d_scratch[BENCH_SLOTS];
     CUdeviceptr d_selx[BENCH_SLOTS];
     int flagged; /* some block took the flagged form: decodes rewrite the selectors (as the shim) */
+    uint32_t top_blocks, packed_blocks; /* blocks top-byte coded, and neither that nor raw */
     CUstream s_copy, s_copy2, s_dec[BENCH_DECODE_STREAMS];
     CUstream s_zc;  /* a split run's zero-copy decode */
     uint32_t split; /* a split run's first block decoded zero-copy */
@@ -106,8 +107,11 @@ static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdevic
     if (b->d_offsets != b->d_offsets_mapped)
         ibp_decode_inline_offsets(&a, b->offsets + first);
     const unsigned flags = IBP_DECODE_INDEXED |
-                           (b->has_pred ? IBP_DECODE_PRED : 0u) | /* blocks encoded here */
-                           (b->flagged ? IBP_DECODE_SELFLAGS : 0u);
+                           (b->has_pred ? IBP_DECODE_PRED : 0u) |    /* blocks encoded here */
+                           (b->flagged ? IBP_DECODE_SELFLAGS : 0u) | /* the decode the shim asks for */
+                           (!b->top_blocks     ? 0u
+                            : b->packed_blocks ? IBP_DECODE_TOPCODED
+                                               : IBP_DECODE_TOP_ONLY);
     return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->nsets, flags, b->max_sms, s);
 }
 
@@ -347,6 +351,8 @@ static int encode(Bench *b, IbpCodecPlan *plan)
         IbpBlockHeader h;
         memcpy(&h, tmp, sizeof(h));
         b->flagged |= !err && ibp_fmt_selflags(h.flags);
+        b->top_blocks += !err && (h.flags & IBP_BLOCK_TOPCODED);
+        b->packed_blocks += !err && !(h.flags & (IBP_BLOCK_TOPCODED | IBP_BLOCK_RAW));
     }
     b->offsets[b->nblocks] = at;
     b->run_len = at;
@@ -393,8 +399,10 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     }
     for (size_t r = 0; r < reps; r++)
         memcpy(b.src + r * len, data, len);
-    const IbpCodecPlanOptions plan_opts = {
-        .word_size = opts->word_size, .flags = opts->selector_flags ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u};
+    const IbpCodecPlanOptions plan_opts = {.word_size = opts->word_size,
+                                           .flags =
+                                               (opts->selector_flags ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u) |
+                                               (opts->top_coded ? IBP_CODEC_PLAN_TOP_CODED : 0u)};
     err = ibp_codec_plan_create(b.src, b.total, &plan_opts, &plan);
     if (err)
         goto out;
@@ -421,6 +429,8 @@ __attribute__((visibility("default"))) int ibpshim_bench(const void *data, size_
     b.nsets = info.nsets;
     out->word_size = info.word_size;
     out->columns = info.columns;
+    out->blocks = b.nblocks;
+    out->top_blocks = b.top_blocks;
     b.has_pred = info.xf_delta + info.xf_xor > 0;
     const void *blob = ibp_codec_plan_blob(plan, &b.blob_len);
     CUdeviceptr zc_run;

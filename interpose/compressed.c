@@ -275,6 +275,7 @@ typedef struct IbpLaunch {
     CUdeviceptr dec_scratch; /* ibp_decode_scratch_bytes() of device memory, or 0 */
     int flagged;             /* the plan's blocks may hold flagged selectors */
     CUdeviceptr selx;        /* where the decode rewrites them (IbpDecodeArgs.selx), or 0 */
+    unsigned top;            /* IBP_DECODE_TOPCODED or IBP_DECODE_TOP_ONLY where blocks may be top-coded */
     IbpSendOptions opts;
     void *tag;              /* the region's report entry */
     int probe;              /* time this copy's run (the policy's plan->probe) */
@@ -352,8 +353,8 @@ static int launch_decode(const IbpLaunch *l, CUdeviceptr run_base, uint32_t run_
         return -EINVAL; /* the piece's table was not staged: its runs all fit the arguments */
     /* The shadow's blocks are this library's: every packed one has its group index, and its
      * carries where the plan's predictors call for them. */
-    const unsigned flags =
-        IBP_DECODE_INDEXED | (l->has_pred ? IBP_DECODE_PRED : 0u) | (l->flagged ? IBP_DECODE_SELFLAGS : 0u);
+    const unsigned flags = IBP_DECODE_INDEXED | (l->has_pred ? IBP_DECODE_PRED : 0u) |
+                           (l->flagged ? IBP_DECODE_SELFLAGS : 0u) | l->top;
     return ibp_decode_launch(l->mod, &args, l->word_size, l->columns, l->nsets, flags, l->opts.max_grid,
                              l->stream);
 }
@@ -883,6 +884,10 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     l.nsets = info.nsets;
     l.has_pred = info.xf_delta + info.xf_xor > 0;
     l.flagged = info.selector_flags && ibp_shadow_any_flagged(shadow);
+    /* (the piece's blocks were published before, so the forms they took are noted) */
+    l.top = !info.top_coded || !ibp_shadow_any_topcoded(shadow) ? 0u
+            : ibp_shadow_any_packed(shadow)                     ? IBP_DECODE_TOPCODED
+                                                                : IBP_DECODE_TOP_ONLY;
     if (base->opts.zerocopy && !scratch) {
         /* The kernel reads the run, its offsets and the plan through their mapped addresses. */
         CUdeviceptr run_dev, blob_dev;

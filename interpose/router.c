@@ -163,6 +163,7 @@ void ibp_router_start(const IbpConfig *cfg)
             cfg->policy.selector_flags == IBP_SELECTOR_FLAGS_AUTO ? IBP_SELECTOR_FLAGS_AUTO_RATIO : 0.0,
         .selector_flags_min_copy =
             cfg->policy.selector_flags == IBP_SELECTOR_FLAGS_AUTO ? IBP_SELECTOR_FLAGS_AUTO_COPY_BYTES : 0u,
+        .top_coded = cfg->policy.top_coded,
         .block_bytes = cfg->transfer.block_bytes,
         .min_run = IBP_ROUTER_MIN_RUN,
         .ops = *ibp_devmem_ops(),

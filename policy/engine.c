@@ -712,7 +712,8 @@ static IbpCodecPlanOptions plan_options(unsigned regions)
     const unsigned share = eng.p.compressor_threads / (regions ? regions : 1u);
     return (IbpCodecPlanOptions){.block_size = eng.p.block_bytes,
                                  .threads = share ? share : 1u,
-                                 .flags = eng.p.selector_flags ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u};
+                                 .flags = (eng.p.selector_flags ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u) |
+                                          (eng.p.top_coded ? IBP_CODEC_PLAN_TOP_CODED : 0u)};
 }
 
 /* Copies of the plans kept for `site` (at most IBP_POLICY_PLANS_PER_SITE): their blobs in

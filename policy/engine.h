@@ -31,6 +31,7 @@ typedef struct IbpPolicyParams {
     int selector_flags;          /* plans may write flagged selectors (IBP_CODEC_PLAN_SELECTOR_FLAGS)... */
     double selector_flags_min_ratio; /* ...when they compress their region to at least this (0: always) */
     size_t selector_flags_min_copy;  /* ...and its largest copy before was at least this long (0: any) */
+    int top_coded;                   /* plans may write top-byte coded blocks (IBP_CODEC_PLAN_TOP_CODED) */
     size_t block_bytes;          /* 0 = the codec's default */
     size_t min_run;              /* compressed runs shorter than this go raw */
     int manual;                  /* no compressor thread: ibp_policy_run_pending() does the work */

@@ -62,9 +62,11 @@ struct IbpShadow {
     /* Tickets handed to plans, in order. */
     _Atomic uint64_t tickets;
     _Atomic int built; /* set once the build has published its blocks */
-    /* Set before any block encoded with flagged selectors is published, never cleared: runs of a
-     * shadow without one need no rewrite of their selectors on the GPU. */
-    _Atomic int any_flagged;
+    /* The forms its blocks took (FORM_*), each set before the first block of the form is
+     * published and never cleared: runs of a shadow without flagged selectors need no rewrite of
+     * them on the GPU, and runs of one without top-coded blocks no top-byte decode; runs of one
+     * without packed blocks (top-coded and raw ones only) decode with the top-byte kernel alone. */
+    _Atomic unsigned forms;
     double min_ratio;
 
     /* Tracker queries consume what they report: query and marking must be one step, or a
@@ -307,15 +309,23 @@ void ibp_shadow_destroy(IbpShadow **shadow)
     free(s);
 }
 
-/* Notes a block encoded with flagged selectors (comp bytes at blk), before it is published. */
-static void note_flagged(IbpShadow *s, const uint8_t *blk, size_t comp)
+#define FORM_FLAGGED 1u  /* packed, with flagged selectors */
+#define FORM_TOPCODED 2u /* top-byte coded */
+#define FORM_PACKED 4u   /* neither raw nor top-byte coded */
+
+/* Notes the form of a block (comp bytes at blk) before it is published. */
+static void note_form(IbpShadow *s, const uint8_t *blk, size_t comp)
 {
     IbpBlockHeader h;
-    if (comp >= sizeof(h)) {
-        memcpy(&h, blk, sizeof(h));
-        if (ibp_fmt_selflags(h.flags) && !atomic_load(&s->any_flagged))
-            atomic_store(&s->any_flagged, 1);
-    }
+    if (comp < sizeof(h))
+        return;
+    memcpy(&h, blk, sizeof(h));
+    const unsigned form = (h.flags & IBP_BLOCK_TOPCODED) ? FORM_TOPCODED
+                          : (h.flags & IBP_BLOCK_RAW)
+                              ? 0u
+                              : FORM_PACKED | (ibp_fmt_selflags(h.flags) ? FORM_FLAGGED : 0u);
+    if (form & ~atomic_load(&s->forms))
+        atomic_fetch_or(&s->forms, form);
 }
 
 /* Each block is encoded into its own fixed slot of a pageable staging buffer: slot i starts at
@@ -433,7 +443,7 @@ static void *build_worker(void *arg)
             atomic_store(&job->err, err);
             break;
         }
-        note_flagged(s, job->staging + (size_t)i * job->stride, comp);
+        note_form(s, job->staging + (size_t)i * job->stride, comp);
         s->comp_len[i] = (uint32_t)comp;
     }
     return NULL;
@@ -643,7 +653,7 @@ static int recompress_flush(IbpShadow *s, IbpTracker *tracker, const IbpRecoded 
         if (r->fits != 1 || r->stale_ticket >= oldest)
             continue; /* the latter tried again once that transfer is done */
         memcpy(s->slab + s->offsets[r->block], s->scratch + k * stride, r->comp);
-        note_flagged(s, s->scratch + k * stride, r->comp);
+        note_form(s, s->scratch + k * stride, r->comp);
         s->comp_len[r->block] = (uint32_t)r->comp;
         pthread_mutex_lock(&s->query_lock);
         query_consume(s, tracker, s->base + (size_t)r->block * s->block_size, block_len(s, r->block));
@@ -897,9 +907,24 @@ const IbpCodecPlan *ibp_shadow_codec_plan(const IbpShadow *s)
     return s->plan;
 }
 
+static unsigned forms_of(const IbpShadow *s)
+{
+    return atomic_load((_Atomic unsigned *)&s->forms);
+}
+
 int ibp_shadow_any_flagged(const IbpShadow *s)
 {
-    return atomic_load((_Atomic int *)&s->any_flagged);
+    return (forms_of(s) & FORM_FLAGGED) != 0;
+}
+
+int ibp_shadow_any_topcoded(const IbpShadow *s)
+{
+    return (forms_of(s) & FORM_TOPCODED) != 0;
+}
+
+int ibp_shadow_any_packed(const IbpShadow *s)
+{
+    return (forms_of(s) & FORM_PACKED) != 0;
 }
 
 const void *ibp_shadow_plan_blob(const IbpShadow *s, size_t *len)

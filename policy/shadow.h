@@ -152,6 +152,11 @@ const IbpCodecPlan *ibp_shadow_codec_plan(const IbpShadow *shadow);
 /* Whether any block of the shadow may hold flagged selectors (set before such a block is first
  * published, never cleared): its runs need IBP_DECODE_SELFLAGS. */
 int ibp_shadow_any_flagged(const IbpShadow *shadow);
+/* Whether any block may be top-byte coded (its runs need IBP_DECODE_TOPCODED), and whether any
+ * may be packed, neither raw nor top-byte coded (without one, runs take IBP_DECODE_TOP_ONLY); the
+ * same way set and never cleared. */
+int ibp_shadow_any_topcoded(const IbpShadow *shadow);
+int ibp_shadow_any_packed(const IbpShadow *shadow);
 
 /* The plan blob (what the GPU decoder reads) in pinned memory, for DMA next to the runs.  NULL
  * before the shadow is built. */

@@ -43,6 +43,8 @@ typedef struct IbpshimBenchOptions {
                                 (no wait for an event of another stream) */
     int selector_flags;      /* blocks take the flagged selector form where it is smaller
                                 (IBP_CODEC_PLAN_SELECTOR_FLAGS); each decode rewrites them first */
+    int top_coded;           /* blocks take the top-byte coded form where it is smaller
+                                (IBP_CODEC_PLAN_TOP_CODED), as the shim's [policy] top_coded */
     /* Split runs: for each of the first nsplits shares (permille of the run's compressed bytes,
      * 1-1000, whole blocks from its end), that end of the run decoded zero-copy on a stream of its
      * own while the rest goes the pipelined way (DMA then decode when it makes one chunk), both
@@ -116,6 +118,7 @@ typedef struct IbpshimBenchResult {
     IbpshimBenchChunk trace[IBPSHIM_BENCH_TRACE_MAX];
     char device_name[96];
     unsigned word_size, columns; /* the plan's word size (bytes) and columns */
+    unsigned blocks, top_blocks; /* blocks of the run, and of them those top-byte coded */
     int nsplits;
     IbpshimBenchSplit split[IBPSHIM_BENCH_SPLITS_MAX];
     int nraw_tails;

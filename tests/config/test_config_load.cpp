@@ -163,6 +163,7 @@ const char kEveryOption[] = "[shim]\n"
                             "track_write_combined = on\n"
                             "track_mapped = true\n"
                             "selector_flags = on\n"
+                            "top_coded = yes\n"
                             "[transfer]\n"
                             "path = zerocopy\n"
                             "staging_bytes = 64MiB\n"
@@ -202,6 +203,7 @@ void expect_every_option_changed(const IbpConfig &cfg)
     EXPECT_TRUE(cfg.policy.track_write_combined);
     EXPECT_TRUE(cfg.policy.track_mapped);
     EXPECT_EQ(cfg.policy.selector_flags, IBP_SELECTOR_FLAGS_ON);
+    EXPECT_TRUE(cfg.policy.top_coded);
     EXPECT_EQ(cfg.transfer.path, IBP_TRANSFER_PATH_ZEROCOPY);
     EXPECT_EQ(cfg.transfer.staging_bytes, 64u << 20);
     EXPECT_EQ(cfg.transfer.block_bytes, 1u << 20);
@@ -234,7 +236,7 @@ TEST(ConfigIni, EveryOptionSetsItsField)
     for (size_t i = 0; i < IBP_CONFIG_OPTION_COUNT; i++)
         EXPECT_EQ(l.report.source[i].origin, IBP_CONFIG_ORIGIN_FILE) << ibp_config_options()[i].key;
     EXPECT_EQ(source(l, "shim", "enabled").line, 2u);
-    EXPECT_EQ(source(l, "report", "stack_depth").line, 38u);
+    EXPECT_EQ(source(l, "report", "stack_depth").line, 39u);
 }
 
 TEST(ConfigEnv, EveryOptionThroughItsVariable)

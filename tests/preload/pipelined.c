@@ -17,6 +17,7 @@ typedef void (*ResetFn)(void);
 typedef void (*FailFn)(const char *entry, unsigned skip, unsigned count, int error);
 typedef unsigned (*FailuresFn)(void);
 typedef void (*DelayFn)(unsigned us);
+typedef int (*GridFn)(const char *name, unsigned *grid_x);
 
 /* Test-only calls of the fake driver; all NULL on a GPU. */
 static StatsFn fake_stats;
@@ -227,6 +228,11 @@ int main(int argc, char **argv)
               "%llu H2D copies and %llu decode launches for %llu compressed bytes in chunks of %zu",
               (unsigned long long)st.h2d_calls, (unsigned long long)st.kernel_launches,
               (unsigned long long)sent, chunk);
+        /* PIPELINED_KERNEL: a decode kernel the copies must have used (the fake's by name) */
+        const char *const kernel = getenv("PIPELINED_KERNEL");
+        const GridFn grid = (GridFn)dlsym(RTLD_DEFAULT, "fakecuda_kernel_grid");
+        unsigned grid_x = 0;
+        CHECK(!kernel || (grid && grid(kernel, &grid_x)), "%s was never launched", kernel);
     }
 
     /* Partial copies at odd offsets (clipped edge blocks), on a blocking and a non-blocking stream
