@@ -14,7 +14,7 @@ static void usage(FILE *f)
                "         [--copy-streams 1|2] [--decode-streams 1-4] [--last-decode-on-copy]\n"
                "         [--paired] [--tail BYTES]\n"
                "         [--trace] [--max-sms N] [--offsets device|mapped] [--word-size 2|4|8]\n"
-               "         [--selector-flags] [--split PERMILLE[,PERMILLE...]]\n"
+               "         [--selector-flags] [--top-coded] [--split PERMILLE[,PERMILLE...]]\n"
                "         [--raw-tail BYTES[,BYTES...]] [--raw-tail-own-stream] [--shim-raw-tail BYTES]\n"
                "         [--json]\n"
                "Plans and compresses FILE as the shim would (tiled up to --size bytes, default 1 GiB),\n"
@@ -40,6 +40,8 @@ static void usage(FILE *f)
                "bytes instead of the planner's choice (the rest of the plan still searched).\n"
                "--selector-flags stores blocks' selectors in the flagged form where it is smaller,\n"
                "each decode rewriting them first (as ibp-pack compress --selector-flags).\n"
+               "--top-coded lets blocks take the top-byte coded form where it is smaller, decoded by\n"
+               "its own kernel (as the shim's [policy] top_coded and ibp-pack compress --top-coded).\n"
                "--split times split runs too, one for each share given (up to 8, permille of the\n"
                "compressed run, whole blocks from its end): that end decoded zero-copy on a stream of\n"
                "its own while the rest goes the pipelined way, both started together.\n"
@@ -132,6 +134,8 @@ int main(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--selector-flags")) {
             opts.selector_flags = 1;
+        } else if (!strcmp(argv[i], "--top-coded")) {
+            opts.top_coded = 1;
         } else if (!strcmp(argv[i], "--split") && i + 1 < argc) {
             const char *v = argv[++i];
             for (char *end = (char *)v; *v; v = end + (*end == ',')) {
@@ -240,14 +244,16 @@ int main(int argc, char **argv)
                "\"zerocopy_gbps\": %.2f, \"decode_gbps\": %.2f, \"ideal_speedup\": %.3f, \"chunk\": %zu, "
                "\"tail\": %zu, \"paired\": %s, \"max_sms\": %u, \"offsets\": \"%s\", \"rotation\": %d, "
                "\"word_size\": %u, \"columns\": %u, \"decode_streams\": %d, \"last_decode_on_copy\": %s, "
-               "\"selector_flags\": %s, \"shim_path\": \"%s\", \"shim_raw_tail\": %zu, "
+               "\"selector_flags\": %s, \"top_coded\": %s, \"blocks\": %u, \"top_blocks\": %u, "
+               "\"shim_path\": \"%s\", \"shim_raw_tail\": %zu, "
                "\"raw_tail_own_stream\": %s",
                path, r.device_name, r.bytes, r.compressed, r.ratio, r.verified ? "true" : "false", r.raw_gbps,
                r.dma_only_gbps, r.dma_decode_gbps, r.pipelined_gbps, r.zerocopy_gbps, r.decode_gbps,
                1.0 / r.ratio, r.chunk, r.tail, opts.paired ? "true" : "false", opts.max_sms,
                opts.offsets_mapped ? "mapped" : "device", r.rotation, r.word_size, r.columns,
                opts.decode_streams ? opts.decode_streams : 1, opts.last_decode_on_copy ? "true" : "false",
-               opts.selector_flags ? "true" : "false",
+               opts.selector_flags ? "true" : "false", opts.top_coded ? "true" : "false", r.blocks,
+               r.top_blocks,
                r.shim_pipelined == 1   ? "pipelined"
                : r.shim_pipelined == 2 ? "pipelined_alone"
                                        : "dma_then_decode",
@@ -265,9 +271,12 @@ int main(int argc, char **argv)
         }
         printf("}\n");
     } else {
-        printf("ibp-bench: %s on %s, %.1f MiB, ratio %.4f (%u-byte words, %u columns%s), decode %s\n", path,
+        char top[64] = "";
+        if (opts.top_coded)
+            snprintf(top, sizeof(top), ", %u of %u blocks top-coded", r.top_blocks, r.blocks);
+        printf("ibp-bench: %s on %s, %.1f MiB, ratio %.4f (%u-byte words, %u columns%s%s), decode %s\n", path,
                r.device_name, (double)r.bytes / 1048576.0, r.ratio, r.word_size, r.columns,
-               opts.selector_flags ? ", flagged selectors" : "", r.verified ? "verified" : "WRONG");
+               opts.selector_flags ? ", flagged selectors" : "", top, r.verified ? "verified" : "WRONG");
         printf("  %-26s %10s %8s\n", "path", "GB/s", "speedup");
         printf("  %-26s %10.1f %8.3f\n", "raw pinned H2D", r.raw_gbps, 1.0);
         printf("  %-26s %10.1f %8.3f  (the run's DMA alone, no decode)\n", "DMA only", r.dma_only_gbps,

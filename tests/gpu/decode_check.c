@@ -33,6 +33,8 @@ static const IbpModule *mod;
 static CUdeviceptr d_scratch; /* the predictor decode's, poisoned before every launch */
 static int failures;
 static uint64_t flagged_blocks; /* blocks of flagged selectors the flagged cases decoded */
+static uint64_t top_blocks;     /* top-byte coded blocks the top-coded cases decoded */
+static uint64_t mixed_runs;     /* top-coded cases whose runs held packed blocks too */
 
 typedef struct Encoded {
     IbpCodecPlan *plan;
@@ -47,7 +49,12 @@ typedef struct Encoded {
     int legacy; /* launched without IBP_DECODE_INDEXED (the blocks may lack the index or carries) */
     int flagged; /* the plan may write flagged selectors: launched with IBP_DECODE_SELFLAGS */
     uint32_t flagged_blocks, raw_row_blocks; /* blocks that took that form; of them, with raw rows */
+    uint32_t top_blocks, packed_blocks;      /* blocks top-byte coded; neither that nor raw */
 } Encoded;
+
+/* What to encode with: the plan's forms on top of the planner's (or the given) plan. */
+#define FORM_FLAGGED 1u /* flagged selectors where smaller (IBP_CODEC_PLAN_SELECTOR_FLAGS) */
+#define FORM_TOP 2u     /* top-byte coded blocks where smaller (IBP_CODEC_PLAN_TOP_CODED) */
 
 static void *pinned(size_t n)
 {
@@ -59,9 +66,9 @@ static void *pinned(size_t n)
 static void release(Encoded *e);
 
 /* Encodes data with plan (taken over), or with the planner's choice when plan is NULL, in blocks
- * that take the flagged selector form where it is smaller when flagged; on failure nothing is left
- * to release. */
-static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPlan *plan, int flagged,
+ * that take the forms asked for (FORM_*) where they are smaller; on failure nothing is left to
+ * release. */
+static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPlan *plan, unsigned forms,
                   Encoded *e)
 {
     IbpCodecPlanOptions opts = {.block_size = block_size};
@@ -69,14 +76,20 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPl
     e->plan = plan;
     if (!plan && ibp_codec_plan_create(data, len, &opts, &e->plan))
         return -1;
-    if (flagged) {
+    const int flagged = (forms & FORM_FLAGGED) != 0;
+    if (forms) {
+        size_t blob_len = 0;
+        const void *blob = ibp_codec_plan_blob(e->plan, &blob_len);
         IbpCodecPlan *f = NULL;
-        const int rc = ibp_codec_plan_with_selector_flags(e->plan, 1, &f);
+        const int rc = ibp_codec_plan_from_blob_flags(blob, blob_len,
+                                                      (flagged ? IBP_CODEC_PLAN_SELECTOR_FLAGS : 0u) |
+                                                          (forms & FORM_TOP ? IBP_CODEC_PLAN_TOP_CODED : 0u),
+                                                      &f);
         ibp_codec_plan_destroy(&e->plan);
         if (rc)
             return -1;
         e->plan = f;
-        e->flagged = 1;
+        e->flagged = flagged;
     }
     e->block_size = ibp_codec_plan_block_size(e->plan);
     e->nblocks = (uint32_t)((len + e->block_size - 1) / e->block_size);
@@ -102,6 +115,14 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPl
     e->run_len = at;
     IbpCodecPlanInfo info;
     ibp_codec_plan_info(e->plan, &info);
+    for (uint32_t i = 0; !err && i < e->nblocks; i++) {
+        IbpBlockHeader h;
+        memcpy(&h, e->run + e->offsets[i], sizeof(h));
+        e->top_blocks += (h.flags & IBP_BLOCK_TOPCODED) != 0;
+        e->packed_blocks += !(h.flags & (IBP_BLOCK_TOPCODED | IBP_BLOCK_RAW));
+    }
+    top_blocks += e->top_blocks;
+    mixed_runs += e->top_blocks && e->packed_blocks;
     for (uint32_t i = 0; !err && flagged && i < e->nblocks; i++) {
         IbpBlockHeader h;
         memcpy(&h, e->run + e->offsets[i], sizeof(h));
@@ -216,8 +237,14 @@ static void check_range_from(const char *name, const uint8_t *data, const Encode
                        .block_size = (uint32_t)e->block_size};
     if (inl)
         ibp_decode_inline_offsets(&a, e->offsets + first);
+    /* Runs of top-coded and raw blocks only go as the shim sends them, by ibp_k_decode_top alone,
+     * and (with a CTA a block) also with the packed decode before it, which must leave them be. */
+    const unsigned top = !e->top_blocks            ? 0u
+                         : e->packed_blocks || cta ? IBP_DECODE_TOPCODED
+                                                   : IBP_DECODE_TOP_ONLY;
     const unsigned flags = (e->has_pred ? IBP_DECODE_PRED : 0u) | (cta ? IBP_DECODE_BLOCK : 0u) |
-                           (e->legacy ? 0u : IBP_DECODE_INDEXED) | (e->flagged ? IBP_DECODE_SELFLAGS : 0u);
+                           (e->legacy ? 0u : IBP_DECODE_INDEXED) | (e->flagged ? IBP_DECODE_SELFLAGS : 0u) |
+                           top;
     const int launched = ibp_decode_launch(mod, &a, e->word_size, e->columns, e->nsets, flags, grid, NULL);
     CHECK_CU(drv->cuCtxSynchronize());
     if (d_selx)
@@ -269,17 +296,20 @@ static void check_range(const char *name, const uint8_t *data, const Encoded *e,
 }
 
 static void run_case(const char *name, const uint8_t *data, size_t len, size_t block_size, IbpCodecPlan *plan,
-                     int flagged)
+                     unsigned forms)
 {
     Encoded e;
-    if (encode(data, len, block_size, plan, flagged, &e)) {
+    if (encode(data, len, block_size, plan, forms, &e)) {
         fprintf(stderr, "%s: CPU encode failed\n", name);
         failures++;
         return;
     }
-    if (flagged)
+    if (forms & FORM_FLAGGED)
         printf("decode check: %s: %u of %u blocks flagged, %u of them with raw rows\n", name,
                e.flagged_blocks, e.nblocks, e.raw_row_blocks);
+    if (forms & FORM_TOP)
+        printf("decode check: %s: %u of %u blocks top-coded, %u packed\n", name, e.top_blocks, e.nblocks,
+               e.packed_blocks);
     Uploaded u;
     upload(&e, len, &u);
     const CUdeviceptr d_run = u.run, d_plan = u.plan, d_out = u.out;
@@ -343,7 +373,7 @@ static void run_case(const char *name, const uint8_t *data, size_t len, size_t b
  * carries) into an aligned destination (the one the shared-memory stores of 8-byte words take),
  * zero-copy and a CTA per block into misaligned ones, and a clipped range from inside the block
  * at 1 GiB to inside the last one; every destination poisoned first. */
-static void large_case(const char *name, const uint8_t *tile, size_t tile_len, int flagged)
+static void large_case(const char *name, const uint8_t *tile, size_t tile_len, unsigned forms)
 {
     const size_t len = LARGE_BYTES;
     uint8_t *data = malloc(len);
@@ -355,7 +385,7 @@ static void large_case(const char *name, const uint8_t *tile, size_t tile_len, i
     for (size_t at = 0; at < len; at += tile_len)
         memcpy(data + at, tile, len - at < tile_len ? len - at : tile_len);
     Encoded e;
-    if (encode(data, len, 0, NULL, flagged, &e)) {
+    if (encode(data, len, 0, NULL, forms, &e)) {
         fprintf(stderr, "%s x %zu bytes: CPU encode failed\n", name, len);
         failures++;
         free(data);
@@ -374,8 +404,9 @@ static void large_case(const char *name, const uint8_t *tile, size_t tile_len, i
     const uint64_t clip = len - (size_t)first * e.block_size - skip - 7;
     check_range(name, data, &e, d_run, d_plan, d_out, host_out, first, e.nblocks - first, skip, clip, 5, 0, 0,
                 0);
-    printf("decode check: %s tiled to %zu bytes%s (%u blocks, ratio %.4f): %s\n", name, len,
-           flagged ? ", flagged selectors" : "", e.nblocks, (double)e.run_len / (double)len,
+    printf("decode check: %s tiled to %zu bytes%s%s (%u blocks, %u top-coded, ratio %.4f): %s\n", name, len,
+           forms & FORM_FLAGGED ? ", flagged selectors" : "", forms & FORM_TOP ? ", top-coded" : "",
+           e.nblocks, e.top_blocks, (double)e.run_len / (double)len,
            failures == before ? "every byte matched" : "MISMATCH");
     unload(&u);
     release(&e);
@@ -484,7 +515,7 @@ static void synthetic_cases(void)
             if (flagged)
                 strcat(name, ", flagged selectors");
             if (plan)
-                run_case(name, buf, len, cases[ci].block_size, plan, flagged);
+                run_case(name, buf, len, cases[ci].block_size, plan, flagged ? FORM_FLAGGED : 0u);
         }
         free(buf);
     }
@@ -508,9 +539,9 @@ static uint8_t *read_file(const char *path, size_t *len)
 }
 
 /* Times the compressed paths on the tensor tiled to `bytes` through the library's bench. */
-static void bench(const char *name, const uint8_t *data, size_t len, size_t bytes)
+static void bench(const char *name, const uint8_t *data, size_t len, size_t bytes, int top)
 {
-    IbpshimBenchOptions opts = {.size = bytes, .iters = 9, .device = 0};
+    IbpshimBenchOptions opts = {.size = bytes, .iters = 9, .device = 0, .top_coded = top};
     IbpshimBenchResult r;
     const int err = ibpshim_bench(data, len, &opts, &r);
     if (err || !r.verified) {
@@ -554,7 +585,7 @@ int main(int argc, char **argv)
         const size_t n = sizes[si];
         uint8_t *buf = malloc(n);
         uint64_t x = 88172645463325252ull ^ n;
-        for (int kind = 0; kind < 4; kind++) {
+        for (int kind = 0; kind < 5; kind++) {
             for (size_t i = 0; i < n; i++) {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -563,14 +594,25 @@ int main(int argc, char **argv)
                 case 0: buf[i] = (uint8_t)x; break;                                 /* random bytes */
                 case 1: buf[i] = (i % 4 == 3) ? 0x3c : (uint8_t)x; break;           /* fp32-like */
                 case 2: buf[i] = (i % 2 == 1) ? (uint8_t)(0x3f + (x & 1)) : (uint8_t)x; break; /* bf16-like */
-                default: buf[i] = (i % 8 < 2) ? (uint8_t)(x & 15) : 0; break;       /* small int64 */
+                case 3:
+                    buf[i] = (i % 8 < 2) ? (uint8_t)(x & 15) : 0;
+                    break; /* small int64 */
+                default:   /* fp32-like and small int32 blocks in turn: runs of both forms */
+                    buf[i] = (i / 65536) % 2 ? ((i % 4 == 3) ? (uint8_t)(0x3c + (x & 1)) : (uint8_t)x)
+                                             : ((i % 4 == 0) ? (uint8_t)(x & 7) : 0);
+                    break;
                 }
             }
             char name[96];
             snprintf(name, sizeof(name), "random kind %d, %zu bytes", kind, n);
+            char more[128];
             run_case(name, buf, n, 65536, NULL, 0);
-            strcat(name, ", flagged selectors");
-            run_case(name, buf, n, 65536, NULL, 1);
+            snprintf(more, sizeof(more), "%s, flagged selectors", name);
+            run_case(more, buf, n, 65536, NULL, FORM_FLAGGED);
+            snprintf(more, sizeof(more), "%s, top-coded", name);
+            run_case(more, buf, n, 65536, NULL, FORM_TOP);
+            snprintf(more, sizeof(more), "%s, top-coded, flagged selectors", name);
+            run_case(more, buf, n, 65536, NULL, FORM_TOP | FORM_FLAGGED);
         }
         free(buf);
     }
@@ -591,13 +633,19 @@ int main(int argc, char **argv)
         run_case(files[i], data, len, 0, NULL, 0);
         char name[128];
         snprintf(name, sizeof(name), "%s, flagged selectors", files[i]);
-        run_case(name, data, len, 0, NULL, 1);
+        run_case(name, data, len, 0, NULL, FORM_FLAGGED);
+        snprintf(name, sizeof(name), "%s, top-coded", files[i]);
+        run_case(name, data, len, 0, NULL, FORM_TOP);
         if (i == 1 || i == 2 || i == 4) /* fp32 and bf16 (one column), movielens (predictors) */
             large_case(files[i], data, len, 0);
         if (i == 2) /* the tensor the flagged form helps most */
-            large_case(files[i], data, len, 1);
+            large_case(files[i], data, len, FORM_FLAGGED);
+        if (i == 1) /* fp32 weights, every block top-coded */
+            large_case(files[i], data, len, FORM_TOP);
         if (bench_bytes && !failures)
-            bench(files[i], data, len, bench_bytes);
+            bench(files[i], data, len, bench_bytes, 0);
+        if (bench_bytes && !failures && i < 3) /* the weights, top-coded */
+            bench(name, data, len, bench_bytes, 1);
         free(data);
     }
     if (!found) {
@@ -620,6 +668,13 @@ int main(int argc, char **argv)
     printf("decode check: %llu blocks of flagged selectors decoded\n", (unsigned long long)flagged_blocks);
     if (!flagged_blocks) {
         fprintf(stderr, "decode check: no flagged case wrote a block of flagged selectors\n");
+        failures++;
+    }
+    printf("decode check: %llu top-coded blocks decoded, %llu runs of them with packed blocks\n",
+           (unsigned long long)top_blocks, (unsigned long long)mixed_runs);
+    if (!top_blocks || !mixed_runs) {
+        fprintf(stderr,
+                "decode check: no top-coded case wrote a top-coded block, or none beside packed ones\n");
         failures++;
     }
     printf("decode check: %s\n", failures ? "FAILED" : "every byte matched");

@@ -5,7 +5,8 @@
 # one column of 8-byte words stored through shared memory; bf16: one column of 4-byte words;
 # uint8 images and float64 features: several columns; int32 triples: predictors); then racecheck
 # and synccheck over the fp32 weights, the bf16 weights and the float64 features, whose kernels
-# store through a buffer in shared memory.  Fails on any
+# store through a buffer in shared memory; then all three over the fp32 and bf16 weights
+# top-byte coded (ibp_k_decode_top, its slot table in shared memory).  Fails on any
 # error a tool reports; exits 77 (skipped) without compute-sanitizer, a GPU or the tensors.
 # usage: memcheck.sh CUDA_ROOT IBP_BENCH, run through real_cuda.sh (the real driver, never the fake's)
 set -u
@@ -36,12 +37,15 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 failed=0
-# check TOOL FILE: one sanitizer run of ibp-bench over FILE.
+# check TOOL FILE [ARGS...]: one sanitizer run of ibp-bench over FILE.
 check() {
-    if "$san" --tool "$1" --error-exitcode 99 "$bench" "$data/$2.bin" --size 4M --iters 1 > "$log" 2>&1; then
-        echo "$1: $2: $(grep -m1 'SUMMARY' "$log")"
+    tool=$1
+    f=$2
+    shift 2
+    if "$san" --tool "$tool" --error-exitcode 99 "$bench" "$data/$f.bin" --size 4M --iters 1 "$@" > "$log" 2>&1; then
+        echo "$tool: $f $*: $(grep -m1 'SUMMARY' "$log")"
     else
-        echo "$1: $2: FAILED (exit $?)"
+        echo "$tool: $f $*: FAILED (exit $?)"
         tail -40 "$log"
         failed=1
     fi
@@ -53,6 +57,14 @@ for f in ocr_det_all_f32 ocr_rec_all_bf16 digits_1797x64_f64; do
     if [ -f "$data/$f.bin" ]; then
         check racecheck "$f"
         check synccheck "$f"
+    fi
+done
+# The weights top-byte coded: ibp_k_decode_top, its slot table in shared memory.
+for f in ocr_det_all_f32 ocr_rec_all_bf16; do
+    if [ -f "$data/$f.bin" ]; then
+        check memcheck "$f" --top-coded
+        check racecheck "$f" --top-coded
+        check synccheck "$f" --top-coded
     fi
 done
 exit $failed
