@@ -2754,6 +2754,37 @@ __device__ void top_table(const TopRun &t, TopShared &sh)
     __syncthreads();
 }
 
+// Rounds whose plane bytes a lane loads ahead of decoding them: a warp issues in order, so a round
+// that loaded its own bytes would wait a whole memory latency before its store and the next
+// round's loads.  Loaded a batch of rounds ahead, they arrive while the batch before decodes.
+// About a dozen loads in flight a lane (a register each), whatever the word size.
+template <int W> __host__ __device__ constexpr uint32_t top_ahead()
+{
+    return W == 2 ? 8u : W == 4 ? 4u : 2u;
+}
+
+// The plane bytes (all but the top byte) of the words of rounds [r0, r0 + top_ahead) this lane
+// decodes in group g; 0 past the run's words.
+template <int W>
+__device__ __forceinline__ void top_planes(const TopRun &t, uint32_t g, uint32_t r0,
+                                           typename TopWord<W>::U (&out)[top_ahead<W>()])
+{
+    constexpr uint32_t kTopAhead = top_ahead<W>();
+    using U = typename TopWord<W>::U;
+    const uint8_t *planes = t.run + t.planes;
+#pragma unroll
+    for (uint32_t u = 0; u < kTopAhead; u++) {
+        const uint64_t i = (uint64_t)(r0 + u) * t.lanes + g * 32u + (threadIdx.x & 31);
+        U v = 0;
+        if (i < t.words) {
+#pragma unroll
+            for (int p = 0; p < W - 1; p++)
+                v |= (U)__ldg(planes + (size_t)p * t.plane_stride + i) << (8 * p);
+        }
+        out[u] = v;
+    }
+}
+
 // Warp `warp` of the CTA decodes groups warp, warp + kWarps, ... of the run into out.
 template <int W> __device__ void top_groups(const TopRun &t, const TopShared &sh, const Out &out)
 {
@@ -2762,8 +2793,8 @@ template <int W> __device__ void top_groups(const TopRun &t, const TopShared &sh
     const uint32_t groups = t.lanes / 32u, rounds = (t.words + t.lanes - 1u) / t.lanes;
     const uint32_t *offs = (const uint32_t *)(t.run + t.offsets);
     const uint16_t *strm = (const uint16_t *)(t.run + t.streams);
-    const uint8_t *planes = t.run + t.planes;
     const uint32_t lt = (1u << lane) - 1u;
+    constexpr uint32_t kTopAhead = top_ahead<W>();
     for (uint32_t g = warp; g < groups; g += kWarps) {
         const uint32_t o0 = __ldg(offs + g), o1 = __ldg(offs + g + 1u);
         const uint32_t end = min(max(o0, o1), t.stream_bytes) / 2u;
@@ -2773,49 +2804,55 @@ template <int W> __device__ void top_groups(const TopRun &t, const TopShared &sh
         uint32_t w1 = fetch(base + 64u + lane) | fetch(base + 96u + lane) << 16;
         uint32_t pos = 0; // the next unread word of the window
         uint32_t x = __ldg((const uint32_t *)(t.run + t.states) + g * 32u + lane);
-        uint32_t i = g * 32u + lane;
-        for (uint32_t r = 0; r < rounds; r++, i += t.lanes) {
-            const bool valid = i < t.words;
-            U word = 0;
-            if (valid) {
+        U cur[kTopAhead], next[kTopAhead];
+        top_planes<W>(t, g, 0, cur);
+        for (uint32_t r0 = 0; r0 < rounds; r0 += kTopAhead) {
+            top_planes<W>(t, g, r0 + kTopAhead, next);
 #pragma unroll
-                for (int p = 0; p < W - 1; p++)
-                    word |= (U)__ldg(planes + (size_t)p * t.plane_stride + i) << (8 * p);
-            }
-            const uint32_t slot = x & (kTopScale - 1u);
-            const uint32_t e = sh.slot[slot];
-            const uint32_t nx = (((e >> 8) & 0xfffu) + 1u) * (x >> 12) + slot - (e >> 20);
-            const bool need = valid && nx < kTopLow;
-            const uint32_t bal = __ballot_sync(kFull, need), cnt = __popc(bal);
-            const uint32_t k = pos + __popc(bal & lt);
-            const uint32_t a0 = __shfl_sync(kFull, w0, k & 31u);
-            uint32_t v = (k & 32u) ? a0 >> 16 : a0 & 0xffffu;
-            if (pos + cnt > 64u) { // the same for the whole warp: reads reach the second half
-                const uint32_t a1 = __shfl_sync(kFull, w1, k & 31u);
-                if (k >= 64u)
-                    v = a1 & 0xffffu;
-            }
-            if (valid)
-                x = need ? nx << 16 | v : nx;
-            pos += cnt;
-            if (pos >= 64u) {
-                pos -= 64u;
-                base += 64u;
-                w0 = w1;
-                w1 = fetch(base + 64u + lane) | fetch(base + 96u + lane) << 16;
-            }
-            if (!valid)
-                continue;
-            word |= (U)(e & 0xffu) << (8 * (W - 1));
-            const int64_t at = out.origin + (int64_t)i * W;
-            if (out.fast) {
-                *(U *)(out.dst + at) = word;
-            } else {
+            for (uint32_t u = 0; u < kTopAhead; u++) {
+                const uint32_t r = r0 + u;
+                if (r >= rounds) // the same for the whole warp
+                    break;
+                const uint32_t i = r * t.lanes + g * 32u + lane;
+                const bool valid = i < t.words;
+                const uint32_t slot = x & (kTopScale - 1u);
+                const uint32_t e = sh.slot[slot];
+                const uint32_t nx = (((e >> 8) & 0xfffu) + 1u) * (x >> 12) + slot - (e >> 20);
+                const bool need = valid && nx < kTopLow;
+                const uint32_t bal = __ballot_sync(kFull, need), cnt = __popc(bal);
+                const uint32_t k = pos + __popc(bal & lt);
+                const uint32_t a0 = __shfl_sync(kFull, w0, k & 31u);
+                uint32_t v = (k & 32u) ? a0 >> 16 : a0 & 0xffffu;
+                if (pos + cnt > 64u) { // the same for the whole warp: reads reach the second half
+                    const uint32_t a1 = __shfl_sync(kFull, w1, k & 31u);
+                    if (k >= 64u)
+                        v = a1 & 0xffffu;
+                }
+                if (valid)
+                    x = need ? nx << 16 | v : nx;
+                pos += cnt;
+                if (pos >= 64u) {
+                    pos -= 64u;
+                    base += 64u;
+                    w0 = w1;
+                    w1 = fetch(base + 64u + lane) | fetch(base + 96u + lane) << 16;
+                }
+                if (!valid)
+                    continue;
+                const U word = cur[u] | (U)(e & 0xffu) << (8 * (W - 1));
+                const int64_t at = out.origin + (int64_t)i * W;
+                if (out.fast) {
+                    *(U *)(out.dst + at) = word;
+                } else {
 #pragma unroll
-                for (int b = 0; b < W; b++)
-                    if (at + b >= 0 && at + b < (int64_t)out.len)
-                        out.dst[at + b] = (uint8_t)(word >> (8 * b));
+                    for (int b = 0; b < W; b++)
+                        if (at + b >= 0 && at + b < (int64_t)out.len)
+                            out.dst[at + b] = (uint8_t)(word >> (8 * b));
+                }
             }
+#pragma unroll
+            for (uint32_t u = 0; u < kTopAhead; u++)
+                cur[u] = next[u];
         }
     }
 }

@@ -109,7 +109,7 @@ static inline uint32_t ibp_decode_unflag_words(uint32_t word_size, uint32_t bloc
 
 /* CTAs a multiprocessor of ibp_k_decode_top (its launch bounds and the launcher's grid cap): each
  * holds a 16 KiB slot table in shared memory. */
-#define IBP_DECODE_TOP_CTAS_PER_SM 4u
+#define IBP_DECODE_TOP_CTAS_PER_SM 3u
 
 /* Threads per CTA of every decode kernel. */
 #define IBP_DECODE_THREADS 256
