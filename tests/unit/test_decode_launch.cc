@@ -145,7 +145,8 @@ class DecodeLaunch : public ::testing::Test
             x ^= x << 5;
             const uint32_t v = (uint32_t)(j / columns_) * 3u + (x & 0x3ffu);
             const float f = (float)((double)(x & 0xffffffu) / 16777216.0 - 0.5) * 0.1f;
-            if ((float_blocks_ >> (j * 4 / bs_)) & 1u)
+            const size_t block = j * 4 / bs_;
+            if (block < 32 && ((float_blocks_ >> block) & 1u))
                 std::memcpy(&data_[j * 4], &f, 4);
             else
                 std::memcpy(&data_[j * 4], &v, 4);
