@@ -109,9 +109,7 @@ static int decode(const Bench *b, CUdeviceptr comp, CUdeviceptr offsets, CUdevic
     const unsigned flags = IBP_DECODE_INDEXED |
                            (b->has_pred ? IBP_DECODE_PRED : 0u) |    /* blocks encoded here */
                            (b->flagged ? IBP_DECODE_SELFLAGS : 0u) | /* the decode the shim asks for */
-                           (!b->top_blocks     ? 0u
-                            : b->packed_blocks ? IBP_DECODE_TOPCODED
-                                               : IBP_DECODE_TOP_ONLY);
+                           ibp_decode_top_flag(b->top_blocks != 0, b->packed_blocks != 0);
     return ibp_decode_launch(b->mod, &a, b->word_size, b->columns, b->nsets, flags, b->max_sms, s);
 }
 

@@ -885,9 +885,8 @@ static int send_run(const IbpLaunch *base, IbpShadow *shadow, const IbpPiece *p,
     l.has_pred = info.xf_delta + info.xf_xor > 0;
     l.flagged = info.selector_flags && ibp_shadow_any_flagged(shadow);
     /* (the piece's blocks were published before, so the forms they took are noted) */
-    l.top = !info.top_coded || !ibp_shadow_any_topcoded(shadow) ? 0u
-            : ibp_shadow_any_packed(shadow)                     ? IBP_DECODE_TOPCODED
-                                                                : IBP_DECODE_TOP_ONLY;
+    l.top =
+        ibp_decode_top_flag(info.top_coded && ibp_shadow_any_topcoded(shadow), ibp_shadow_any_packed(shadow));
     if (base->opts.zerocopy && !scratch) {
         /* The kernel reads the run, its offsets and the plan through their mapped addresses. */
         CUdeviceptr run_dev, blob_dev;

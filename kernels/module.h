@@ -89,6 +89,14 @@ struct IbpDecodeArgs;
 /* Every block of the run is top-byte coded or raw: ibp_k_decode_top alone decodes the run. */
 #define IBP_DECODE_TOP_ONLY 32u
 
+/* The flag above for a run that may hold top-byte coded blocks (any_top) and may hold packed
+ * ones, neither raw nor top-byte coded (any_packed): none without the former, TOP_ONLY without the
+ * latter. */
+static inline unsigned ibp_decode_top_flag(int any_top, int any_packed)
+{
+    return !any_top ? 0u : any_packed ? IBP_DECODE_TOPCODED : IBP_DECODE_TOP_ONLY;
+}
+
 /* Enqueues on `stream` the decode of a->nblocks blocks of a plan of `word_size`-byte words and
  * `columns` columns.  A warp per 512-word segment of a block, so that a few blocks still occupy
  * every SM: ibp_k_decode_seg1 (one column; ibp_k_decode_seg1w8 for 8-byte words) and

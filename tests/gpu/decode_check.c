@@ -120,12 +120,6 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPl
         memcpy(&h, e->run + e->offsets[i], sizeof(h));
         e->top_blocks += (h.flags & IBP_BLOCK_TOPCODED) != 0;
         e->packed_blocks += !(h.flags & (IBP_BLOCK_TOPCODED | IBP_BLOCK_RAW));
-    }
-    top_blocks += e->top_blocks;
-    mixed_runs += e->top_blocks && e->packed_blocks;
-    for (uint32_t i = 0; !err && flagged && i < e->nblocks; i++) {
-        IbpBlockHeader h;
-        memcpy(&h, e->run + e->offsets[i], sizeof(h));
         if (!ibp_fmt_selflags(h.flags))
             continue;
         e->flagged_blocks++;
@@ -138,6 +132,8 @@ static int encode(const uint8_t *data, size_t len, size_t block_size, IbpCodecPl
                 break;
             }
     }
+    top_blocks += e->top_blocks;
+    mixed_runs += e->top_blocks && e->packed_blocks;
     flagged_blocks += e->flagged_blocks;
     free(slots);
     free(comp);
@@ -239,9 +235,7 @@ static void check_range_from(const char *name, const uint8_t *data, const Encode
         ibp_decode_inline_offsets(&a, e->offsets + first);
     /* Runs of top-coded and raw blocks only go as the shim sends them, by ibp_k_decode_top alone,
      * and (with a CTA a block) also with the packed decode before it, which must leave them be. */
-    const unsigned top = !e->top_blocks            ? 0u
-                         : e->packed_blocks || cta ? IBP_DECODE_TOPCODED
-                                                   : IBP_DECODE_TOP_ONLY;
+    const unsigned top = ibp_decode_top_flag(e->top_blocks != 0, e->packed_blocks || cta);
     const unsigned flags = (e->has_pred ? IBP_DECODE_PRED : 0u) | (cta ? IBP_DECODE_BLOCK : 0u) |
                            (e->legacy ? 0u : IBP_DECODE_INDEXED) | (e->flagged ? IBP_DECODE_SELFLAGS : 0u) |
                            top;
