@@ -1390,16 +1390,22 @@ __device__ __forceinline__ void decode_lanes(const Plan &p, const Table<W, L> *t
     __syncwarp();
 }
 
-// Segment s of a raw block: its bytes copied by the warp.
+// Whether segment s of block bi (header h) is not a packed one: a raw block's segment is copied
+// by the warp, a top-coded block's left to ibp_k_decode_top.
 template <int W>
-__device__ __forceinline__ void copy_raw_segment(const IbpBlockHeader &h, const uint8_t *blk, uint32_t s,
-                                                 const Out &out)
+__device__ __forceinline__ bool unpacked_segment(const IbpDecodeArgs &a, uint32_t bi, const IbpBlockHeader &h,
+                                                 const uint8_t *blk, uint32_t s)
 {
+    if (!(h.flags & (IBP_BLOCK_RAW | IBP_BLOCK_TOPCODED)))
+        return false;
     const uint32_t seg_bytes = IBP_DECODE_SEG_WORDS * W;
     const uint32_t at = s * seg_bytes;
-    if (at < h.orig_len)
+    if (!(h.flags & IBP_BLOCK_TOPCODED) && at < h.orig_len) {
+        const Out out = out_for(a, bi, h, W);
         copy_raw(blk + IBP_BLOCK_HEADER_SIZE + at, min(seg_bytes, h.orig_len - at), out.dst, out.origin + at,
                  out.len, threadIdx.x & 31, 32);
+    }
+    return true;
 }
 
 // Bits a one-column plan saves on selectors [first, first + n) of a block (whole words' bits
@@ -1685,11 +1691,8 @@ __device__ void decode_segments(const IbpDecodeArgs &a, const Plan &p, Table<W, 
         if (bi != header_block) // a block's groups follow each other: its header is read once
             blk = block_at<INL>(a, bi, h);
         header_block = bi;
-        if (h.flags & (IBP_BLOCK_RAW | IBP_BLOCK_TOPCODED)) { // the same block for the whole CTA
-            if (!(h.flags & IBP_BLOCK_TOPCODED))              // a top-coded block is ibp_k_decode_top's
-                copy_raw_segment<W>(h, blk, s, out_for(a, bi, h, W));
+        if (unpacked_segment<W>(a, bi, h, blk, s)) // the same block for the whole CTA
             continue;
-        }
         const Block b = block_view(a, bi, h, blk, W);
         if (s0 && s0 * IBP_DECODE_SEG_WORDS >= b.nwords) // past a short block's words
             continue;
@@ -1899,11 +1902,8 @@ __device__ void decode_segments_pred(const IbpDecodeArgs &a, const Plan &p, Tabl
         const uint32_t s = s0 + warp;
         IbpBlockHeader h;
         const uint8_t *blk = block_at(a, bi, h);
-        if (h.flags & (IBP_BLOCK_RAW | IBP_BLOCK_TOPCODED)) {
-            if (!(h.flags & IBP_BLOCK_TOPCODED)) // a top-coded block is ibp_k_decode_top's
-                copy_raw_segment<W>(h, blk, s, out_for(a, bi, h, W));
+        if (unpacked_segment<W>(a, bi, h, blk, s))
             continue;
-        }
         const Block b = block_view(a, bi, h, blk, W);
         if (s0 && s0 * IBP_DECODE_SEG_WORDS >= b.nwords)
             continue;
