@@ -239,7 +239,8 @@ static IbpPitched copy3d_peer(const CUDA_MEMCPY3D_PEER *p)
     X(cuDevicePrimaryCtxReset)                                                                               \
     X(cuDevicePrimaryCtxReset_v2)                                                                            \
     X(cuCtxDestroy)                                                                                          \
-    X(cuCtxDestroy_v2)
+    X(cuCtxDestroy_v2)                                                                                       \
+    X(cuGreenCtxDestroy)
 
 /* Each hook's real function, resolved at its first call. */
 enum {
@@ -816,6 +817,30 @@ CUresult cuCtxDestroy(CUcontext ctx)
 CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     return ctx_destroy(ID_cuCtxDestroy_v2, ctx);
+}
+
+/* A green context (CUDA 12.4) is made current as the CUcontext cuCtxFromGreenCtx converts it to,
+ * the handle the runtime and the shim copied in: its destroy takes that context, and what the
+ * shim keeps there, with it, as cuCtxDestroy does.  The conversion is asked again here, of the
+ * driver itself (it writes nothing, so it is no hook); where it fails the driver does not know
+ * the green context, and its destroy is left to fail as it will. */
+typedef CUresult (*CtxFromGreenCtxFn)(CUcontext *ctx, CUgreenCtx green);
+static _Atomic(void *) real_ctx_from_green;
+
+IBP_HOOK CUresult cuGreenCtxDestroy(CUgreenCtx green);
+
+CUresult cuGreenCtxDestroy(CUgreenCtx green)
+{
+    typedef CUresult (*Fn)(CUgreenCtx);
+    const Fn real = (Fn)real_fn(ID_cuGreenCtxDestroy);
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    const CtxFromGreenCtxFn from_green =
+        (CtxFromGreenCtxFn)resolve_cached(&real_ctx_from_green, ibp_real_resolve_driver, "cuCtxFromGreenCtx");
+    CUcontext ctx = NULL;
+    if (from_green && from_green(&ctx, green) == CUDA_SUCCESS)
+        ibp_router_context_destroyed(ctx, "cuGreenCtxDestroy");
+    return real(green);
 }
 
 /* ---- cuGetProcAddress ---- */

@@ -9,7 +9,7 @@ ALLOWED = re.compile(r"^(cuda[A-Za-z0-9_]+|cuMemcpy[A-Za-z0-9_]*|cuMemset[A-Za-z
                      r"cuStreamBatchMemOp(_v2)?(_ptsz)?|cuLaunchHostFunc(_ptsz)?|cuStreamAddCallback(_ptsz)?|"
                      r"cuGraphInstantiate(_v2|WithFlags|WithParams|WithParams_ptsz)?|cuGraphExecUpdate(_v2)?|cuGraphExecDestroy|"
                      r"cuGraphExec(Memcpy|Memset|ChildGraph|BatchMemOp)?NodeSetParams|cuGraphExecKernelNodeSetParams(_v2)?|"
-                     r"cuGraphLaunch(_ptsz)?|cuLaunch(Cooperative)?Kernel(_ptsz)?|cuModuleUnload|cuLibraryUnload|__cudaUnregisterFatBinary|cuLaunchKernelEx(_ptsz)?|cuDevicePrimaryCtxReset(_v2)?|cuCtxDestroy(_v2)?|cuGetProcAddress(_v2)?|ibpshim_[a-z0-9_]+|sigaction|signal|read|__read_chk|pread|pread64|"
+                     r"cuGraphLaunch(_ptsz)?|cuLaunch(Cooperative)?Kernel(_ptsz)?|cuModuleUnload|cuLibraryUnload|__cudaUnregisterFatBinary|cuLaunchKernelEx(_ptsz)?|cuDevicePrimaryCtxReset(_v2)?|cuCtxDestroy(_v2)?|cuGreenCtxDestroy|cuGetProcAddress(_v2)?|ibpshim_[a-z0-9_]+|sigaction|signal|read|__read_chk|pread|pread64|"
                      r"__pread_chk|__pread64_chk|readv|preadv|preadv64|preadv2|recv|__recv_chk|recvfrom|"
                      r"__recvfrom_chk|recvmsg|recvmmsg)$")
 REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister", "cudaHostUnregister",
@@ -39,7 +39,7 @@ REQUIRED = ["cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaHostRegister
             "cuGraphExecKernelNodeSetParams_v2", "cudaGraphExecKernelNodeSetParams",
             "cuModuleUnload", "cuLibraryUnload", "cudaLibraryUnload", "__cudaUnregisterFatBinary",
             "cudaDeviceReset", "cudaThreadExit", "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2",
-            "cuCtxDestroy", "cuCtxDestroy_v2"]
+            "cuCtxDestroy", "cuCtxDestroy_v2", "cuGreenCtxDestroy"]
 
 
 def main(path):

@@ -44,8 +44,10 @@ static void read_env(void)
     const char *kdelay = getenv("FAKECUDA_KERNEL_DELAY_US");
     if (kdelay && *kdelay)
         fakecuda_g.kernel_delay_us = (unsigned)strtoul(kdelay, NULL, 10);
-    for (int i = 0; i < FAKECUDA_MAX_DEVICES; i++)
+    for (int i = 0; i < FAKECUDA_MAX_DEVICES; i++) {
         fakecuda_g.ctx[i].device = i;
+        fakecuda_g.resource_desc[i].device = i;
+    }
 }
 
 void fakecuda_env_once(void)
@@ -314,7 +316,33 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 
 /* ---- contexts made and destroyed by the application ---- */
 
+/* Guards the taking of made contexts and green contexts' slots. */
 static pthread_mutex_t made_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The lowest free made context, now live on dev (owned by a green context where green says so);
+ * NULL when every one is taken.  made_lock is held. */
+static CUcontext made_take_locked(CUdevice dev, bool green)
+{
+    for (int i = 0; i < FAKECUDA_MAX_MADE_CONTEXTS; i++) {
+        CUcontext const made = &fakecuda_g.made[i];
+        if (!atomic_load(&made->live)) {
+            made->device = (int)dev;
+            atomic_store(&made->green, green);
+            atomic_store(&made->live, true);
+            return made;
+        }
+    }
+    return NULL;
+}
+
+/* What destroying a live made context does, whichever call destroys it (see cuCtxDestroy_v2). */
+static void made_destroy(CUcontext ctx)
+{
+    fakecuda_mem_drop_context(ctx);
+    if (ctx_depth > 0 && ctx_stack[ctx_depth - 1] == ctx)
+        ctx_depth--;
+    atomic_store(&ctx->live, false);
+}
 
 static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
@@ -325,15 +353,8 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (ctx_depth == FAKECUDA_CTX_STACK_MAX)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUcontext made = NULL;
     pthread_mutex_lock(&made_lock);
-    for (int i = 0; i < FAKECUDA_MAX_MADE_CONTEXTS && !made; i++) {
-        if (!atomic_load(&fakecuda_g.made[i].live)) {
-            made = &fakecuda_g.made[i];
-            made->device = (int)dev;
-            atomic_store(&made->live, true);
-        }
-    }
+    const CUcontext made = made_take_locked(dev, false);
     pthread_mutex_unlock(&made_lock);
     if (!made)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -359,21 +380,19 @@ FAKECUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *para
 
 /* Frees every allocation made in the context (pinned memory unmapped) after its device's work, and
  * pops it where it is the calling thread's current context; a primary context is not destroyed
- * so.  Where it stays current (on other threads, or below the top here) calls there fail with
- * CUDA_ERROR_CONTEXT_IS_DESTROYED until it is popped or replaced.  Streams, events and modules
- * made in it stay usable here, where a real driver invalidates them. */
+ * so, nor is a green context's (cuGreenCtxDestroy destroys it: what a real driver answers here is
+ * not documented).  Where it stays current (on other threads, or below the top here) calls there
+ * fail with CUDA_ERROR_CONTEXT_IS_DESTROYED until it is popped or replaced.  Streams, events and
+ * modules made in it stay usable here, where a real driver invalidates them. */
 FAKECUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     const CUresult r = fakecuda_check_init();
     if (r != CUDA_SUCCESS)
         return r;
     if (!ctx || ctx < &fakecuda_g.made[0] || ctx >= &fakecuda_g.made[FAKECUDA_MAX_MADE_CONTEXTS] ||
-        !atomic_load(&ctx->live))
+        !atomic_load(&ctx->live) || atomic_load(&ctx->green))
         return CUDA_ERROR_INVALID_CONTEXT;
-    fakecuda_mem_drop_context(ctx);
-    if (ctx_depth > 0 && ctx_stack[ctx_depth - 1] == ctx)
-        ctx_depth--;
-    atomic_store(&ctx->live, false);
+    made_destroy(ctx);
     FAKECUDA_TRACE("cuCtxDestroy(%p)", (void *)ctx);
     return CUDA_SUCCESS;
 }
@@ -384,6 +403,156 @@ FAKECUDA_EXPORT CUresult cuCtxDestroy(CUcontext ctx);
 CUresult cuCtxDestroy(CUcontext ctx)
 {
     return cuCtxDestroy_v2(ctx);
+}
+
+/* ---- green contexts (CUDA 12.4) ---- */
+
+/* Marks a resource cuDeviceGetDevResource filled, in the part of it the driver keeps to itself. */
+typedef struct ResourceTag {
+    unsigned magic;
+    int device;
+} ResourceTag;
+#define RESOURCE_MAGIC 0x5e50u
+
+/* The device a resource of cuDeviceGetDevResource came from, or -1 for anything else. */
+static int resource_device(const CUdevResource *res)
+{
+    ResourceTag tag;
+    memcpy(&tag, res->_internal_padding, sizeof(tag));
+    return tag.magic == RESOURCE_MAGIC && device_valid(tag.device) ? tag.device : -1;
+}
+
+/* Only the SM resource exists (the header's only type): all of the device's SMs, the minimum
+ * partition the header's guide for compute capability 9.0 and an alignment that divides the
+ * count, as the header requires.  Nothing reads them but the application: cuDevSmResourceSplitByCount
+ * and cuCtxGetDevResource/cuGreenCtxGetDevResource are not modelled. */
+FAKECUDA_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource,
+                                                CUdevResourceType type)
+{
+    const CUresult r = check_out_device(resource, device);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (type != CU_DEV_RESOURCE_TYPE_SM)
+        return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+    memset(resource, 0, sizeof(*resource));
+    resource->type = CU_DEV_RESOURCE_TYPE_SM;
+    resource->sm.smCount = FAKE_SM_COUNT;
+    resource->sm.minSmPartitionSize = 8;
+    resource->sm.smCoscheduledAlignment = 2;
+    const ResourceTag tag = {RESOURCE_MAGIC, (int)device};
+    memcpy(resource->_internal_padding, &tag, sizeof(tag));
+    return CUDA_SUCCESS;
+}
+
+/* With no split modelled a descriptor holds one whole device's SMs, the same descriptor every
+ * time for a device (a real driver has no call to free one either).  Several resources never come
+ * from one split here, so they are refused as a real driver refuses those that do not. */
+FAKECUDA_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources,
+                                                   unsigned int nbResources)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!phDesc || !resources || nbResources == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < nbResources; i++) {
+        if (resources[i].type != CU_DEV_RESOURCE_TYPE_SM)
+            return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+        if (resource_device(&resources[i]) < 0)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (nbResources > 1)
+        return CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
+    *phDesc = &fakecuda_g.resource_desc[resource_device(&resources[0])];
+    return CUDA_SUCCESS;
+}
+
+static bool desc_valid(CUdevResourceDesc desc)
+{
+    for (int i = 0; i < fakecuda_g.device_count; i++)
+        if (desc == &fakecuda_g.resource_desc[i])
+            return true;
+    return false;
+}
+
+/* The green context's made context, or NULL where g is no live green context.  made_lock is
+ * held. */
+static CUcontext green_ctx_locked(CUgreenCtx g)
+{
+    for (int i = 0; i < FAKECUDA_MAX_MADE_CONTEXTS; i++)
+        if (g == &fakecuda_g.green[i])
+            return g->ctx;
+    return NULL;
+}
+
+/* A green context owns one made context, which it does not make current (the application converts
+ * it with cuCtxFromGreenCtx and sets it current), and retains the device's primary context until
+ * it is destroyed, as the header says.  Its SMs are not partitioned: work in it runs as in any
+ * context of the device.  CU_GREEN_CTX_DEFAULT_STREAM, which the header requires, gives no
+ * stream of its own: the made context's default stream serves.  cuGreenCtxStreamCreate,
+ * cuStreamGetGreenCtx and the green event calls are not modelled. */
+FAKECUDA_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                          unsigned int flags)
+{
+    const CUresult r = check_out_device(phCtx, dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!desc_valid(desc) || desc->device != (int)dev || flags != CU_GREEN_CTX_DEFAULT_STREAM)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUgreenCtx g = NULL;
+    CUcontext made = NULL;
+    pthread_mutex_lock(&made_lock);
+    for (int i = 0; i < FAKECUDA_MAX_MADE_CONTEXTS && !g; i++)
+        if (!fakecuda_g.green[i].ctx)
+            g = &fakecuda_g.green[i];
+    if (g && (made = made_take_locked(dev, true)))
+        g->ctx = made;
+    pthread_mutex_unlock(&made_lock);
+    if (!made)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    atomic_fetch_add(&fakecuda_g.ctx[dev].retains, 1);
+    *phCtx = g;
+    FAKECUDA_TRACE("cuGreenCtxCreate(dev %d) -> %p (context %p)", (int)dev, (void *)g, (void *)made);
+    return CUDA_SUCCESS;
+}
+
+/* The same context every time for one green context. */
+FAKECUDA_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pContext)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&made_lock);
+    const CUcontext ctx = green_ctx_locked(hCtx);
+    pthread_mutex_unlock(&made_lock);
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *pContext = ctx;
+    return CUDA_SUCCESS;
+}
+
+/* Destroys the green context's made context as cuCtxDestroy_v2 does and releases the primary
+ * context; the handle is no green context any more (until a later cuGreenCtxCreate takes its
+ * slot). */
+FAKECUDA_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
+{
+    const CUresult r = fakecuda_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&made_lock);
+    const CUcontext ctx = green_ctx_locked(hCtx);
+    if (ctx)
+        hCtx->ctx = NULL;
+    pthread_mutex_unlock(&made_lock);
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    const int dev = ctx->device; /* the slot may be another context's once destroyed */
+    made_destroy(ctx);
+    atomic_fetch_sub(&fakecuda_g.ctx[dev].retains, 1);
+    FAKECUDA_TRACE("cuGreenCtxDestroy(%p) (context %p)", (void *)hCtx, (void *)ctx);
+    return CUDA_SUCCESS;
 }
 
 FAKECUDA_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)

@@ -55,6 +55,17 @@ struct CUctx_st {
     int device;
     atomic_int retains; /* primary contexts */
     atomic_bool live;   /* made contexts: between cuCtxCreate and cuCtxDestroy */
+    atomic_bool green;  /* made contexts: owned by a green context, destroyed only with it */
+};
+
+/* A green context (cuGreenCtxCreate): the made context cuCtxFromGreenCtx answers, NULL when free. */
+struct CUgreenCtx_st {
+    CUcontext ctx;
+};
+
+/* The one resource descriptor of a device (cuDevResourceGenerateDesc): all of its SMs. */
+struct CUdevResourceDesc_st {
+    int device;
 };
 
 typedef struct FakecudaGlobals {
@@ -68,6 +79,9 @@ typedef struct FakecudaGlobals {
     /* Contexts of cuCtxCreate: the lowest free slot is taken, so a context made after another was
      * destroyed has its handle, as a driver reusing the memory of the one before may give it. */
     struct CUctx_st made[FAKECUDA_MAX_MADE_CONTEXTS];
+    /* Green contexts, each owning one of the made contexts; the lowest free slot is taken. */
+    struct CUgreenCtx_st green[FAKECUDA_MAX_MADE_CONTEXTS];
+    struct CUdevResourceDesc_st resource_desc[FAKECUDA_MAX_DEVICES];
 } FakecudaGlobals;
 
 extern FakecudaGlobals fakecuda_g;

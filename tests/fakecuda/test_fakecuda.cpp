@@ -977,6 +977,71 @@ TEST_F(Fake, MadeContextsAreDestroyedWithTheirMemory)
     }).join();
 }
 
+// A green context owns a made context it does not make current; cuCtxFromGreenCtx answers that
+// context every time, cuCtxDestroy leaves it to cuGreenCtxDestroy, which destroys it with its
+// memory and the green handle with it.
+TEST_F(Fake, GreenContextsOwnAMadeContext)
+{
+    std::thread([] {
+        ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+        CUdevResource sm = {}, several[2] = {};
+        EXPECT_EQ(cuDeviceGetDevResource(0, &sm, CU_DEV_RESOURCE_TYPE_INVALID),
+                  CUDA_ERROR_INVALID_RESOURCE_TYPE);
+        EXPECT_EQ(cuDeviceGetDevResource(99, &sm, CU_DEV_RESOURCE_TYPE_SM), CUDA_ERROR_INVALID_DEVICE);
+        EXPECT_EQ(cuDeviceGetDevResource(0, nullptr, CU_DEV_RESOURCE_TYPE_SM), CUDA_ERROR_INVALID_VALUE);
+        ASSERT_EQ(cuDeviceGetDevResource(0, &sm, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+        int sms = 0;
+        ASSERT_EQ(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0), CUDA_SUCCESS);
+        EXPECT_EQ(sm.type, CU_DEV_RESOURCE_TYPE_SM);
+        EXPECT_EQ(sm.sm.smCount, (unsigned)sms);
+        EXPECT_EQ(sm.sm.smCount % sm.sm.smCoscheduledAlignment, 0u);
+
+        CUdevResourceDesc desc = nullptr;
+        CUdevResource forged = {};
+        forged.type = CU_DEV_RESOURCE_TYPE_SM;
+        EXPECT_EQ(cuDevResourceGenerateDesc(&desc, &forged, 1), CUDA_ERROR_INVALID_VALUE);
+        EXPECT_EQ(cuDevResourceGenerateDesc(&desc, &sm, 0), CUDA_ERROR_INVALID_VALUE);
+        several[0] = several[1] = sm;
+        EXPECT_EQ(cuDevResourceGenerateDesc(&desc, several, 2), CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+        ASSERT_EQ(cuDevResourceGenerateDesc(&desc, &sm, 1), CUDA_SUCCESS);
+
+        CUgreenCtx g = nullptr;
+        EXPECT_EQ(cuGreenCtxCreate(&g, desc, 0, 0), CUDA_ERROR_INVALID_VALUE); // the stream flag is required
+        EXPECT_EQ(cuGreenCtxCreate(&g, nullptr, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_ERROR_INVALID_VALUE);
+        EXPECT_EQ(cuGreenCtxCreate(nullptr, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_ERROR_INVALID_VALUE);
+        ASSERT_EQ(cuGreenCtxCreate(&g, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_SUCCESS);
+        CUcontext ctx = nullptr, again = nullptr, cur = nullptr;
+        ASSERT_EQ(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+        EXPECT_EQ(cur, nullptr); // not made current
+        unsigned flags = 0;
+        int active = 0;
+        ASSERT_EQ(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+        EXPECT_EQ(active, 1); // the primary context retained
+        EXPECT_EQ(cuCtxFromGreenCtx(nullptr, g), CUDA_ERROR_INVALID_VALUE);
+        ASSERT_EQ(cuCtxFromGreenCtx(&ctx, g), CUDA_SUCCESS);
+        ASSERT_EQ(cuCtxFromGreenCtx(&again, g), CUDA_SUCCESS);
+        EXPECT_EQ(again, ctx);
+        ASSERT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+        CUdeviceptr d = 0;
+        ASSERT_EQ(cuMemAlloc_v2(&d, 4096), CUDA_SUCCESS);
+        EXPECT_EQ(cuCtxDestroy_v2(ctx), CUDA_ERROR_INVALID_CONTEXT); // the green context's to destroy
+
+        ASSERT_EQ(cuGreenCtxDestroy(g), CUDA_SUCCESS);
+        EXPECT_EQ(cuGreenCtxDestroy(g), CUDA_ERROR_INVALID_CONTEXT);
+        EXPECT_EQ(cuCtxFromGreenCtx(&again, g), CUDA_ERROR_INVALID_CONTEXT);
+        ASSERT_EQ(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+        EXPECT_EQ(cur, nullptr); // off the thread's stack
+        EXPECT_EQ(cuCtxSetCurrent(ctx), CUDA_ERROR_INVALID_CONTEXT);
+        CUcontext made = nullptr;
+        ASSERT_EQ(cuCtxCreate_v2(&made, 0, 0), CUDA_SUCCESS);
+        EXPECT_EQ(made, ctx); // the slot is free again, its memory gone
+        size_t size = 0;
+        CUdeviceptr base = 0;
+        EXPECT_EQ(cuMemGetAddressRange_v2(&base, &size, d), CUDA_ERROR_NOT_FOUND);
+        ASSERT_EQ(cuCtxDestroy_v2(made), CUDA_SUCCESS);
+    }).join();
+}
+
 // A context destroyed while current elsewhere stays current there, and calls in it fail with
 // CUDA_ERROR_CONTEXT_IS_DESTROYED: on another thread, and below the top of the destroying
 // thread's own stack, which only loses its top entry.

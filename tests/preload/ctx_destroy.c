@@ -6,9 +6,12 @@
  * which may get the same handle and the same device addresses.  There it allocates a bystander
  * buffer first (over the addresses freed), writes other bytes into the region and registers it
  * again: every copy must deliver them, none compressed, and the bystander's bytes must stay as
- * written; the context is destroyed through cuGetProcAddress.  "unused": a context the shim never saw is made
- * and destroyed before the runtime starts; the region's copies in the primary context must still go
- * compressed. */
+ * written; the context is destroyed through cuGetProcAddress.  "green": the same, the first context
+ * a green context (CUDA 12.4: cuGreenCtxCreate over the device's SMs, converted by
+ * cuCtxFromGreenCtx and set current), destroyed by cuGreenCtxDestroy through cuGetProcAddress;
+ * skipped where the driver has no green contexts.  "unused": a context the shim never saw is made
+ * and destroyed before the runtime starts; the region's copies in the primary context must still
+ * go compressed. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
@@ -24,15 +27,44 @@ typedef CUresult (*DestroyFn)(CUcontext ctx);
 typedef CUresult (*ProcFn)(const char *symbol, void **pfn, int version, cuuint64_t flags,
                            CUdriverProcAddressQueryResult *status);
 
+typedef CUresult (*GetResourceFn)(CUdevice dev, CUdevResource *resource, CUdevResourceType type);
+typedef CUresult (*GenerateDescFn)(CUdevResourceDesc *desc, CUdevResource *resources, unsigned int n);
+typedef CUresult (*GreenCreateFn)(CUgreenCtx *green, CUdevResourceDesc desc, CUdevice dev,
+                                  unsigned int flags);
+typedef CUresult (*FromGreenFn)(CUcontext *ctx, CUgreenCtx green);
+typedef CUresult (*GreenDestroyFn)(CUgreenCtx green);
+typedef CUresult (*SetCurrentFn)(CUcontext ctx);
+
 typedef struct Driver {
     CreateFn create;
     DestroyFn destroy;
+    /* green contexts, for "green" only */
+    GetResourceFn get_resource;
+    GenerateDescFn generate_desc;
+    GreenCreateFn green_create;
+    FromGreenFn from_green;
+    GreenDestroyFn green_destroy;
+    SetCurrentFn set_current;
 } Driver;
+
+/* symbol through cuGetProcAddress as of CUDA `version`, as programs that load the driver at run
+ * time reach it (the shim's hook, when preloaded); NULL where the driver does not define it. */
+static void *proc_address(void *cuda, const char *symbol, int version)
+{
+    ProcFn proc = (ProcFn)dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2");
+    if (!proc)
+        proc = (ProcFn)dlsym(cuda, "cuGetProcAddress_v2");
+    CHECK(proc != NULL, "cuGetProcAddress_v2 not found");
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult found;
+    return proc(symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS ? fn : NULL;
+}
 
 /* The driver's calls; cuCtxDestroy as the application would reach it (the shim's hook, when
  * preloaded): by symbol, or through cuGetProcAddress as programs that load the driver at run time
- * do. */
-static Driver driver_open(int by_proc_address)
+ * do.  With green, the green-context calls too, cuGreenCtxDestroy through cuGetProcAddress: the
+ * program is skipped where the driver lacks them. */
+static Driver driver_open(int by_proc_address, int green)
 {
     void *const cuda = dlopen("libcuda.so.1", RTLD_NOW);
     CHECK(cuda != NULL, "dlopen libcuda.so.1: %s", dlerror());
@@ -40,20 +72,27 @@ static Driver driver_open(int by_proc_address)
     CHECK(init && init(0) == CUDA_SUCCESS, "cuInit failed");
     Driver d = {.create = (CreateFn)dlsym(cuda, "cuCtxCreate_v4")};
     if (by_proc_address) {
-        ProcFn proc = (ProcFn)dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2");
-        if (!proc)
-            proc = (ProcFn)dlsym(cuda, "cuGetProcAddress_v2");
-        void *fn = NULL;
-        CUdriverProcAddressQueryResult found;
-        CHECK(proc && proc("cuCtxDestroy", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS,
-              "cuGetProcAddress(cuCtxDestroy) failed");
-        d.destroy = (DestroyFn)fn;
+        d.destroy = (DestroyFn)proc_address(cuda, "cuCtxDestroy", 12000);
+        CHECK(d.destroy != NULL, "cuGetProcAddress(cuCtxDestroy) failed");
     } else {
         d.destroy = (DestroyFn)dlsym(RTLD_DEFAULT, "cuCtxDestroy_v2");
         if (!d.destroy)
             d.destroy = (DestroyFn)dlsym(cuda, "cuCtxDestroy_v2");
     }
     CHECK(d.create && d.destroy, "cuCtxCreate_v4 or cuCtxDestroy not found");
+    if (green) {
+        d.get_resource = (GetResourceFn)dlsym(cuda, "cuDeviceGetDevResource");
+        d.generate_desc = (GenerateDescFn)dlsym(cuda, "cuDevResourceGenerateDesc");
+        d.green_create = (GreenCreateFn)dlsym(cuda, "cuGreenCtxCreate");
+        d.from_green = (FromGreenFn)dlsym(cuda, "cuCtxFromGreenCtx");
+        d.green_destroy = (GreenDestroyFn)proc_address(cuda, "cuGreenCtxDestroy", 12040);
+        d.set_current = (SetCurrentFn)dlsym(cuda, "cuCtxSetCurrent");
+        CHECK(d.set_current != NULL, "cuCtxSetCurrent not found");
+        if (!d.get_resource || !d.generate_desc || !d.green_create || !d.from_green || !d.green_destroy) {
+            printf("ctx_destroy: the driver has no green contexts (CUDA 12.4), skipped\n");
+            exit(77);
+        }
+    }
     return d;
 }
 
@@ -62,6 +101,27 @@ static CUcontext make_context(const Driver *d)
     CUcontext ctx = NULL;
     CHECK(d->create(&ctx, NULL, 0, 0) == CUDA_SUCCESS && ctx, "cuCtxCreate failed");
     return ctx;
+}
+
+/* A green context over all of the device's SMs, its context (in *ctx) current; the program is
+ * skipped where the device makes none. */
+static CUgreenCtx make_green_context(const Driver *d, CUcontext *ctx)
+{
+    CUdevResource sm;
+    memset(&sm, 0, sizeof(sm));
+    CHECK(d->get_resource(0, &sm, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS, "cuDeviceGetDevResource failed");
+    CUdevResourceDesc desc = NULL;
+    CHECK(d->generate_desc(&desc, &sm, 1) == CUDA_SUCCESS, "cuDevResourceGenerateDesc failed");
+    CUgreenCtx green = NULL;
+    const CUresult made = d->green_create(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM);
+    if (made == CUDA_ERROR_NOT_SUPPORTED) {
+        printf("ctx_destroy: the device makes no green contexts, skipped\n");
+        exit(77);
+    }
+    CHECK(made == CUDA_SUCCESS && green, "cuGreenCtxCreate failed (%d)", (int)made);
+    CHECK(d->from_green(ctx, green) == CUDA_SUCCESS && *ctx, "cuCtxFromGreenCtx failed");
+    CHECK(d->set_current(*ctx) == CUDA_SUCCESS, "cuCtxSetCurrent failed");
+    return green;
 }
 
 /* The application's part when the shim never saw the context it destroys. */
@@ -78,11 +138,12 @@ static int unused_context(const Driver *d, PreloadTotalsFn totals, uint8_t *host
 
 int main(int argc, char **argv)
 {
-    CHECK(argc == 2 && (!strcmp(argv[1], "used") || !strcmp(argv[1], "unused")),
-          "usage: ctx_destroy used|unused");
+    CHECK(argc == 2 && (!strcmp(argv[1], "used") || !strcmp(argv[1], "green") || !strcmp(argv[1], "unused")),
+          "usage: ctx_destroy used|green|unused");
+    const int green = !strcmp(argv[1], "green");
     const PreloadTotalsFn totals = preload_compression_or_skip("ctx_destroy", 1);
     /* The context the shim copied in is destroyed through cuGetProcAddress, the other by symbol. */
-    const Driver d = driver_open(!strcmp(argv[1], "used"));
+    const Driver d = driver_open(strcmp(argv[1], "unused") != 0, green);
     const size_t n = (size_t)4 << 20;
     uint8_t *const host = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(host != MAP_FAILED, "mmap");
@@ -90,14 +151,20 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "unused"))
         return unused_context(&d, totals, host, n);
 
-    const CUcontext first = make_context(&d);
+    CUcontext first = NULL;
+    const CUgreenCtx first_green = green ? make_green_context(&d, &first) : NULL;
+    if (!green)
+        first = make_context(&d);
     PreloadTrip t;
     preload_trip_register(&t, host, n);
     preload_wait_compressed("ctx_destroy", "the region", totals, preload_trip, &t);
     free(t.back);
     IbpshimTransferTotals a;
     CHECK(totals(&a) == 0, "totals");
-    CHECK(d.destroy(first) == CUDA_SUCCESS, "cuCtxDestroy failed");
+    if (green)
+        CHECK(d.green_destroy(first_green) == CUDA_SUCCESS, "cuGreenCtxDestroy failed");
+    else
+        CHECK(d.destroy(first) == CUDA_SUCCESS, "cuCtxDestroy failed");
 
     const CUcontext second = make_context(&d);
     /* Over the device addresses the first context's buffers had: nothing but the application may
@@ -118,9 +185,8 @@ int main(int argc, char **argv)
     preload_trip_unregister(&t);
     CHECK(d.destroy(second) == CUDA_SUCCESS, "cuCtxDestroy failed");
     munmap(host, n);
-    printf(
-        "ctx_destroy: ok (used: %d copies after the context was destroyed checked; the next context %s its "
-        "handle)\n",
-        copies, second == first ? "had" : "did not have");
+    printf("ctx_destroy: ok (%s: %d copies after the context was destroyed checked; the next context %s its "
+           "handle)\n",
+           argv[1], copies, second == first ? "had" : "did not have");
     return 0;
 }
