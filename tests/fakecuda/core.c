@@ -93,6 +93,12 @@ CUcontext fakecuda_ctx_current(void)
     return ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
 }
 
+CUcontext fakecuda_ctx_owner(void)
+{
+    const CUcontext ctx = fakecuda_ctx_current();
+    return ctx && atomic_load(&ctx->green) ? &fakecuda_g.ctx[ctx->device] : ctx;
+}
+
 bool fakecuda_ctx_valid(CUcontext ctx)
 {
     for (int i = 0; i < fakecuda_g.device_count; i++)
@@ -335,10 +341,10 @@ static CUcontext made_take_locked(CUdevice dev, bool green)
     return NULL;
 }
 
-/* What destroying a live made context does, whichever call destroys it (see cuCtxDestroy_v2). */
-static void made_destroy(CUcontext ctx)
+/* Invalidates a live made context, whichever call ends it (cuCtxDestroy_v2, cuGreenCtxDestroy):
+ * it is taken off the calling thread's stack where it is on top, and its slot is free again. */
+static void made_retire(CUcontext ctx)
 {
-    fakecuda_mem_drop_context(ctx);
     if (ctx_depth > 0 && ctx_stack[ctx_depth - 1] == ctx)
         ctx_depth--;
     atomic_store(&ctx->live, false);
@@ -380,10 +386,10 @@ FAKECUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *para
 
 /* Frees every allocation made in the context (pinned memory unmapped) after its device's work, and
  * pops it where it is the calling thread's current context; a primary context is not destroyed
- * so, nor is a green context's (cuGreenCtxDestroy destroys it: what a real driver answers here is
- * not documented).  Where it stays current (on other threads, or below the top here) calls there
- * fail with CUDA_ERROR_CONTEXT_IS_DESTROYED until it is popped or replaced.  Streams, events and
- * modules made in it stay usable here, where a real driver invalidates them. */
+ * so, nor is a green context's converted one (cuGreenCtxDestroy ends it: what a real driver
+ * answers here is not documented).  Where it stays current (on other threads, or below the top
+ * here) calls there fail with CUDA_ERROR_CONTEXT_IS_DESTROYED until it is popped or replaced.
+ * Streams, events and modules made in it stay usable here, where a real driver invalidates them. */
 FAKECUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     const CUresult r = fakecuda_check_init();
@@ -392,7 +398,8 @@ FAKECUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     if (!ctx || ctx < &fakecuda_g.made[0] || ctx >= &fakecuda_g.made[FAKECUDA_MAX_MADE_CONTEXTS] ||
         !atomic_load(&ctx->live) || atomic_load(&ctx->green))
         return CUDA_ERROR_INVALID_CONTEXT;
-    made_destroy(ctx);
+    fakecuda_mem_drop_context(ctx);
+    made_retire(ctx);
     FAKECUDA_TRACE("cuCtxDestroy(%p)", (void *)ctx);
     return CUDA_SUCCESS;
 }
@@ -485,12 +492,18 @@ static CUcontext green_ctx_locked(CUgreenCtx g)
     return NULL;
 }
 
-/* A green context owns one made context, which it does not make current (the application converts
- * it with cuCtxFromGreenCtx and sets it current), and retains the device's primary context until
- * it is destroyed, as the header says.  Its SMs are not partitioned: work in it runs as in any
- * context of the device.  CU_GREEN_CTX_DEFAULT_STREAM, which the header requires, gives no
- * stream of its own: the made context's default stream serves.  cuGreenCtxStreamCreate,
- * cuStreamGetGreenCtx and the green event calls are not modelled. */
+/* A green context takes one made context's slot for the context cuCtxFromGreenCtx converts it to,
+ * which it does not make current (the application sets it current), and retains the device's
+ * primary context until it is destroyed, as the header says.  The header calls the converted
+ * context "a normal primary context but with the resources of the specified green context": what
+ * is allocated or registered while it is current is the primary context's (fakecuda_ctx_owner),
+ * and outlives the green context.  Its handle is kept apart from the primary context's all the
+ * same: whether a real driver answers the primary context's own handle is not established, and a
+ * handle of its own is the case where a destroy has something to take.  Its SMs are not
+ * partitioned: work in it runs as in any context of the device.  CU_GREEN_CTX_DEFAULT_STREAM,
+ * which the header requires, gives no stream of its own: the made context's default stream
+ * serves.  cuGreenCtxStreamCreate, cuStreamGetGreenCtx and the green event calls are not
+ * modelled. */
 FAKECUDA_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
                                           unsigned int flags)
 {
@@ -533,9 +546,12 @@ FAKECUDA_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
     return CUDA_SUCCESS;
 }
 
-/* Destroys the green context's made context as cuCtxDestroy_v2 does and releases the primary
- * context; the handle is no green context any more (until a later cuGreenCtxCreate takes its
- * slot). */
+/* Invalidates the green handle (until a later cuGreenCtxCreate takes its slot) and its converted
+ * context (taken off the calling thread's stack where it is on top, as cuCtxDestroy_v2 does; what a
+ * real driver leaves current is not documented), and releases the primary context.  Nothing is
+ * freed: what was allocated or registered while the converted context was current is the primary
+ * context's, and stays until that is reset.  A host registration made so outlived
+ * cuGreenCtxDestroy on an H100 with driver 580.159. */
 FAKECUDA_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 {
     const CUresult r = fakecuda_check_init();
@@ -548,8 +564,8 @@ FAKECUDA_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
     pthread_mutex_unlock(&made_lock);
     if (!ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
-    const int dev = ctx->device; /* the slot may be another context's once destroyed */
-    made_destroy(ctx);
+    const int dev = ctx->device; /* the slot may be another context's once retired */
+    made_retire(ctx);
     atomic_fetch_sub(&fakecuda_g.ctx[dev].retains, 1);
     FAKECUDA_TRACE("cuGreenCtxDestroy(%p) (context %p)", (void *)hCtx, (void *)ctx);
     return CUDA_SUCCESS;

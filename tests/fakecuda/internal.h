@@ -55,10 +55,11 @@ struct CUctx_st {
     int device;
     atomic_int retains; /* primary contexts */
     atomic_bool live;   /* made contexts: between cuCtxCreate and cuCtxDestroy */
-    atomic_bool green;  /* made contexts: owned by a green context, destroyed only with it */
+    atomic_bool green;  /* made contexts: a green context's converted one, which ends only with it */
 };
 
-/* A green context (cuGreenCtxCreate): the made context cuCtxFromGreenCtx answers, NULL when free. */
+/* A green context (cuGreenCtxCreate): the made context cuCtxFromGreenCtx converts it to, NULL when
+ * free.  What is allocated or registered while that is current is the primary context's. */
 struct CUgreenCtx_st {
     CUcontext ctx;
 };
@@ -79,7 +80,8 @@ typedef struct FakecudaGlobals {
     /* Contexts of cuCtxCreate: the lowest free slot is taken, so a context made after another was
      * destroyed has its handle, as a driver reusing the memory of the one before may give it. */
     struct CUctx_st made[FAKECUDA_MAX_MADE_CONTEXTS];
-    /* Green contexts, each owning one of the made contexts; the lowest free slot is taken. */
+    /* Green contexts, each with one of the made contexts' slots for its converted context; the
+     * lowest free slot is taken. */
     struct CUgreenCtx_st green[FAKECUDA_MAX_MADE_CONTEXTS];
     struct CUdevResourceDesc_st resource_desc[FAKECUDA_MAX_DEVICES];
 } FakecudaGlobals;
@@ -101,6 +103,11 @@ CUresult fakecuda_check_init(void);
 
 /* The calling thread's current context, or NULL. */
 CUcontext fakecuda_ctx_current(void);
+
+/* The context what is allocated or registered now belongs to (fakecuda_mem_drop_context): the
+ * current one, or its device's primary context where that is a green context's converted context
+ * (the header calls it a primary context with the green context's resources), or NULL. */
+CUcontext fakecuda_ctx_owner(void);
 
 /* Checks init and returns the current context's device in *device (CUDA_ERROR_INVALID_CONTEXT when
  * no context is current). */
@@ -252,8 +259,9 @@ CUresult fakecuda_stream_submit_sync(CUstream s, FakecudaOp *op);
 /* Waits for every stream of device (all devices when device < 0); returns a sticky error if any. */
 CUresult fakecuda_device_sync(int device);
 
-/* Frees every allocation made while ctx was current, registrations included, after draining its
- * device's work (mem.c; cuDevicePrimaryCtxReset, cuCtxDestroy): pinned memory is unmapped. */
+/* Frees every allocation that belongs to ctx (fakecuda_ctx_owner), registrations included, after
+ * draining its device's work (mem.c; cuDevicePrimaryCtxReset, cuCtxDestroy): pinned memory is
+ * unmapped. */
 void fakecuda_mem_drop_context(CUcontext ctx);
 
 /* True if s is capturing (status active or invalidated). */

@@ -23,7 +23,7 @@ typedef struct Entry {
     FakecudaMemKind kind;
     unsigned flags;
     int device;
-    CUcontext ctx;   /* current when it was made: destroyed with it */
+    CUcontext ctx;   /* its owner (fakecuda_ctx_owner when it was made): dropped with it */
     void *backing;   /* device: where the bytes live */
 } Entry;
 
@@ -177,7 +177,7 @@ static CUresult device_alloc(int device, size_t n, uintptr_t *out)
             .span = span,
             .kind = FAKECUDA_MEM_DEVICE,
             .device = device,
-            .ctx = fakecuda_ctx_current(),
+            .ctx = fakecuda_ctx_owner(),
             .backing = backing,
         };
         if (insert_entry(&e) == 0) {
@@ -295,9 +295,11 @@ FAKECUDA_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psi
 }
 
 /* cuDevicePrimaryCtxReset, cuCtxDestroy: once the device's queued work has drained, every
- * allocation made while the context was current goes with it: pinned host memory unmapped (so that
- * a later read of it faults, as it may with a real driver), registrations dropped (the memory
- * itself stays the application's), device memory freed. */
+ * allocation that belongs to the context (made while it was current, or, for a primary context,
+ * while a green context's converted context of its device was current: fakecuda_ctx_owner) goes
+ * with it: pinned host memory unmapped (so that a later read of it faults, as it may with a real
+ * driver), registrations dropped (the memory itself stays the application's), device memory
+ * freed. */
 void fakecuda_mem_drop_context(CUcontext ctx)
 {
     (void)fakecuda_device_sync(ctx->device);
@@ -342,7 +344,7 @@ static CUresult host_alloc(void **pp, size_t n, unsigned flags)
         .kind = FAKECUDA_MEM_HOST_ALLOC,
         .flags = flags,
         .device = dev,
-        .ctx = fakecuda_ctx_current(),
+        .ctx = fakecuda_ctx_owner(),
     };
     pthread_rwlock_wrlock(&mem_lock);
     const int err = insert_entry(&e);
@@ -414,7 +416,7 @@ FAKECUDA_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned
         .kind = FAKECUDA_MEM_REGISTERED,
         .flags = flags,
         .device = dev,
-        .ctx = fakecuda_ctx_current(),
+        .ctx = fakecuda_ctx_owner(),
     };
     pthread_rwlock_wrlock(&mem_lock);
     /* Overlap: the entry at or below base reaches past it, or the next one starts before the end. */

@@ -977,10 +977,13 @@ TEST_F(Fake, MadeContextsAreDestroyedWithTheirMemory)
     }).join();
 }
 
-// A green context owns a made context it does not make current; cuCtxFromGreenCtx answers that
-// context every time, cuCtxDestroy leaves it to cuGreenCtxDestroy, which destroys it with its
-// memory and the green handle with it.
-TEST_F(Fake, GreenContextsOwnAMadeContext)
+// A green context converts to a context of its own handle, which it does not make current;
+// cuCtxFromGreenCtx answers that context every time, and cuCtxDestroy leaves it to
+// cuGreenCtxDestroy, which invalidates it and the green handle.  What is allocated or registered
+// while it is current is the primary context's: it outlives the green context (a registration did
+// on an H100 with driver 580.159) and the made context that takes the slot after, and goes with a
+// reset of the primary context.
+TEST_F(Fake, GreenContextMemoryIsThePrimaryContexts)
 {
     std::thread([] {
         ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
@@ -1021,10 +1024,15 @@ TEST_F(Fake, GreenContextsOwnAMadeContext)
         ASSERT_EQ(cuCtxFromGreenCtx(&ctx, g), CUDA_SUCCESS);
         ASSERT_EQ(cuCtxFromGreenCtx(&again, g), CUDA_SUCCESS);
         EXPECT_EQ(again, ctx);
+        CUcontext primary = nullptr;
+        ASSERT_EQ(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+        EXPECT_NE(ctx, primary); // a handle of its own here (a real driver's is not known)
         ASSERT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
         CUdeviceptr d = 0;
         ASSERT_EQ(cuMemAlloc_v2(&d, 4096), CUDA_SUCCESS);
-        EXPECT_EQ(cuCtxDestroy_v2(ctx), CUDA_ERROR_INVALID_CONTEXT); // the green context's to destroy
+        std::vector<uint8_t> reg(8192);
+        ASSERT_EQ(cuMemHostRegister_v2(reg.data(), reg.size(), 0), CUDA_SUCCESS);
+        EXPECT_EQ(cuCtxDestroy_v2(ctx), CUDA_ERROR_INVALID_CONTEXT); // the green context's to end
 
         ASSERT_EQ(cuGreenCtxDestroy(g), CUDA_SUCCESS);
         EXPECT_EQ(cuGreenCtxDestroy(g), CUDA_ERROR_INVALID_CONTEXT);
@@ -1034,11 +1042,22 @@ TEST_F(Fake, GreenContextsOwnAMadeContext)
         EXPECT_EQ(cuCtxSetCurrent(ctx), CUDA_ERROR_INVALID_CONTEXT);
         CUcontext made = nullptr;
         ASSERT_EQ(cuCtxCreate_v2(&made, 0, 0), CUDA_SUCCESS);
-        EXPECT_EQ(made, ctx); // the slot is free again, its memory gone
+        EXPECT_EQ(made, ctx); // the slot is free again
         size_t size = 0;
         CUdeviceptr base = 0;
-        EXPECT_EQ(cuMemGetAddressRange_v2(&base, &size, d), CUDA_ERROR_NOT_FOUND);
+        EXPECT_EQ(cuMemGetAddressRange_v2(&base, &size, d), CUDA_SUCCESS); // the memory stays
+        EXPECT_EQ(base, d);
+        EXPECT_EQ(cuMemHostRegister_v2(reg.data(), reg.size(), 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
         ASSERT_EQ(cuCtxDestroy_v2(made), CUDA_SUCCESS);
+
+        // Not the made context's that took the slot: the primary context's, reset with it.
+        ASSERT_EQ(cuCtxSetCurrent(primary), CUDA_SUCCESS);
+        EXPECT_EQ(cuMemGetAddressRange_v2(&base, &size, d), CUDA_SUCCESS);
+        ASSERT_EQ(cuDevicePrimaryCtxReset_v2(0), CUDA_SUCCESS);
+        EXPECT_EQ(cuMemGetAddressRange_v2(&base, &size, d), CUDA_ERROR_NOT_FOUND);
+        EXPECT_EQ(cuMemHostUnregister(reg.data()), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+        ASSERT_EQ(cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+        EXPECT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
     }).join();
 }
 

@@ -9,9 +9,14 @@
  * written; the context is destroyed through cuGetProcAddress.  "green": the same, the first context
  * a green context (CUDA 12.4: cuGreenCtxCreate over the device's SMs, converted by
  * cuCtxFromGreenCtx and set current), destroyed by cuGreenCtxDestroy through cuGetProcAddress;
- * skipped where the driver has no green contexts.  "unused": a context the shim never saw is made
- * and destroyed before the runtime starts; the region's copies in the primary context must still
- * go compressed. */
+ * skipped where the driver has no green contexts.  The shim stops its compressed path there all
+ * the same, but what was allocated or registered while the converted context was current is the
+ * device's primary context's, as cuda.h describes the converted context, and may outlive the
+ * destroy: on an H100 with driver 580.159 the region's registration did (registering it again
+ * failed as already registered).  So the region is unregistered in the next context where it is
+ * still registered, before the bystander and the new bytes.  "unused": a context the shim never
+ * saw is made and destroyed before the runtime starts; the region's copies in the primary context
+ * must still go compressed. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
@@ -124,6 +129,17 @@ static CUgreenCtx make_green_context(const Driver *d, CUcontext *ctx)
     return green;
 }
 
+/* After cuGreenCtxDestroy: the region's registration is unregistered where the driver kept it (a
+ * real one did), and not-registered is fine where it went with the green context. */
+static void unregister_if_registered(void *host)
+{
+    const cudaError_t err = cudaHostUnregister(host);
+    if (err == cudaErrorHostMemoryNotRegistered)
+        (void)cudaGetLastError();
+    else
+        CHECK_CUDA(err);
+}
+
 /* The application's part when the shim never saw the context it destroys. */
 static int unused_context(const Driver *d, PreloadTotalsFn totals, uint8_t *host, size_t n)
 {
@@ -167,8 +183,10 @@ int main(int argc, char **argv)
         CHECK(d.destroy(first) == CUDA_SUCCESS, "cuCtxDestroy failed");
 
     const CUcontext second = make_context(&d);
-    /* Over the device addresses the first context's buffers had: nothing but the application may
-     * write it. */
+    if (green)
+        unregister_if_registered(host);
+    /* Over the device addresses the first context's buffers had where they went with it: nothing
+     * but the application may write it. */
     const size_t by_n = (size_t)64 << 20;
     void *bystander = NULL;
     CHECK_CUDA(cudaMalloc(&bystander, by_n));
