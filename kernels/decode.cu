@@ -2647,8 +2647,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, IBP_DECODE_SEG_CTAS_PER_S
 // frequency less one and its cumulative frequency in one word), then each warp decodes a group
 // of 32 lanes.  In round r the group's lanes decode the top bytes of 32 consecutive words
 // (r * lanes + 32 * group + lane), so each lane assembles its word from the byte planes and the
-// warp stores 32 words at once; the warp loads those planes' bytes a batch of rounds ahead, in
-// 16-byte loads, through its share of shared memory (top_load).  The group's stream is read through a window of 128 of its
+// warp stores 32 words at once.  The group's stream is read through a window of 128 of its
 // 16-bit words in the warp's registers (four a lane), refilled 64 at a time well before they are
 // needed: a renormalising read, placed by a ballot and a prefix popcount, is a shuffle.  A run's
 // fields are this library's own, but every read stays inside the block whatever they say: a
@@ -2663,7 +2662,6 @@ struct TopShared {
     uint32_t slot[kTopScale]; // symbol | (frequency - 1) << 8 | cumulative frequency << 20
     uint32_t entry[256];      // the same for the k-th symbol of the table
     uint32_t warp_sum[kWarps];
-    uint4 stage[kWarps][7u * 4u * 2u]; // each warp's batch of plane bytes (top_load), the largest: W = 8
 };
 
 template <int W> struct TopWord;
@@ -2756,61 +2754,39 @@ __device__ void top_table(const TopRun &t, TopShared &sh)
     __syncthreads();
 }
 
-// Rounds of a group whose plane bytes (all but the top byte of each word) its warp loads at once:
-// (W - 1) planes of 32 bytes a round, in 16-byte loads spread over the lanes, held in registers
-// while the batch before decodes and then put in the warp's share of shared memory.  A warp
-// issues in order: a round that loaded its own bytes would wait a whole memory latency before its
-// store; a batch's loads arrive while the batch before decodes, in wide loads that are few.
-template <int W> __host__ __device__ constexpr uint32_t top_batch()
+// Rounds whose plane bytes a lane loads ahead of decoding them: a warp issues in order, so a round
+// that loaded its own bytes would wait a whole memory latency before its store and the next
+// round's loads.  Loaded a batch of rounds ahead, they arrive while the batch before decodes.
+// About a dozen loads in flight a lane (a register each), whatever the word size.
+template <int W> __host__ __device__ constexpr uint32_t top_ahead()
 {
-    return W == 2 ? 16u : W == 4 ? 8u : 4u;
+    return W == 2 ? 8u : W == 4 ? 4u : 2u;
 }
 
-// The 16-byte chunks of a batch, and those a lane loads.
-template <int W> __host__ __device__ constexpr uint32_t top_chunks()
-{
-    return (uint32_t)(W - 1) * top_batch<W>() * 2u;
-}
-template <int W> __host__ __device__ constexpr uint32_t top_lane_chunks()
-{
-    return (top_chunks<W>() + 31u) / 32u;
-}
-
-// The chunks of the batch of rounds [r0, r0 + top_batch) this lane loads for group g: chunk c is
-// bytes [16 (c % 2), 16 (c % 2) + 16) of the group's 32 in round r0 + (c / 2) % top_batch of
-// plane c / (2 top_batch), so that in the warp's share plane p's byte of round r0 + u, lane l is
-// byte p * 32 * top_batch + 32 u + l.  A chunk past its plane's bytes (rounded to 16, the
-// padding zeros) reads as 0; planes not 16-byte aligned (a block at an odd offset) are read byte
-// by byte.
+// The plane bytes (all but the top byte) of the words of rounds [r0, r0 + top_ahead) this lane
+// decodes in group g; 0 past the run's words.
 template <int W>
-__device__ __forceinline__ void top_load(const TopRun &t, uint32_t g, uint32_t r0, bool aligned,
-                                         uint4 (&out)[top_lane_chunks<W>()])
+__device__ __forceinline__ void top_planes(const TopRun &t, uint32_t g, uint32_t r0,
+                                           typename TopWord<W>::U (&out)[top_ahead<W>()])
 {
-    constexpr uint32_t kBatch = top_batch<W>();
+    constexpr uint32_t kTopAhead = top_ahead<W>();
+    using U = typename TopWord<W>::U;
     const uint8_t *planes = t.run + t.planes;
 #pragma unroll
-    for (uint32_t j = 0; j < top_lane_chunks<W>(); j++) {
-        const uint32_t c = (threadIdx.x & 31) + 32u * j, p = c / (2u * kBatch), q = c % (2u * kBatch);
-        const uint64_t o = (uint64_t)(r0 + q / 2u) * t.lanes + g * 32u + (q & 1u) * 16u;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (c < top_chunks<W>() && o < t.plane_stride) {
-            const uint8_t *src = planes + (size_t)p * t.plane_stride + o;
-            if (aligned) {
-                v = __ldg((const uint4 *)src);
-            } else {
-                uint32_t x[4] = {0u, 0u, 0u, 0u};
+    for (uint32_t u = 0; u < kTopAhead; u++) {
+        const uint64_t i = (uint64_t)(r0 + u) * t.lanes + g * 32u + (threadIdx.x & 31);
+        U v = 0;
+        if (i < t.words) {
 #pragma unroll
-                for (int k = 0; k < 16; k++)
-                    x[k / 4] |= (uint32_t)__ldg(src + k) << (8 * (k % 4));
-                v = make_uint4(x[0], x[1], x[2], x[3]);
-            }
+            for (int p = 0; p < W - 1; p++)
+                v |= (U)__ldg(planes + (size_t)p * t.plane_stride + i) << (8 * p);
         }
-        out[j] = v;
+        out[u] = v;
     }
 }
 
 // Warp `warp` of the CTA decodes groups warp, warp + kWarps, ... of the run into out.
-template <int W> __device__ void top_groups(const TopRun &t, TopShared &sh, const Out &out)
+template <int W> __device__ void top_groups(const TopRun &t, const TopShared &sh, const Out &out)
 {
     using U = typename TopWord<W>::U;
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -2818,11 +2794,7 @@ template <int W> __device__ void top_groups(const TopRun &t, TopShared &sh, cons
     const uint32_t *offs = (const uint32_t *)(t.run + t.offsets);
     const uint16_t *strm = (const uint16_t *)(t.run + t.streams);
     const uint32_t lt = (1u << lane) - 1u;
-    constexpr uint32_t kBatch = top_batch<W>();
-    static_assert(top_chunks<W>() <= sizeof(sh.stage[0]) / sizeof(uint4), "a batch fits its warp's share");
-    const bool aligned = !((uintptr_t)(t.run + t.planes) & 15u);
-    uint4 *const stage = sh.stage[warp];
-    const uint8_t *const staged = (const uint8_t *)stage;
+    constexpr uint32_t kTopAhead = top_ahead<W>();
     for (uint32_t g = warp; g < groups; g += kWarps) {
         const uint32_t o0 = __ldg(offs + g), o1 = __ldg(offs + g + 1u);
         const uint32_t end = min(max(o0, o1), t.stream_bytes) / 2u;
@@ -2832,19 +2804,12 @@ template <int W> __device__ void top_groups(const TopRun &t, TopShared &sh, cons
         uint32_t w1 = fetch(base + 64u + lane) | fetch(base + 96u + lane) << 16;
         uint32_t pos = 0; // the next unread word of the window
         uint32_t x = __ldg((const uint32_t *)(t.run + t.states) + g * 32u + lane);
-        uint4 pend[top_lane_chunks<W>()];
-        top_load<W>(t, g, 0, aligned, pend);
-        for (uint32_t r0 = 0; r0 < rounds; r0 += kBatch) {
-            __syncwarp(); // the batch before is read
+        U cur[kTopAhead], next[kTopAhead];
+        top_planes<W>(t, g, 0, cur);
+        for (uint32_t r0 = 0; r0 < rounds; r0 += kTopAhead) {
+            top_planes<W>(t, g, r0 + kTopAhead, next);
 #pragma unroll
-            for (uint32_t j = 0; j < top_lane_chunks<W>(); j++)
-                if (lane + 32u * j < top_chunks<W>())
-                    stage[lane + 32u * j] = pend[j];
-            __syncwarp();
-            if (r0 + kBatch < rounds) // the same for the whole warp
-                top_load<W>(t, g, r0 + kBatch, aligned, pend);
-#pragma unroll
-            for (uint32_t u = 0; u < kBatch; u++) {
+            for (uint32_t u = 0; u < kTopAhead; u++) {
                 const uint32_t r = r0 + u;
                 if (r >= rounds) // the same for the whole warp
                     break;
@@ -2874,10 +2839,7 @@ template <int W> __device__ void top_groups(const TopRun &t, TopShared &sh, cons
                 }
                 if (!valid)
                     continue;
-                U word = (U)(e & 0xffu) << (8 * (W - 1));
-#pragma unroll
-                for (int p = 0; p < W - 1; p++)
-                    word |= (U)staged[(uint32_t)p * 32u * kBatch + 32u * u + lane] << (8 * p);
+                const U word = cur[u] | (U)(e & 0xffu) << (8 * (W - 1));
                 const int64_t at = out.origin + (int64_t)i * W;
                 if (out.fast) {
                     *(U *)(out.dst + at) = word;
@@ -2888,6 +2850,9 @@ template <int W> __device__ void top_groups(const TopRun &t, TopShared &sh, cons
                             out.dst[at + b] = (uint8_t)(word >> (8 * b));
                 }
             }
+#pragma unroll
+            for (uint32_t u = 0; u < kTopAhead; u++)
+                cur[u] = next[u];
         }
     }
 }
